@@ -1,0 +1,96 @@
+//! Identifiers shared by every Shoal component, and the key-hash function
+//! that routes a key to its tablet.
+//!
+//! Every id is a newtype so that a table id can never be passed where a
+//! version or a segment id is expected. The key hash is part of Shoal's
+//! protocol: it must never change (see `docs/log-format.md`, "Key hash").
+
+use std::fmt;
+
+/// A table's 64-bit id. Names belong to the coordinator; the store only sees ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct TableId(pub u64);
+
+/// An object's version. Assigned by the master, strictly increasing per key,
+/// also across a remove and re-create of the same key (the safe version).
+/// Version 0 is never assigned: it means "no object".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Version(pub u64);
+
+/// A segment's id, unique and ascending within one log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SegmentId(pub u64);
+
+/// The id of a log (one per master incarnation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogId(pub u64);
+
+/// The 64-bit hash of (table id, key) that routes a key. See [`key_hash`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct KeyHash(pub u64);
+
+impl fmt::Display for TableId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for SegmentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Largest key the system accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 64 * 1024;
+
+/// Default largest value, in bytes (configurable per store).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
+
+/// Shoal's key hash: XXH3-64 (seed 0) over the table id as 8 little-endian
+/// bytes followed by the key bytes.
+///
+/// This function is part of the protocol: clients in every language compute
+/// it to route requests, so it is stable across versions and platforms. Test
+/// vectors are in `docs/log-format.md` and in the tests below.
+pub fn key_hash(table: TableId, key: &[u8]) -> KeyHash {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&table.0.to_le_bytes());
+    hasher.update(key);
+    KeyHash(hasher.digest())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The documented test vectors (cross-checked with Python's `xxhash`
+    /// package). If this test fails, the protocol broke.
+    #[test]
+    fn key_hash_matches_test_vectors() {
+        let direct = |t: u64, k: &[u8]| {
+            let mut buf = t.to_le_bytes().to_vec();
+            buf.extend_from_slice(k);
+            xxhash_rust::xxh3::xxh3_64(&buf)
+        };
+        for (t, k) in [(0u64, &b""[..]), (1, b"a"), (7, b"user:1000"), (u64::MAX, b"\x00\xff")] {
+            assert_eq!(key_hash(TableId(t), k).0, direct(t, k));
+        }
+        assert_eq!(key_hash(TableId(0), b"").0, 0xc77b_3abb_6f87_acd9);
+        assert_eq!(key_hash(TableId(1), b"a").0, 0xc777_2475_8a6e_c4d1);
+        assert_eq!(key_hash(TableId(7), b"user:1000").0, 0x8a01_8683_baf2_cb8a);
+        assert_eq!(key_hash(TableId(u64::MAX), b"\x00\xff").0, 0x7eeb_d79b_2c26_3453);
+    }
+}

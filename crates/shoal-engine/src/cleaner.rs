@@ -1,0 +1,476 @@
+//! The two-level cleaner (Rumble Ch. 4, 5, 7).
+//!
+//! * **Segment compaction** rewrites one segment in memory under the same
+//!   segment id, keeping its live objects and live tombstones and dropping
+//!   everything else; it frees seglets and does no I/O (backups keep the
+//!   original). Selection is greedy: the best ratio of freeable seglets to
+//!   live bytes.
+//! * **Combined cleaning** picks segments by cost-benefit with segment age,
+//!   `(1 - u) * age / (1 + u)` (Rumble eq. 7.3), relocates their live entries
+//!   oldest segment first into survivor segments written through a side log,
+//!   and splices the survivors in with a new head whose log digest drops the
+//!   cleaned segments; the observer is told which segments were freed.
+//! * **The balancer** runs combined cleaning when tombstones believed live
+//!   reach `max_tombstone_ratio` of the freeable memory, or when compaction
+//!   freed nothing; compaction otherwise.
+//! * **When**: whenever free seglets F <= min(0.1, (1 - L) / 2), L being the
+//!   fraction of memory in live objects, or a write is waiting for memory.
+//!
+//! Every pass pre-allocates from the cleaner's reserve all the seglets it
+//! can need, and each pass frees more than it takes, so cleaning cannot
+//! deadlock. Freed segments are reclaimed after an epoch.
+
+use crate::format::{self, Entry, CHECKSUM_ENTRY_BYTES};
+use crate::log::SegmentWriter;
+use crate::pool::Tier;
+use crate::segment::{LogRef, SlotState};
+use crate::store::Inner;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use shoal_common::{key_hash, SegmentId};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Scan one segment for dead tombstones every this many passes (Rumble §4.2.2).
+const TOMBSTONE_SCAN_EVERY: u64 = 5;
+/// Segments above this utilisation are never combined-cleaned (Rumble §4.5).
+const MAX_CLEANABLE_UTILISATION: f64 = 0.98;
+/// Most segments one combined pass cleans.
+const MAX_SOURCES: usize = 16;
+
+#[derive(Default)]
+pub(crate) struct CleanerState {
+    /// Held for the whole of a pass; `pause` takes it.
+    pass: Mutex<()>,
+    requested: Mutex<bool>,
+    wake: Condvar,
+    /// Pass number at which the cleaner last found nothing to free while
+    /// memory was short; writers waiting then give up.
+    pub stuck_at: AtomicU64,
+    last_compaction_failed: AtomicBool,
+    passes: AtomicU64,
+}
+
+impl CleanerState {
+    /// Keeps the cleaner from starting a pass while the guard lives.
+    pub fn pause(&self) -> MutexGuard<'_, ()> {
+        self.pass.lock()
+    }
+}
+
+/// Fraction of memory in live objects, and in free seglets.
+fn fractions(inner: &Inner) -> (f64, f64) {
+    let pool = &inner.segs.pool;
+    let memory = (pool.total_seglets() as usize * pool.seglet_bytes()) as f64;
+    let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64 / memory;
+    let free = pool.free_seglets() as f64 / pool.total_seglets() as f64;
+    (live, free)
+}
+
+fn should_clean(inner: &Inner) -> bool {
+    let (l, f) = fractions(inner);
+    f <= (0.1f64).min((1.0 - l) / 2.0)
+}
+
+/// Wakes the cleaner if memory is low. Cheap: a few atomic loads.
+pub(crate) fn maybe_wake(inner: &Inner) {
+    if inner.config.cleaner_thread && should_clean(inner) {
+        request(inner);
+    }
+}
+
+pub(crate) fn request(inner: &Inner) {
+    *inner.cleaner.requested.lock() = true;
+    inner.cleaner.wake.notify_one();
+}
+
+/// The cleaner thread.
+pub(crate) fn run(inner: std::sync::Arc<Inner>) {
+    loop {
+        {
+            let mut req = inner.cleaner.requested.lock();
+            while !*req && !inner.shutdown.load(Ordering::Acquire) && !should_clean(&inner) {
+                inner.cleaner.wake.wait_for(&mut req, Duration::from_secs(1));
+            }
+            *req = false;
+        }
+        if inner.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let freed = run_pass(&inner, false);
+        if freed == 0 {
+            // Nothing to gain now: wait to be asked again rather than spin.
+            let mut req = inner.cleaner.requested.lock();
+            if !*req && !inner.shutdown.load(Ordering::Acquire) {
+                inner.cleaner.wake.wait_for(&mut req, Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// One cleaner pass, chosen by the balancer. Returns seglets freed. Wakes
+/// writers waiting for memory.
+pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
+    let freed = {
+        let _pass = inner.cleaner.pass.lock();
+        let started = Instant::now();
+        let passes = inner.cleaner.passes.fetch_add(1, Ordering::Relaxed) + 1;
+        if passes.is_multiple_of(TOMBSTONE_SCAN_EVERY) {
+            scan_tombstones(inner);
+        }
+        let (l, _) = fractions(inner);
+        let memory = (inner.segs.pool.total_seglets() as usize * inner.segs.pool.seglet_bytes()) as f64;
+        let t = inner.log.tomb_bytes.load(Ordering::Relaxed) as f64 / memory;
+        let combined_first = force_combined
+            || t / (1.0 - l).max(1e-9) >= inner.config.max_tombstone_ratio
+            || inner.cleaner.last_compaction_failed.load(Ordering::Relaxed);
+        let mut freed = 0;
+        if !combined_first {
+            freed = compact(inner);
+            inner.cleaner.last_compaction_failed.store(freed == 0, Ordering::Relaxed);
+        }
+        if freed == 0 {
+            freed = combined(inner);
+            if freed > 0 {
+                inner.cleaner.last_compaction_failed.store(false, Ordering::Relaxed);
+            }
+        }
+        inner.counters.cleaning_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        inner.counters.seglets_freed.fetch_add(freed as u64, Ordering::Relaxed);
+        freed
+    };
+    let mut passes = inner.space.0.lock();
+    *passes += 1;
+    if freed == 0 && inner.segs.pool.available(Tier::Write) == 0 {
+        inner.cleaner.stuck_at.store(*passes, Ordering::Release);
+    }
+    inner.space.1.notify_all();
+    freed
+}
+
+/// Closed segments of the log: (id, slot).
+fn candidates(inner: &Inner) -> Vec<(SegmentId, u32)> {
+    let (_, head_slot) = inner.log.head();
+    inner
+        .log
+        .members()
+        .into_iter()
+        .filter(|(_, s)| *s != head_slot && inner.segs.slot(*s).state() == SlotState::Closed)
+        .collect()
+}
+
+/// Takes `n` seglets from the cleaner's tier, or none.
+fn reserve(inner: &Inner, n: usize) -> Option<Vec<u32>> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        match inner.segs.pool.alloc(Tier::Cleaner) {
+            Some(g) => v.push(g),
+            None => {
+                inner.segs.pool.release(v);
+                return None;
+            }
+        }
+    }
+    Some(v)
+}
+
+/// Liveness of tombstones: a snapshot of the log's segment ids.
+struct Membership {
+    ids: HashSet<SegmentId>,
+    newest: SegmentId,
+}
+
+impl Membership {
+    fn take(inner: &Inner) -> Membership {
+        let (ids, newest) = inner.log.membership();
+        Membership { ids, newest }
+    }
+
+    /// A tombstone is live while the segment it names is in the log (ids
+    /// created after the snapshot are in the log by definition).
+    fn tombstone_live(&self, seg: SegmentId) -> bool {
+        seg >= self.newest || self.ids.contains(&seg)
+    }
+}
+
+/// Where relocated entries go.
+trait Target {
+    /// The writer that takes the next entry of `len` bytes.
+    fn writer(&mut self, inner: &Inner, len: usize, spare: &mut Vec<u32>) -> &mut SegmentWriter;
+}
+
+/// Compaction: one segment, same id.
+struct Compacted(SegmentWriter);
+
+impl Target for Compacted {
+    fn writer(&mut self, _: &Inner, _: usize, _: &mut Vec<u32>) -> &mut SegmentWriter {
+        &mut self.0
+    }
+}
+
+/// Combined cleaning: survivor segments from the side log, a new one
+/// whenever the current one is full.
+struct Survivors {
+    done: Vec<SegmentWriter>,
+    current: Option<SegmentWriter>,
+    created_ms: u64,
+}
+
+impl Target for Survivors {
+    fn writer(&mut self, inner: &Inner, len: usize, spare: &mut Vec<u32>) -> &mut SegmentWriter {
+        let seg_bytes = inner.segs.segment_bytes();
+        if self.current.as_ref().is_some_and(|w| w.len + len + CHECKSUM_ENTRY_BYTES > seg_bytes) {
+            let mut w = self.current.take().expect("current survivor");
+            finish_survivor(inner, &mut w, spare);
+            self.done.push(w);
+        }
+        let created = self.created_ms;
+        self.current
+            .get_or_insert_with(|| inner.log.open_side(None, created).expect("cleaner reserve holds a survivor"))
+    }
+}
+
+/// Copies the live entries of the segment in `slot` into `target`'s
+/// writers. Returns (live object bytes, live tombstone bytes) copied.
+fn relocate_segment(
+    inner: &Inner,
+    slot: u32,
+    members: &Membership,
+    spare: &mut Vec<u32>,
+    target: &mut dyn Target,
+) -> (u64, u64) {
+    let bytes = inner.segs.copy_segment(slot);
+    let seg_bytes = inner.segs.segment_bytes();
+    let (mut objs, mut tombs) = (0u64, 0u64);
+    for e in format::EntryIter::new(&bytes) {
+        let Ok((off, entry)) = e else {
+            panic!("segment in slot {slot} is corrupt in memory");
+        };
+        let len = format::read_header(&bytes[off..]).expect("decoded").total_len();
+        let raw = &bytes[off..off + len];
+        match entry {
+            Entry::Object(o) => {
+                let old = LogRef::new(slot, off as u32);
+                let hash = key_hash(o.table, o.key).0;
+                let _lock = inner.ht.lock(hash);
+                let Some((pos, _)) = inner.ht.find(hash, |r| r == old) else {
+                    continue;
+                };
+                let w = target.writer(inner, len, spare);
+                let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                let new = inner.log.write_entry(w, raw);
+                inner.ht.set(pos, hash, new);
+                inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
+                inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                inner.counters.relocated.fetch_add(len as u64, Ordering::Relaxed);
+                objs += len as u64;
+            }
+            Entry::Tombstone(t) => {
+                if !members.tombstone_live(t.segment) {
+                    continue;
+                }
+                let w = target.writer(inner, len, spare);
+                let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                inner.log.write_entry(w, raw);
+                inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                inner.counters.relocated.fetch_add(len as u64, Ordering::Relaxed);
+                tombs += len as u64;
+            }
+            Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
+        }
+    }
+    (objs, tombs)
+}
+
+/// Frees cleaned slots once no reader can see them; fixes the global
+/// tombstone count for tombstones dropped. Returns seglets freed.
+fn retire(inner: &Inner, slots: &[u32], tombs_kept: u64) -> usize {
+    let mut seglets = 0;
+    let mut tombs_before = 0;
+    for s in slots {
+        let slot = inner.segs.slot(*s);
+        slot.set_state(SlotState::Dying);
+        seglets += slot.seglets.load(Ordering::Relaxed) as usize;
+        tombs_before += slot.tomb_bytes.load(Ordering::Relaxed);
+    }
+    inner.epochs.synchronize();
+    for s in slots {
+        inner.segs.free_slot(*s);
+    }
+    inner.log.tomb_bytes.fetch_sub(tombs_before.saturating_sub(tombs_kept), Ordering::Relaxed);
+    // Survivors' counters were added directly; the global one must not count them twice.
+    seglets
+}
+
+fn estimate_bytes(inner: &Inner, slot: u32) -> usize {
+    let s = inner.segs.slot(slot);
+    (s.live_bytes.load(Ordering::Relaxed) + s.tomb_bytes.load(Ordering::Relaxed)) as usize
+}
+
+/// Segment compaction. Returns seglets freed (0: no segment worth it).
+fn compact(inner: &Inner) -> usize {
+    let seglet = inner.segs.pool.seglet_bytes();
+    let overhead = format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES;
+    let mut best: Option<(f64, SegmentId, u32, usize)> = None;
+    for (id, slot) in candidates(inner) {
+        let have = inner.segs.slot(slot).seglets.load(Ordering::Relaxed) as usize;
+        let bytes = estimate_bytes(inner, slot);
+        let need = (bytes + overhead).div_ceil(seglet) + 1;
+        if need >= have {
+            continue;
+        }
+        let ratio = (have - need) as f64 / (bytes + 1) as f64;
+        if best.is_none_or(|b| ratio > b.0) {
+            best = Some((ratio, id, slot, need));
+        }
+    }
+    let Some((_, id, old_slot, need)) = best else {
+        return 0;
+    };
+    let Some(mut spare) = reserve(inner, need + 1) else {
+        return 0;
+    };
+    let members = Membership::take(inner);
+    let created = inner.segs.slot(old_slot).created_ms.load(Ordering::Relaxed);
+    let Some(w) = inner.log.open_side(Some(id), created) else {
+        inner.segs.pool.release(spare);
+        return 0;
+    };
+    let mut target = Compacted(w);
+    let (_, tombs) = relocate_segment(inner, old_slot, &members, &mut spare, &mut target);
+    let mut w = target.0;
+    let end = w.len + CHECKSUM_ENTRY_BYTES;
+    assert!(inner.segs.grow(w.slot, end, &mut spare, Tier::Cleaner), "cleaner reserve exhausted");
+    inner.log.seal_quietly(&mut w);
+    inner.segs.pool.release(spare);
+    let new_seglets = inner.segs.slot(w.slot).seglets.load(Ordering::Relaxed) as usize;
+    let replaced = inner.log.replace_slot(id, w.slot);
+    debug_assert_eq!(replaced, old_slot);
+    let old_seglets = retire(inner, &[old_slot], tombs);
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    inner.counters.segments_compacted.fetch_add(1, Ordering::Relaxed);
+    old_seglets.saturating_sub(new_seglets)
+}
+
+/// Combined cleaning. Returns seglets freed (0: nothing worth cleaning).
+fn combined(inner: &Inner) -> usize {
+    let seglet = inner.segs.pool.seglet_bytes();
+    let seg_bytes = inner.segs.segment_bytes();
+    let now = inner.log.now_ms();
+    let mut scored: Vec<(f64, SegmentId, u32, usize, u64)> = candidates(inner)
+        .into_iter()
+        .filter_map(|(id, slot)| {
+            let s = inner.segs.slot(slot);
+            let bytes = estimate_bytes(inner, slot);
+            let u = bytes as f64 / seg_bytes as f64;
+            if u >= MAX_CLEANABLE_UTILISATION {
+                return None;
+            }
+            let age = (now.saturating_sub(s.created_ms.load(Ordering::Relaxed)) + 1) as f64;
+            Some(((1.0 - u) * age / (1.0 + u), id, slot, bytes, s.created_ms.load(Ordering::Relaxed)))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let head_seglets = inner.log.head_seglets();
+    let budget = inner.segs.pool.available(Tier::Cleaner).saturating_sub(head_seglets + 2) * seglet;
+    let mut chosen = Vec::new();
+    let (mut bytes, mut source_seglets) = (0usize, 0usize);
+    for (_, id, slot, b, created) in scored {
+        if chosen.len() >= MAX_SOURCES {
+            break;
+        }
+        let survivors = (bytes + b).div_ceil(seg_bytes / 2).max(1);
+        let need = (bytes + b + survivors * (format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES)).div_ceil(seglet)
+            + survivors;
+        if need * seglet > budget {
+            continue;
+        }
+        bytes += b;
+        source_seglets += inner.segs.slot(slot).seglets.load(Ordering::Relaxed) as usize;
+        chosen.push((id, slot, b, created));
+    }
+    let survivors_max = bytes.div_ceil(seg_bytes / 2).max(1);
+    let need = (bytes + survivors_max * (format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES)).div_ceil(seglet)
+        + survivors_max;
+    if chosen.is_empty() || source_seglets <= need + head_seglets {
+        return 0;
+    }
+    let Some(head_spare) = reserve(inner, head_seglets) else {
+        return 0;
+    };
+    let Some(mut spare) = reserve(inner, need) else {
+        inner.segs.pool.release(head_spare);
+        return 0;
+    };
+    // Oldest first: survivors end up sorted by age.
+    chosen.sort_by_key(|c| c.3);
+    let total_live: u64 = chosen.iter().map(|c| c.2 as u64).sum::<u64>().max(1);
+    let created = (chosen.iter().map(|c| c.3 as u128 * c.2 as u128).sum::<u128>() / total_live as u128) as u64;
+    let members = Membership::take(inner);
+    let mut target = Survivors { done: Vec::new(), current: None, created_ms: created };
+    let mut tombs_kept = 0;
+    for (_, slot, _, _) in &chosen {
+        let (_, t) = relocate_segment(inner, *slot, &members, &mut spare, &mut target);
+        tombs_kept += t;
+    }
+    let mut done = target.done;
+    if let Some(mut w) = target.current.take() {
+        finish_survivor(inner, &mut w, &mut spare);
+        done.push(w);
+    }
+    inner.segs.pool.release(spare);
+    let survivor_seglets: usize =
+        done.iter().map(|w| inner.segs.slot(w.slot).seglets.load(Ordering::Relaxed) as usize).sum();
+    let survivors: Vec<(SegmentId, u32)> = done.iter().map(|w| (w.id, w.slot)).collect();
+    for w in &mut done {
+        inner.log.close(w);
+    }
+    let cleaned: Vec<SegmentId> = chosen.iter().map(|c| c.0).collect();
+    let slots = inner.log.splice(&survivors, &cleaned, head_spare);
+    let freed = retire(inner, &slots, tombs_kept);
+    inner.counters.combined.fetch_add(1, Ordering::Relaxed);
+    inner.counters.segments_cleaned.fetch_add(cleaned.len() as u64, Ordering::Relaxed);
+    freed.saturating_sub(survivor_seglets + head_seglets)
+}
+
+fn finish_survivor(inner: &Inner, w: &mut SegmentWriter, spare: &mut Vec<u32>) {
+    let end = w.len + CHECKSUM_ENTRY_BYTES;
+    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+    inner.log.seal(w, 0);
+}
+
+/// Rechecks the tombstones of the most promising segment: the highest
+/// product of its share of tombstones not known dead and the time since it
+/// was last scanned (Rumble §4.2.2).
+fn scan_tombstones(inner: &Inner) {
+    let now = inner.log.now_ms();
+    let best = candidates(inner).into_iter().max_by(|a, b| {
+        let score = |slot: u32| {
+            let s = inner.segs.slot(slot);
+            let len = s.len.load(Ordering::Relaxed).max(1) as f64;
+            let t = s.tomb_bytes.load(Ordering::Relaxed) as f64 / len;
+            t * (now.saturating_sub(s.tomb_scanned_ms.load(Ordering::Relaxed)) + 1) as f64
+        };
+        score(a.1).total_cmp(&score(b.1))
+    });
+    let Some((_, slot)) = best else { return };
+    let members = Membership::take(inner);
+    let bytes = inner.segs.copy_segment(slot);
+    let mut dead = 0u64;
+    for (off, e) in format::EntryIter::new(&bytes).flatten() {
+        if let Entry::Tombstone(t) = e {
+            if !members.tombstone_live(t.segment) {
+                dead += format::read_header(&bytes[off..]).expect("decoded").total_len() as u64;
+            }
+        }
+    }
+    let s = inner.segs.slot(slot);
+    let known = s.tomb_dead.swap(dead, Ordering::Relaxed);
+    let newly = dead.saturating_sub(known);
+    s.tomb_bytes.fetch_sub(newly, Ordering::Relaxed);
+    inner.log.tomb_bytes.fetch_sub(newly, Ordering::Relaxed);
+    s.tomb_scanned_ms.store(now, Ordering::Relaxed);
+    inner.counters.tombstone_scans.fetch_add(1, Ordering::Relaxed);
+}

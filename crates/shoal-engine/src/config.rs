@@ -1,0 +1,136 @@
+//! Store configuration and its validation.
+
+use crate::format;
+use crate::segment::{MAX_SEGMENT_BYTES, MAX_SLOTS};
+use shoal_common::{LogId, DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES};
+use std::time::Duration;
+
+/// How a store is sized and tuned. `StoreConfig::default()` is the
+/// production default (1 GiB, 8 MiB segments of 64 KiB seglets, 1 MiB values).
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Bytes of log memory (the pool). Rounded down to whole seglets.
+    pub memory_bytes: usize,
+    /// Segment size: the unit of replication. A power of two multiple of the seglet.
+    pub segment_bytes: usize,
+    /// Seglet size: the unit of memory allocation. A power of two.
+    pub seglet_bytes: usize,
+    /// Largest value accepted.
+    pub max_value_bytes: usize,
+    /// Main hash table buckets (8 slots each). `None`: sized from
+    /// `memory_bytes / expected_object_bytes`. Overflow buckets are added on
+    /// demand, so more objects than planned never need a restart.
+    pub hash_table_buckets: Option<usize>,
+    /// Average object size the hash table is planned for (entry bytes).
+    pub expected_object_bytes: usize,
+    /// Id written into every segment header of this log.
+    pub log_id: LogId,
+    /// Run the cleaner on its own thread. Without it, cleaning happens only
+    /// through [`crate::Store::clean_now`] (tests) or inline when a write
+    /// finds no memory.
+    pub cleaner_thread: bool,
+    /// Combined cleaning runs when tombstones believed live make up this
+    /// fraction of the freeable memory (Rumble §5.1.3).
+    pub max_tombstone_ratio: f64,
+    /// Longest a write waits for the cleaner before it is refused with
+    /// `OutOfMemory`.
+    pub write_wait: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            memory_bytes: 1 << 30,
+            segment_bytes: 8 << 20,
+            seglet_bytes: 64 << 10,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            hash_table_buckets: None,
+            expected_object_bytes: 128,
+            log_id: LogId(1),
+            cleaner_thread: true,
+            max_tombstone_ratio: 0.4,
+            write_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A configuration that cannot work, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid store configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl StoreConfig {
+    pub fn seglets(&self) -> usize {
+        self.memory_bytes / self.seglet_bytes
+    }
+
+    pub fn seglets_per_segment(&self) -> usize {
+        self.segment_bytes / self.seglet_bytes
+    }
+
+    /// Seglets only the cleaner may use: one segment to compact into, plus
+    /// two emergency heads.
+    pub fn cleaner_reserve(&self) -> usize {
+        self.seglets_per_segment() + 4
+    }
+
+    /// Seglets writes may not use, so removes can always add tombstones.
+    pub fn remove_reserve(&self) -> usize {
+        (self.seglets() / 100).max(2)
+    }
+
+    pub fn hash_buckets(&self) -> usize {
+        self.hash_table_buckets.unwrap_or_else(|| (self.memory_bytes / self.expected_object_bytes.max(16) / 8).max(64))
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |s: String| Err(ConfigError(s));
+        if !self.seglet_bytes.is_power_of_two() || self.seglet_bytes < 256 {
+            return err(format!("seglet size {} must be a power of two of at least 256", self.seglet_bytes));
+        }
+        if !self.segment_bytes.is_multiple_of(self.seglet_bytes) || self.segment_bytes < self.seglet_bytes {
+            return err(format!(
+                "segment size {} must be a multiple of the seglet size {}",
+                self.segment_bytes, self.seglet_bytes
+            ));
+        }
+        if self.segment_bytes > MAX_SEGMENT_BYTES {
+            return err(format!("segment size {} above the maximum {MAX_SEGMENT_BYTES}", self.segment_bytes));
+        }
+        if self.seglets() >= MAX_SLOTS - 32 {
+            return err(format!("{} seglets: more than the log reference format addresses", self.seglets()));
+        }
+        let largest = format::object_len(
+            shoal_common::TableId(u64::MAX),
+            shoal_common::Version(u64::MAX),
+            MAX_KEY_BYTES,
+            self.max_value_bytes,
+        );
+        if largest > format::MAX_BODY_BYTES || largest * 2 > self.segment_bytes {
+            return err(format!(
+                "largest object entry ({largest} bytes for a {} byte value) must fit twice in a segment of {} bytes",
+                self.max_value_bytes, self.segment_bytes
+            ));
+        }
+        let min_seglets = self.cleaner_reserve() + self.remove_reserve() + 2 * self.seglets_per_segment();
+        if self.seglets() < min_seglets {
+            return err(format!(
+                "memory of {} bytes holds {} seglets; at least {min_seglets} are needed with {}-byte segments",
+                self.memory_bytes,
+                self.seglets(),
+                self.segment_bytes
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.max_tombstone_ratio) {
+            return err("max tombstone ratio must be within 0..=1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,29 @@
+//! Shoal's master store: RAMCloud's log-structured memory as a library.
+//!
+//! One [`Store`] holds a master's objects in a log of segments built from
+//! seglets of one fixed memory pool, indexed by a cache-line hash table, and
+//! cleaned by a two-level cleaner on its own thread. No networking: the
+//! server, replication and recovery build on the [`LogObserver`] interface
+//! and [`Store::replay`].
+//!
+//! Layers, each seeing only the one below: `format` (the byte layout of
+//! entries), `pool` (seglets), `segment` (segments in memory and log
+//! references), `hashtable`, `epoch`, `log` (head, side logs, digest,
+//! observer), `cleaner`, and `store` (operations, statistics, replay).
+
+mod cleaner;
+mod config;
+mod epoch;
+pub mod format;
+mod hashtable;
+mod log;
+mod pool;
+mod segment;
+mod store;
+
+pub use config::{ConfigError, StoreConfig};
+pub use log::{LogObserver, SegmentKind};
+pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, Version};
+pub use store::{
+    EnumCursor, EnumeratedObject, RejectRules, ReplayError, ReplayReport, Store, StoreError, StoreStats, WriteOp,
+};

@@ -1,0 +1,155 @@
+//! The memory pool: one fixed allocation divided into seglets.
+//!
+//! All object memory of a store comes from here; nothing is allocated per
+//! object. The pool hands out seglet indices and gives raw access to their
+//! bytes. It is one of the two files with `unsafe` (the other is `epoch.rs`):
+//! the log's discipline makes the accesses sound, and each accessor states
+//! the contract its caller must keep.
+//!
+//! Free seglets are kept in a stack. Allocation honours reserve tiers so
+//! that the cleaner and tombstones always find memory (Rumble §4.5).
+
+use parking_lot::Mutex;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Who is asking for a seglet: each tier may dig deeper into the reserve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// Client writes: must leave the tombstone and cleaner reserves alone.
+    Write,
+    /// Removes (tombstones): may use the tombstone reserve.
+    Remove,
+    /// The cleaner's survivors and emergency heads: may use everything.
+    Cleaner,
+}
+
+pub struct Pool {
+    base: NonNull<u8>,
+    layout: Layout,
+    seglet_bytes: usize,
+    seglets: u32,
+    free: Mutex<Vec<u32>>,
+    free_count: AtomicUsize,
+    /// Seglets that only `Tier::Cleaner` may take.
+    cleaner_reserve: usize,
+    /// Seglets that `Tier::Write` may not take (on top of the cleaner's).
+    remove_reserve: usize,
+}
+
+// SAFETY: the pool's bytes are shared memory whose access discipline is
+// enforced by the log (see `read`/`write`); the free list is locked.
+unsafe impl Send for Pool {}
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// Reserves `seglets * seglet_bytes` bytes. The memory is zeroed lazily by
+    /// the kernel, so pages never used are never resident.
+    pub fn new(seglet_bytes: usize, seglets: u32, cleaner_reserve: usize, remove_reserve: usize) -> Pool {
+        assert!(seglet_bytes.is_power_of_two() && seglets > 0);
+        let layout = Layout::from_size_align(seglet_bytes * seglets as usize, 4096).expect("pool layout");
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let base = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        // Hand out low indices first so that a lightly used pool touches few pages.
+        let free: Vec<u32> = (0..seglets).rev().collect();
+        Pool {
+            base,
+            layout,
+            seglet_bytes,
+            seglets,
+            free_count: AtomicUsize::new(free.len()),
+            free: Mutex::new(free),
+            cleaner_reserve,
+            remove_reserve,
+        }
+    }
+
+    pub fn seglet_bytes(&self) -> usize {
+        self.seglet_bytes
+    }
+
+    pub fn total_seglets(&self) -> u32 {
+        self.seglets
+    }
+
+    pub fn free_seglets(&self) -> usize {
+        self.free_count.load(Ordering::Relaxed)
+    }
+
+    /// Seglets that `tier` may still take.
+    pub fn available(&self, tier: Tier) -> usize {
+        let floor = match tier {
+            Tier::Write => self.cleaner_reserve + self.remove_reserve,
+            Tier::Remove => self.cleaner_reserve,
+            Tier::Cleaner => 0,
+        };
+        self.free_seglets().saturating_sub(floor)
+    }
+
+    pub fn alloc(&self, tier: Tier) -> Option<u32> {
+        let mut free = self.free.lock();
+        let floor = match tier {
+            Tier::Write => self.cleaner_reserve + self.remove_reserve,
+            Tier::Remove => self.cleaner_reserve,
+            Tier::Cleaner => 0,
+        };
+        if free.len() <= floor {
+            return None;
+        }
+        let s = free.pop();
+        self.free_count.store(free.len(), Ordering::Relaxed);
+        s
+    }
+
+    /// Returns seglets to the pool. The caller guarantees no reader can still
+    /// see them (the epoch has passed).
+    pub fn release(&self, seglets: impl IntoIterator<Item = u32>) {
+        let mut free = self.free.lock();
+        for s in seglets {
+            debug_assert!(s < self.seglets);
+            free.push(s);
+        }
+        self.free_count.store(free.len(), Ordering::Relaxed);
+    }
+
+    fn ptr(&self, seglet: u32, offset: usize, len: usize) -> *mut u8 {
+        assert!(seglet < self.seglets && offset + len <= self.seglet_bytes, "seglet access out of bounds");
+        // SAFETY: in bounds of the allocation by the assertion above.
+        unsafe { self.base.as_ptr().add(seglet as usize * self.seglet_bytes + offset) }
+    }
+
+    /// Copies `src` into a seglet.
+    ///
+    /// Contract: the range is owned by the caller: it belongs to a segment
+    /// being built (the head or a survivor) past its published length, so no
+    /// reader looks at it until a later release-store publishes it.
+    pub fn write(&self, seglet: u32, offset: usize, src: &[u8]) {
+        let dst = self.ptr(seglet, offset, src.len());
+        // SAFETY: in bounds (checked in `ptr`); no other thread accesses the
+        // range concurrently (contract above); `src` cannot overlap the pool
+        // range because callers build entries in their own buffers.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+
+    /// Borrows bytes of a seglet.
+    ///
+    /// Contract: the range was published (written, then made visible through
+    /// an acquire/release pair) and the caller holds an epoch guard or a lock
+    /// that keeps the seglet from being released and reused while the slice
+    /// lives. Published bytes are never written again until the seglet is
+    /// released, so the slice is immutable for its lifetime.
+    pub fn slice(&self, seglet: u32, offset: usize, len: usize) -> &[u8] {
+        let p = self.ptr(seglet, offset, len);
+        // SAFETY: in bounds; immutable for the slice's lifetime by the contract.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.base.as_ptr(), self.layout) }
+    }
+}

@@ -1,0 +1,1025 @@
+//! The store: the public face of a master's memory. Objects addressed by
+//! (table id, key), with versions, reject rules, multi-operations,
+//! enumeration, statistics and replay.
+//!
+//! Concurrency: reads pin an epoch and take no lock. A write locks its key's
+//! hash table stripe, appends to the head (serialised by the head lock) and
+//! updates the hash table before unlocking. The cleaner takes the same
+//! stripe locks to relocate objects. When memory is short a write releases
+//! its locks, wakes the cleaner and waits; it is refused with
+//! [`StoreError::OutOfMemory`] only when the cleaner finds nothing to free,
+//! or after [`StoreConfig::write_wait`].
+
+use crate::cleaner::{self, CleanerState};
+use crate::config::{ConfigError, StoreConfig};
+use crate::epoch::Epochs;
+use crate::format::{self, Entry};
+use crate::hashtable::{HashTable, SlotPos};
+use crate::log::{Batch, Log, LogObserver, NoSpace};
+use crate::pool::{Pool, Tier};
+use crate::segment::{LogRef, Segments};
+use parking_lot::{Condvar, Mutex, RwLock};
+use shoal_common::{key_hash, SegmentId, TableId, Version, MAX_KEY_BYTES};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Conditions on an object's version under which an operation is refused
+/// (RAMCloud's reject rules). The default rejects nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RejectRules {
+    /// The version the `version_*` rules compare with.
+    pub given_version: Version,
+    /// Refuse if the object does not exist.
+    pub doesnt_exist: bool,
+    /// Refuse if the object exists.
+    pub exists: bool,
+    /// Refuse if the object exists with version <= `given_version`.
+    pub version_le_given: bool,
+    /// Refuse if the object exists with version != `given_version`.
+    pub version_ne_given: bool,
+}
+
+impl RejectRules {
+    /// Only if the object's version is exactly `v` (compare-and-swap).
+    pub fn version_is(v: Version) -> Self {
+        RejectRules { given_version: v, doesnt_exist: true, version_ne_given: true, ..Default::default() }
+    }
+
+    pub fn must_exist() -> Self {
+        RejectRules { doesnt_exist: true, ..Default::default() }
+    }
+
+    pub fn must_not_exist() -> Self {
+        RejectRules { exists: true, ..Default::default() }
+    }
+
+    fn check(&self, current: Option<Version>) -> Result<(), StoreError> {
+        match current {
+            None if self.doesnt_exist => Err(StoreError::ObjectDoesntExist),
+            None => Ok(()),
+            Some(v) if self.exists => Err(StoreError::ObjectExists { version: v }),
+            Some(v) if self.version_le_given && v <= self.given_version => Err(StoreError::WrongVersion { version: v }),
+            Some(v) if self.version_ne_given && v != self.given_version => Err(StoreError::WrongVersion { version: v }),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Why an operation was refused. Nothing in the store changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// The table id is not one of this store's tables.
+    UnknownTable(TableId),
+    /// The key is longer than 64 KiB.
+    KeyTooLarge { len: usize, max: usize },
+    /// The value is longer than the configured maximum.
+    ValueTooLarge { len: usize, max: usize },
+    /// A reject rule: the object does not exist.
+    ObjectDoesntExist,
+    /// A reject rule: the object exists (with this version).
+    ObjectExists { version: Version },
+    /// A reject rule on the version failed; the object's current version.
+    WrongVersion { version: Version },
+    /// `increment` on a value that is not 8 bytes.
+    NotAnInteger,
+    /// `increment` would overflow a signed 64-bit integer.
+    Overflow,
+    /// Live data and the tombstones that must be kept fill the memory.
+    OutOfMemory,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::UnknownTable(t) => write!(f, "unknown table {t}"),
+            StoreError::KeyTooLarge { len, max } => write!(f, "key of {len} bytes exceeds the maximum of {max}"),
+            StoreError::ValueTooLarge { len, max } => write!(f, "value of {len} bytes exceeds the maximum of {max}"),
+            StoreError::ObjectDoesntExist => write!(f, "object does not exist"),
+            StoreError::ObjectExists { version } => write!(f, "object exists (version {version})"),
+            StoreError::WrongVersion { version } => write!(f, "object version is {version}"),
+            StoreError::NotAnInteger => write!(f, "value is not an 8-byte integer"),
+            StoreError::Overflow => write!(f, "increment overflows a 64-bit integer"),
+            StoreError::OutOfMemory => write!(f, "out of memory: live data fills the store"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// A failure to replay segments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// An entry in the verified prefix failed its own checksum.
+    Corrupt {
+        segment: usize,
+        offset: usize,
+        reason: format::FormatError,
+    },
+    Store(StoreError),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Corrupt { segment, offset, reason } => {
+                write!(f, "segment #{segment} corrupt at offset {offset}: {reason}")
+            }
+            ReplayError::Store(e) => write!(f, "replay: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// One write of a multi-write.
+#[derive(Clone, Debug)]
+pub struct WriteOp<'a> {
+    pub table: TableId,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub rules: RejectRules,
+}
+
+/// One object returned by enumeration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnumeratedObject {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub version: Version,
+}
+
+/// Where an enumeration resumes: the smallest key hash not yet visited.
+/// Start with `EnumCursor::START`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnumCursor(pub u64);
+
+impl EnumCursor {
+    pub const START: EnumCursor = EnumCursor(0);
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    pub segments: usize,
+    pub bytes_scanned: usize,
+    pub objects_replayed: u64,
+    pub objects_skipped: u64,
+    pub tombstones: u64,
+}
+
+/// A point-in-time view of the store's statistics. Cheap to take.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreStats {
+    pub memory_bytes: u64,
+    pub segment_bytes: u64,
+    pub seglet_bytes: u64,
+    pub seglets_total: u64,
+    pub seglets_free: u64,
+    pub seglets_in_use: u64,
+    pub segments_in_log: u64,
+    pub objects: u64,
+    /// Bytes of live object entries (headers, keys and values).
+    pub live_bytes: u64,
+    /// Bytes of the live objects' keys and values alone.
+    pub live_key_value_bytes: u64,
+    /// Bytes of tombstones believed live.
+    pub tombstone_bytes: u64,
+    /// live_bytes / bytes of seglets in use: how full the log is.
+    pub log_utilisation: f64,
+    /// live_bytes / memory_bytes.
+    pub memory_utilisation: f64,
+    pub hash_table_bytes: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub removes: u64,
+    pub out_of_memory: u64,
+    pub compactions: u64,
+    pub combined_passes: u64,
+    pub segments_compacted: u64,
+    pub segments_cleaned: u64,
+    pub tombstone_scans: u64,
+    pub bytes_relocated: u64,
+    pub seglets_freed: u64,
+    pub cleaning_ms: u64,
+    /// (bytes appended by clients + bytes relocated) / bytes appended by clients.
+    pub write_cost: f64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub objects: AtomicU64,
+    pub live_bytes: AtomicU64,
+    pub live_kv_bytes: AtomicU64,
+    pub appended_bytes: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub removes: AtomicU64,
+    pub oom: AtomicU64,
+    pub compactions: AtomicU64,
+    pub combined: AtomicU64,
+    pub segments_compacted: AtomicU64,
+    pub segments_cleaned: AtomicU64,
+    pub tombstone_scans: AtomicU64,
+    pub relocated: AtomicU64,
+    pub seglets_freed: AtomicU64,
+    pub cleaning_ns: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub config: StoreConfig,
+    pub segs: Arc<Segments>,
+    pub log: Log,
+    pub ht: HashTable,
+    pub epochs: Epochs,
+    tables: RwLock<HashSet<TableId>>,
+    pub counters: Counters,
+    pub cleaner: CleanerState,
+    pub shutdown: AtomicBool,
+    /// Bumped after every cleaner pass; writers waiting for memory watch it.
+    pub space: (Mutex<u64>, Condvar),
+}
+
+/// A master's in-memory store. Cheap to share: wrap in an `Arc`.
+pub struct Store {
+    inner: Arc<Inner>,
+    cleaner: Option<JoinHandle<()>>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Batch> = std::cell::RefCell::new(Batch::default());
+}
+
+/// A found object: where its slot is, its reference, version and entry size.
+#[derive(Clone, Copy)]
+struct Found {
+    pos: SlotPos,
+    r: LogRef,
+    version: Version,
+    entry_len: usize,
+    kv_len: usize,
+}
+
+impl Inner {
+    /// Finds the live object (table, key). Caller holds an epoch guard or
+    /// the key's stripe lock.
+    fn lookup(&self, table: TableId, key: &[u8], hash: u64) -> Option<Found> {
+        let mut out = None;
+        self.ht
+            .find(hash, |r| {
+                let e = self.segs.entry(r);
+                match format::parse_object(&e) {
+                    Ok(o) if o.table == table && o.key == key => {
+                        out = Some((o.version, e.len(), o.key.len() + o.value.len()));
+                        true
+                    }
+                    _ => false,
+                }
+            })
+            .map(|(pos, r)| {
+                let (version, entry_len, kv_len) = out.expect("found");
+                Found { pos, r, version, entry_len, kv_len }
+            })
+    }
+
+    fn check_table(&self, table: TableId) -> Result<(), StoreError> {
+        if self.tables.read().contains(&table) {
+            Ok(())
+        } else {
+            Err(StoreError::UnknownTable(table))
+        }
+    }
+
+    fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(StoreError::KeyTooLarge { len: key.len(), max: MAX_KEY_BYTES });
+        }
+        if let Some(v) = value {
+            if v.len() > self.config.max_value_bytes {
+                return Err(StoreError::ValueTooLarge { len: v.len(), max: self.config.max_value_bytes });
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `b`, waiting for the cleaner while memory is short. Caller
+    /// holds no stripe lock (it is called again after `NoSpace`).
+    fn try_append(&self, b: &Batch, tier: Tier, refs: &mut Vec<LogRef>) -> Result<(), NoSpace> {
+        refs.clear();
+        let r = self.log.append(b, tier, refs);
+        if r.is_ok() {
+            self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
+            cleaner::maybe_wake(self);
+        }
+        r
+    }
+
+    /// Waits until the cleaner finished a pass after `seen`, or decides it
+    /// cannot free memory. Err(OutOfMemory) when there is no hope.
+    fn wait_for_space(&self, started: Instant) -> Result<(), StoreError> {
+        if started.elapsed() > self.config.write_wait {
+            self.counters.oom.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::OutOfMemory);
+        }
+        if !self.config.cleaner_thread {
+            // No cleaner thread: clean inline.
+            let freed = cleaner::run_pass(self, true);
+            if freed == 0 {
+                self.counters.oom.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::OutOfMemory);
+            }
+            return Ok(());
+        }
+        let mut passes = self.space.0.lock();
+        let seen = *passes;
+        let stuck_before = self.cleaner.stuck_at.load(Ordering::Acquire);
+        cleaner::request(self);
+        self.space.1.wait_for(&mut passes, std::time::Duration::from_millis(200));
+        if *passes != seen {
+            let stuck = self.cleaner.stuck_at.load(Ordering::Acquire);
+            if stuck != stuck_before && stuck == *passes {
+                self.counters.oom.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::OutOfMemory);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes or overwrites one object. `forced_version` is for replay.
+    fn put(
+        &self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+        forced_version: Option<Version>,
+    ) -> Result<Version, StoreError> {
+        self.check_table(table)?;
+        self.check_sizes(key, Some(value))?;
+        let hash = key_hash(table, key).0;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let mut b = cell.borrow_mut();
+            let mut refs = Vec::with_capacity(2);
+            loop {
+                let lock = self.ht.lock(hash);
+                let found = self.lookup(table, key, hash);
+                rules.check(found.map(|f| f.version))?;
+                if let (Some(fv), Some(f)) = (forced_version, found) {
+                    if f.version >= fv {
+                        return Ok(f.version);
+                    }
+                }
+                let version = forced_version.unwrap_or_else(|| self.next_version(found.map(|f| f.version)));
+                b.clear();
+                format::encode_object(&mut b.buf, table, version, key, value);
+                b.mark();
+                if let Some(f) = found {
+                    let seg = self.segs.slot(f.r.slot()).segment_id();
+                    format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
+                    b.mark();
+                }
+                if self.try_append(&b, Tier::Write, &mut refs).is_err() {
+                    drop(lock);
+                    self.wait_for_space(started)?;
+                    continue;
+                }
+                self.install(hash, found, refs[0], b.ends[0], key.len() + value.len());
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                drop(lock);
+                return Ok(version);
+            }
+        })
+    }
+
+    fn next_version(&self, current: Option<Version>) -> Version {
+        let safe = self.log.safe_version.load(Ordering::Acquire);
+        match current {
+            Some(v) => Version(v.0 + 1),
+            None => Version(safe.max(1)),
+        }
+    }
+
+    /// Points the hash table at a newly appended object and keeps the
+    /// statistics (stripe lock held).
+    fn install(&self, hash: u64, old: Option<Found>, r: LogRef, entry_len: usize, kv_len: usize) {
+        let c = &self.counters;
+        match old {
+            Some(f) => {
+                self.ht.set(f.pos, hash, r);
+                self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
+            }
+            None => {
+                self.ht.insert(hash, r);
+                c.objects.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.segs.slot(r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        c.live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        c.live_kv_bytes.fetch_add(kv_len as u64, Ordering::Relaxed);
+    }
+
+    /// Removes the object (stripe lock held, `f` found under it) after its
+    /// tombstone was appended at `tomb`.
+    fn uninstall(&self, f: Found) {
+        let c = &self.counters;
+        self.ht.clear(f.pos);
+        self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+        c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+        c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
+        c.objects.fetch_sub(1, Ordering::Relaxed);
+        self.log.raise_safe_version(Version(f.version.0 + 1));
+    }
+
+    fn remove(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Option<Version>, StoreError> {
+        self.check_table(table)?;
+        self.check_sizes(key, None)?;
+        let hash = key_hash(table, key).0;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let mut b = cell.borrow_mut();
+            let mut refs = Vec::with_capacity(1);
+            loop {
+                let lock = self.ht.lock(hash);
+                let found = self.lookup(table, key, hash);
+                rules.check(found.map(|f| f.version))?;
+                let Some(f) = found else {
+                    return Ok(None);
+                };
+                b.clear();
+                let seg = self.segs.slot(f.r.slot()).segment_id();
+                format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
+                b.mark();
+                if self.try_append(&b, Tier::Remove, &mut refs).is_err() {
+                    drop(lock);
+                    self.wait_for_space(started)?;
+                    continue;
+                }
+                self.uninstall(f);
+                self.counters.removes.fetch_add(1, Ordering::Relaxed);
+                drop(lock);
+                return Ok(Some(f.version));
+            }
+        })
+    }
+
+    fn read(&self, table: TableId, key: &[u8], rules: RejectRules, out: &mut Vec<u8>) -> Result<Version, StoreError> {
+        self.check_table(table)?;
+        self.check_sizes(key, None)?;
+        let hash = key_hash(table, key).0;
+        let _g = self.epochs.pin();
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let mut version = None;
+        self.ht.find(hash, |r| {
+            let e = self.segs.entry(r);
+            match format::parse_object(&e) {
+                Ok(o) if o.table == table && o.key == key => {
+                    out.clear();
+                    out.extend_from_slice(o.value);
+                    version = Some(o.version);
+                    true
+                }
+                _ => false,
+            }
+        });
+        rules.check(version)?;
+        version.ok_or(StoreError::ObjectDoesntExist)
+    }
+}
+
+impl Store {
+    /// Creates an empty store.
+    pub fn new(config: StoreConfig) -> Result<Store, ConfigError> {
+        Self::with_observer(config, None)
+    }
+
+    /// Creates an empty store whose log reports to `observer`.
+    pub fn with_observer(config: StoreConfig, observer: Option<Arc<dyn LogObserver>>) -> Result<Store, ConfigError> {
+        config.validate()?;
+        let pool =
+            Pool::new(config.seglet_bytes, config.seglets() as u32, config.cleaner_reserve(), config.remove_reserve());
+        let segs = Arc::new(Segments::new(pool, config.segment_bytes));
+        let log = Log::new(segs.clone(), config.log_id, observer);
+        let inner = Arc::new(Inner {
+            ht: HashTable::new(config.hash_buckets()),
+            segs,
+            log,
+            epochs: Epochs::default(),
+            tables: RwLock::new(HashSet::new()),
+            counters: Counters::default(),
+            cleaner: CleanerState::default(),
+            shutdown: AtomicBool::new(false),
+            space: (Mutex::new(0), Condvar::new()),
+            config,
+        });
+        let cleaner = if inner.config.cleaner_thread {
+            let i = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("shoal-cleaner".into())
+                    .spawn(move || cleaner::run(i))
+                    .expect("spawn cleaner"),
+            )
+        } else {
+            None
+        };
+        Ok(Store { inner, cleaner })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Makes `table` known to the store. Idempotent.
+    pub fn create_table(&self, table: TableId) {
+        self.inner.tables.write().insert(table);
+    }
+
+    /// Removes every object of `table` (appending tombstones) and forgets it.
+    pub fn drop_table(&self, table: TableId) -> Result<(), StoreError> {
+        self.inner.check_table(table)?;
+        let mut cursor = Some(EnumCursor::START);
+        while let Some(c) = cursor {
+            let (objs, next) = self.enumerate(table, c, 1024)?;
+            for o in objs {
+                self.inner.remove(table, &o.key, RejectRules::default())?;
+            }
+            cursor = next;
+        }
+        self.inner.tables.write().remove(&table);
+        Ok(())
+    }
+
+    pub fn has_table(&self, table: TableId) -> bool {
+        self.inner.tables.read().contains(&table)
+    }
+
+    /// Reads an object's value into `out` (replacing its contents); returns its version.
+    pub fn read_into(
+        &self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+        out: &mut Vec<u8>,
+    ) -> Result<Version, StoreError> {
+        self.inner.read(table, key, rules, out)
+    }
+
+    /// Reads an object. Errors: `UnknownTable`, `KeyTooLarge`,
+    /// `ObjectDoesntExist`, or a reject rule's error.
+    pub fn read(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<(Vec<u8>, Version), StoreError> {
+        let mut v = Vec::new();
+        let version = self.inner.read(table, key, rules, &mut v)?;
+        Ok((v, version))
+    }
+
+    /// Creates or overwrites an object; returns its new version.
+    pub fn write(&self, table: TableId, key: &[u8], value: &[u8], rules: RejectRules) -> Result<Version, StoreError> {
+        self.inner.put(table, key, value, rules, None)
+    }
+
+    /// Removes an object; returns the version it had, or `None` if it did
+    /// not exist (and no rule refused that).
+    pub fn remove(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Option<Version>, StoreError> {
+        self.inner.remove(table, key, rules)
+    }
+
+    /// Adds `delta` to the object's value read as a little-endian i64 (a
+    /// missing object counts as 0 and is created). Returns the new value and version.
+    pub fn increment(
+        &self,
+        table: TableId,
+        key: &[u8],
+        delta: i64,
+        rules: RejectRules,
+    ) -> Result<(i64, Version), StoreError> {
+        let inner = &self.inner;
+        inner.check_table(table)?;
+        inner.check_sizes(key, None)?;
+        let hash = key_hash(table, key).0;
+        let started = Instant::now();
+        let mut refs = Vec::with_capacity(2);
+        let mut b = Batch::default();
+        loop {
+            let lock = inner.ht.lock(hash);
+            let found = inner.lookup(table, key, hash);
+            rules.check(found.map(|f| f.version))?;
+            let old = match found {
+                Some(f) => {
+                    let e = inner.segs.entry(f.r);
+                    let o = format::parse_object(&e).expect("live object");
+                    let bytes: [u8; 8] = o.value.try_into().map_err(|_| StoreError::NotAnInteger)?;
+                    i64::from_le_bytes(bytes)
+                }
+                None => 0,
+            };
+            let new = old.checked_add(delta).ok_or(StoreError::Overflow)?;
+            let version = inner.next_version(found.map(|f| f.version));
+            b.clear();
+            format::encode_object(&mut b.buf, table, version, key, &new.to_le_bytes());
+            b.mark();
+            if let Some(f) = found {
+                let seg = inner.segs.slot(f.r.slot()).segment_id();
+                format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
+                b.mark();
+            }
+            if inner.try_append(&b, Tier::Write, &mut refs).is_err() {
+                drop(lock);
+                inner.wait_for_space(started)?;
+                continue;
+            }
+            inner.install(hash, found, refs[0], b.ends[0], key.len() + 8);
+            inner.counters.writes.fetch_add(1, Ordering::Relaxed);
+            drop(lock);
+            return Ok((new, version));
+        }
+    }
+
+    /// Reads several objects; one result per item, in order.
+    pub fn multi_read(&self, items: &[(TableId, &[u8])]) -> Vec<Result<(Vec<u8>, Version), StoreError>> {
+        items.iter().map(|(t, k)| self.read(*t, k, RejectRules::default())).collect()
+    }
+
+    /// Writes several objects as one append group (one checksum, one
+    /// replication round). Each item has its own rules and result.
+    pub fn multi_write(&self, items: &[WriteOp<'_>]) -> Vec<Result<Version, StoreError>> {
+        let inner = &self.inner;
+        let mut results: Vec<Option<Result<Version, StoreError>>> = vec![None; items.len()];
+        let mut todo: Vec<usize> = Vec::new();
+        for (i, op) in items.iter().enumerate() {
+            match inner.check_table(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))) {
+                Ok(()) => todo.push(i),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        // Split into chunks without repeated keys; each chunk is one group.
+        let mut start = 0;
+        while start < todo.len() {
+            let mut seen = HashSet::new();
+            let mut end = start;
+            while end < todo.len() && end - start < 256 {
+                let op = &items[todo[end]];
+                if !seen.insert((op.table, op.key)) {
+                    break;
+                }
+                end += 1;
+            }
+            self.write_group(items, &todo[start..end], &mut results);
+            start = end;
+        }
+        results.into_iter().map(|r| r.expect("every item answered")).collect()
+    }
+
+    fn write_group(&self, items: &[WriteOp<'_>], idx: &[usize], results: &mut [Option<Result<Version, StoreError>>]) {
+        let inner = &self.inner;
+        let hashes: Vec<u64> = idx.iter().map(|&i| key_hash(items[i].table, items[i].key).0).collect();
+        let mut stripes: Vec<usize> = hashes.iter().map(|h| inner.ht.stripe_of(*h)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let started = Instant::now();
+        let mut b = Batch::default();
+        let mut refs = Vec::new();
+        loop {
+            let _locks: Vec<_> = stripes.iter().map(|s| inner.ht.lock_stripe(*s)).collect();
+            b.clear();
+            // (index in idx, item, found, entry index of the object, version)
+            let mut plan = Vec::new();
+            for (j, &i) in idx.iter().enumerate() {
+                let op = &items[i];
+                let found = inner.lookup(op.table, op.key, hashes[j]);
+                if let Err(e) = op.rules.check(found.map(|f| f.version)) {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+                let version = inner.next_version(found.map(|f| f.version));
+                format::encode_object(&mut b.buf, op.table, version, op.key, op.value);
+                b.mark();
+                let obj = b.ends.len() - 1;
+                if let Some(f) = found {
+                    let seg = inner.segs.slot(f.r.slot()).segment_id();
+                    format::encode_tombstone(&mut b.buf, op.table, f.version, seg, op.key);
+                    b.mark();
+                }
+                plan.push((j, i, found, obj, version));
+            }
+            if plan.is_empty() {
+                return;
+            }
+            if inner.try_append(&b, Tier::Write, &mut refs).is_err() {
+                drop(_locks);
+                if let Err(e) = inner.wait_for_space(started) {
+                    for (_, i, ..) in plan {
+                        results[i] = Some(Err(e.clone()));
+                    }
+                    return;
+                }
+                for (_, i, ..) in plan {
+                    results[i] = None;
+                }
+                continue;
+            }
+            let len_of = |k: usize| b.ends[k] - if k == 0 { 0 } else { b.ends[k - 1] };
+            for (j, i, found, obj, version) in plan {
+                let op = &items[i];
+                inner.install(hashes[j], found, refs[obj], len_of(obj), op.key.len() + op.value.len());
+                inner.counters.writes.fetch_add(1, Ordering::Relaxed);
+                results[i] = Some(Ok(version));
+            }
+            return;
+        }
+    }
+
+    /// Removes several objects; one result per item, in order.
+    pub fn multi_remove(&self, items: &[(TableId, &[u8], RejectRules)]) -> Vec<Result<Option<Version>, StoreError>> {
+        items.iter().map(|(t, k, r)| self.remove(*t, k, *r)).collect()
+    }
+
+    /// Returns objects of `table` from `cursor` on, at least `max` unless the
+    /// table ends (a bucket is never split, so a few more may come), and the
+    /// cursor to resume from (`None`: done). Every object present for the
+    /// whole enumeration is returned exactly once, even while the cleaner
+    /// moves objects: the cursor is a key-hash position and objects never
+    /// change bucket.
+    pub fn enumerate(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        max: usize,
+    ) -> Result<(Vec<EnumeratedObject>, Option<EnumCursor>), StoreError> {
+        let inner = &self.inner;
+        inner.check_table(table)?;
+        let ht = &inner.ht;
+        let mut out = Vec::new();
+        let mut bucket = ht.bucket_index(cursor.0);
+        while bucket < ht.main_buckets() {
+            {
+                let _g = inner.epochs.pin();
+                ht.for_each_in_bucket(bucket, |r| {
+                    let e = inner.segs.entry(r);
+                    if let Ok(o) = format::parse_object(&e) {
+                        if o.table == table {
+                            out.push(EnumeratedObject {
+                                key: o.key.to_vec(),
+                                value: o.value.to_vec(),
+                                version: o.version,
+                            });
+                        }
+                    }
+                });
+            }
+            bucket += 1;
+            if out.len() >= max.max(1) {
+                break;
+            }
+        }
+        let next = if bucket >= ht.main_buckets() { None } else { Some(EnumCursor(ht.first_hash_of(bucket) as u64)) };
+        Ok((out, next))
+    }
+
+    /// Statistics, read from counters without locks.
+    pub fn stats(&self) -> StoreStats {
+        let i = &self.inner;
+        let c = &i.counters;
+        let seglet = i.config.seglet_bytes as u64;
+        let total = i.segs.pool.total_seglets() as u64;
+        let free = i.segs.pool.free_seglets() as u64;
+        let live = c.live_bytes.load(Ordering::Relaxed);
+        let appended = c.appended_bytes.load(Ordering::Relaxed);
+        let relocated = c.relocated.load(Ordering::Relaxed);
+        StoreStats {
+            memory_bytes: total * seglet,
+            segment_bytes: i.config.segment_bytes as u64,
+            seglet_bytes: seglet,
+            seglets_total: total,
+            seglets_free: free,
+            seglets_in_use: total - free,
+            segments_in_log: i.log.members_count.load(Ordering::Relaxed),
+            objects: c.objects.load(Ordering::Relaxed),
+            live_bytes: live,
+            live_key_value_bytes: c.live_kv_bytes.load(Ordering::Relaxed),
+            tombstone_bytes: i.log.tomb_bytes.load(Ordering::Relaxed),
+            log_utilisation: live as f64 / ((total - free).max(1) * seglet) as f64,
+            memory_utilisation: live as f64 / (total * seglet) as f64,
+            hash_table_bytes: i.ht.memory_bytes() as u64,
+            reads: c.reads.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            removes: c.removes.load(Ordering::Relaxed),
+            out_of_memory: c.oom.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            combined_passes: c.combined.load(Ordering::Relaxed),
+            segments_compacted: c.segments_compacted.load(Ordering::Relaxed),
+            segments_cleaned: c.segments_cleaned.load(Ordering::Relaxed),
+            tombstone_scans: c.tombstone_scans.load(Ordering::Relaxed),
+            bytes_relocated: relocated,
+            seglets_freed: c.seglets_freed.load(Ordering::Relaxed),
+            cleaning_ms: c.cleaning_ns.load(Ordering::Relaxed) / 1_000_000,
+            write_cost: if appended == 0 { 1.0 } else { (appended + relocated) as f64 / appended as f64 },
+        }
+    }
+
+    /// Runs cleaner passes now (in this thread) until one frees nothing or
+    /// `passes` ran; returns seglets freed. `combined` forces combined cleaning.
+    pub fn clean_now(&self, passes: usize, combined: bool) -> usize {
+        let mut total = 0;
+        for _ in 0..passes {
+            let freed = cleaner::run_pass(&self.inner, combined);
+            total += freed;
+            if freed == 0 {
+                break;
+            }
+        }
+        total
+    }
+
+    /// Copies of the in-memory bytes of every segment of the log, in id
+    /// order (what a backup would hold, for the uncompacted ones).
+    pub fn log_segments(&self) -> Vec<(SegmentId, Vec<u8>)> {
+        let _pause = self.inner.cleaner.pause();
+        self.inner.log.members().into_iter().map(|(id, slot)| (id, self.inner.segs.copy_segment(slot))).collect()
+    }
+
+    /// The current safe version: every new object gets at least this.
+    pub fn safe_version(&self) -> Version {
+        Version(self.inner.log.safe_version.load(Ordering::Acquire))
+    }
+
+    /// Rebuilds objects from segments (for example a crashed master's log as
+    /// recovery found it): each segment's verified prefix is replayed; the
+    /// newest version of each key wins and tombstones are honoured; tables
+    /// seen are created; the safe version is raised above every version seen.
+    /// Segments may come in any order.
+    pub fn replay<'a>(
+        &self,
+        segments: impl IntoIterator<Item = &'a [u8]> + Clone,
+    ) -> Result<ReplayReport, ReplayError> {
+        let inner = &self.inner;
+        let mut report = ReplayReport::default();
+        let mut tombs: HashMap<(TableId, Vec<u8>), Version> = HashMap::new();
+        let mut safe = 0u64;
+        // Pass 1: verify, collect tombstones and safe versions.
+        for (si, seg) in segments.clone().into_iter().enumerate() {
+            let scan = format::scan(seg);
+            report.segments += 1;
+            report.bytes_scanned += scan.verified_len;
+            for e in format::EntryIter::new(&seg[..scan.verified_len]) {
+                let (_, e) = e.map_err(|reason| ReplayError::Corrupt { segment: si, offset: 0, reason })?;
+                match e {
+                    Entry::Tombstone(t) => {
+                        report.tombstones += 1;
+                        safe = safe.max(t.version.0 + 1);
+                        let v = tombs.entry((t.table, t.key.to_vec())).or_default();
+                        *v = (*v).max(t.version);
+                    }
+                    Entry::SafeVersion(v) => safe = safe.max(v.0),
+                    Entry::Object(o) => safe = safe.max(o.version.0 + 1),
+                    Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
+                }
+            }
+        }
+        inner.log.raise_safe_version(Version(safe));
+        // Pass 2: objects newer than every tombstone for their key.
+        for seg in segments.into_iter() {
+            let scan = format::scan(seg);
+            for e in format::EntryIter::new(&seg[..scan.verified_len]) {
+                let (_, e) = e.expect("verified in pass 1");
+                if let Entry::Object(o) = e {
+                    if let Some(tv) = tombs.get(&(o.table, o.key.to_vec())) {
+                        if o.version <= *tv {
+                            report.objects_skipped += 1;
+                            continue;
+                        }
+                    }
+                    self.create_table(o.table);
+                    inner
+                        .put(o.table, o.key, o.value, RejectRules::default(), Some(o.version))
+                        .map_err(ReplayError::Store)?;
+                    report.objects_replayed += 1;
+                }
+            }
+        }
+        // Objects already here that a replayed tombstone kills.
+        for ((table, key), tv) in tombs {
+            if !self.has_table(table) {
+                continue;
+            }
+            let hash = key_hash(table, &key).0;
+            let live = {
+                let _g = inner.ht.lock(hash);
+                inner.lookup(table, &key, hash).map(|f| f.version)
+            };
+            if let Some(v) = live {
+                if v <= tv {
+                    inner.remove(table, &key, RejectRules::default()).map_err(ReplayError::Store)?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Checks the store's invariants against a full recount (for tests;
+    /// pauses the cleaner; call when no writes are running):
+    /// every hash table reference points at a live object entry of a segment
+    /// in the log, no key appears twice, every segment of the log scans to
+    /// its full length, and per-segment and global counters equal a recount.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let _pause = self.inner.cleaner.pause();
+        let inner = &self.inner;
+        let members = inner.log.members();
+        let member_slots: HashMap<u32, SegmentId> = members.iter().map(|(id, s)| (*s, *id)).collect();
+        let mut live_per_slot: HashMap<u32, u64> = HashMap::new();
+        let mut keys = HashSet::new();
+        let (mut objects, mut live, mut kv) = (0u64, 0u64, 0u64);
+        for b in 0..inner.ht.main_buckets() {
+            let mut err = None;
+            inner.ht.for_each_in_bucket(b, |r| {
+                if err.is_some() {
+                    return;
+                }
+                if !member_slots.contains_key(&r.slot()) {
+                    err = Some(format!("reference {r:?} into slot {} which is not in the log", r.slot()));
+                    return;
+                }
+                let e = inner.segs.entry(r);
+                match format::decode(&e) {
+                    Ok((Entry::Object(o), len)) => {
+                        let h = key_hash(o.table, o.key).0;
+                        if inner.ht.bucket_index(h) != b {
+                            err = Some(format!("object in bucket {b} hashes to {}", inner.ht.bucket_index(h)));
+                        }
+                        if !keys.insert((o.table, o.key.to_vec())) {
+                            err = Some(format!("key {:?} referenced twice", o.key));
+                        }
+                        objects += 1;
+                        live += len as u64;
+                        kv += (o.key.len() + o.value.len()) as u64;
+                        *live_per_slot.entry(r.slot()).or_default() += len as u64;
+                    }
+                    other => err = Some(format!("reference {r:?} to a non-object or corrupt entry: {other:?}")),
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+        }
+        let c = &inner.counters;
+        let counted = (
+            c.objects.load(Ordering::Relaxed),
+            c.live_bytes.load(Ordering::Relaxed),
+            c.live_kv_bytes.load(Ordering::Relaxed),
+        );
+        if counted != (objects, live, kv) {
+            return Err(format!("counters (objects, live, kv) {counted:?} != recount {:?}", (objects, live, kv)));
+        }
+        let (in_log, max_id) = inner.log.membership();
+        let mut tomb_total = 0u64;
+        for (id, slot) in &members {
+            let s = inner.segs.slot(*slot);
+            let bytes = inner.segs.copy_segment(*slot);
+            let scan = format::scan(&bytes);
+            if scan.verified_len != bytes.len() {
+                return Err(format!("segment {id} verifies to {} of {} bytes", scan.verified_len, bytes.len()));
+            }
+            let want = live_per_slot.get(slot).copied().unwrap_or(0);
+            let have = s.live_bytes.load(Ordering::Relaxed);
+            if want != have {
+                return Err(format!("segment {id}: live bytes {have} != recount {want}"));
+            }
+            let mut live_tombs = 0u64;
+            let mut all_tombs = 0u64;
+            for e in format::EntryIter::new(&bytes) {
+                let (off, e) = e.map_err(|e| format!("segment {id}: {e}"))?;
+                if let Entry::Tombstone(t) = e {
+                    let len = format::read_header(&bytes[off..]).map(|h| h.total_len()).unwrap_or(0) as u64;
+                    all_tombs += len;
+                    if in_log.contains(&t.segment) || t.segment > max_id {
+                        live_tombs += len;
+                    }
+                }
+            }
+            let believed = s.tomb_bytes.load(Ordering::Relaxed);
+            if believed < live_tombs || believed > all_tombs {
+                return Err(format!("segment {id}: tombstone bytes {believed} outside [{live_tombs}, {all_tombs}]"));
+            }
+            tomb_total += believed;
+        }
+        let global_tombs = inner.log.tomb_bytes.load(Ordering::Relaxed);
+        if global_tombs != tomb_total {
+            return Err(format!("tombstone counter {global_tombs} != sum over segments {tomb_total}"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        cleaner::request(&self.inner);
+        if let Some(h) = self.cleaner.take() {
+            let _ = h.join();
+        }
+    }
+}

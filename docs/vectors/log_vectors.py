@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Independent reference encoder for docs/log-format.md (pure Python, no
+dependencies). Prints the test vectors that the Rust tests also check."""
+import struct
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def header(t, body_len):
+    n = 1 if body_len < 1 << 8 else 2 if body_len < 1 << 16 else 3
+    return bytes([t | (n << 5)]) + body_len.to_bytes(n, "little")
+
+
+def structured(t, rest):
+    h = header(t, 4 + len(rest))
+    return h + struct.pack("<I", crc32c(rest, crc32c(h))) + rest
+
+
+def obj(table, version, key, value):
+    return structured(2, varint(table) + varint(version) + varint(len(key)) + key + value)
+
+
+def tombstone(table, version, segment, key):
+    return structured(3, varint(table) + varint(version) + varint(segment) + key)
+
+
+def segment_header(log, segment, capacity):
+    return structured(1, bytes([1]) + struct.pack("<QQI", log, segment, capacity))
+
+
+def digest(ids):
+    return structured(4, struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids))
+
+
+def safe_version(v):
+    return structured(5, struct.pack("<Q", v))
+
+
+def hexs(b):
+    return " ".join(f"{x:02x}" for x in b)
+
+
+if __name__ == "__main__":
+    print("object      ", hexs(obj(1, 1, b"key", b"value")))
+    print("tombstone   ", hexs(tombstone(1, 1, 3, b"key")))
+    print("safe version", hexs(safe_version(7)))
+    print("digest      ", hexs(digest([1, 2])))
+    print("seg header  ", hexs(segment_header(9, 2, 8 << 20)))
+    seg = segment_header(9, 2, 8 << 20) + obj(1, 1, b"key", b"value")
+    running = crc32c(seg[0:2])
+    running = crc32c(seg[27:29], running)
+    running = crc32c(bytes([6]), running)
+    print("checksum    ", hexs(bytes([6]) + struct.pack("<I", running or 1)))
