@@ -36,7 +36,7 @@ const TOMBSTONE_SCAN_EVERY: u64 = 5;
 /// Segments above this utilisation are never combined-cleaned (Rumble §4.5).
 const MAX_CLEANABLE_UTILISATION: f64 = 0.98;
 /// Most segments one combined pass cleans.
-const MAX_SOURCES: usize = 16;
+const MAX_SOURCES: usize = 64;
 
 #[derive(Default)]
 pub(crate) struct CleanerState {
@@ -49,6 +49,9 @@ pub(crate) struct CleanerState {
     pub stuck_at: AtomicU64,
     last_compaction_failed: AtomicBool,
     passes: AtomicU64,
+    /// Combined passes done: tombstones die only when one splices, so a
+    /// segment scanned since the last one has no newly dead tombstones.
+    splices: AtomicU64,
 }
 
 impl CleanerState {
@@ -174,15 +177,21 @@ fn reserve(inner: &Inner, n: usize) -> Option<Vec<u32>> {
     Some(v)
 }
 
-/// Liveness of tombstones: a snapshot of the log's segment ids.
+/// Liveness of tombstones: a snapshot of the log's segment ids, less the
+/// segments this pass is cleaning (they leave the log in the same splice
+/// that adds the survivors, so a tombstone naming one of them is not needed
+/// in a survivor).
 struct Membership {
     ids: HashSet<SegmentId>,
     newest: SegmentId,
 }
 
 impl Membership {
-    fn take(inner: &Inner) -> Membership {
-        let (ids, newest) = inner.log.membership();
+    fn take(inner: &Inner, leaving: &[SegmentId]) -> Membership {
+        let (mut ids, newest) = inner.log.membership();
+        for id in leaving {
+            ids.remove(id);
+        }
         Membership { ids, newest }
     }
 
@@ -332,7 +341,7 @@ fn compact(inner: &Inner) -> usize {
     let Some(mut spare) = reserve(inner, need + 1) else {
         return 0;
     };
-    let members = Membership::take(inner);
+    let members = Membership::take(inner, &[]);
     let created = inner.segs.slot(old_slot).created_ms.load(Ordering::Relaxed);
     let Some(w) = inner.log.open_side(Some(id), created) else {
         inner.segs.pool.release(spare);
@@ -359,6 +368,7 @@ fn combined(inner: &Inner) -> usize {
     let seglet = inner.segs.pool.seglet_bytes();
     let seg_bytes = inner.segs.segment_bytes();
     let now = inner.log.now_ms();
+    refresh_tombstones(inner, 4 * seg_bytes);
     let mut scored: Vec<(f64, SegmentId, u32, usize, u64)> = candidates(inner)
         .into_iter()
         .filter_map(|(id, slot)| {
@@ -408,7 +418,8 @@ fn combined(inner: &Inner) -> usize {
     chosen.sort_by_key(|c| c.3);
     let total_live: u64 = chosen.iter().map(|c| c.2 as u64).sum::<u64>().max(1);
     let created = (chosen.iter().map(|c| c.3 as u128 * c.2 as u128).sum::<u128>() / total_live as u128) as u64;
-    let members = Membership::take(inner);
+    let cleaned: Vec<SegmentId> = chosen.iter().map(|c| c.0).collect();
+    let members = Membership::take(inner, &cleaned);
     let mut target = Survivors { done: Vec::new(), current: None, created_ms: created };
     let mut tombs_kept = 0;
     for (_, slot, _, _) in &chosen {
@@ -427,8 +438,8 @@ fn combined(inner: &Inner) -> usize {
     for w in &mut done {
         inner.log.close(w);
     }
-    let cleaned: Vec<SegmentId> = chosen.iter().map(|c| c.0).collect();
     let slots = inner.log.splice(&survivors, &cleaned, head_spare);
+    inner.cleaner.splices.fetch_add(1, Ordering::Relaxed);
     let freed = retire(inner, &slots, tombs_kept);
     inner.counters.combined.fetch_add(1, Ordering::Relaxed);
     inner.counters.segments_cleaned.fetch_add(cleaned.len() as u64, Ordering::Relaxed);
@@ -455,8 +466,38 @@ fn scan_tombstones(inner: &Inner) {
         };
         score(a.1).total_cmp(&score(b.1))
     });
-    let Some((_, slot)) = best else { return };
-    let members = Membership::take(inner);
+    if let Some((_, slot)) = best {
+        scan_segment_tombstones(inner, slot, &Membership::take(inner, &[]));
+    }
+}
+
+/// Before combined selection: rescans the segments whose tombstones may
+/// have died since their last scan (one combined pass ago or more), most
+/// tombstone-laden first, up to `budget` bytes of segments, so that cost-
+/// benefit sees their real utilisation.
+fn refresh_tombstones(inner: &Inner, budget: usize) {
+    let gen = inner.cleaner.splices.load(Ordering::Relaxed);
+    let mut stale: Vec<(u64, u32)> = candidates(inner)
+        .into_iter()
+        .filter_map(|(_, slot)| {
+            let s = inner.segs.slot(slot);
+            let t = s.tomb_bytes.load(Ordering::Relaxed);
+            (t > 0 && s.tomb_gen.load(Ordering::Relaxed) < gen).then_some((t, slot))
+        })
+        .collect();
+    stale.sort_unstable_by(|a, b| b.cmp(a));
+    let members = Membership::take(inner, &[]);
+    let mut scanned = 0;
+    for (_, slot) in stale {
+        if scanned >= budget {
+            break;
+        }
+        scanned += inner.segs.slot(slot).len.load(Ordering::Relaxed) as usize;
+        scan_segment_tombstones(inner, slot, &members);
+    }
+}
+
+fn scan_segment_tombstones(inner: &Inner, slot: u32, members: &Membership) {
     let bytes = inner.segs.copy_segment(slot);
     let mut dead = 0u64;
     for (off, e) in format::EntryIter::new(&bytes).flatten() {
@@ -471,6 +512,7 @@ fn scan_tombstones(inner: &Inner) {
     let newly = dead.saturating_sub(known);
     s.tomb_bytes.fetch_sub(newly, Ordering::Relaxed);
     inner.log.tomb_bytes.fetch_sub(newly, Ordering::Relaxed);
-    s.tomb_scanned_ms.store(now, Ordering::Relaxed);
+    s.tomb_scanned_ms.store(inner.log.now_ms(), Ordering::Relaxed);
+    s.tomb_gen.store(inner.cleaner.splices.load(Ordering::Relaxed), Ordering::Relaxed);
     inner.counters.tombstone_scans.fetch_add(1, Ordering::Relaxed);
 }

@@ -17,6 +17,8 @@ pub struct StoreConfig {
     pub seglet_bytes: usize,
     /// Largest value accepted.
     pub max_value_bytes: usize,
+    /// Largest key accepted (at most 64 KiB, the protocol's limit).
+    pub max_key_bytes: usize,
     /// Main hash table buckets (8 slots each). `None`: sized from
     /// `memory_bytes / expected_object_bytes`. Overflow buckets are added on
     /// demand, so more objects than planned never need a restart.
@@ -44,6 +46,7 @@ impl Default for StoreConfig {
             segment_bytes: 8 << 20,
             seglet_bytes: 64 << 10,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            max_key_bytes: MAX_KEY_BYTES,
             hash_table_buckets: None,
             expected_object_bytes: 128,
             log_id: LogId(1),
@@ -107,10 +110,13 @@ impl StoreConfig {
         if self.seglets() >= MAX_SLOTS - 32 {
             return err(format!("{} seglets: more than the log reference format addresses", self.seglets()));
         }
+        if self.max_key_bytes > MAX_KEY_BYTES {
+            return err(format!("max key size {} above the protocol's {MAX_KEY_BYTES}", self.max_key_bytes));
+        }
         let largest = format::object_len(
             shoal_common::TableId(u64::MAX),
             shoal_common::Version(u64::MAX),
-            MAX_KEY_BYTES,
+            self.max_key_bytes,
             self.max_value_bytes,
         );
         if largest > format::MAX_BODY_BYTES || largest * 2 > self.segment_bytes {

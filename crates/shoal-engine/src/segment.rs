@@ -71,6 +71,8 @@ pub struct SegmentSlot {
     pub tomb_bytes: AtomicU64,
     /// Bytes of its tombstones found dead by the last scan (Rumble §4.2.2).
     pub tomb_dead: AtomicU64,
+    /// The cleaner's splice count when its tombstones were last scanned.
+    pub tomb_gen: AtomicU64,
     /// Creation time (ms since the store started); for survivors the
     /// live-byte-weighted mean of their sources' times.
     pub created_ms: AtomicU64,
@@ -124,6 +126,7 @@ impl Segments {
                 live_bytes: AtomicU64::new(0),
                 tomb_bytes: AtomicU64::new(0),
                 tomb_dead: AtomicU64::new(0),
+                tomb_gen: AtomicU64::new(0),
                 created_ms: AtomicU64::new(0),
                 tomb_scanned_ms: AtomicU64::new(0),
                 state: AtomicU8::new(0),
@@ -159,6 +162,7 @@ impl Segments {
         s.live_bytes.store(0, Ordering::Relaxed);
         s.tomb_bytes.store(0, Ordering::Relaxed);
         s.tomb_dead.store(0, Ordering::Relaxed);
+        s.tomb_gen.store(0, Ordering::Relaxed);
         s.created_ms.store(created_ms, Ordering::Relaxed);
         s.tomb_scanned_ms.store(created_ms, Ordering::Relaxed);
         s.set_state(state);

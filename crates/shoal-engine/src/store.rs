@@ -19,7 +19,7 @@ use crate::log::{Batch, Log, LogObserver, NoSpace};
 use crate::pool::{Pool, Tier};
 use crate::segment::{LogRef, Segments};
 use parking_lot::{Condvar, Mutex, RwLock};
-use shoal_common::{key_hash, SegmentId, TableId, Version, MAX_KEY_BYTES};
+use shoal_common::{key_hash, SegmentId, TableId, Version};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,7 +73,7 @@ impl RejectRules {
 pub enum StoreError {
     /// The table id is not one of this store's tables.
     UnknownTable(TableId),
-    /// The key is longer than 64 KiB.
+    /// The key is longer than the configured maximum (64 KiB by default).
     KeyTooLarge { len: usize, max: usize },
     /// The value is longer than the configured maximum.
     ValueTooLarge { len: usize, max: usize },
@@ -293,8 +293,8 @@ impl Inner {
     }
 
     fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
-        if key.len() > MAX_KEY_BYTES {
-            return Err(StoreError::KeyTooLarge { len: key.len(), max: MAX_KEY_BYTES });
+        if key.len() > self.config.max_key_bytes {
+            return Err(StoreError::KeyTooLarge { len: key.len(), max: self.config.max_key_bytes });
         }
         if let Some(v) = value {
             if v.len() > self.config.max_value_bytes {
@@ -325,7 +325,7 @@ impl Inner {
         }
         if !self.config.cleaner_thread {
             // No cleaner thread: clean inline.
-            let freed = cleaner::run_pass(self, true);
+            let freed = cleaner::run_pass(self, false);
             if freed == 0 {
                 self.counters.oom.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::OutOfMemory);

@@ -1,0 +1,350 @@
+//! Store tests: bad input, concurrency with the cleaner, replay, and what
+//! the log observer sees.
+
+mod common;
+
+use shoal_engine::format;
+use shoal_engine::{
+    LogObserver, RejectRules, SegmentId, SegmentKind, Store, StoreConfig, StoreError, TableId, Version,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const T: TableId = TableId(1);
+
+#[test]
+fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let store = Store::new(common::small_config(256, true)).unwrap();
+    store.create_table(T);
+    store.write(T, b"k", b"v", RejectRules::default()).unwrap();
+    let before = store.stats();
+    let big_key = vec![0u8; 257];
+    let big_value = vec![0u8; (4 << 10) + 1];
+    assert_eq!(
+        store.write(T, &big_key, b"v", RejectRules::default()),
+        Err(StoreError::KeyTooLarge { len: 257, max: 256 })
+    );
+    assert_eq!(
+        store.write(T, b"k", &big_value, RejectRules::default()),
+        Err(StoreError::ValueTooLarge { len: (4 << 10) + 1, max: 4 << 10 })
+    );
+    assert_eq!(store.write(TableId(2), b"k", b"v", RejectRules::default()), Err(StoreError::UnknownTable(TableId(2))));
+    assert_eq!(store.read(TableId(2), b"k", RejectRules::default()), Err(StoreError::UnknownTable(TableId(2))));
+    assert_eq!(
+        store.write(T, b"k", b"x", RejectRules::must_not_exist()),
+        Err(StoreError::ObjectExists { version: Version(1) })
+    );
+    assert_eq!(
+        store.remove(T, b"k", RejectRules::version_is(Version(5))),
+        Err(StoreError::WrongVersion { version: Version(1) })
+    );
+    assert_eq!(store.increment(T, b"k", 1, RejectRules::default()), Err(StoreError::NotAnInteger));
+    assert_eq!(store.read(T, b"k", RejectRules::default()), Ok((b"v".to_vec(), Version(1))));
+    let after = store.stats();
+    assert_eq!((before.objects, before.live_bytes, before.writes), (after.objects, after.live_bytes, after.writes));
+    assert!(StoreConfig { segment_bytes: 3000, ..StoreConfig::default() }.validate().is_err());
+    assert!(StoreConfig { memory_bytes: 1 << 20, ..StoreConfig::default() }.validate().is_err());
+}
+
+#[test]
+fn versions_grow_across_remove_and_recreate() {
+    let store = Store::new(common::small_config(256, true)).unwrap();
+    store.create_table(T);
+    let v1 = store.write(T, b"a", b"1", RejectRules::default()).unwrap();
+    let v2 = store.write(T, b"a", b"2", RejectRules::default()).unwrap();
+    assert!(v2 > v1);
+    assert_eq!(store.remove(T, b"a", RejectRules::default()), Ok(Some(v2)));
+    let v3 = store.write(T, b"a", b"3", RejectRules::default()).unwrap();
+    assert!(v3 > v2, "re-created version {v3} not above removed {v2}");
+    assert_eq!(store.increment(T, b"n", 5, RejectRules::default()).unwrap().0, 5);
+    assert_eq!(store.increment(T, b"n", -7, RejectRules::default()).unwrap().0, -2);
+    store.write(T, b"max", &i64::MAX.to_le_bytes(), RejectRules::default()).unwrap();
+    assert_eq!(store.increment(T, b"max", 1, RejectRules::default()), Err(StoreError::Overflow));
+}
+
+#[test]
+fn full_memory_refuses_writes_with_out_of_memory_not_a_hang() {
+    let store =
+        Store::new(StoreConfig { write_wait: Duration::from_secs(3), ..common::small_config(256, true) }).unwrap();
+    store.create_table(T);
+    let started = Instant::now();
+    let mut refused = None;
+    for i in 0..1000u32 {
+        match store.write(T, &i.to_le_bytes(), &[1u8; 1000], RejectRules::default()) {
+            Ok(_) => {}
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (n, e) = refused.expect("256 KiB cannot hold 1000 KB");
+    assert_eq!(e, StoreError::OutOfMemory);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let s = store.stats();
+    assert!(s.memory_utilisation > 0.6, "refused at {} objects, utilisation {}", n, s.memory_utilisation);
+    // Removes still work (tombstone reserve), and then writes again.
+    for i in 0..n / 2 {
+        store.remove(T, &i.to_le_bytes(), RejectRules::default()).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.write(T, b"again", &[2u8; 1000], RejectRules::default()) {
+            Ok(_) => break,
+            Err(e) if Instant::now() > deadline => panic!("write after removes: {e}"),
+            Err(_) => {}
+        }
+    }
+    for i in n / 2..n {
+        assert_eq!(store.read(T, &i.to_le_bytes(), RejectRules::default()).unwrap().0, vec![1u8; 1000]);
+    }
+    store.check_invariants().unwrap();
+}
+
+/// A value that says which key and which write it is, and checks itself.
+fn stamp(key: u32, seq: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len.max(16));
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    let fill = (key as u64).wrapping_mul(31).wrapping_add(seq) as u8;
+    while v.len() < len.max(16) {
+        v.push(fill);
+    }
+    v
+}
+
+fn check_stamp(key: u32, v: &[u8]) -> u64 {
+    assert!(v.len() >= 16, "short value");
+    assert_eq!(u32::from_le_bytes(v[..4].try_into().unwrap()), key, "value of another key");
+    let seq = u64::from_le_bytes(v[4..12].try_into().unwrap());
+    let fill = (key as u64).wrapping_mul(31).wrapping_add(seq) as u8;
+    assert!(v[12..].iter().all(|b| *b == fill), "torn value for key {key} seq {seq}");
+    seq
+}
+
+#[test]
+fn readers_writers_and_cleaner_run_together_without_torn_reads() {
+    let store = Arc::new(Store::new(common::small_config(512, true)).unwrap());
+    store.create_table(T);
+    const KEYS: u32 = 64;
+    for k in 0..KEYS {
+        store.write(T, &k.to_le_bytes(), &stamp(k, 0, 100), RejectRules::default()).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let latest: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let mut handles = Vec::new();
+    for w in 0..2u32 {
+        let (store, stop, latest) = (store.clone(), stop.clone(), latest.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut seq = 0u64;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                let k = (seq as u32 * 7 + w) % KEYS;
+                if k % 2 != w {
+                    continue;
+                }
+                let len = 16 + (seq as usize * 37) % 1500;
+                store.write(T, &k.to_le_bytes(), &stamp(k, seq, len), RejectRules::default()).unwrap();
+                latest[k as usize].store(seq, Ordering::Release);
+                n += 1;
+            }
+            n
+        }));
+    }
+    for r in 0..2u32 {
+        let (store, stop, latest) = (store.clone(), stop.clone(), latest.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            let mut i = r;
+            while !stop.load(Ordering::Relaxed) {
+                i = i.wrapping_mul(1664525).wrapping_add(1013904223);
+                let k = i % KEYS;
+                let floor = latest[k as usize].load(Ordering::Acquire);
+                let (v, _) = store.read(T, &k.to_le_bytes(), RejectRules::default()).unwrap();
+                let seq = check_stamp(k, &v);
+                // Each key has one writer with increasing seq: a read never
+                // goes back before a write that completed before it started.
+                assert!(seq >= floor, "key {k}: read seq {seq} older than completed {floor}");
+                n += 1;
+            }
+            n
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let s = store.stats();
+    assert!(counts.iter().all(|c| *c > 100), "some thread made no progress: {counts:?}");
+    assert!(s.compactions + s.combined_passes > 10, "cleaner barely ran: {s:?}");
+    store.check_invariants().unwrap();
+    for k in 0..KEYS {
+        let (v, _) = store.read(T, &k.to_le_bytes(), RejectRules::default()).unwrap();
+        assert_eq!(check_stamp(k, &v), latest[k as usize].load(Ordering::Relaxed));
+    }
+}
+
+#[test]
+fn replay_rebuilds_the_same_store() {
+    let cfg = common::small_config(512, false);
+    let store = Store::new(cfg.clone()).unwrap();
+    let (t1, t2) = (TableId(1), TableId(2));
+    store.create_table(t1);
+    store.create_table(t2);
+    let mut seed = 11u64;
+    let mut rnd = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let mut removed_versions: HashMap<(TableId, Vec<u8>), Version> = HashMap::new();
+    for i in 0..6000 {
+        let t = if rnd() % 3 == 0 { t2 } else { t1 };
+        let k = format!("key{}", rnd() % 80).into_bytes();
+        if rnd() % 4 == 0 {
+            if let Ok(Some(v)) = store.remove(t, &k, RejectRules::default()) {
+                removed_versions.insert((t, k), v);
+            }
+        } else {
+            store.write(t, &k, &vec![i as u8; rnd() % 700], RejectRules::default()).unwrap();
+        }
+    }
+    let s = store.stats();
+    assert!(s.compactions + s.combined_passes > 5, "cleaning must have happened: {s:?}");
+    let segments = store.log_segments();
+    let rebuilt = Store::new(StoreConfig { memory_bytes: 2 << 20, ..cfg }).unwrap();
+    // Any order: replay newest segment first.
+    let mut slices: Vec<&[u8]> = segments.iter().map(|(_, b)| b.as_slice()).collect();
+    slices.reverse();
+    let report = rebuilt.replay(slices.iter().copied()).unwrap();
+    assert_eq!(report.segments, segments.len());
+    for t in [t1, t2] {
+        let a = common::enumerate_all(&store, t, 16);
+        let b = common::enumerate_all(&rebuilt, t, 16);
+        assert_eq!(a, b, "table {t} differs after replay");
+    }
+    assert!(rebuilt.safe_version() >= store.safe_version());
+    rebuilt.check_invariants().unwrap();
+    // Re-creating a removed key gets a version above the removed one.
+    for ((t, k), v) in removed_versions.iter().take(20) {
+        if rebuilt.read(*t, k, RejectRules::default()).is_err() {
+            let nv = rebuilt.write(*t, k, b"new", RejectRules::default()).unwrap();
+            assert!(nv > *v);
+        }
+    }
+}
+
+#[test]
+fn replay_honours_tombstones_across_segments_in_any_order() {
+    let cfg = common::small_config(512, false);
+    let store = Store::new(cfg.clone()).unwrap();
+    store.create_table(T);
+    store.write(T, b"dead", b"1", RejectRules::default()).unwrap();
+    store.write(T, b"live", b"1", RejectRules::default()).unwrap();
+    // Push the tombstone into a later segment.
+    for i in 0..40u32 {
+        store.write(T, &i.to_le_bytes(), &[0u8; 900], RejectRules::default()).unwrap();
+    }
+    store.remove(T, b"dead", RejectRules::default()).unwrap();
+    store.write(T, b"live", b"2", RejectRules::default()).unwrap();
+    let segs = store.log_segments();
+    assert!(segs.len() > 2);
+    for order in [false, true] {
+        let rebuilt = Store::new(cfg.clone()).unwrap();
+        let mut v: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+        if order {
+            v.reverse();
+        }
+        rebuilt.replay(v.iter().copied()).unwrap();
+        assert_eq!(rebuilt.read(T, b"dead", RejectRules::default()), Err(StoreError::ObjectDoesntExist));
+        assert_eq!(rebuilt.read(T, b"live", RejectRules::default()).unwrap().0, b"2");
+    }
+}
+
+#[test]
+fn replay_of_a_torn_head_keeps_only_verified_appends() {
+    let cfg = common::small_config(512, false);
+    let store = Store::new(cfg.clone()).unwrap();
+    store.create_table(T);
+    store.write(T, b"a", b"first", RejectRules::default()).unwrap();
+    store.write(T, b"b", b"second", RejectRules::default()).unwrap();
+    let segs = store.log_segments();
+    let head = &segs.last().unwrap().1;
+    // Tear the last append: drop its final byte (part of its checksum).
+    let mut torn = vec![0u8; cfg.segment_bytes];
+    torn[..head.len() - 1].copy_from_slice(&head[..head.len() - 1]);
+    let rebuilt = Store::new(cfg).unwrap();
+    rebuilt.replay([torn.as_slice()]).unwrap();
+    assert_eq!(rebuilt.read(T, b"a", RejectRules::default()).unwrap().0, b"first");
+    assert_eq!(rebuilt.read(T, b"b", RejectRules::default()), Err(StoreError::ObjectDoesntExist));
+}
+
+/// Rebuilds every segment from the observer's events alone.
+#[derive(Default)]
+struct Mirror {
+    segments: Mutex<BTreeMap<SegmentId, Vec<u8>>>,
+    closed: Mutex<HashMap<SegmentId, (u32, u32)>>,
+    freed: Mutex<Vec<SegmentId>>,
+    survivors: Mutex<Vec<SegmentId>>,
+}
+
+impl LogObserver for Mirror {
+    fn segment_opened(&self, segment: SegmentId, kind: SegmentKind) {
+        self.segments.lock().unwrap().insert(segment, Vec::new());
+        if kind == SegmentKind::Survivor {
+            self.survivors.lock().unwrap().push(segment);
+        }
+    }
+    fn appended(&self, segment: SegmentId, offset: u32, bytes: &[u8]) {
+        let mut s = self.segments.lock().unwrap();
+        let buf = s.get_mut(&segment).expect("append to an unopened segment");
+        assert_eq!(buf.len(), offset as usize, "appends not contiguous");
+        buf.extend_from_slice(bytes);
+    }
+    fn segment_closed(&self, segment: SegmentId, len: u32, checksum: u32) {
+        self.closed.lock().unwrap().insert(segment, (len, checksum));
+    }
+    fn segments_freed(&self, _survivors: &[SegmentId], freed: &[SegmentId]) {
+        self.freed.lock().unwrap().extend_from_slice(freed);
+    }
+}
+
+#[test]
+fn observer_sees_exactly_the_bytes_of_each_segment() {
+    let mirror = Arc::new(Mirror::default());
+    let store =
+        Store::with_observer(common::small_config(256, false), Some(mirror.clone() as Arc<dyn LogObserver>)).unwrap();
+    store.create_table(T);
+    for i in 0..3000u32 {
+        let k = (i % 50).to_le_bytes();
+        if i % 7 == 0 {
+            store.remove(T, &k, RejectRules::default()).unwrap();
+        } else {
+            store.write(T, &k, &vec![i as u8; (i as usize * 13) % 900], RejectRules::default()).unwrap();
+        }
+    }
+    store.clean_now(3, true);
+    let s = store.stats();
+    assert!(s.combined_passes > 0 && s.compactions > 0, "{s:?}");
+    let segments = mirror.segments.lock().unwrap();
+    let closed = mirror.closed.lock().unwrap();
+    for (id, (len, ck)) in closed.iter() {
+        let bytes = &segments[id];
+        assert_eq!(bytes.len(), *len as usize);
+        let scan = format::scan(bytes);
+        assert_eq!((scan.verified_len, scan.last_checksum), (bytes.len(), *ck), "segment {id}");
+    }
+    // Segments never compacted are byte-identical in memory and in the mirror.
+    let in_memory = store.log_segments();
+    let head = in_memory.last().unwrap().0;
+    let head_bytes = &in_memory.last().unwrap().1;
+    assert_eq!(&segments[&head], head_bytes, "head differs from what the observer saw");
+    assert!(!mirror.freed.lock().unwrap().is_empty());
+    assert!(!mirror.survivors.lock().unwrap().is_empty());
+    // A replay of the mirror's live segments gives the store's contents.
+    let live: Vec<&[u8]> = in_memory.iter().map(|(id, _)| segments[id].as_slice()).collect();
+    let rebuilt = Store::new(common::small_config(1024, false)).unwrap();
+    rebuilt.replay(live.iter().copied()).unwrap();
+    assert_eq!(common::enumerate_all(&rebuilt, T, 8), common::enumerate_all(&store, T, 8));
+}
