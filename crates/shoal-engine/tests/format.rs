@@ -44,7 +44,7 @@ fn segment() -> (Vec<u8>, Vec<usize>) {
     let mut seg = Vec::new();
     let mut crc = HeaderCrc::default();
     let mut ends = Vec::new();
-    let mut group = |seg: &mut Vec<u8>, entries: &[Vec<u8>], crc: &mut HeaderCrc| {
+    let group = |seg: &mut Vec<u8>, entries: &[Vec<u8>], crc: &mut HeaderCrc| {
         for e in entries {
             let h = format::read_header(e).unwrap();
             crc.add(&e[..h.header_len]);
