@@ -54,7 +54,8 @@ impl Bucket {
 }
 
 /// Where a key's slot is, as found by [`HashTable::find`]. Valid only while
-/// the caller holds the key's stripe lock.
+/// the caller holds the key's stripe lock and has not inserted into the
+/// same bucket since (an insert may move slot 7 to an overflow bucket).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotPos {
     bucket: *const Bucket,

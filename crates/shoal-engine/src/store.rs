@@ -723,6 +723,9 @@ impl Store {
                 continue;
             }
             let len_of = |k: usize| b.ends[k] - if k == 0 { 0 } else { b.ends[k - 1] };
+            // Overwrites first: an insert may move a slot of its bucket into
+            // a new overflow bucket, which would stale the positions found.
+            plan.sort_by_key(|p| p.2.is_none());
             for (j, i, found, obj, version) in plan {
                 let op = &items[i];
                 inner.install(hashes[j], found, refs[obj], len_of(obj), op.key.len() + op.value.len());
