@@ -252,6 +252,13 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Batch> = std::cell::RefCell::new(Batch::default());
 }
 
+/// What an update writes: given bytes, or the current integer plus a delta.
+#[derive(Clone, Copy)]
+enum NewValue<'a> {
+    Bytes(&'a [u8]),
+    Increment(i64),
+}
+
 /// A found object: where its slot is, its reference, version and entry size.
 #[derive(Clone, Copy)]
 struct Found {
@@ -356,8 +363,24 @@ impl Inner {
         rules: RejectRules,
         forced_version: Option<Version>,
     ) -> Result<Version, StoreError> {
-        self.check_table(table)?;
         self.check_sizes(key, Some(value))?;
+        self.update(table, key, rules, forced_version, NewValue::Bytes(value)).map(|(v, _)| v)
+    }
+
+    /// The write path shared by write, increment and replay: under the
+    /// key's stripe lock, checks the rules, appends the object (and a
+    /// tombstone for the version it replaces) and installs it. Returns the
+    /// new version and, for an increment, the new integer.
+    fn update(
+        &self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+        forced_version: Option<Version>,
+        value: NewValue<'_>,
+    ) -> Result<(Version, i64), StoreError> {
+        self.check_table(table)?;
+        self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let started = Instant::now();
         SCRATCH.with(|cell| {
@@ -369,12 +392,29 @@ impl Inner {
                 rules.check(found.map(|f| f.version))?;
                 if let (Some(fv), Some(f)) = (forced_version, found) {
                     if f.version >= fv {
-                        return Ok(f.version);
+                        return Ok((f.version, 0));
                     }
                 }
+                let int: [u8; 8];
+                let (bytes, new_int) = match value {
+                    NewValue::Bytes(v) => (v, 0),
+                    NewValue::Increment(delta) => {
+                        let old = match found {
+                            Some(f) => {
+                                let e = self.segs.entry(f.r);
+                                let o = format::parse_object(&e).expect("live object");
+                                i64::from_le_bytes(o.value.try_into().map_err(|_| StoreError::NotAnInteger)?)
+                            }
+                            None => 0,
+                        };
+                        let n = old.checked_add(delta).ok_or(StoreError::Overflow)?;
+                        int = n.to_le_bytes();
+                        (&int[..], n)
+                    }
+                };
                 let version = forced_version.unwrap_or_else(|| self.next_version(found.map(|f| f.version)));
                 b.clear();
-                format::encode_object(&mut b.buf, table, version, key, value);
+                format::encode_object(&mut b.buf, table, version, key, bytes);
                 b.mark();
                 if let Some(f) = found {
                     let seg = self.segs.slot(f.r.slot()).segment_id();
@@ -386,10 +426,10 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.install(hash, found, refs[0], b.ends[0], key.len() + value.len());
+                self.install(hash, found, refs[0], b.ends[0], key.len() + bytes.len());
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
-                return Ok(version);
+                return Ok((version, new_int));
             }
         })
     }
@@ -597,46 +637,8 @@ impl Store {
         delta: i64,
         rules: RejectRules,
     ) -> Result<(i64, Version), StoreError> {
-        let inner = &self.inner;
-        inner.check_table(table)?;
-        inner.check_sizes(key, None)?;
-        let hash = key_hash(table, key).0;
-        let started = Instant::now();
-        let mut refs = Vec::with_capacity(2);
-        let mut b = Batch::default();
-        loop {
-            let lock = inner.ht.lock(hash);
-            let found = inner.lookup(table, key, hash);
-            rules.check(found.map(|f| f.version))?;
-            let old = match found {
-                Some(f) => {
-                    let e = inner.segs.entry(f.r);
-                    let o = format::parse_object(&e).expect("live object");
-                    let bytes: [u8; 8] = o.value.try_into().map_err(|_| StoreError::NotAnInteger)?;
-                    i64::from_le_bytes(bytes)
-                }
-                None => 0,
-            };
-            let new = old.checked_add(delta).ok_or(StoreError::Overflow)?;
-            let version = inner.next_version(found.map(|f| f.version));
-            b.clear();
-            format::encode_object(&mut b.buf, table, version, key, &new.to_le_bytes());
-            b.mark();
-            if let Some(f) = found {
-                let seg = inner.segs.slot(f.r.slot()).segment_id();
-                format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
-                b.mark();
-            }
-            if inner.try_append(&b, Tier::Write, &mut refs).is_err() {
-                drop(lock);
-                inner.wait_for_space(started)?;
-                continue;
-            }
-            inner.install(hash, found, refs[0], b.ends[0], key.len() + 8);
-            inner.counters.writes.fetch_add(1, Ordering::Relaxed);
-            drop(lock);
-            return Ok((new, version));
-        }
+        let (version, n) = self.inner.update(table, key, rules, None, NewValue::Increment(delta))?;
+        Ok((n, version))
     }
 
     /// Reads several objects; one result per item, in order.
