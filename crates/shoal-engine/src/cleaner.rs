@@ -251,7 +251,7 @@ fn relocate_segment(
     let bytes = inner.segs.copy_segment(slot);
     let seg_bytes = inner.segs.segment_bytes();
     let (mut objs, mut tombs) = (0u64, 0u64);
-    for e in format::EntryIter::new(&bytes) {
+    for e in format::EntryIter::trusted(&bytes) {
         let Ok((off, entry)) = e else {
             panic!("segment in slot {slot} is corrupt in memory");
         };
@@ -500,7 +500,7 @@ fn refresh_tombstones(inner: &Inner, budget: usize) {
 fn scan_segment_tombstones(inner: &Inner, slot: u32, members: &Membership) {
     let bytes = inner.segs.copy_segment(slot);
     let mut dead = 0u64;
-    for (off, e) in format::EntryIter::new(&bytes).flatten() {
+    for (off, e) in format::EntryIter::trusted(&bytes).flatten() {
         if let Entry::Tombstone(t) = e {
             if !members.tombstone_live(t.segment) {
                 dead += format::read_header(&bytes[off..]).expect("decoded").total_len() as u64;

@@ -435,6 +435,17 @@ fn parse_tombstone_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<Tombston
 
 /// Decodes and verifies one entry at the start of `buf`; returns it and its length.
 pub fn decode(buf: &[u8]) -> Result<(Entry<'_>, usize), FormatError> {
+    decode_checked(buf, true)
+}
+
+/// Like [`decode`] but without checking the entry's own CRC: for memory the
+/// store wrote itself and that was verified when written (the cleaner's path).
+pub fn decode_trusted(buf: &[u8]) -> Result<(Entry<'_>, usize), FormatError> {
+    decode_checked(buf, false)
+}
+
+fn decode_checked(buf: &[u8], check: bool) -> Result<(Entry<'_>, usize), FormatError> {
+    let verify = |entry: &[u8], h: &EntryHeader| if check { verify(entry, h) } else { Ok(()) };
     let h = read_header(buf)?;
     if buf.len() < h.total_len() {
         return Err(FormatError::Truncated);
@@ -541,11 +552,18 @@ pub struct EntryIter<'a> {
     buf: &'a [u8],
     pos: usize,
     failed: bool,
+    check: bool,
 }
 
 impl<'a> EntryIter<'a> {
+    /// Verifies each entry's own CRC.
     pub fn new(buf: &'a [u8]) -> Self {
-        EntryIter { buf, pos: 0, failed: false }
+        EntryIter { buf, pos: 0, failed: false, check: true }
+    }
+
+    /// Skips the per-entry CRC (see [`decode_trusted`]).
+    pub fn trusted(buf: &'a [u8]) -> Self {
+        EntryIter { buf, pos: 0, failed: false, check: false }
     }
 }
 
@@ -556,7 +574,7 @@ impl<'a> Iterator for EntryIter<'a> {
         if self.failed || self.pos >= self.buf.len() {
             return None;
         }
-        match decode(&self.buf[self.pos..]) {
+        match decode_checked(&self.buf[self.pos..], self.check) {
             Ok((e, len)) => {
                 let at = self.pos;
                 self.pos += len;
