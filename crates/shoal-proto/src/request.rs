@@ -1,0 +1,430 @@
+//! Requests: opcodes, reject rules, and each request body in both
+//! directions. Layouts are in `docs/wire-format.md`; offsets below are
+//! relative to the start of the body (or of a multi-op item).
+
+use crate::frame::{encode_header, finish_frame};
+use crate::wire::{get_u32, get_u64, len32, put_str16, DecodeError, Reader};
+use shoal_common::{TableId, Version};
+
+/// The operations. Matched exhaustively: adding one shows every place to
+/// update. Codes 32-255 are reserved for the cluster (tablet maps,
+/// replication) and later versions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Opcode {
+    Ping = 1,
+    Read = 2,
+    Write = 3,
+    Remove = 4,
+    Increment = 5,
+    MultiRead = 6,
+    MultiWrite = 7,
+    MultiRemove = 8,
+    Enumerate = 9,
+    CreateTable = 16,
+    DropTable = 17,
+    GetTableId = 18,
+    Stats = 19,
+}
+
+impl Opcode {
+    pub fn from_u8(code: u8) -> Option<Opcode> {
+        use Opcode::*;
+        Some(match code {
+            1 => Ping,
+            2 => Read,
+            3 => Write,
+            4 => Remove,
+            5 => Increment,
+            6 => MultiRead,
+            7 => MultiWrite,
+            8 => MultiRemove,
+            9 => Enumerate,
+            16 => CreateTable,
+            17 => DropTable,
+            18 => GetTableId,
+            19 => Stats,
+            _ => return None,
+        })
+    }
+}
+
+/// Conditions on an object's version under which an operation is refused
+/// (RAMCloud's reject rules); the same fields as the store's. The default
+/// rejects nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RejectRules {
+    /// The version the `version_*` rules compare with.
+    pub given_version: Version,
+    /// Refuse if the object does not exist (`OBJECT_DOESNT_EXIST`).
+    pub doesnt_exist: bool,
+    /// Refuse if the object exists (`OBJECT_EXISTS`).
+    pub exists: bool,
+    /// Refuse if the object exists with version <= given (`WRONG_VERSION`).
+    pub version_le_given: bool,
+    /// Refuse if the object exists with version != given (`WRONG_VERSION`).
+    pub version_ne_given: bool,
+}
+
+const RULE_DOESNT_EXIST: u8 = 0x01;
+const RULE_EXISTS: u8 = 0x02;
+const RULE_VERSION_LE_GIVEN: u8 = 0x04;
+const RULE_VERSION_NE_GIVEN: u8 = 0x08;
+const RULES_FLAGS_AT: usize = 0;
+const RULES_VERSION_AT: usize = 1;
+/// Size of encoded reject rules: a flags byte and the given version.
+pub(crate) const RULES_LEN: usize = 9;
+const _: () = assert!(RULES_VERSION_AT + 8 == RULES_LEN);
+
+impl RejectRules {
+    /// Only if the object's version is exactly `v` (compare-and-swap).
+    pub fn version_is(v: Version) -> Self {
+        RejectRules { given_version: v, doesnt_exist: true, version_ne_given: true, ..Default::default() }
+    }
+
+    pub fn must_exist() -> Self {
+        RejectRules { doesnt_exist: true, ..Default::default() }
+    }
+
+    pub fn must_not_exist() -> Self {
+        RejectRules { exists: true, ..Default::default() }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut flags = 0;
+        for (on, bit) in [
+            (self.doesnt_exist, RULE_DOESNT_EXIST),
+            (self.exists, RULE_EXISTS),
+            (self.version_le_given, RULE_VERSION_LE_GIVEN),
+            (self.version_ne_given, RULE_VERSION_NE_GIVEN),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+        out.push(flags);
+        out.extend_from_slice(&self.given_version.0.to_le_bytes());
+    }
+
+    /// Reads rules from `b[at..at + RULES_LEN]` (length checked by the caller).
+    fn decode(b: &[u8], at: usize) -> Result<RejectRules, DecodeError> {
+        let flags = b[at + RULES_FLAGS_AT];
+        if flags & !(RULE_DOESNT_EXIST | RULE_EXISTS | RULE_VERSION_LE_GIVEN | RULE_VERSION_NE_GIVEN) != 0 {
+            return Err(DecodeError::Malformed("unknown reject rule bits"));
+        }
+        Ok(RejectRules {
+            given_version: Version(get_u64(b, at + RULES_VERSION_AT)),
+            doesnt_exist: flags & RULE_DOESNT_EXIST != 0,
+            exists: flags & RULE_EXISTS != 0,
+            version_le_given: flags & RULE_VERSION_LE_GIVEN != 0,
+            version_ne_given: flags & RULE_VERSION_NE_GIVEN != 0,
+        })
+    }
+}
+
+/// READ and REMOVE bodies, and each MULTI_REMOVE item: table, rules, key length, key.
+mod key_op {
+    pub const TABLE: usize = 0;
+    pub const RULES: usize = 8;
+    pub const KEY_LEN: usize = RULES + super::RULES_LEN;
+    pub const FIXED: usize = KEY_LEN + 4;
+}
+const _: () = assert!(key_op::FIXED == 21);
+
+/// WRITE bodies and each MULTI_WRITE item: table, rules, key and value lengths, key, value.
+mod write_op {
+    pub const TABLE: usize = 0;
+    pub const RULES: usize = 8;
+    pub const KEY_LEN: usize = RULES + super::RULES_LEN;
+    pub const VALUE_LEN: usize = KEY_LEN + 4;
+    pub const FIXED: usize = VALUE_LEN + 4;
+}
+const _: () = assert!(write_op::FIXED == 25);
+
+/// INCREMENT bodies: table, rules, delta, key length, key.
+mod increment_op {
+    pub const TABLE: usize = 0;
+    pub const RULES: usize = 8;
+    pub const DELTA: usize = RULES + super::RULES_LEN;
+    pub const KEY_LEN: usize = DELTA + 8;
+    pub const FIXED: usize = KEY_LEN + 4;
+}
+const _: () = assert!(increment_op::FIXED == 29);
+
+/// Each MULTI_READ item: table, key length, key.
+mod read_item {
+    pub const TABLE: usize = 0;
+    pub const KEY_LEN: usize = 8;
+    pub const FIXED: usize = 12;
+}
+const _: () = assert!(read_item::KEY_LEN + 4 == read_item::FIXED);
+
+/// ENUMERATE bodies: table, cursor, maximum count.
+mod enumerate_op {
+    pub const TABLE: usize = 0;
+    pub const CURSOR: usize = 8;
+    pub const MAX_COUNT: usize = 16;
+    pub const FIXED: usize = 20;
+}
+const _: () = assert!(enumerate_op::MAX_COUNT + 4 == enumerate_op::FIXED);
+
+/// One object of a multi-read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadItem<'a> {
+    pub table: TableId,
+    pub key: &'a [u8],
+}
+
+/// One object of a multi-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteItem<'a> {
+    pub table: TableId,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub rules: RejectRules,
+}
+
+/// One object of a multi-remove.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoveItem<'a> {
+    pub table: TableId,
+    pub key: &'a [u8],
+    pub rules: RejectRules,
+}
+
+/// A request, borrowing its keys, values and names from the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Ping,
+    Read {
+        table: TableId,
+        key: &'a [u8],
+        rules: RejectRules,
+    },
+    Write {
+        table: TableId,
+        key: &'a [u8],
+        value: &'a [u8],
+        rules: RejectRules,
+    },
+    Remove {
+        table: TableId,
+        key: &'a [u8],
+        rules: RejectRules,
+    },
+    Increment {
+        table: TableId,
+        key: &'a [u8],
+        delta: i64,
+        rules: RejectRules,
+    },
+    MultiRead(Vec<ReadItem<'a>>),
+    MultiWrite(Vec<WriteItem<'a>>),
+    MultiRemove(Vec<RemoveItem<'a>>),
+    /// Objects of `table` from key-hash position `cursor` on, about `max_count`.
+    Enumerate {
+        table: TableId,
+        cursor: u64,
+        max_count: u32,
+    },
+    CreateTable {
+        name: &'a str,
+    },
+    DropTable {
+        name: &'a str,
+    },
+    GetTableId {
+        name: &'a str,
+    },
+    Stats,
+}
+
+fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
+    out.extend_from_slice(&table.0.to_le_bytes());
+    rules.encode(out);
+    out.extend_from_slice(&len32(key));
+    out.extend_from_slice(key);
+}
+
+fn put_write_op(out: &mut Vec<u8>, w: &WriteItem<'_>) {
+    out.extend_from_slice(&w.table.0.to_le_bytes());
+    w.rules.encode(out);
+    out.extend_from_slice(&len32(w.key));
+    out.extend_from_slice(&len32(w.value));
+    out.extend_from_slice(w.key);
+    out.extend_from_slice(w.value);
+}
+
+fn get_key_op<'a>(r: &mut Reader<'a>) -> Result<(TableId, RejectRules, &'a [u8]), DecodeError> {
+    let f = r.fixed(key_op::FIXED)?;
+    let table = TableId(get_u64(f, key_op::TABLE));
+    let rules = RejectRules::decode(f, key_op::RULES)?;
+    let key = r.take(get_u32(f, key_op::KEY_LEN) as usize)?;
+    Ok((table, rules, key))
+}
+
+fn get_write_op<'a>(r: &mut Reader<'a>) -> Result<WriteItem<'a>, DecodeError> {
+    let f = r.fixed(write_op::FIXED)?;
+    let table = TableId(get_u64(f, write_op::TABLE));
+    let rules = RejectRules::decode(f, write_op::RULES)?;
+    let key = r.take(get_u32(f, write_op::KEY_LEN) as usize)?;
+    let value = r.take(get_u32(f, write_op::VALUE_LEN) as usize)?;
+    Ok(WriteItem { table, key, value, rules })
+}
+
+fn get_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, DecodeError> {
+    let name = r.str16()?;
+    if name.is_empty() {
+        return Err(DecodeError::Malformed("empty table name"));
+    }
+    Ok(name)
+}
+
+impl<'a> Request<'a> {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Ping => Opcode::Ping,
+            Request::Read { .. } => Opcode::Read,
+            Request::Write { .. } => Opcode::Write,
+            Request::Remove { .. } => Opcode::Remove,
+            Request::Increment { .. } => Opcode::Increment,
+            Request::MultiRead(_) => Opcode::MultiRead,
+            Request::MultiWrite(_) => Opcode::MultiWrite,
+            Request::MultiRemove(_) => Opcode::MultiRemove,
+            Request::Enumerate { .. } => Opcode::Enumerate,
+            Request::CreateTable { .. } => Opcode::CreateTable,
+            Request::DropTable { .. } => Opcode::DropTable,
+            Request::GetTableId { .. } => Opcode::GetTableId,
+            Request::Stats => Opcode::Stats,
+        }
+    }
+
+    /// Appends this request as one frame with the given id; returns the
+    /// frame's length (the caller checks it against the peer's limit).
+    pub fn encode(&self, request_id: u64, out: &mut Vec<u8>) -> usize {
+        let start = encode_header(out, self.opcode() as u8, 0, request_id);
+        match self {
+            Request::Ping | Request::Stats => {}
+            Request::Read { table, key, rules } | Request::Remove { table, key, rules } => {
+                put_key_op(out, *table, rules, key)
+            }
+            Request::Write { table, key, value, rules } => {
+                put_write_op(out, &WriteItem { table: *table, key, value, rules: *rules })
+            }
+            Request::Increment { table, key, delta, rules } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                rules.encode(out);
+                out.extend_from_slice(&delta.to_le_bytes());
+                out.extend_from_slice(&len32(key));
+                out.extend_from_slice(key);
+            }
+            Request::MultiRead(items) => {
+                out.extend_from_slice(&len32_count(items.len()));
+                for it in items {
+                    out.extend_from_slice(&it.table.0.to_le_bytes());
+                    out.extend_from_slice(&len32(it.key));
+                    out.extend_from_slice(it.key);
+                }
+            }
+            Request::MultiWrite(items) => {
+                out.extend_from_slice(&len32_count(items.len()));
+                for it in items {
+                    put_write_op(out, it);
+                }
+            }
+            Request::MultiRemove(items) => {
+                out.extend_from_slice(&len32_count(items.len()));
+                for it in items {
+                    put_key_op(out, it.table, &it.rules, it.key);
+                }
+            }
+            Request::Enumerate { table, cursor, max_count } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                out.extend_from_slice(&cursor.to_le_bytes());
+                out.extend_from_slice(&max_count.to_le_bytes());
+            }
+            Request::CreateTable { name } | Request::DropTable { name } | Request::GetTableId { name } => {
+                put_str16(out, name)
+            }
+        }
+        finish_frame(out, start)
+    }
+
+    /// Pass two: parses a request body (the frame's opcode and body, as
+    /// [`crate::check_frame`] delimited them). Rejects unknown opcodes,
+    /// truncated fields, unknown rule bits and trailing bytes.
+    pub fn decode(opcode: u8, body: &'a [u8]) -> Result<Request<'a>, DecodeError> {
+        let op = Opcode::from_u8(opcode).ok_or(DecodeError::UnknownOpcode(opcode))?;
+        let mut r = Reader::new(body);
+        let req = match op {
+            Opcode::Ping => Request::Ping,
+            Opcode::Stats => Request::Stats,
+            Opcode::Read => {
+                let (table, rules, key) = get_key_op(&mut r)?;
+                Request::Read { table, key, rules }
+            }
+            Opcode::Remove => {
+                let (table, rules, key) = get_key_op(&mut r)?;
+                Request::Remove { table, key, rules }
+            }
+            Opcode::Write => {
+                let w = get_write_op(&mut r)?;
+                Request::Write { table: w.table, key: w.key, value: w.value, rules: w.rules }
+            }
+            Opcode::Increment => {
+                let f = r.fixed(increment_op::FIXED)?;
+                let table = TableId(get_u64(f, increment_op::TABLE));
+                let rules = RejectRules::decode(f, increment_op::RULES)?;
+                let delta = get_u64(f, increment_op::DELTA) as i64;
+                let key = r.take(get_u32(f, increment_op::KEY_LEN) as usize)?;
+                Request::Increment { table, key, delta, rules }
+            }
+            Opcode::MultiRead => {
+                let n = r.count(read_item::FIXED)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let f = r.fixed(read_item::FIXED)?;
+                    let table = TableId(get_u64(f, read_item::TABLE));
+                    let key = r.take(get_u32(f, read_item::KEY_LEN) as usize)?;
+                    items.push(ReadItem { table, key });
+                }
+                Request::MultiRead(items)
+            }
+            Opcode::MultiWrite => {
+                let n = r.count(write_op::FIXED)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(get_write_op(&mut r)?);
+                }
+                Request::MultiWrite(items)
+            }
+            Opcode::MultiRemove => {
+                let n = r.count(key_op::FIXED)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (table, rules, key) = get_key_op(&mut r)?;
+                    items.push(RemoveItem { table, key, rules });
+                }
+                Request::MultiRemove(items)
+            }
+            Opcode::Enumerate => {
+                let f = r.fixed(enumerate_op::FIXED)?;
+                Request::Enumerate {
+                    table: TableId(get_u64(f, enumerate_op::TABLE)),
+                    cursor: get_u64(f, enumerate_op::CURSOR),
+                    max_count: get_u32(f, enumerate_op::MAX_COUNT),
+                }
+            }
+            Opcode::CreateTable => Request::CreateTable { name: get_name(&mut r)? },
+            Opcode::DropTable => Request::DropTable { name: get_name(&mut r)? },
+            Opcode::GetTableId => Request::GetTableId { name: get_name(&mut r)? },
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// An item count as its u32 field (saturated like [`len32`]).
+pub(crate) fn len32_count(n: usize) -> [u8; 4] {
+    u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
+}

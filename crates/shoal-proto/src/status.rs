@@ -1,0 +1,179 @@
+//! Response statuses. Every response body, and every item of a multi-op
+//! response, starts with a status byte; a non-OK status is followed by its
+//! detail (see the table in `docs/wire-format.md`).
+
+use crate::wire::{put_str16, DecodeError, Reader};
+use shoal_common::{TableId, Version};
+
+/// The status codes on the wire. Matched exhaustively: adding one shows
+/// every place to update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum StatusCode {
+    Ok = 0,
+    UnknownTable = 1,
+    KeyTooLarge = 2,
+    ValueTooLarge = 3,
+    ObjectDoesntExist = 4,
+    ObjectExists = 5,
+    WrongVersion = 6,
+    NotAnInteger = 7,
+    Overflow = 8,
+    OutOfMemory = 9,
+    UnknownTableName = 10,
+    UnknownTablet = 11,
+    Retry = 12,
+    MalformedRequest = 16,
+    UnknownOpcode = 17,
+    FrameTooLarge = 18,
+    UnsupportedVersion = 19,
+}
+
+impl StatusCode {
+    pub fn from_u8(code: u8) -> Option<StatusCode> {
+        use StatusCode::*;
+        Some(match code {
+            0 => Ok,
+            1 => UnknownTable,
+            2 => KeyTooLarge,
+            3 => ValueTooLarge,
+            4 => ObjectDoesntExist,
+            5 => ObjectExists,
+            6 => WrongVersion,
+            7 => NotAnInteger,
+            8 => Overflow,
+            9 => OutOfMemory,
+            10 => UnknownTableName,
+            11 => UnknownTablet,
+            12 => Retry,
+            16 => MalformedRequest,
+            17 => UnknownOpcode,
+            18 => FrameTooLarge,
+            19 => UnsupportedVersion,
+            _ => return None,
+        })
+    }
+}
+
+/// A status other than OK, with its detail. Nothing changed on the server
+/// when a request (or a multi-op item) answers with one of these.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorStatus {
+    /// The table id names no table on this server.
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error("key of {len} bytes exceeds the maximum of {max}")]
+    KeyTooLarge { len: u32, max: u32 },
+    #[error("value of {len} bytes exceeds the maximum of {max}")]
+    ValueTooLarge { len: u32, max: u32 },
+    /// The object does not exist (a read, or a `doesnt_exist` reject rule).
+    #[error("object does not exist")]
+    ObjectDoesntExist,
+    /// An `exists` reject rule: the object exists, with this version.
+    #[error("object exists (version {version})")]
+    ObjectExists { version: Version },
+    /// A version reject rule failed; the object's current version.
+    #[error("wrong version: the object's version is {version}")]
+    WrongVersion { version: Version },
+    #[error("value is not an 8-byte integer")]
+    NotAnInteger,
+    #[error("increment overflows a 64-bit integer")]
+    Overflow,
+    #[error("out of memory: live data fills the server")]
+    OutOfMemory,
+    /// No table has the name given.
+    #[error("unknown table name")]
+    UnknownTableName,
+    /// Not my tablet: refresh the tablet map and retry elsewhere.
+    #[error("not my tablet: refresh the tablet map and retry")]
+    UnknownTablet,
+    /// The server cannot serve this now (recovering, busy); retry after
+    /// the given delay.
+    #[error("retry after {after_us} us")]
+    Retry { after_us: u32 },
+    /// The body could not be parsed; the message says why.
+    #[error("malformed request: {0}")]
+    MalformedRequest(String),
+    #[error("unknown opcode")]
+    UnknownOpcode,
+    /// The request's body, or the response it asks for, exceeds the limit.
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    FrameTooLarge { len: u32, max: u32 },
+    /// The frame's protocol version is not one the server speaks.
+    #[error("unsupported protocol version")]
+    UnsupportedVersion,
+}
+
+impl ErrorStatus {
+    pub fn code(&self) -> StatusCode {
+        match self {
+            ErrorStatus::UnknownTable(_) => StatusCode::UnknownTable,
+            ErrorStatus::KeyTooLarge { .. } => StatusCode::KeyTooLarge,
+            ErrorStatus::ValueTooLarge { .. } => StatusCode::ValueTooLarge,
+            ErrorStatus::ObjectDoesntExist => StatusCode::ObjectDoesntExist,
+            ErrorStatus::ObjectExists { .. } => StatusCode::ObjectExists,
+            ErrorStatus::WrongVersion { .. } => StatusCode::WrongVersion,
+            ErrorStatus::NotAnInteger => StatusCode::NotAnInteger,
+            ErrorStatus::Overflow => StatusCode::Overflow,
+            ErrorStatus::OutOfMemory => StatusCode::OutOfMemory,
+            ErrorStatus::UnknownTableName => StatusCode::UnknownTableName,
+            ErrorStatus::UnknownTablet => StatusCode::UnknownTablet,
+            ErrorStatus::Retry { .. } => StatusCode::Retry,
+            ErrorStatus::MalformedRequest(_) => StatusCode::MalformedRequest,
+            ErrorStatus::UnknownOpcode => StatusCode::UnknownOpcode,
+            ErrorStatus::FrameTooLarge { .. } => StatusCode::FrameTooLarge,
+            ErrorStatus::UnsupportedVersion => StatusCode::UnsupportedVersion,
+        }
+    }
+
+    /// Appends the status byte and its detail.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.code() as u8);
+        match self {
+            ErrorStatus::UnknownTable(t) => out.extend_from_slice(&t.0.to_le_bytes()),
+            ErrorStatus::KeyTooLarge { len, max }
+            | ErrorStatus::ValueTooLarge { len, max }
+            | ErrorStatus::FrameTooLarge { len, max } => {
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&max.to_le_bytes());
+            }
+            ErrorStatus::ObjectExists { version } | ErrorStatus::WrongVersion { version } => {
+                out.extend_from_slice(&version.0.to_le_bytes())
+            }
+            ErrorStatus::Retry { after_us } => out.extend_from_slice(&after_us.to_le_bytes()),
+            ErrorStatus::MalformedRequest(msg) => put_str16(out, msg),
+            ErrorStatus::ObjectDoesntExist
+            | ErrorStatus::NotAnInteger
+            | ErrorStatus::Overflow
+            | ErrorStatus::OutOfMemory
+            | ErrorStatus::UnknownTableName
+            | ErrorStatus::UnknownTablet
+            | ErrorStatus::UnknownOpcode
+            | ErrorStatus::UnsupportedVersion => {}
+        }
+    }
+
+    /// Reads a status byte and its detail: `Ok(None)` for OK.
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Option<ErrorStatus>, DecodeError> {
+        let code = StatusCode::from_u8(r.u8()?).ok_or(DecodeError::Malformed("unknown status code"))?;
+        Ok(Some(match code {
+            StatusCode::Ok => return Ok(None),
+            StatusCode::UnknownTable => ErrorStatus::UnknownTable(TableId(r.u64()?)),
+            StatusCode::KeyTooLarge => ErrorStatus::KeyTooLarge { len: r.u32()?, max: r.u32()? },
+            StatusCode::ValueTooLarge => ErrorStatus::ValueTooLarge { len: r.u32()?, max: r.u32()? },
+            StatusCode::FrameTooLarge => ErrorStatus::FrameTooLarge { len: r.u32()?, max: r.u32()? },
+            StatusCode::ObjectDoesntExist => ErrorStatus::ObjectDoesntExist,
+            StatusCode::ObjectExists => ErrorStatus::ObjectExists { version: Version(r.u64()?) },
+            StatusCode::WrongVersion => ErrorStatus::WrongVersion { version: Version(r.u64()?) },
+            StatusCode::NotAnInteger => ErrorStatus::NotAnInteger,
+            StatusCode::Overflow => ErrorStatus::Overflow,
+            StatusCode::OutOfMemory => ErrorStatus::OutOfMemory,
+            StatusCode::UnknownTableName => ErrorStatus::UnknownTableName,
+            StatusCode::UnknownTablet => ErrorStatus::UnknownTablet,
+            StatusCode::Retry => ErrorStatus::Retry { after_us: r.u32()? },
+            StatusCode::MalformedRequest => ErrorStatus::MalformedRequest(r.str16()?.to_owned()),
+            StatusCode::UnknownOpcode => ErrorStatus::UnknownOpcode,
+            StatusCode::UnsupportedVersion => ErrorStatus::UnsupportedVersion,
+        }))
+    }
+}

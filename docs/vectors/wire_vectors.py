@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Independent reference encoder for docs/wire-format.md (pure Python, no
+dependencies). Prints the test vectors that the Rust tests also check
+(crates/shoal-proto/tests/vectors.rs)."""
+import struct
+
+MAGIC = 0x53
+VERSION = 1
+RESPONSE = 0x01
+
+OP = {
+    "ping": 1, "read": 2, "write": 3, "remove": 4, "increment": 5,
+    "multi_read": 6, "multi_write": 7, "multi_remove": 8, "enumerate": 9,
+    "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19,
+}
+
+STATUS = {
+    "ok": 0, "unknown_table": 1, "key_too_large": 2, "value_too_large": 3,
+    "object_doesnt_exist": 4, "object_exists": 5, "wrong_version": 6,
+    "not_an_integer": 7, "overflow": 8, "out_of_memory": 9,
+    "unknown_table_name": 10, "unknown_tablet": 11, "retry": 12,
+    "malformed_request": 16, "unknown_opcode": 17, "frame_too_large": 18,
+    "unsupported_version": 19,
+}
+
+
+def frame(op, request_id, body, response=False):
+    flags = RESPONSE if response else 0
+    return struct.pack("<BBBBQI", MAGIC, VERSION, OP[op], flags, request_id, len(body)) + body
+
+
+def rules(doesnt_exist=False, exists=False, le=False, ne=False, given=0):
+    flags = (1 if doesnt_exist else 0) | (2 if exists else 0) | (4 if le else 0) | (8 if ne else 0)
+    return struct.pack("<BQ", flags, given)
+
+
+def key_op(table, key, r):
+    return struct.pack("<Q", table) + r + struct.pack("<I", len(key)) + key
+
+
+def write_op(table, key, value, r):
+    return struct.pack("<Q", table) + r + struct.pack("<II", len(key), len(value)) + key + value
+
+
+def name(s):
+    b = s.encode()
+    return struct.pack("<H", len(b)) + b
+
+
+def ok(payload=b""):
+    return bytes([STATUS["ok"]]) + payload
+
+
+def hexs(b):
+    return " ".join(f"{x:02x}" for x in b)
+
+
+VECTORS = [
+    ("ping request (id 1)", frame("ping", 1, b"")),
+    ("read request (id 2, table 7, key `k`)", frame("read", 2, key_op(7, b"k", rules()))),
+    ("write request (id 3, table 7, key `k`, value `v1`, only if version is 5)",
+     frame("write", 3, write_op(7, b"k", b"v1", rules(doesnt_exist=True, ne=True, given=5)))),
+    ("increment request (id 4, table 1, key `n`, delta -2)",
+     frame("increment", 4, struct.pack("<Q", 1) + rules() + struct.pack("<qI", -2, 1) + b"n")),
+    ("multi-read request (id 5, table 1, keys `a` and `bc`)",
+     frame("multi_read", 5, struct.pack("<I", 2) + struct.pack("<QI", 1, 1) + b"a" + struct.pack("<QI", 1, 2) + b"bc")),
+    ("enumerate request (id 6, table 3, cursor 0, max 100)",
+     frame("enumerate", 6, struct.pack("<QQI", 3, 0, 100))),
+    ("create-table request (id 7, name `users`)", frame("create_table", 7, name("users"))),
+    ("read response (id 2, version 9, value `hello`)",
+     frame("read", 2, ok(struct.pack("<QI", 9, 5) + b"hello"), response=True)),
+    ("write response: wrong version (id 3, current version 6)",
+     frame("write", 3, bytes([STATUS["wrong_version"]]) + struct.pack("<Q", 6), response=True)),
+    ("multi-read response (id 5; `a` at version 3 is `x`, `bc` does not exist)",
+     frame("multi_read", 5, ok(struct.pack("<I", 2) + bytes([0]) + struct.pack("<QI", 3, 1) + b"x"
+                                 + bytes([STATUS["object_doesnt_exist"]])), response=True)),
+    ("enumerate response (id 6; object `k`=`v` version 2; more from cursor 0x100)",
+     frame("enumerate", 6, ok(struct.pack("<BQI", 1, 0x100, 1) + struct.pack("<QII", 2, 1, 1) + b"kv"),
+           response=True)),
+    ("create-table response (id 7, table 4)", frame("create_table", 7, ok(struct.pack("<Q", 4)), response=True)),
+    ("stats response (id 8; objects=3, log_utilisation=0.5)",
+     frame("stats", 8, ok(struct.pack("<H", 2) + bytes([7]) + b"objects" + bytes([0]) + struct.pack("<Q", 3)
+                          + bytes([15]) + b"log_utilisation" + bytes([1]) + struct.pack("<d", 0.5)),
+           response=True)),
+    ("unknown-table response to a read (id 9, table 42)",
+     frame("read", 9, bytes([STATUS["unknown_table"]]) + struct.pack("<Q", 42), response=True)),
+]
+
+if __name__ == "__main__":
+    for label, b in VECTORS:
+        print(f"{label}\n    {hexs(b)}")
