@@ -1,0 +1,357 @@
+//! The server's configuration: defaults, an optional TOML file, and command
+//! line flags that override the file ([`ServerArgs`], flattened into
+//! `shoal server` and `shoal local` by the binary).
+//!
+//! Precedence: flag > file > default. [`ServerConfig::validate`] checks the
+//! limits against each other (a request must be able to carry the largest
+//! value, a reply buffer must hold the largest reply of one value, ...), and
+//! [`ServerConfig::store_config`] derives the engine's configuration.
+
+use serde::Deserialize;
+use shoal_engine::StoreConfig;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Default port of the native protocol.
+pub const DEFAULT_NATIVE_PORT: u16 = 7700;
+/// Default port of the Redis protocol (not Redis's 6379, so it never collides
+/// with a local Redis).
+pub const DEFAULT_RESP_PORT: u16 = 6380;
+
+/// Everything a server needs to start. `ServerConfig::default()` is what
+/// `shoal server` runs with when given no file and no flags.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address every listener binds to.
+    pub listen: IpAddr,
+    /// Port of the native binary protocol; 0 picks a free port.
+    pub native_port: u16,
+    /// Port of the Redis protocol (RESP2/RESP3); 0 picks a free port.
+    pub resp_port: u16,
+    /// Bytes of log memory for objects (the store's pool).
+    pub memory: ByteSize,
+    /// Largest value a client may store.
+    pub max_value_size: ByteSize,
+    /// Largest single request (one RESP command or one native frame). Must
+    /// exceed `max_value_size`, since a write carries a whole value.
+    pub max_request_size: ByteSize,
+    /// Per connection: most bytes of received, not yet executed requests
+    /// held in memory. At least `max_request_size`.
+    pub request_buffer_size: ByteSize,
+    /// Per connection: most bytes of replies not yet taken by the client. A
+    /// client whose unread replies reach it is disconnected.
+    pub reply_buffer_size: ByteSize,
+    /// Most client connections at once, over all protocols; more are sent an
+    /// error and closed.
+    pub max_connections: usize,
+    /// Seconds a connection may make no progress (nothing read, nothing of
+    /// its replies taken) before it is closed; 0 means never.
+    pub idle_timeout_secs: u64,
+    /// Log filter: a level (error, warn, info, debug, trace) or a
+    /// `tracing_subscriber` filter such as `shoal_server=debug`.
+    pub log_level: String,
+    /// Directory for durable data. Not used yet: this server keeps
+    /// everything in memory; backups and recovery (a later issue) will write here.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            native_port: DEFAULT_NATIVE_PORT,
+            resp_port: DEFAULT_RESP_PORT,
+            memory: ByteSize(1 << 30),
+            max_value_size: ByteSize(StoreConfig::default().max_value_bytes as u64),
+            max_request_size: ByteSize(2 << 20),
+            request_buffer_size: ByteSize(4 << 20),
+            reply_buffer_size: ByteSize(64 << 20),
+            max_connections: 10_000,
+            idle_timeout_secs: 300,
+            log_level: "info".into(),
+            data_dir: None,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded or cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl ServerConfig {
+    /// Reads a TOML file; keys missing from it keep their defaults, unknown
+    /// keys are an error.
+    pub fn from_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        ServerConfig::from_toml(&text).map_err(|message| ConfigError::Parse { path: path.into(), message })
+    }
+
+    /// Parses the text of a TOML config file.
+    pub fn from_toml(text: &str) -> Result<ServerConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn resp_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen, self.resp_port)
+    }
+
+    pub fn native_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen, self.native_port)
+    }
+
+    /// `None` when connections never time out.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
+    }
+
+    /// The engine's configuration for this server.
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            memory_bytes: self.memory.0 as usize,
+            max_value_bytes: self.max_value_size.0 as usize,
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Checks the limits against each other and against the engine's.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |s: String| Err(ConfigError::Invalid(s));
+        let (value, request) = (self.max_value_size.0, self.max_request_size.0);
+        if request <= value + 1024 {
+            return bad(format!(
+                "max_request_size ({}) must exceed max_value_size ({}) by more than 1 KiB, so a write can carry \
+                 the largest value",
+                self.max_request_size, self.max_value_size
+            ));
+        }
+        if self.request_buffer_size.0 < request {
+            return bad(format!(
+                "request_buffer_size ({}) must be at least max_request_size ({})",
+                self.request_buffer_size, self.max_request_size
+            ));
+        }
+        if self.reply_buffer_size.0 < value + 64 * 1024 {
+            return bad(format!(
+                "reply_buffer_size ({}) must exceed max_value_size ({}) by at least 64 KiB, so a reply can carry \
+                 the largest value",
+                self.reply_buffer_size, self.max_value_size
+            ));
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections must be at least 1".into());
+        }
+        if usize::try_from(self.memory.0).is_err() || usize::try_from(request).is_err() {
+            return bad("sizes must fit this machine's address space".into());
+        }
+        self.store_config().validate().map_err(|e| ConfigError::Invalid(e.0))
+    }
+}
+
+/// A number of bytes, written as an integer or with a unit: `65536`, `64KiB`,
+/// `64k`, `1MiB`, `1m`, `1GiB`, `1g` (units are powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ByteSize, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size (examples: 65536, 64KiB, 1GiB)"))?;
+        let shift = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            "t" | "tb" | "tib" => 40,
+            other => return Err(format!("unknown size unit '{other}' in '{s}' (use KiB, MiB, GiB)")),
+        };
+        n.checked_mul(1 << shift).map(ByteSize).ok_or_else(|| format!("size '{s}' is too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+            if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+                return write!(f, "{}{unit}", n >> shift);
+            }
+        }
+        write!(f, "{n}")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Command line flags of a server. Every flag overrides the same key of the
+/// config file; unset flags leave the file's value (or the default).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ServerArgs {
+    /// TOML config file. Keys are the flags' long names with '_' for '-'
+    /// (listen, native_port, resp_port, memory, max_value_size,
+    /// max_request_size, request_buffer_size, reply_buffer_size,
+    /// max_connections, idle_timeout_secs, log_level, data_dir); flags
+    /// override the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, for every protocol [default: 127.0.0.1].
+    #[arg(long, value_name = "IP")]
+    pub listen: Option<IpAddr>,
+    /// Port of Shoal's native binary protocol; 0 picks a free port [default: 7700].
+    #[arg(long, value_name = "PORT")]
+    pub native_port: Option<u16>,
+    /// Port of the Redis protocol (RESP2, RESP3 after HELLO 3); 0 picks a
+    /// free port [default: 6380, so that it never collides with a local Redis].
+    #[arg(long, value_name = "PORT")]
+    pub resp_port: Option<u16>,
+    /// Memory for objects (the log), e.g. 512MiB or 4GiB. Writes are refused
+    /// with an out-of-memory error when live data fills it [default: 1GiB].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<ByteSize>,
+    /// Largest value a client may store [default: 1MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub max_value_size: Option<ByteSize>,
+    /// Largest single request (one Redis command, one native frame); larger
+    /// ones get an error and the connection is closed. Must exceed
+    /// --max-value-size [default: 2MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub max_request_size: Option<ByteSize>,
+    /// Per connection: most bytes of received requests buffered before they
+    /// run. At least --max-request-size [default: 4MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub request_buffer_size: Option<ByteSize>,
+    /// Per connection: most bytes of replies the client has not read yet; a
+    /// client that lets more pile up is disconnected [default: 64MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub reply_buffer_size: Option<ByteSize>,
+    /// Most client connections at once; more are sent "max number of clients
+    /// reached" and closed [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Close a connection after this many seconds without progress (idle, or
+    /// stalled in the middle of a request, or not reading its replies); 0:
+    /// never [default: 300].
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such
+    /// as "shoal_server=debug" [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Data directory for durable state. Not used yet: the server is
+    /// in-memory only until backups and recovery arrive.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    /// The configuration: `base` (or the file given with --config, if any)
+    /// with every flag that was set applied on top, validated.
+    pub fn into_config(self, base: ServerConfig) -> Result<ServerConfig, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => ServerConfig::from_file(path)?,
+            None => base,
+        };
+        macro_rules! set {
+            ($($field:ident => $target:ident),* $(,)?) => {
+                $(if let Some(v) = self.$field { c.$target = v; })*
+            };
+        }
+        set!(listen => listen, native_port => native_port, resp_port => resp_port, memory => memory,
+            max_value_size => max_value_size, max_request_size => max_request_size,
+            request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
+            max_connections => max_connections, idle_timeout => idle_timeout_secs, log_level => log_level);
+        if self.data_dir.is_some() {
+            c.data_dir = self.data_dir;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        ServerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bytesize_parses_units_and_rejects_garbage() {
+        assert_eq!("65536".parse::<ByteSize>().unwrap(), ByteSize(65536));
+        assert_eq!("64KiB".parse::<ByteSize>().unwrap(), ByteSize(64 << 10));
+        assert_eq!("2m".parse::<ByteSize>().unwrap(), ByteSize(2 << 20));
+        assert_eq!("1 GiB".parse::<ByteSize>().unwrap(), ByteSize(1 << 30));
+        assert!("".parse::<ByteSize>().is_err());
+        assert!("12parsecs".parse::<ByteSize>().is_err());
+        assert!("99999999999999999999".parse::<ByteSize>().is_err());
+        assert!("18446744073709551615g".parse::<ByteSize>().is_err());
+        assert_eq!(ByteSize(3 << 20).to_string(), "3MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn from_toml_reads_sizes_as_numbers_or_strings_and_rejects_unknown_keys() {
+        let c = ServerConfig::from_toml("resp_port = 7000\nmemory = \"256MiB\"\nmax_value_size = 4096\n").unwrap();
+        assert_eq!(c.resp_port, 7000);
+        assert_eq!(c.memory, ByteSize(256 << 20));
+        assert_eq!(c.max_value_size, ByteSize(4096));
+        assert_eq!(c.native_port, DEFAULT_NATIVE_PORT);
+        assert!(ServerConfig::from_toml("resp_prot = 7000").unwrap_err().contains("resp_prot"));
+    }
+
+    #[test]
+    fn into_config_applies_flags_over_file() {
+        let dir = std::env::temp_dir().join(format!("shoal-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shoal.toml");
+        std::fs::write(&file, "resp_port = 7001\nnative_port = 7002\n").unwrap();
+        let args = ServerArgs { config: Some(file), resp_port: Some(7003), ..Default::default() };
+        let c = args.into_config(ServerConfig::default()).unwrap();
+        assert_eq!((c.resp_port, c.native_port), (7003, 7002));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn validate_rejects_inconsistent_limits() {
+        let mut c = ServerConfig { max_request_size: ByteSize(1 << 20), ..Default::default() };
+        assert!(c.validate().is_err(), "request must exceed value");
+        c.max_request_size = ByteSize(2 << 20);
+        c.request_buffer_size = ByteSize(1 << 20);
+        assert!(c.validate().is_err(), "buffer must hold a request");
+        c.request_buffer_size = ByteSize(4 << 20);
+        c.reply_buffer_size = ByteSize(1 << 20);
+        assert!(c.validate().is_err(), "reply buffer must hold a value");
+        c.reply_buffer_size = ByteSize(64 << 20);
+        c.memory = ByteSize(1 << 20);
+        assert!(c.validate().is_err(), "engine needs more memory");
+    }
+}

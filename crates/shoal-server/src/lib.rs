@@ -1,0 +1,35 @@
+//! Shoal's server: a master's store behind network front ends.
+//!
+//! * [`config`]: [`ServerConfig`] (defaults, TOML file) and [`ServerArgs`]
+//!   (the flags `shoal server` and `shoal local` flatten).
+//! * [`context`]: [`ServerContext`], what every connection shares: the
+//!   store, the table registry, statistics, the shutdown signal.
+//! * [`server`]: [`Server`], the runtime (two worker threads), listeners
+//!   and graceful shutdown.
+//! * [`listener`]: accepting connections for a [`FrontEnd`], with the
+//!   server-wide connection limit.
+//! * [`resp`]: the Redis protocol front end.
+//!
+//! # Adding a front end
+//!
+//! A protocol is one module that implements [`FrontEnd`] (its name, the
+//! bytes a refused connection gets, and `serve` for one connection, which
+//! must stop reading and finish its replies once
+//! `conn.ctx.shutdown_signal()` fires). To serve it, add a `bind` of its
+//! address and one `tokio::spawn(listener::run(...))` in `server::serve`,
+//! next to the RESP one, and report its address in [`Addresses`]. The
+//! native protocol (module `native`, port `ServerConfig::native_port`)
+//! joins this way. Front ends reach the store only through its public
+//! operations, and create tables only through [`TableRegistry`], so that
+//! the registry knows every table.
+
+pub mod config;
+pub mod context;
+pub mod listener;
+pub mod resp;
+pub mod server;
+
+pub use config::{ByteSize, ConfigError, ServerArgs, ServerConfig, DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT};
+pub use context::{ServerContext, ServerStats, TableRegistry};
+pub use listener::{Connection, FrontEnd};
+pub use server::{init_logging, Addresses, Server, ServerError};

@@ -1,0 +1,295 @@
+//! Applying native requests to the store: each [`Request`] becomes store
+//! (or table registry) calls, and the result is encoded as its response
+//! frame. Decoding and framing live in `shoal-proto`; this file is the only
+//! place where the native protocol meets the store.
+
+use crate::context::{ServerContext, ServerStats};
+use shoal_engine::{EnumCursor, RejectRules, StoreError, StoreStats, WriteOp};
+use shoal_proto::{
+    encode_error, DecodeError, ErrorStatus, Header, Object, Request, Response, Stat, StatValue, Version,
+};
+use std::borrow::Cow;
+
+/// Objects an ENUMERATE returns when the request asks for 0 (the default),
+/// and the most it returns whatever it asks for.
+const DEFAULT_ENUMERATE_COUNT: u32 = 1000;
+const MAX_ENUMERATE_COUNT: u32 = 100_000;
+/// An ENUMERATE response stops taking more hash buckets past this many
+/// bytes of keys and values.
+const ENUMERATE_BYTES: usize = 1 << 20;
+
+/// Per-connection scratch space reused between requests.
+#[derive(Default)]
+pub struct Scratch {
+    value: Vec<u8>,
+    values: Vec<u8>,
+}
+
+impl Scratch {
+    /// Drops buffers that a large request grew.
+    pub fn trim(&mut self) {
+        for b in [&mut self.value, &mut self.values] {
+            if b.capacity() > 1 << 20 {
+                *b = Vec::new();
+            }
+        }
+    }
+}
+
+/// Executes the request framed by `header` and `body`, appending exactly
+/// one response frame to `out`. `max_response` bounds the body of responses
+/// whose size the request does not fix (multi-read, enumerate).
+pub fn execute(
+    ctx: &ServerContext,
+    header: &Header,
+    body: &[u8],
+    out: &mut Vec<u8>,
+    scratch: &mut Scratch,
+    max_response: usize,
+) {
+    ServerStats::add(&ctx.stats.commands, 1);
+    let id = header.request_id;
+    if header.flags != 0 {
+        ServerStats::add(&ctx.stats.protocol_errors, 1);
+        let e = ErrorStatus::MalformedRequest("request flags must be zero".into());
+        encode_error(out, id, header.opcode, &e);
+        return;
+    }
+    let req = match Request::decode(header.opcode, body) {
+        Ok(r) => r,
+        Err(e) => {
+            ServerStats::add(&ctx.stats.protocol_errors, 1);
+            let status = match e {
+                DecodeError::UnknownOpcode(_) => ErrorStatus::UnknownOpcode,
+                DecodeError::Malformed(why) => ErrorStatus::MalformedRequest(why.into()),
+            };
+            encode_error(out, id, header.opcode, &status);
+            return;
+        }
+    };
+    match apply(ctx, req, scratch, max_response) {
+        Ok(resp) => resp.encode(id, out),
+        Err(status) => encode_error(out, id, header.opcode, &status),
+    };
+}
+
+fn apply<'s>(
+    ctx: &ServerContext,
+    req: Request<'_>,
+    scratch: &'s mut Scratch,
+    max_response: usize,
+) -> Result<Response<'s>, ErrorStatus> {
+    let store = &ctx.store;
+    Ok(match req {
+        Request::Ping => Response::Ping,
+        Request::Read { table, key, rules } => {
+            let version = store.read_into(table, key, rules_of(rules), &mut scratch.value).map_err(status_of)?;
+            ServerStats::add(&ctx.stats.keyspace_hits, 1);
+            Response::Read { version, value: &scratch.value }
+        }
+        Request::Write { table, key, value, rules } => {
+            Response::Write { version: store.write(table, key, value, rules_of(rules)).map_err(status_of)? }
+        }
+        Request::Remove { table, key, rules } => {
+            Response::Remove { version: store.remove(table, key, rules_of(rules)).map_err(status_of)? }
+        }
+        Request::Increment { table, key, delta, rules } => {
+            let (value, version) = store.increment(table, key, delta, rules_of(rules)).map_err(status_of)?;
+            Response::Increment { value, version }
+        }
+        Request::MultiRead(items) => {
+            // Values go one after another into one buffer; the response
+            // is refused before it outgrows the limit.
+            let buf = &mut scratch.values;
+            buf.clear();
+            let mut results: Vec<Result<(Version, std::ops::Range<usize>), ErrorStatus>> =
+                Vec::with_capacity(items.len());
+            for it in &items {
+                let start = buf.len();
+                let r = store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value);
+                results.push(match r {
+                    Ok(v) => {
+                        buf.extend_from_slice(&scratch.value);
+                        Ok((v, start..buf.len()))
+                    }
+                    Err(e) => Err(status_of(e)),
+                });
+                let size = buf.len() + results.len() * 13;
+                if size > max_response {
+                    return Err(ErrorStatus::FrameTooLarge { len: sat32(size), max: sat32(max_response) });
+                }
+            }
+            let buf = &scratch.values;
+            Response::MultiRead(results.into_iter().map(|r| r.map(|(v, range)| (v, &buf[range]))).collect())
+        }
+        Request::MultiWrite(items) => {
+            let ops: Vec<WriteOp<'_>> = items
+                .iter()
+                .map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: rules_of(w.rules) })
+                .collect();
+            Response::MultiWrite(store.multi_write(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
+        }
+        Request::MultiRemove(items) => {
+            let ops: Vec<_> = items.iter().map(|r| (r.table, r.key, rules_of(r.rules))).collect();
+            Response::MultiRemove(store.multi_remove(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
+        }
+        Request::Enumerate { table, cursor, max_count } => {
+            let want = match max_count {
+                0 => DEFAULT_ENUMERATE_COUNT,
+                n => n.min(MAX_ENUMERATE_COUNT),
+            } as usize;
+            let budget = ENUMERATE_BYTES.min(max_response);
+            let mut objects = Vec::new();
+            let mut bytes = 0;
+            let mut next = Some(EnumCursor(cursor));
+            while let Some(c) = next {
+                if objects.len() >= want || bytes >= budget {
+                    break;
+                }
+                let (batch, n) = store.enumerate(table, c, (want - objects.len()).min(64)).map_err(status_of)?;
+                bytes += batch.iter().map(|o| o.key.len() + o.value.len() + 16).sum::<usize>();
+                objects.extend(batch);
+                next = n;
+            }
+            if bytes > max_response {
+                return Err(ErrorStatus::FrameTooLarge { len: sat32(bytes), max: sat32(max_response) });
+            }
+            // The objects must outlive this call: keep them in the scratch
+            // buffer, laid out key then value.
+            let buf = &mut scratch.values;
+            buf.clear();
+            let mut spans = Vec::with_capacity(objects.len());
+            for o in &objects {
+                let k = buf.len();
+                buf.extend_from_slice(&o.key);
+                buf.extend_from_slice(&o.value);
+                spans.push((k, o.key.len(), o.value.len(), o.version));
+            }
+            let buf = &scratch.values;
+            Response::Enumerate {
+                objects: spans
+                    .into_iter()
+                    .map(|(k, kl, vl, version)| Object {
+                        key: &buf[k..k + kl],
+                        value: &buf[k + kl..k + kl + vl],
+                        version,
+                    })
+                    .collect(),
+                next: next.map(|c| c.0),
+            }
+        }
+        Request::CreateTable { name } => Response::CreateTable { table: ctx.tables.create(name) },
+        Request::DropTable { name } => match ctx.tables.drop_table(name).map_err(status_of)? {
+            true => Response::DropTable,
+            false => return Err(ErrorStatus::UnknownTableName),
+        },
+        Request::GetTableId { name } => {
+            Response::GetTableId { table: ctx.tables.lookup(name).ok_or(ErrorStatus::UnknownTableName)? }
+        }
+        Request::Stats => Response::Stats(stats(ctx)),
+    })
+}
+
+fn sat32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The wire's reject rules as the store's (the same fields).
+fn rules_of(r: shoal_proto::RejectRules) -> RejectRules {
+    RejectRules {
+        given_version: r.given_version,
+        doesnt_exist: r.doesnt_exist,
+        exists: r.exists,
+        version_le_given: r.version_le_given,
+        version_ne_given: r.version_ne_given,
+    }
+}
+
+/// The status for each store error (one status per variant).
+fn status_of(e: StoreError) -> ErrorStatus {
+    match e {
+        StoreError::UnknownTable(t) => ErrorStatus::UnknownTable(t),
+        StoreError::KeyTooLarge { len, max } => ErrorStatus::KeyTooLarge { len: sat32(len), max: sat32(max) },
+        StoreError::ValueTooLarge { len, max } => ErrorStatus::ValueTooLarge { len: sat32(len), max: sat32(max) },
+        StoreError::ObjectDoesntExist => ErrorStatus::ObjectDoesntExist,
+        StoreError::ObjectExists { version } => ErrorStatus::ObjectExists { version },
+        StoreError::WrongVersion { version } => ErrorStatus::WrongVersion { version },
+        StoreError::NotAnInteger => ErrorStatus::NotAnInteger,
+        StoreError::Overflow => ErrorStatus::Overflow,
+        StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
+    }
+}
+
+/// The store's statistics and the server's, by name.
+fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
+    let StoreStats {
+        memory_bytes,
+        segment_bytes,
+        seglet_bytes,
+        seglets_total,
+        seglets_free,
+        seglets_in_use,
+        segments_in_log,
+        objects,
+        live_bytes,
+        live_key_value_bytes,
+        tombstone_bytes,
+        log_utilisation,
+        memory_utilisation,
+        hash_table_bytes,
+        reads,
+        writes,
+        removes,
+        out_of_memory,
+        compactions,
+        combined_passes,
+        segments_compacted,
+        segments_cleaned,
+        tombstone_scans,
+        bytes_relocated,
+        seglets_freed,
+        cleaning_ms,
+        write_cost,
+    } = ctx.store.stats();
+    let s = &ctx.stats;
+    let u = |name: &'static str, v: u64| Stat { name: Cow::Borrowed(name), value: StatValue::U64(v) };
+    let f = |name: &'static str, v: f64| Stat { name: Cow::Borrowed(name), value: StatValue::F64(v) };
+    vec![
+        u("uptime_secs", ctx.uptime().as_secs()),
+        u("connections_current", ServerStats::get(&s.connections_current)),
+        u("connections_total", ServerStats::get(&s.connections_total)),
+        u("connections_rejected", ServerStats::get(&s.connections_rejected)),
+        u("commands", ServerStats::get(&s.commands)),
+        u("protocol_errors", ServerStats::get(&s.protocol_errors)),
+        u("bytes_in", ServerStats::get(&s.bytes_in)),
+        u("bytes_out", ServerStats::get(&s.bytes_out)),
+        u("tables", ctx.tables.list().len() as u64),
+        u("memory_bytes", memory_bytes),
+        u("segment_bytes", segment_bytes),
+        u("seglet_bytes", seglet_bytes),
+        u("seglets_total", seglets_total),
+        u("seglets_free", seglets_free),
+        u("seglets_in_use", seglets_in_use),
+        u("segments_in_log", segments_in_log),
+        u("objects", objects),
+        u("live_bytes", live_bytes),
+        u("live_key_value_bytes", live_key_value_bytes),
+        u("tombstone_bytes", tombstone_bytes),
+        f("log_utilisation", log_utilisation),
+        f("memory_utilisation", memory_utilisation),
+        u("hash_table_bytes", hash_table_bytes),
+        u("reads", reads),
+        u("writes", writes),
+        u("removes", removes),
+        u("out_of_memory", out_of_memory),
+        u("compactions", compactions),
+        u("combined_passes", combined_passes),
+        u("segments_compacted", segments_compacted),
+        u("segments_cleaned", segments_cleaned),
+        u("tombstone_scans", tombstone_scans),
+        u("bytes_relocated", bytes_relocated),
+        u("seglets_freed", seglets_freed),
+        u("cleaning_ms", cleaning_ms),
+        f("write_cost", write_cost),
+    ]
+}

@@ -1,0 +1,235 @@
+//! The native protocol's front end (`docs/wire-format.md`, crate
+//! `shoal-proto`).
+//!
+//! A connection's task reads whatever bytes are available (up to the
+//! request buffer's bound), runs every whole frame in them against the
+//! store in order, and writes all their responses with one write. Frames
+//! are decoded in two passes ([`shoal_proto::check_frame`], then
+//! [`shoal_proto::Request::decode`]), so a frame split across reads is
+//! simply completed by the next read.
+//!
+//! Bounds per connection: received bytes are held up to
+//! `request_buffer_size`; no frame body may exceed `max_request_size`;
+//! responses stop being produced once `reply_buffer_size` bytes wait to be
+//! written, and nothing more is read until they are. A client that stops
+//! reading its responses, or stalls half way through a frame, makes no
+//! progress and is closed after `idle_timeout_secs`.
+//!
+//! Bad input: a body that does not parse or an unknown opcode gets an error
+//! response and the connection goes on; a wrong magic byte, an unsupported
+//! version or an oversized frame get an error response and the connection
+//! is closed, because the stream can no longer be framed (or its body would
+//! not fit).
+
+mod execute;
+
+use crate::context::{ServerContext, ServerStats};
+use crate::listener::{Connection, FrontEnd};
+use bytes::BufMut;
+use execute::{execute, Scratch};
+use shoal_proto::{check_frame, encode_error, ErrorStatus, FrameError, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+/// The response sent to a connection refused because too many are open:
+/// request id 0, opcode 0, status RETRY after 1 ms.
+const REFUSAL: [u8; 21] = [
+    0x53, 0x01, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0x05, 0, 0, 0, // header, body length 5
+    12, 0xe8, 0x03, 0, 0, // RETRY, 1000 us
+];
+
+/// Bytes read at most per read call when the request buffer allows it.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Serves Shoal's native protocol.
+pub struct NativeFrontEnd;
+
+impl NativeFrontEnd {
+    pub fn new() -> NativeFrontEnd {
+        NativeFrontEnd
+    }
+}
+
+impl Default for NativeFrontEnd {
+    fn default() -> Self {
+        NativeFrontEnd::new()
+    }
+}
+
+impl FrontEnd for NativeFrontEnd {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn refusal(&self) -> &'static [u8] {
+        &REFUSAL
+    }
+
+    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let id = conn.id;
+            if let Err(why) = serve_connection(stream, &conn.ctx).await {
+                debug!("native: connection {id} from {}: closed: {why}", conn.peer);
+            }
+        })
+    }
+}
+
+/// The limits a connection works within, from the server's configuration.
+struct Limits {
+    max_body: u32,
+    request_buffer: usize,
+    reply_buffer: usize,
+    /// Largest body of a response whose size the request does not fix.
+    max_response: usize,
+    idle: Option<Duration>,
+}
+
+impl Limits {
+    fn of(ctx: &ServerContext) -> Limits {
+        let c = &ctx.config;
+        let max_body = c.max_request_size.0.saturating_sub(HEADER_LEN as u64).min(u32::MAX as u64) as u32;
+        let reply_buffer = c.reply_buffer_size.0 as usize;
+        Limits {
+            max_body,
+            request_buffer: (c.request_buffer_size.0 as usize).max(HEADER_LEN + max_body as usize),
+            reply_buffer,
+            max_response: reply_buffer.min(DEFAULT_MAX_BODY_BYTES as usize),
+            idle: c.idle_timeout(),
+        }
+    }
+}
+
+/// Why a connection ended early (for the debug log).
+type Closed = String;
+
+/// Runs one connection until the peer closes it, it breaks a limit, or the
+/// server shuts down (after the replies owed are written).
+async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Result<(), Closed> {
+    let limits = Limits::of(ctx);
+    let mut shutdown = ctx.shutdown_signal();
+    let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut scratch = Scratch::default();
+    loop {
+        // Read what is available (at least one byte), within the bound. The
+        // buffer never holds a whole frame here (those ran), so there is room.
+        let want = (limits.request_buffer - inbuf.len()).min(READ_CHUNK);
+        inbuf.reserve(want);
+        let read = {
+            let mut dst = (&mut inbuf).limit(want);
+            tokio::select! {
+                r = with_timeout(limits.idle, stream.read_buf(&mut dst)) => r,
+                _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            }
+        };
+        match read {
+            None => {
+                ServerStats::add(&ctx.stats.idle_timeouts, 1);
+                return Err(if inbuf.is_empty() { "idle".into() } else { "stalled in the middle of a frame".into() });
+            }
+            Some(Ok(0)) => {
+                return if inbuf.is_empty() { Ok(()) } else { Err("peer closed in the middle of a frame".into()) }
+            }
+            Some(Ok(n)) => ServerStats::add(&ctx.stats.bytes_in, n as u64),
+            Some(Err(e)) => return Err(format!("read: {e}")),
+        }
+        // Run every whole frame; flush whenever the replies reach their bound.
+        let mut pos = 0;
+        let mut fatal = None;
+        loop {
+            match check_frame(&inbuf[pos..], limits.max_body) {
+                Ok(Some(h)) => {
+                    let body = &inbuf[pos + HEADER_LEN..pos + h.frame_len()];
+                    execute(ctx, &h, body, &mut out, &mut scratch, limits.max_response);
+                    pos += h.frame_len();
+                    if out.len() >= limits.reply_buffer {
+                        flush(&mut stream, &mut out, ctx, limits.idle).await?;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    ServerStats::add(&ctx.stats.protocol_errors, 1);
+                    let (id, opcode, status) = match e {
+                        FrameError::BadMagic(_) => (0, 0, ErrorStatus::MalformedRequest(e.to_string())),
+                        FrameError::UnsupportedVersion { header, .. } => {
+                            (header.request_id, header.opcode, ErrorStatus::UnsupportedVersion)
+                        }
+                        FrameError::TooLarge { header, max } => {
+                            (header.request_id, header.opcode, ErrorStatus::FrameTooLarge { len: header.body_len, max })
+                        }
+                    };
+                    encode_error(&mut out, id, opcode, &status);
+                    fatal = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        inbuf.drain(..pos);
+        scratch.trim();
+        if inbuf.is_empty() && inbuf.capacity() > 1 << 20 {
+            inbuf = Vec::with_capacity(16 * 1024);
+        }
+        flush(&mut stream, &mut out, ctx, limits.idle).await?;
+        if out.capacity() > limits.reply_buffer.max(1 << 20) {
+            out = Vec::with_capacity(16 * 1024);
+        }
+        if let Some(why) = fatal {
+            let _ = stream.shutdown().await;
+            return Err(why);
+        }
+    }
+}
+
+/// Writes every pending response (one write when the socket takes it).
+/// A client that takes none of it for the idle timeout is closed.
+async fn flush(
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+    ctx: &ServerContext,
+    idle: Option<Duration>,
+) -> Result<(), Closed> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let mut written = 0;
+    while written < out.len() {
+        match with_timeout(idle, stream.write(&out[written..])).await {
+            None => {
+                ServerStats::add(&ctx.stats.reply_overflows, 1);
+                return Err("client does not read its replies".into());
+            }
+            Some(Ok(0)) => return Err("peer closed".into()),
+            Some(Ok(n)) => written += n,
+            Some(Err(e)) => return Err(format!("write: {e}")),
+        }
+    }
+    ServerStats::add(&ctx.stats.bytes_out, written as u64);
+    out.clear();
+    Ok(())
+}
+
+/// Runs `f` for at most `limit` (`None`: no limit); `None` if it timed out.
+async fn with_timeout<T>(limit: Option<Duration>, f: impl Future<Output = T>) -> Option<T> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_is_a_retry_response() {
+        let mut out = Vec::new();
+        encode_error(&mut out, 0, 0, &ErrorStatus::Retry { after_us: 1000 });
+        assert_eq!(out, REFUSAL);
+    }
+}

@@ -1,0 +1,209 @@
+//! COMMAND [COUNT | LIST | INFO [name ...] | DOCS [name ...] | HELP]: what
+//! the server supports, as Redis 7 describes it, enough for redis-cli's
+//! help and hints and for client libraries that read the command table.
+//!
+//! COMMAND and COMMAND INFO: per command [name, arity, flags, first key,
+//! last key, step, ACL categories, tips, key specs, subcommands]. COMMAND
+//! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
+
+use super::{lookup, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS};
+use crate::resp::frame::Args;
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+
+const SUB: CommandSpec = CommandSpec {
+    name: "command|count",
+    arity: 2,
+    flags: &["loading", "stale"],
+    acl: &["@slow", "@connection"],
+    group: "server",
+    since: "2.8.13",
+    summary: "Get total number of Redis commands",
+    ..CommandSpec::BASE
+};
+
+pub static SPEC: CommandSpec = CommandSpec {
+    name: "command",
+    arity: -1,
+    flags: &["loading", "stale"],
+    acl: &["@slow", "@connection"],
+    group: "server",
+    since: "2.8.13",
+    summary: "Get array of Redis command details",
+    complexity: "O(N) where N is the total number of Redis commands",
+    subcommands: &[
+        SUB,
+        CommandSpec {
+            name: "command|list",
+            arity: -2,
+            since: "7.0.0",
+            summary: "Get an array of Redis command names",
+            ..SUB
+        },
+        CommandSpec {
+            name: "command|info",
+            arity: -2,
+            summary: "Get array of specific Redis command details, or all when no argument is given.",
+            ..SUB
+        },
+        CommandSpec {
+            name: "command|docs",
+            arity: -2,
+            since: "7.0.0",
+            summary: "Get array of specific Redis command documentation",
+            ..SUB
+        },
+        CommandSpec {
+            name: "command|help",
+            since: "5.0.0",
+            summary: "Show helpful text about the different subcommands",
+            ..SUB
+        },
+    ],
+    ..CommandSpec::BASE
+};
+
+enum Command<'a> {
+    /// COMMAND, COMMAND INFO: all (no names) or the named ones.
+    Info(Option<Args<'a>>),
+    Docs(Option<Args<'a>>),
+    Count,
+    List,
+    Help,
+}
+
+impl<'a> Command<'a> {
+    fn parse(args: Args<'a>) -> Result<Command<'a>, ErrorReply> {
+        if args.len() == 1 {
+            return Ok(Command::Info(None));
+        }
+        let sub = lookup_sub(&SPEC, args.get(1)).ok_or_else(|| unknown_subcommand(args))?;
+        if !sub.arity_ok(args.len()) {
+            return Err(wrong_arity(sub.name));
+        }
+        let names = (args.len() > 2).then(|| args.skip(2));
+        Ok(match sub.name {
+            "command|count" => Command::Count,
+            "command|list" => Command::List,
+            "command|info" => Command::Info(names),
+            "command|docs" => Command::Docs(names),
+            _ => Command::Help,
+        })
+    }
+
+    fn apply(self, out: &mut Reply) {
+        match self {
+            Command::Count => out.int(COMMANDS.len() as i64),
+            Command::List => {
+                out.array(COMMANDS.len());
+                for e in COMMANDS {
+                    out.bulk(e.spec.name.as_bytes());
+                }
+            }
+            Command::Info(None) => {
+                out.array(COMMANDS.len());
+                for e in COMMANDS {
+                    info(e.spec, out);
+                }
+            }
+            Command::Info(Some(names)) => {
+                out.array(names.len());
+                for n in names.iter() {
+                    match find(n) {
+                        Some(spec) => info(spec, out),
+                        None => out.null_array(),
+                    }
+                }
+            }
+            Command::Docs(names) => {
+                let specs: Vec<&CommandSpec> = match names {
+                    None => COMMANDS.iter().map(|e| e.spec).collect(),
+                    Some(names) => names.iter().filter_map(find).collect(),
+                };
+                out.map(specs.len());
+                for spec in specs {
+                    out.bulk(spec.name.as_bytes());
+                    docs(spec, out);
+                }
+            }
+            Command::Help => {
+                let lines = [
+                    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "(no subcommand)",
+                    "    Return details about all Redis commands.",
+                    "COUNT",
+                    "    Return the total number of commands in this Redis server.",
+                    "LIST",
+                    "    Return a list of all commands in this Redis server.",
+                    "INFO [<command-name> ...]",
+                    "    Return details about multiple Redis commands.",
+                    "DOCS [<command-name> ...]",
+                    "    Return documentation details about multiple Redis commands.",
+                    "HELP",
+                    "    Prints this help.",
+                ];
+                out.array(lines.len());
+                for l in lines {
+                    out.simple(l);
+                }
+            }
+        }
+    }
+}
+
+/// A command ("get") or subcommand ("config|get") by name.
+fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    let mut parts = name.splitn(2, |&c| c == b'|');
+    let top = lookup(parts.next().unwrap_or_default())?.spec;
+    match parts.next() {
+        None => Some(top),
+        Some(sub) => lookup_sub(top, sub),
+    }
+}
+
+fn info(spec: &CommandSpec, out: &mut Reply) {
+    out.array(10);
+    out.bulk(spec.name.as_bytes());
+    out.int(spec.arity as i64);
+    out.set(spec.flags.len());
+    for f in spec.flags {
+        out.simple(f);
+    }
+    out.int(spec.first_key as i64);
+    out.int(spec.last_key as i64);
+    out.int(spec.step as i64);
+    out.set(spec.acl.len());
+    for a in spec.acl {
+        out.simple(a);
+    }
+    out.set(0);
+    out.array(0);
+    out.array(spec.subcommands.len());
+    for s in spec.subcommands {
+        info(s, out);
+    }
+}
+
+fn docs(spec: &CommandSpec, out: &mut Reply) {
+    let has_subs = !spec.subcommands.is_empty();
+    out.map(4 + has_subs as usize);
+    for (k, v) in
+        [("summary", spec.summary), ("since", spec.since), ("group", spec.group), ("complexity", spec.complexity)]
+    {
+        out.bulk(k.as_bytes());
+        out.bulk(v.as_bytes());
+    }
+    if has_subs {
+        out.bulk(b"subcommands");
+        out.map(spec.subcommands.len());
+        for s in spec.subcommands {
+            out.bulk(s.name.as_bytes());
+            docs(s, out);
+        }
+    }
+}
+
+pub fn run(args: Args<'_>, _: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Command::parse(args)?.apply(out);
+    Ok(())
+}

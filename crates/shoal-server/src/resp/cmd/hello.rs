@@ -1,0 +1,99 @@
+//! HELLO [protover [AUTH username password] [SETNAME clientname]]: switches
+//! the connection to RESP2 or RESP3 and replies with a map describing the
+//! server (server, version, proto, id, mode, role, modules).
+//!
+//! Shoal has no users: AUTH succeeds for the user "default" with any
+//! password, like a Redis without `requirepass`, and fails for any other.
+
+use super::{is, CommandSpec};
+use crate::resp::cmd::info::REDIS_VERSION;
+use crate::resp::frame::{parse_i64, Args};
+use crate::resp::reply::{ErrorReply, Protocol, Reply};
+use crate::resp::session::Session;
+
+pub static SPEC: CommandSpec = CommandSpec {
+    name: "hello",
+    arity: -1,
+    flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+    acl: &["@fast", "@connection"],
+    group: "connection",
+    since: "6.0.0",
+    summary: "Handshake with Redis",
+    ..CommandSpec::BASE
+};
+
+struct Hello<'a> {
+    proto: Option<Protocol>,
+    setname: Option<&'a [u8]>,
+}
+
+impl<'a> Hello<'a> {
+    fn parse(args: Args<'a>) -> Result<Hello<'a>, ErrorReply> {
+        let mut hello = Hello { proto: None, setname: None };
+        if args.len() >= 2 {
+            let v = parse_i64(args.get(1))
+                .ok_or(ErrorReply::new("ERR Protocol version is not an integer or out of range"))?;
+            hello.proto = Some(match v {
+                2 => Protocol::Resp2,
+                3 => Protocol::Resp3,
+                _ => return Err(ErrorReply::new("NOPROTO unsupported protocol version")),
+            });
+        }
+        let mut user = None;
+        let mut i = 2;
+        while i < args.len() {
+            let more = args.len() - 1 - i;
+            let opt = args.get(i);
+            if is(opt, "AUTH") && more >= 2 {
+                user = Some(args.get(i + 1));
+                i += 3;
+            } else if is(opt, "SETNAME") && more >= 1 {
+                hello.setname = Some(args.get(i + 1));
+                i += 2;
+            } else {
+                return Err(ErrorReply::owned([b"ERR Syntax error in HELLO option '".as_slice(), opt, b"'"].concat()));
+            }
+        }
+        if user.is_some_and(|u| u != b"default") {
+            return Err(ErrorReply::new("WRONGPASS invalid username-password pair or user is disabled."));
+        }
+        if let Some(name) = hello.setname {
+            if !name.iter().all(|c| (b'!'..=b'~').contains(c)) {
+                return Err(ErrorReply::new("ERR Client names cannot contain spaces, newlines or special characters."));
+            }
+        }
+        Ok(hello)
+    }
+
+    fn apply(self, session: &mut Session, out: &mut Reply) {
+        if let Some(name) = self.setname {
+            session.name = (!name.is_empty()).then(|| name.to_vec());
+        }
+        if let Some(p) = self.proto {
+            session.proto = p;
+        }
+        // The reply already uses the new protocol.
+        out.set_protocol(session.proto);
+        let reply = out;
+        reply.map(7);
+        reply.bulk(b"server");
+        reply.bulk(b"redis");
+        reply.bulk(b"version");
+        reply.bulk(REDIS_VERSION.as_bytes());
+        reply.bulk(b"proto");
+        reply.int(session.proto.version());
+        reply.bulk(b"id");
+        reply.int(session.id as i64);
+        reply.bulk(b"mode");
+        reply.bulk(b"standalone");
+        reply.bulk(b"role");
+        reply.bulk(b"master");
+        reply.bulk(b"modules");
+        reply.array(0);
+    }
+}
+
+pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Hello::parse(args)?.apply(session, out);
+    Ok(())
+}

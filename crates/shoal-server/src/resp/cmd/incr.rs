@@ -1,0 +1,93 @@
+//! INCR key, INCRBY key delta, DECR key, DECRBY key delta: the value read as
+//! a decimal 64-bit integer (a missing key is 0), changed by the delta and
+//! stored back as decimal; the reply is the new value.
+//!
+//! Values and deltas must be integers as Redis writes them ("-12", never
+//! "+12", "012" or " 12"), else "ERR value is not an integer or out of
+//! range"; a result outside i64 is "ERR increment or decrement would
+//! overflow". Atomic: a versioned read-modify-write ([`Db::update`]).
+//!
+//! [`Db::update`]: crate::resp::db::Db::update
+
+use super::{CommandSpec, NOT_AN_INTEGER};
+use crate::resp::db::Update;
+use crate::resp::frame::{parse_i64, Args};
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+
+const BASE: CommandSpec = CommandSpec {
+    name: "incr",
+    arity: 2,
+    flags: &["write", "denyoom", "fast"],
+    first_key: 1,
+    last_key: 1,
+    step: 1,
+    acl: &["@write", "@string", "@fast"],
+    group: "string",
+    summary: "Increment the integer value of a key by one",
+    ..CommandSpec::BASE
+};
+
+pub static INCR: CommandSpec = BASE;
+pub static INCRBY: CommandSpec = CommandSpec {
+    name: "incrby",
+    arity: 3,
+    summary: "Increment the integer value of a key by the given amount",
+    ..BASE
+};
+pub static DECR: CommandSpec =
+    CommandSpec { name: "decr", summary: "Decrement the integer value of a key by one", ..BASE };
+pub static DECRBY: CommandSpec = CommandSpec {
+    name: "decrby",
+    arity: 3,
+    summary: "Decrement the integer value of a key by the given number",
+    ..BASE
+};
+
+const OVERFLOW: ErrorReply = ErrorReply::new("ERR increment or decrement would overflow");
+
+struct Incr<'a> {
+    key: &'a [u8],
+    delta: i64,
+}
+
+impl<'a> Incr<'a> {
+    fn parse(args: Args<'a>, sign: i64, explicit: bool) -> Result<Incr<'a>, ErrorReply> {
+        let delta = if explicit { parse_i64(args.get(2)).ok_or(NOT_AN_INTEGER)? } else { 1 };
+        if sign < 0 && delta == i64::MIN {
+            return Err(ErrorReply::new("ERR decrement would overflow"));
+        }
+        Ok(Incr { key: args.get(1), delta: delta * sign })
+    }
+
+    fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
+        let mut scratch = std::mem::take(&mut session.scratch);
+        let result = session.db().update(self.key, &mut scratch, |current| {
+            let old = match current {
+                None => 0,
+                Some(v) => parse_i64(v).ok_or(NOT_AN_INTEGER)?,
+            };
+            let new = old.checked_add(self.delta).ok_or(OVERFLOW)?;
+            Ok(Update::Write(new.to_string().into_bytes(), new))
+        });
+        session.scratch = scratch;
+        out.int(result?);
+        Ok(())
+    }
+}
+
+pub fn run_incr(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Incr::parse(args, 1, false)?.apply(session, out)
+}
+
+pub fn run_incrby(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Incr::parse(args, 1, true)?.apply(session, out)
+}
+
+pub fn run_decr(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Incr::parse(args, -1, false)?.apply(session, out)
+}
+
+pub fn run_decrby(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Incr::parse(args, -1, true)?.apply(session, out)
+}

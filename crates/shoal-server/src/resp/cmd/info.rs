@@ -1,0 +1,200 @@
+//! INFO [section ...]: "field:value" lines under "# Section" headers, as
+//! Redis writes them. Sections: server, clients, memory, persistence, stats,
+//! replication, keyspace, and shoal (the store's own statistics: memory
+//! and log utilisation, cleaner, write cost, ...). "default", "all" and
+//! "everything" name them all; unknown sections are left out. RESP3 sends
+//! the text as a verbatim string.
+
+use super::CommandSpec;
+use crate::context::{ServerContext, ServerStats};
+use crate::resp::db::{table_name, DATABASES};
+use crate::resp::frame::Args;
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+use std::fmt::Write;
+
+pub static SPEC: CommandSpec = CommandSpec {
+    name: "info",
+    arity: -1,
+    flags: &["loading", "stale"],
+    acl: &["@slow", "@dangerous"],
+    group: "server",
+    summary: "Get information and statistics about the server",
+    ..CommandSpec::BASE
+};
+
+/// The version of Redis whose behaviour this front end follows.
+pub const REDIS_VERSION: &str = "7.0.0";
+
+const SECTIONS: [&str; 8] = ["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];
+
+struct Info {
+    sections: Vec<&'static str>,
+}
+
+impl Info {
+    fn parse(args: Args<'_>) -> Info {
+        let mut sections: Vec<&'static str> = Vec::new();
+        if args.len() == 1 {
+            sections.extend(SECTIONS);
+        }
+        for a in args.iter().skip(1) {
+            if ["default", "all", "everything"].iter().any(|w| a.eq_ignore_ascii_case(w.as_bytes())) {
+                sections.extend(SECTIONS);
+            } else if let Some(s) = SECTIONS.iter().find(|s| a.eq_ignore_ascii_case(s.as_bytes())) {
+                sections.push(s);
+            }
+        }
+        let mut ordered: Vec<&'static str> = SECTIONS.into_iter().filter(|s| sections.contains(s)).collect();
+        ordered.dedup();
+        Info { sections: ordered }
+    }
+
+    fn apply(self, session: &mut Session, out: &mut Reply) {
+        let mut text = String::new();
+        for (i, s) in self.sections.iter().enumerate() {
+            if i > 0 {
+                text.push_str("\r\n");
+            }
+            section(&session.ctx, s, &mut text);
+        }
+        out.verbatim(text.as_bytes());
+    }
+}
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        n if n >= 1 << 30 => format!("{:.2}G", b / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.2}M", b / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.2}K", b / 1024.0),
+        n => format!("{n}B"),
+    }
+}
+
+fn section(ctx: &ServerContext, name: &str, t: &mut String) {
+    let st = &ctx.stats;
+    let get = ServerStats::get;
+    let c = &ctx.config;
+    macro_rules! line {
+        ($($arg:tt)*) => {{ let _ = write!(t, $($arg)*); t.push_str("\r\n"); }};
+    }
+    match name {
+        "server" => {
+            let up = ctx.uptime().as_secs();
+            line!("# Server");
+            line!("redis_version:{REDIS_VERSION}");
+            line!("shoal_version:{}", env!("CARGO_PKG_VERSION"));
+            line!("redis_mode:standalone");
+            line!("os:{} {}", std::env::consts::OS, std::env::consts::ARCH);
+            line!("arch_bits:{}", usize::BITS);
+            line!("multiplexing_api:epoll");
+            line!("process_id:{}", std::process::id());
+            line!("tcp_port:{}", c.resp_port);
+            line!("native_port:{}", c.native_port);
+            line!("uptime_in_seconds:{up}");
+            line!("uptime_in_days:{}", up / 86400);
+            line!("io_threads_active:0");
+            line!("worker_threads:{}", crate::server::WORKER_THREADS);
+        }
+        "clients" => {
+            line!("# Clients");
+            line!("connected_clients:{}", get(&st.connections_current));
+            line!("maxclients:{}", c.max_connections);
+            line!("client_recent_max_input_buffer:{}", c.request_buffer_size.0);
+            line!("client_recent_max_output_buffer:{}", c.reply_buffer_size.0);
+            line!("blocked_clients:0");
+        }
+        "memory" => {
+            let s = ctx.store.stats();
+            let used = s.seglets_in_use * s.seglet_bytes + s.hash_table_bytes;
+            line!("# Memory");
+            line!("used_memory:{used}");
+            line!("used_memory_human:{}", human(used));
+            line!("used_memory_dataset:{}", s.live_bytes);
+            line!("used_memory_dataset_human:{}", human(s.live_bytes));
+            line!("maxmemory:{}", s.memory_bytes);
+            line!("maxmemory_human:{}", human(s.memory_bytes));
+            line!("maxmemory_policy:noeviction");
+            line!("mem_allocator:shoal-log");
+        }
+        "persistence" => {
+            line!("# Persistence");
+            line!("loading:0");
+            line!("rdb_changes_since_last_save:0");
+            line!("rdb_bgsave_in_progress:0");
+            line!("aof_enabled:0");
+            line!("aof_rewrite_in_progress:0");
+        }
+        "stats" => {
+            line!("# Stats");
+            line!("total_connections_received:{}", get(&st.connections_total));
+            line!("total_commands_processed:{}", get(&st.commands));
+            line!("total_net_input_bytes:{}", get(&st.bytes_in));
+            line!("total_net_output_bytes:{}", get(&st.bytes_out));
+            line!("rejected_connections:{}", get(&st.connections_rejected));
+            line!("client_output_buffer_limit_disconnections:{}", get(&st.reply_overflows));
+            line!("client_idle_timeout_disconnections:{}", get(&st.idle_timeouts));
+            line!("total_error_replies:0");
+            line!("protocol_errors:{}", get(&st.protocol_errors));
+            line!("keyspace_hits:{}", get(&st.keyspace_hits));
+            line!("keyspace_misses:{}", get(&st.keyspace_misses));
+            line!("expired_keys:0");
+            line!("evicted_keys:0");
+        }
+        "replication" => {
+            line!("# Replication");
+            line!("role:master");
+            line!("connected_slaves:0");
+        }
+        "keyspace" => {
+            line!("# Keyspace");
+            for db in 0..DATABASES {
+                if let Some(table) = ctx.tables.lookup(table_name(db)) {
+                    match ctx.tables.len(table) {
+                        Ok(0) | Err(_) => {}
+                        Ok(n) => line!("db{db}:keys={n},expires=0,avg_ttl=0"),
+                    }
+                }
+            }
+        }
+        "shoal" => {
+            let s = ctx.store.stats();
+            line!("# Shoal");
+            line!("memory_bytes:{}", s.memory_bytes);
+            line!("segment_bytes:{}", s.segment_bytes);
+            line!("seglet_bytes:{}", s.seglet_bytes);
+            line!("seglets_total:{}", s.seglets_total);
+            line!("seglets_free:{}", s.seglets_free);
+            line!("seglets_in_use:{}", s.seglets_in_use);
+            line!("segments_in_log:{}", s.segments_in_log);
+            line!("objects:{}", s.objects);
+            line!("live_bytes:{}", s.live_bytes);
+            line!("live_key_value_bytes:{}", s.live_key_value_bytes);
+            line!("tombstone_bytes:{}", s.tombstone_bytes);
+            line!("memory_utilisation:{:.4}", s.memory_utilisation);
+            line!("log_utilisation:{:.4}", s.log_utilisation);
+            line!("hash_table_bytes:{}", s.hash_table_bytes);
+            line!("store_reads:{}", s.reads);
+            line!("store_writes:{}", s.writes);
+            line!("store_removes:{}", s.removes);
+            line!("out_of_memory_refusals:{}", s.out_of_memory);
+            line!("cleaner_compactions:{}", s.compactions);
+            line!("cleaner_combined_passes:{}", s.combined_passes);
+            line!("cleaner_segments_compacted:{}", s.segments_compacted);
+            line!("cleaner_segments_cleaned:{}", s.segments_cleaned);
+            line!("cleaner_tombstone_scans:{}", s.tombstone_scans);
+            line!("cleaner_bytes_relocated:{}", s.bytes_relocated);
+            line!("cleaner_seglets_freed:{}", s.seglets_freed);
+            line!("cleaner_ms:{}", s.cleaning_ms);
+            line!("write_cost:{:.4}", s.write_cost);
+            line!("tables:{}", ctx.tables.list().len());
+        }
+        _ => {}
+    }
+}
+
+pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Info::parse(args).apply(session, out);
+    Ok(())
+}

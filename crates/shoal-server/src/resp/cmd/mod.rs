@@ -1,0 +1,235 @@
+//! The command table: every supported command's description (name, arity,
+//! flags, keys, documentation: what COMMAND and COMMAND DOCS report) and
+//! the function that runs it.
+//!
+//! Each command lives in its own file, which holds both directions: parsing
+//! its arguments into a typed command (rejecting what Redis rejects, with
+//! Redis's error text) and applying it to the database, encoding the reply.
+//! The dispatcher checks the arity before a command's parser runs, so a
+//! parser may index arguments within its arity.
+
+use crate::resp::frame::Args;
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+
+mod append;
+mod client;
+mod command;
+mod config;
+mod dbsize;
+mod del;
+mod echo;
+mod exists;
+mod flushdb;
+mod get;
+mod getset;
+mod hello;
+mod incr;
+mod info;
+mod mget;
+mod mset;
+mod msetnx;
+mod ping;
+mod quit;
+mod scan;
+mod select;
+mod set;
+mod setnx;
+mod strlen;
+
+/// What COMMAND and COMMAND DOCS say about a command.
+pub struct CommandSpec {
+    /// Lower case, as Redis names it (subcommands: "config|get").
+    pub name: &'static str,
+    /// Redis's arity: n means exactly n arguments (name included), -n at least n.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub acl: &'static [&'static str],
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    pub subcommands: &'static [CommandSpec],
+}
+
+impl CommandSpec {
+    /// A spec with no keys, flags or subcommands, for `..CommandSpec::BASE`.
+    pub const BASE: CommandSpec = CommandSpec {
+        name: "",
+        arity: 1,
+        flags: &[],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl: &[],
+        group: "generic",
+        since: "1.0.0",
+        summary: "",
+        complexity: "O(1)",
+        subcommands: &[],
+    };
+
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let a = self.arity as i64;
+        if a >= 0 {
+            argc == a
+        } else {
+            argc >= -a
+        }
+    }
+}
+
+/// Runs a command: parses `args` (whose arity was checked), applies it and
+/// writes its reply, or returns the error to reply with.
+pub type RunFn = fn(Args<'_>, &mut Session, &mut Reply<'_>) -> Result<(), ErrorReply>;
+
+pub struct Entry {
+    pub spec: &'static CommandSpec,
+    pub run: RunFn,
+}
+
+/// Every supported command. Any other gets the unknown-command error.
+pub static COMMANDS: &[Entry] = &[
+    Entry { spec: &get::SPEC, run: get::run },
+    Entry { spec: &set::SPEC, run: set::run },
+    Entry { spec: &incr::INCR, run: incr::run_incr },
+    Entry { spec: &mget::SPEC, run: mget::run },
+    Entry { spec: &mset::SPEC, run: mset::run },
+    Entry { spec: &ping::SPEC, run: ping::run },
+    Entry { spec: &del::DEL, run: del::run },
+    Entry { spec: &del::UNLINK, run: del::run },
+    Entry { spec: &exists::SPEC, run: exists::run },
+    Entry { spec: &incr::INCRBY, run: incr::run_incrby },
+    Entry { spec: &incr::DECR, run: incr::run_decr },
+    Entry { spec: &incr::DECRBY, run: incr::run_decrby },
+    Entry { spec: &append::SPEC, run: append::run },
+    Entry { spec: &strlen::SPEC, run: strlen::run },
+    Entry { spec: &setnx::SPEC, run: setnx::run },
+    Entry { spec: &getset::SPEC, run: getset::run },
+    Entry { spec: &msetnx::SPEC, run: msetnx::run },
+    Entry { spec: &echo::SPEC, run: echo::run },
+    Entry { spec: &scan::SPEC, run: scan::run },
+    Entry { spec: &dbsize::SPEC, run: dbsize::run },
+    Entry { spec: &select::SPEC, run: select::run },
+    Entry { spec: &flushdb::SPEC, run: flushdb::run },
+    Entry { spec: &info::SPEC, run: info::run },
+    Entry { spec: &config::SPEC, run: config::run },
+    Entry { spec: &client::SPEC, run: client::run },
+    Entry { spec: &hello::SPEC, run: hello::run },
+    Entry { spec: &command::SPEC, run: command::run },
+    Entry { spec: &quit::SPEC, run: quit::run },
+];
+
+/// The entry for a command name, in any case.
+pub fn lookup(name: &[u8]) -> Option<&'static Entry> {
+    COMMANDS.iter().find(|e| e.spec.name.len() == name.len() && e.spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The spec of a subcommand of `parent`, in any case.
+pub fn lookup_sub(parent: &'static CommandSpec, name: &[u8]) -> Option<&'static CommandSpec> {
+    parent.subcommands.iter().find(|s| {
+        let sub = s.name.split_once('|').map_or(s.name, |(_, sub)| sub);
+        sub.as_bytes().eq_ignore_ascii_case(name)
+    })
+}
+
+/// Redis's arity error: "ERR wrong number of arguments for 'get' command".
+pub fn wrong_arity(name: &str) -> ErrorReply {
+    ErrorReply::owned(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+pub const SYNTAX_ERROR: ErrorReply = ErrorReply::new("ERR syntax error");
+pub const NOT_AN_INTEGER: ErrorReply = ErrorReply::new("ERR value is not an integer or out of range");
+
+/// Redis's text for an unknown command: its name and the start of its
+/// arguments, each quoted and cut as Redis cuts them (at 128 bytes, at a NUL).
+pub fn unknown_command(args: Args<'_>) -> ErrorReply {
+    let mut text = b"ERR unknown command '".to_vec();
+    text.extend_from_slice(c_string(args.get(0), 128));
+    text.extend_from_slice(b"', with args beginning with: ");
+    let mut listed = Vec::new();
+    for a in args.iter().skip(1) {
+        if listed.len() >= 128 {
+            break;
+        }
+        let room = 128 - listed.len();
+        listed.push(b'\'');
+        listed.extend_from_slice(c_string(a, room));
+        listed.extend_from_slice(b"' ");
+    }
+    text.extend_from_slice(&listed);
+    ErrorReply::owned(text)
+}
+
+/// Redis's text for an unknown subcommand: "ERR unknown subcommand 'x'. Try CONFIG HELP."
+pub fn unknown_subcommand(args: Args<'_>) -> ErrorReply {
+    let mut text = b"ERR unknown subcommand '".to_vec();
+    text.extend_from_slice(c_string(args.get(1), 128));
+    text.extend_from_slice(b"'. Try ");
+    text.extend_from_slice(&args.get(0).to_ascii_uppercase());
+    text.extend_from_slice(b" HELP.");
+    ErrorReply::owned(text)
+}
+
+/// `s` as C's "%.{max}s" prints it: up to the first NUL, at most `max` bytes.
+fn c_string(s: &[u8], max: usize) -> &[u8] {
+    let s = s.split(|&c| c == 0).next().unwrap_or(s);
+    &s[..s.len().min(max)]
+}
+
+/// Whether `arg` is `word`, ignoring ASCII case.
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args_of(words: &[&[u8]]) -> (Vec<u8>, Vec<(usize, usize)>) {
+        let mut data = Vec::new();
+        let mut spans = Vec::new();
+        for w in words {
+            spans.push((data.len(), data.len() + w.len()));
+            data.extend_from_slice(w);
+        }
+        (data, spans)
+    }
+
+    #[test]
+    fn unknown_command_text_matches_redis() {
+        let (d, s) = args_of(&[b"foo"]);
+        assert_eq!(unknown_command(Args::new(&d, &s)).text(), b"ERR unknown command 'foo', with args beginning with: ");
+        let (d, s) = args_of(&[b"foo", b"a", b"b\0c"]);
+        assert_eq!(
+            unknown_command(Args::new(&d, &s)).text(),
+            b"ERR unknown command 'foo', with args beginning with: 'a' 'b' "
+        );
+        let long = [b'x'; 200];
+        let (d, s) = args_of(&[b"foo", &long, b"next"]);
+        let t = unknown_command(Args::new(&d, &s));
+        assert!(t.text().ends_with(&[[b'x'; 128].as_slice(), b"' "].concat()));
+    }
+
+    #[test]
+    fn every_command_is_found_in_any_case_and_names_are_unique() {
+        for e in COMMANDS {
+            assert!(lookup(e.spec.name.as_bytes()).is_some());
+            assert!(lookup(e.spec.name.to_uppercase().as_bytes()).is_some());
+            assert_eq!(COMMANDS.iter().filter(|o| o.spec.name == e.spec.name).count(), 1);
+        }
+        assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn arity_follows_redis_convention() {
+        let exact = CommandSpec { arity: 2, ..CommandSpec::BASE };
+        assert!(exact.arity_ok(2) && !exact.arity_ok(1) && !exact.arity_ok(3));
+        let at_least = CommandSpec { arity: -2, ..CommandSpec::BASE };
+        assert!(at_least.arity_ok(2) && at_least.arity_ok(5) && !at_least.arity_ok(1));
+    }
+}

@@ -1,0 +1,42 @@
+//! SELECT index: makes database `index` (0..15, a table named "db{index}")
+//! the connection's; "+OK".
+
+use super::{CommandSpec, NOT_AN_INTEGER};
+use crate::resp::db::DATABASES;
+use crate::resp::frame::{parse_i64, Args};
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+
+pub static SPEC: CommandSpec = CommandSpec {
+    name: "select",
+    arity: 2,
+    flags: &["loading", "stale", "fast"],
+    acl: &["@keyspace", "@fast"],
+    group: "connection",
+    summary: "Change the selected database for the current connection",
+    ..CommandSpec::BASE
+};
+
+struct Select {
+    index: usize,
+}
+
+impl Select {
+    fn parse(args: Args<'_>) -> Result<Select, ErrorReply> {
+        let n = parse_i64(args.get(1)).filter(|n| i32::try_from(*n).is_ok()).ok_or(NOT_AN_INTEGER)?;
+        match usize::try_from(n) {
+            Ok(index) if index < DATABASES => Ok(Select { index }),
+            _ => Err(ErrorReply::new("ERR DB index is out of range")),
+        }
+    }
+
+    fn apply(self, session: &mut Session, out: &mut Reply) {
+        session.db = self.index;
+        out.ok();
+    }
+}
+
+pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Select::parse(args)?.apply(session, out);
+    Ok(())
+}

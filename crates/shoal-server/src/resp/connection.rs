@@ -1,0 +1,229 @@
+//! One RESP connection: read what the client sent, execute every complete
+//! request in it, answer them all with one write.
+//!
+//! Bounds, per connection:
+//! * received bytes not yet executed: at most `request_buffer_size` (the
+//!   socket is not read while the buffer is full; the buffer then always
+//!   holds a complete request, since one may not exceed `max_request_size`);
+//! * replies not yet taken by the client: past `reply_buffer_size` the
+//!   client is disconnected (it pipelines without reading its replies);
+//! * time: no progress (nothing read, nothing of the replies sent) for the
+//!   idle timeout closes the connection, whether it is idle, stalled in the
+//!   middle of a request, or not reading.
+//!
+//! A protocol error (malformed or oversized request) is answered with its
+//! error, then the connection closes, as in Redis. Reading and writing are
+//! concurrent, so a client that sends a long pipeline before reading
+//! anything is served (within the reply bound).
+
+use crate::context::{ServerContext, ServerStats};
+use crate::listener::Connection;
+use crate::resp::frame::{self, Args, Limits};
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+use bytes::{Buf, BytesMut};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::debug;
+
+/// Longest a connection keeps trying to send its last replies once it is
+/// closing (QUIT, protocol error, shutdown).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Buffers larger than this are released once empty.
+const KEEP_BUFFER: usize = 64 * 1024;
+/// Smallest read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why a connection ended, for the log.
+#[derive(Debug)]
+enum End {
+    Closed,
+    Quit,
+    ProtocolError,
+    ReplyOverflow,
+    Idle,
+    Shutdown,
+    Io(std::io::Error),
+}
+
+pub(crate) async fn serve(stream: TcpStream, conn: Connection) {
+    let id = conn.id;
+    let mut c = Conn::new(conn);
+    match c.run(stream).await {
+        End::Io(e) => debug!("resp connection {id} ended: i/o error: {e}"),
+        end => debug!("resp connection {id} ended: {end:?}"),
+    }
+}
+
+struct Conn {
+    ctx: Arc<ServerContext>,
+    session: Session,
+    limits: Limits,
+    request_limit: usize,
+    reply_limit: usize,
+    input: BytesMut,
+    output: BytesMut,
+    spans: Vec<(usize, usize)>,
+    inline: Vec<u8>,
+    _conn: Connection,
+}
+
+impl Conn {
+    fn new(conn: Connection) -> Conn {
+        let ctx = conn.ctx.clone();
+        let cfg = &ctx.config;
+        let store = ctx.store.config();
+        let limits = Limits::new(cfg.max_request_size.0 as usize, store.max_value_bytes, store.max_key_bytes);
+        Conn {
+            session: Session::new(ctx.clone(), conn.id, conn.peer),
+            limits,
+            request_limit: cfg.request_buffer_size.0 as usize,
+            reply_limit: cfg.reply_buffer_size.0 as usize,
+            input: BytesMut::new(),
+            output: BytesMut::new(),
+            spans: Vec::new(),
+            inline: Vec::new(),
+            ctx,
+            _conn: conn,
+        }
+    }
+
+    async fn run(&mut self, stream: TcpStream) -> End {
+        let (mut rd, mut wr) = stream.into_split();
+        let mut shutdown = self.ctx.shutdown_signal();
+        let idle = self.ctx.config.idle_timeout();
+        let far = Duration::from_secs(86400 * 365);
+        let mut last_progress = Instant::now();
+        // Closing: no more reading; the replies owed are sent until this instant.
+        let mut closing: Option<(End, Instant)> = None;
+        let timer = tokio::time::sleep(idle.unwrap_or(far));
+        tokio::pin!(timer);
+        loop {
+            if closing.is_some() && self.output.is_empty() {
+                let _ = wr.shutdown().await;
+                return closing.map_or(End::Closed, |(end, _)| end);
+            }
+            let can_read = closing.is_none() && self.input.len() < self.request_limit;
+            if can_read {
+                let room = self.request_limit - self.input.len();
+                if self.input.capacity() - self.input.len() < READ_CHUNK.min(room) {
+                    self.input.reserve(READ_CHUNK.max(self.input.len()).min(room));
+                }
+            }
+            tokio::select! {
+                biased;
+                r = wr.write(&self.output), if !self.output.is_empty() => match r {
+                    Ok(0) => return End::Closed,
+                    Ok(n) => {
+                        ServerStats::add(&self.ctx.stats.bytes_out, n as u64);
+                        self.output.advance(n);
+                        if self.output.is_empty() && self.output.capacity() > KEEP_BUFFER {
+                            self.output = BytesMut::new();
+                        }
+                        last_progress = Instant::now();
+                    }
+                    Err(e) => return End::Io(e),
+                },
+                _ = shutdown.wait_for(|s| *s), if closing.is_none() => {
+                    closing = Some((End::Shutdown, Instant::now() + CLOSE_GRACE));
+                    timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                }
+                r = rd.read_buf(&mut self.input), if can_read => match r {
+                    Ok(0) => closing = Some((End::Closed, Instant::now() + CLOSE_GRACE)),
+                    Ok(n) => {
+                        ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
+                        last_progress = Instant::now();
+                        if let Some(end) = self.execute() {
+                            if matches!(end, End::ReplyOverflow) {
+                                return end;
+                            }
+                            closing = Some((end, Instant::now() + CLOSE_GRACE));
+                            timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                        }
+                    }
+                    Err(e) => return End::Io(e),
+                },
+                _ = &mut timer => {
+                    let now = Instant::now();
+                    match closing.take() {
+                        Some((end, until)) if now >= until => return end,
+                        Some((end, until)) => {
+                            timer.as_mut().reset(until);
+                            closing = Some((end, until));
+                        }
+                        None => match idle {
+                            Some(idle) if now >= last_progress + idle => {
+                                ServerStats::add(&self.ctx.stats.idle_timeouts, 1);
+                                return End::Idle;
+                            }
+                            Some(idle) => timer.as_mut().reset(last_progress + idle),
+                            None => timer.as_mut().reset(now + far),
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    /// Executes every complete request in the input buffer, appending the
+    /// replies to the output buffer. Returns why the connection must close,
+    /// if it must.
+    fn execute(&mut self) -> Option<End> {
+        let mut end = None;
+        loop {
+            let n = match frame::check(&self.input, &self.limits) {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(e) => {
+                    end = Some(self.protocol_error(e));
+                    break;
+                }
+            };
+            match frame::parse(&self.input[..n], &mut self.spans, &mut self.inline) {
+                Ok(data) => {
+                    let args = Args::new(data, &self.spans);
+                    if !args.is_empty() {
+                        self.session.execute(args, &mut self.output);
+                    }
+                }
+                Err(e) => {
+                    self.input.advance(n);
+                    end = Some(self.protocol_error(e));
+                    break;
+                }
+            }
+            self.input.advance(n);
+            if self.output.len() > self.reply_limit {
+                ServerStats::add(&self.ctx.stats.reply_overflows, 1);
+                debug!(
+                    "resp connection {}: {} bytes of unread replies, over the limit of {}: closing",
+                    self.session.id,
+                    self.output.len(),
+                    self.reply_limit
+                );
+                return Some(End::ReplyOverflow);
+            }
+            if self.session.quit {
+                end = Some(End::Quit);
+                break;
+            }
+        }
+        if self.input.is_empty() && self.input.capacity() > KEEP_BUFFER {
+            self.input = BytesMut::new();
+        }
+        if self.inline.capacity() > KEEP_BUFFER {
+            self.inline = Vec::new();
+        }
+        end
+    }
+
+    fn protocol_error(&mut self, e: frame::FrameError) -> End {
+        ServerStats::add(&self.ctx.stats.protocol_errors, 1);
+        debug!("resp connection {} from {}: {e}", self.session.id, self.session.peer);
+        Reply::new(&mut self.output, self.session.proto).error(&ErrorReply::owned(e.to_string()));
+        End::ProtocolError
+    }
+}

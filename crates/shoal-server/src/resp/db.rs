@@ -1,0 +1,217 @@
+//! A Redis database as the commands see it: string keys and values of one
+//! Shoal table, named "db{n}" (created on the first write), over the store's
+//! public operations only.
+//!
+//! Read-modify-write commands (INCR, APPEND, SET GET, ...) go through
+//! [`Db::update`], which reads the value and its version and writes back
+//! only if the version is unchanged (or, for a missing key, if it is still
+//! missing), retrying otherwise: each such command is atomic.
+
+use crate::context::{ServerContext, ServerStats};
+use crate::resp::reply::ErrorReply;
+use shoal_engine::{EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
+
+/// Number of databases (SELECT 0..15), as in Redis.
+pub const DATABASES: usize = 16;
+
+const DB_NAMES: [&str; DATABASES] = [
+    "db0", "db1", "db2", "db3", "db4", "db5", "db6", "db7", "db8", "db9", "db10", "db11", "db12", "db13", "db14",
+    "db15",
+];
+
+/// The table name of database `index`.
+pub fn table_name(index: usize) -> &'static str {
+    DB_NAMES[index]
+}
+
+/// The error reply for a store error, in Redis's words where Redis has one.
+pub fn store_error(e: StoreError) -> ErrorReply {
+    match e {
+        StoreError::OutOfMemory => ErrorReply::new("OOM command not allowed when used memory > 'maxmemory'."),
+        StoreError::ValueTooLarge { .. } => {
+            ErrorReply::new("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+        }
+        StoreError::KeyTooLarge { max, .. } => {
+            ErrorReply::owned(format!("ERR key exceeds maximum allowed size ({max} bytes)"))
+        }
+        other => ErrorReply::owned(format!("ERR {other}")),
+    }
+}
+
+/// What an [`Db::update`] step decided.
+pub enum Update<T> {
+    /// Write this value, then return `T`.
+    Write(Vec<u8>, T),
+    /// Write nothing; return `T`.
+    Keep(T),
+}
+
+/// One database of one connection.
+pub struct Db<'a> {
+    ctx: &'a ServerContext,
+    index: usize,
+}
+
+impl<'a> Db<'a> {
+    pub fn new(ctx: &'a ServerContext, index: usize) -> Db<'a> {
+        Db { ctx, index }
+    }
+
+    /// The table, if it was ever written.
+    pub fn table(&self) -> Option<TableId> {
+        self.ctx.tables.lookup(table_name(self.index))
+    }
+
+    fn table_for_write(&self) -> TableId {
+        self.ctx.tables.create(table_name(self.index))
+    }
+
+    fn count(&self, found: bool) {
+        let s = &self.ctx.stats;
+        ServerStats::add(if found { &s.keyspace_hits } else { &s.keyspace_misses }, 1);
+    }
+
+    /// Reads `key`'s value into `out`; `Ok(None)` if it does not exist.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Version>, ErrorReply> {
+        let Some(t) = self.table() else {
+            self.count(false);
+            return Ok(None);
+        };
+        match self.ctx.store.read_into(t, key, RejectRules::default(), out) {
+            Ok(v) => {
+                self.count(true);
+                Ok(Some(v))
+            }
+            // A key too long to be stored cannot exist.
+            Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
+                self.count(false);
+                Ok(None)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    pub fn exists(&self, key: &[u8], scratch: &mut Vec<u8>) -> Result<bool, ErrorReply> {
+        Ok(self.get_into(key, scratch)?.is_some())
+    }
+
+    /// Writes `key` under `rules`; `Ok(false)` if a rule refused it.
+    pub fn write(&self, key: &[u8], value: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
+        let t = self.table_for_write();
+        match self.ctx.store.write(t, key, value, rules) {
+            Ok(_) => Ok(true),
+            Err(StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. }) => {
+                Ok(false)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Writes every (key, value) pair in order, as one append group where
+    /// the store can; the version of each written pair, `None` where a rule
+    /// refused it. On an error, pairs before it may have been written.
+    pub fn write_all(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<Vec<Option<Version>>, ErrorReply> {
+        let t = self.table_for_write();
+        let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
+        let mut written = Vec::with_capacity(ops.len());
+        for r in self.ctx.store.multi_write(&ops) {
+            match r {
+                Ok(v) => written.push(Some(v)),
+                Err(
+                    StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. },
+                ) => written.push(None),
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Removes `key`; whether it existed.
+    pub fn remove(&self, key: &[u8]) -> Result<bool, ErrorReply> {
+        self.remove_if(key, RejectRules::default())
+    }
+
+    /// Removes `key` under `rules`; whether it existed and was removed.
+    pub fn remove_if(&self, key: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(false) };
+        match self.ctx.store.remove(t, key, rules) {
+            Ok(v) => Ok(v.is_some()),
+            Err(
+                StoreError::ObjectDoesntExist
+                | StoreError::UnknownTable(_)
+                | StoreError::KeyTooLarge { .. }
+                | StoreError::WrongVersion { .. },
+            ) => Ok(false),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Atomic read-modify-write of `key`: `step` sees the current value
+    /// (`None` if missing) and decides; a write happens only if nobody
+    /// changed the key in between, else `step` runs again on the new value.
+    pub fn update<T>(
+        &self,
+        key: &[u8],
+        scratch: &mut Vec<u8>,
+        mut step: impl FnMut(Option<&[u8]>) -> Result<Update<T>, ErrorReply>,
+    ) -> Result<T, ErrorReply> {
+        loop {
+            let version = self.get_into(key, scratch)?;
+            let decision = step(version.map(|_| scratch.as_slice()))?;
+            let (value, result) = match decision {
+                Update::Keep(r) => return Ok(r),
+                Update::Write(value, r) => (value, r),
+            };
+            let rules = match version {
+                Some(v) => RejectRules::version_is(v),
+                None => RejectRules::must_not_exist(),
+            };
+            if self.write(key, &value, rules)? {
+                return Ok(result);
+            }
+        }
+    }
+
+    /// Keys from `cursor` on, at least `count` unless the table ends (a few
+    /// more may come), bounded to about `max_bytes` of keys; and the cursor
+    /// to continue from (`None`: the end).
+    pub fn scan(&self, cursor: u64, count: usize, max_bytes: usize) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
+        let Some(t) = self.table() else { return Ok((Vec::new(), None)) };
+        let mut keys = Vec::new();
+        let mut bytes = 0;
+        let mut next = Some(EnumCursor(cursor));
+        // Small steps, so that large values are never copied by the hundred.
+        while let Some(c) = next {
+            if keys.len() >= count || bytes >= max_bytes {
+                break;
+            }
+            let (objects, n) = match self.ctx.store.enumerate(t, c, 8) {
+                Ok(x) => x,
+                Err(StoreError::UnknownTable(_)) => (Vec::new(), None),
+                Err(e) => return Err(store_error(e)),
+            };
+            for o in objects {
+                bytes += o.key.len();
+                keys.push(o.key);
+            }
+            next = n;
+        }
+        Ok((keys, next.map(|c| c.0)))
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> Result<u64, ErrorReply> {
+        match self.table() {
+            None => Ok(0),
+            Some(t) => self.ctx.tables.len(t).map_err(store_error),
+        }
+    }
+
+    /// Removes every key (not atomically: concurrent writes may survive).
+    pub fn clear(&self) -> Result<(), ErrorReply> {
+        match self.table() {
+            None => Ok(()),
+            Some(t) => self.ctx.tables.clear(t).map_err(store_error),
+        }
+    }
+}

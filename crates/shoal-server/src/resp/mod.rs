@@ -1,0 +1,47 @@
+//! The Redis protocol front end (RESP2, and RESP3 after `HELLO 3`), so that
+//! redis-cli, redis-benchmark and Redis client libraries work against Shoal.
+//!
+//! Layers, each seeing only the one below: `frame` (bytes to requests, two
+//! passes, bounded), `connection` (one client's read-execute-write loop and
+//! its limits), `session` (per-client state and dispatch), `cmd` (one file
+//! per command: parse, apply, reply), `db` (a Redis database over the
+//! store's public operations), `reply` (RESP2/RESP3 encoding), `glob`.
+//! Supported commands and options are listed in `docs/resp.md`.
+
+mod cmd;
+mod connection;
+mod db;
+pub mod frame;
+mod glob;
+mod reply;
+mod session;
+
+use crate::context::ServerContext;
+use crate::listener::{Connection, FrontEnd};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+/// The RESP listener's front end.
+pub struct RespFrontEnd;
+
+impl RespFrontEnd {
+    pub fn new(_ctx: &Arc<ServerContext>) -> RespFrontEnd {
+        RespFrontEnd
+    }
+}
+
+impl FrontEnd for RespFrontEnd {
+    fn name(&self) -> &'static str {
+        "resp"
+    }
+
+    fn refusal(&self) -> &'static [u8] {
+        b"-ERR max number of clients reached\r\n"
+    }
+
+    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(connection::serve(stream, conn))
+    }
+}

@@ -1,0 +1,201 @@
+//! A running server: its runtime, listeners and shutdown.
+//!
+//! Threading: one tokio multi-thread runtime with two worker threads serves
+//! every connection. A connection's task reads a batch of requests, executes
+//! them against the store and writes all their replies at once; tasks of
+//! different connections run on both workers (work stealing), so network I/O
+//! and execution are spread over both cores. Store operations are short and
+//! synchronous; a write that must wait for the cleaner blocks its worker for
+//! at most the store's `write_wait`, while the other worker keeps serving.
+//! Nothing polls when idle: an idle server sleeps in epoll.
+//!
+//! Shutdown (SIGINT/SIGTERM with [`Server::start_with_signals`], or
+//! [`Server::shutdown`]): listeners stop accepting, each connection stops
+//! reading, finishes the replies it owes and closes; the server waits up to
+//! [`SHUTDOWN_GRACE`] for them.
+
+use crate::config::{ConfigError, ServerConfig};
+use crate::context::ServerContext;
+use crate::listener::{self, ConnectionTracker};
+use crate::resp::RespFrontEnd;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+/// Longest a shutdown waits for connections to finish their replies.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Worker threads of the runtime.
+pub const WORKER_THREADS: usize = 2;
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Store(#[from] shoal_engine::ConfigError),
+    #[error("cannot listen on {addr} ({protocol}): {source}")]
+    Bind { protocol: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// The addresses a started server listens on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    pub resp: SocketAddr,
+    /// `None` until the native front end is part of the server.
+    pub native: Option<SocketAddr>,
+}
+
+/// A server running on its own runtime in a background thread.
+pub struct Server {
+    ctx: Arc<ServerContext>,
+    addrs: Addresses,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Validates `config`, creates the store, binds every listener and
+    /// starts serving; returns once the listeners are bound. Stops on
+    /// [`Server::shutdown`] or when dropped.
+    pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
+        Self::launch(config, false)
+    }
+
+    /// Like [`Server::start`], and also stops on SIGINT or SIGTERM.
+    pub fn start_with_signals(config: ServerConfig) -> Result<Server, ServerError> {
+        Self::launch(config, true)
+    }
+
+    fn launch(config: ServerConfig, signals: bool) -> Result<Server, ServerError> {
+        config.validate()?;
+        let ctx = Arc::new(ServerContext::new(config)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKER_THREADS)
+            .thread_name("shoal-worker")
+            .enable_all()
+            .build()
+            .map_err(ServerError::Runtime)?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let c = ctx.clone();
+        let thread = std::thread::Builder::new()
+            .name("shoal-server".into())
+            .spawn(move || {
+                runtime.block_on(serve(c, signals, ready_tx));
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })
+            .map_err(ServerError::Runtime)?;
+        match ready_rx.recv() {
+            Ok(Ok(addrs)) => Ok(Server { ctx, addrs, thread: Some(thread) }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(ServerError::Runtime(std::io::Error::other("server thread ended before it was ready")))
+            }
+        }
+    }
+
+    pub fn addresses(&self) -> Addresses {
+        self.addrs
+    }
+
+    pub fn resp_addr(&self) -> SocketAddr {
+        self.addrs.resp
+    }
+
+    pub fn context(&self) -> &Arc<ServerContext> {
+        &self.ctx
+    }
+
+    /// Stops the server (see the module comment) and waits until it has.
+    pub fn shutdown(mut self) {
+        self.ctx.shutdown();
+        self.join();
+    }
+
+    /// Waits until the server stopped (by a signal or [`ServerContext::shutdown`]).
+    pub fn wait(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.ctx.shutdown();
+        self.join();
+    }
+}
+
+async fn bind(protocol: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { protocol, addr, source })
+}
+
+/// Binds the listeners, reports readiness, serves until shutdown.
+///
+/// Front ends: each is one `bind` and one `listener::run` spawn below. The
+/// native protocol's front end (module `native`) joins here the same way,
+/// on `ctx.config.native_addr()`, and fills `Addresses::native`.
+async fn serve(ctx: Arc<ServerContext>, signals: bool, ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>) {
+    let tracker = ConnectionTracker::default();
+    let resp = match bind("resp", ctx.config.resp_addr()).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let addrs = Addresses { resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()), native: None };
+    let acceptors =
+        vec![tokio::spawn(listener::run(ctx.clone(), resp, Arc::new(RespFrontEnd::new(&ctx)), tracker.handle()))];
+    if signals {
+        tokio::spawn(stop_on_signals(ctx.clone()));
+    }
+    let _ = ready.send(Ok(addrs));
+    ctx.shutdown_signal().wait_for(|s| *s).await.ok();
+    info!("shutting down: no new connections, finishing replies");
+    for a in acceptors {
+        let _ = a.await;
+    }
+    if !tracker.wait(SHUTDOWN_GRACE).await {
+        warn!("some connections did not finish within {SHUTDOWN_GRACE:?}; closing them");
+    }
+    info!("stopped");
+}
+
+async fn stop_on_signals(ctx: Arc<ServerContext>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        warn!("cannot install signal handlers: stop the server with its shutdown command");
+        return;
+    };
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    info!("{name} received");
+    ctx.shutdown();
+}
+
+/// Sends `tracing` output to stderr as plain lines (no colours), filtered by
+/// `filter` (a level or a `tracing_subscriber` filter). Does nothing if a
+/// subscriber is already installed.
+pub fn init_logging(filter: &str) -> Result<(), String> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("bad log level '{filter}': {e}"))?;
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).try_init();
+    Ok(())
+}
