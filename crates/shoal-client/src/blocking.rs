@@ -1,0 +1,376 @@
+//! The blocking client: plain `std::net` sockets with Shoal's own framing
+//! (no runtime), one [`Connection`] per server, reused for every request.
+//! It is the low-latency path: waiting for a reply spins briefly before it
+//! blocks (see [`crate::conn`]). Not `Sync`: give each thread its own
+//! client, or use the async [`crate::Client`].
+
+use crate::conn::{ClientConfig, Connection};
+use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
+use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Stats, Versioned, MAX_ATTEMPTS};
+use crate::tablet::{MapSource, StaticMap, TabletMap};
+use shoal_proto::{
+    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version, WriteItem,
+    HEADER_LEN,
+};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// Where a request goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Route {
+    Key(TableId, KeyHash),
+    Admin,
+}
+
+/// A blocking Shoal client. Every operation routes by (table id, key hash)
+/// through the tablet map, absorbs `UNKNOWN_TABLET` (refreshing the map)
+/// and `RETRY` up to a bounded number of attempts, and reports every other
+/// status as a typed error. An I/O error drops the connection (the next
+/// request reconnects) and is returned: the request may or may not have
+/// been executed.
+pub struct Client {
+    map: TabletMap,
+    source: Box<dyn MapSource>,
+    conns: HashMap<SocketAddr, Connection>,
+    config: ClientConfig,
+}
+
+/// One multi-op round: the indices of the items sent to one server.
+struct Batch {
+    addr: SocketAddr,
+    items: Vec<usize>,
+    id: u64,
+}
+
+impl Client {
+    /// Connects to a single server.
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        Client::with_config(addr, ClientConfig::default())
+    }
+
+    pub fn with_config(addr: impl ToSocketAddrs, config: ClientConfig) -> Result<Client, ClientError> {
+        let addr = resolve(addr)?;
+        let mut c = Client::with_map(TabletMap::single(addr), Box::new(StaticMap), config);
+        c.conn(addr)?;
+        Ok(c)
+    }
+
+    /// A client over an explicit tablet map and refresh source (the cluster).
+    pub fn with_map(map: TabletMap, source: Box<dyn MapSource>, config: ClientConfig) -> Client {
+        Client { map, source, conns: HashMap::new(), config }
+    }
+
+    pub fn tablet_map(&self) -> &TabletMap {
+        &self.map
+    }
+
+    /// The pooled connection to `addr`, connecting if needed. For
+    /// pipelining by hand: `send` many requests, then `recv` them.
+    pub fn conn(&mut self, addr: SocketAddr) -> Result<&mut Connection, ClientError> {
+        if self.conns.get_mut(&addr).is_some_and(|c| c.is_stale()) {
+            self.conns.remove(&addr);
+        }
+        if !self.conns.contains_key(&addr) {
+            let c = Connection::connect(addr, &self.config)?;
+            self.conns.insert(addr, c);
+        }
+        Ok(self.conns.get_mut(&addr).expect("inserted above"))
+    }
+
+    /// The server owning (table, key).
+    pub fn locate(&self, table: TableId, key: &[u8]) -> Result<SocketAddr, ClientError> {
+        self.route(Route::Key(table, key_hash(table, key)))
+    }
+
+    fn route(&self, route: Route) -> Result<SocketAddr, ClientError> {
+        match route {
+            Route::Key(t, h) => self.map.locate(t, h).ok_or(ClientError::NoRoute(t)),
+            Route::Admin => Ok(self.map.admin()),
+        }
+    }
+
+    fn refresh_map(&mut self) {
+        self.map = self.source.refresh(&self.map);
+    }
+
+    /// Sends `req` on `addr`'s connection and waits for its response; drops
+    /// the connection on failure.
+    fn call_on(&mut self, addr: SocketAddr, req: &Request<'_>) -> Result<ResponseFrame, ClientError> {
+        let r = self.conn(addr)?.call(req);
+        self.drop_on_error(addr, r)
+    }
+
+    /// Sends one request with routing and retries, and converts the answer.
+    fn execute<T, E>(
+        &mut self,
+        route: Route,
+        req: &Request<'_>,
+        conv: impl Fn(Response<'_>) -> Result<T, ClientError>,
+    ) -> Result<T, E>
+    where
+        E: From<ErrorStatus> + From<ClientError>,
+    {
+        let mut last = ErrorStatus::UnknownTablet;
+        for _ in 0..MAX_ATTEMPTS {
+            let addr = self.route(route)?;
+            let frame = self.call_on(addr, req)?;
+            let status = match frame.reply()? {
+                Ok(r) => return conv(r).map_err(E::from),
+                Err(status) => status,
+            };
+            match disposition(&status) {
+                Disposition::Final => return Err(E::from(status)),
+                Disposition::RefreshAndRetry => self.refresh_map(),
+                Disposition::RetryAfter(d) => std::thread::sleep(d),
+            }
+            last = status;
+        }
+        Err(E::from(ClientError::Unavailable { attempts: MAX_ATTEMPTS, last }))
+    }
+
+    pub fn ping(&mut self) -> Result<(), ClientError> {
+        self.execute(Route::Admin, &Request::Ping, conv::ping)
+    }
+
+    /// Reads an object: its value and version.
+    pub fn read(&mut self, table: TableId, key: &[u8]) -> Result<Versioned, ReadError> {
+        self.read_with(table, key, RejectRules::default())
+    }
+
+    pub fn read_with(&mut self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Versioned, ReadError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Read { table, key, rules }, conv::read)
+    }
+
+    /// Creates or overwrites an object; returns its new version.
+    pub fn write(&mut self, table: TableId, key: &[u8], value: &[u8]) -> Result<Version, WriteError> {
+        self.write_with(table, key, value, RejectRules::default())
+    }
+
+    pub fn write_with(
+        &mut self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+    ) -> Result<Version, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Write { table, key, value, rules }, conv::write)
+    }
+
+    /// Removes an object; returns the version it had (`None`: it did not exist).
+    pub fn remove(&mut self, table: TableId, key: &[u8]) -> Result<Option<Version>, WriteError> {
+        self.remove_with(table, key, RejectRules::default())
+    }
+
+    pub fn remove_with(
+        &mut self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+    ) -> Result<Option<Version>, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Remove { table, key, rules }, conv::remove)
+    }
+
+    /// Adds `delta` to the object read as a little-endian i64 (missing: 0);
+    /// returns the new value and version.
+    pub fn increment(&mut self, table: TableId, key: &[u8], delta: i64) -> Result<(i64, Version), IncrementError> {
+        self.increment_with(table, key, delta, RejectRules::default())
+    }
+
+    pub fn increment_with(
+        &mut self,
+        table: TableId,
+        key: &[u8],
+        delta: i64,
+        rules: RejectRules,
+    ) -> Result<(i64, Version), IncrementError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Increment { table, key, delta, rules }, conv::increment)
+    }
+
+    /// One page of `table`'s objects from `cursor` (0 to start).
+    pub fn enumerate(&mut self, table: TableId, cursor: u64, max_count: u32) -> Result<Page, TableError> {
+        let route = Route::Key(table, KeyHash(cursor));
+        self.execute(route, &Request::Enumerate { table, cursor, max_count }, conv::enumerate)
+    }
+
+    /// Every object of `table` (all pages).
+    pub fn enumerate_all(&mut self, table: TableId) -> Result<Vec<crate::Object>, TableError> {
+        let mut out = Vec::new();
+        let mut cursor = Some(0);
+        while let Some(c) = cursor {
+            let page = self.enumerate(table, c, 1000)?;
+            out.extend(page.objects);
+            cursor = page.next;
+        }
+        Ok(out)
+    }
+
+    /// Creates a table (or returns the id of the existing one of that name).
+    pub fn create_table(&mut self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::CreateTable { name }, conv::table_id)
+    }
+
+    pub fn drop_table(&mut self, name: &str) -> Result<(), TableError> {
+        self.execute(Route::Admin, &Request::DropTable { name }, conv::drop_table)
+    }
+
+    pub fn table_id(&mut self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::GetTableId { name }, conv::table_id)
+    }
+
+    pub fn stats(&mut self) -> Result<Stats, ClientError> {
+        self.execute(Route::Admin, &Request::Stats, conv::stats)
+    }
+
+    /// Reads several objects; one result per item, in order. Items are sent
+    /// as one multi-read per server (several if they exceed a frame).
+    pub fn multi_read(&mut self, items: &[(TableId, &[u8])]) -> Result<Vec<Result<Versioned, ReadError>>, ClientError> {
+        let routes: Vec<_> = items.iter().map(|(t, k)| (*t, key_hash(*t, k), k.len() + 12)).collect();
+        let out = self.multi(
+            &routes,
+            |idx| Request::MultiRead(idx.iter().map(|&i| ReadItem { table: items[i].0, key: items[i].1 }).collect()),
+            conv::multi_read,
+        )?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Writes several objects; one result per item, in order. The items sent
+    /// to one server in one frame are appended as one group.
+    pub fn multi_write(&mut self, items: &[WriteItem<'_>]) -> Result<Vec<Result<Version, WriteError>>, ClientError> {
+        let routes: Vec<_> =
+            items.iter().map(|w| (w.table, key_hash(w.table, w.key), w.key.len() + w.value.len() + 25)).collect();
+        let out =
+            self.multi(&routes, |idx| Request::MultiWrite(idx.iter().map(|&i| items[i]).collect()), conv::multi_write)?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Removes several objects; one result per item, in order.
+    pub fn multi_remove(
+        &mut self,
+        items: &[RemoveItem<'_>],
+    ) -> Result<Vec<Result<Option<Version>, WriteError>>, ClientError> {
+        let routes: Vec<_> = items.iter().map(|r| (r.table, key_hash(r.table, r.key), r.key.len() + 21)).collect();
+        let out = self.multi(
+            &routes,
+            |idx| Request::MultiRemove(idx.iter().map(|&i| items[i]).collect()),
+            conv::multi_remove,
+        )?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// The multi-op engine: groups pending items by server and frame size,
+    /// sends every group before reading any answer (pipelined), and resends
+    /// the items whose server answered "not my tablet" or "retry".
+    fn multi<'r, T>(
+        &mut self,
+        routes: &[(TableId, KeyHash, usize)],
+        build: impl Fn(&[usize]) -> Request<'r>,
+        parse: impl Fn(Response<'_>, usize) -> Result<Vec<Result<T, ErrorStatus>>, ClientError>,
+    ) -> Result<Vec<Result<T, ErrorStatus>>, ClientError> {
+        let mut results: Vec<Option<Result<T, ErrorStatus>>> = routes.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..routes.len()).collect();
+        let mut last = ErrorStatus::UnknownTablet;
+        for _ in 0..MAX_ATTEMPTS {
+            if pending.is_empty() {
+                break;
+            }
+            let budget = (self.config.max_body_bytes as usize).saturating_sub(HEADER_LEN + 64).max(1);
+            let mut batches: Vec<Batch> = Vec::new();
+            for &i in &pending {
+                let (t, h, size) = routes[i];
+                let addr = self.map.locate(t, h).ok_or(ClientError::NoRoute(t))?;
+                let fits =
+                    |b: &Batch| b.addr == addr && b.items.iter().map(|&j| routes[j].2).sum::<usize>() + size <= budget;
+                match batches.iter_mut().rev().find(|b| fits(b)) {
+                    Some(b) => b.items.push(i),
+                    None => batches.push(Batch { addr, items: vec![i], id: 0 }),
+                }
+            }
+            for b in &mut batches {
+                let req = build(&b.items);
+                let sent = self.conn(b.addr)?.send(&req);
+                if matches!(sent, Err(ClientError::Io(_) | ClientError::Closed)) {
+                    self.conns.remove(&b.addr);
+                }
+                b.id = sent?;
+            }
+            pending.clear();
+            let mut refresh = false;
+            let mut delay = None;
+            for b in &batches {
+                let got = self.conn(b.addr)?.recv_id(b.id);
+                let frame = self.drop_on_error(b.addr, got)?;
+                let items = match frame.reply()? {
+                    Ok(r) => parse(r, b.items.len())?,
+                    Err(status) => b.items.iter().map(|_| Err(status.clone())).collect(),
+                };
+                for (&i, r) in b.items.iter().zip(items) {
+                    match r {
+                        Err(s) if !matches!(disposition(&s), Disposition::Final) => {
+                            match disposition(&s) {
+                                Disposition::RefreshAndRetry => refresh = true,
+                                Disposition::RetryAfter(d) => delay = Some(d),
+                                Disposition::Final => {}
+                            }
+                            last = s;
+                            pending.push(i);
+                        }
+                        r => results[i] = Some(r),
+                    }
+                }
+            }
+            if refresh {
+                self.refresh_map();
+            }
+            if let Some(d) = delay {
+                std::thread::sleep(d);
+            }
+        }
+        Ok(results.into_iter().map(|r| r.unwrap_or_else(|| Err(last.clone()))).collect())
+    }
+
+    /// Forgets the connection to `addr` when `r` shows it is broken, or is
+    /// a refusal after which the server closes it.
+    fn drop_on_error(
+        &mut self,
+        addr: SocketAddr,
+        r: Result<ResponseFrame, ClientError>,
+    ) -> Result<ResponseFrame, ClientError> {
+        let broken = match &r {
+            Err(ClientError::Io(_) | ClientError::Closed | ClientError::Protocol(_)) => true,
+            Ok(f) => closes_connection(f),
+            Err(_) => false,
+        };
+        if broken {
+            self.conns.remove(&addr);
+        }
+        r
+    }
+}
+
+pub(crate) fn resolve(addr: impl ToSocketAddrs) -> Result<SocketAddr, ClientError> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        ClientError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, "address resolves to nothing"))
+    })
+}
+
+/// A multi-op item's status as its family's error; a retryable status left
+/// after the last attempt means the client gave up.
+pub(crate) fn item_error<E: From<ErrorStatus> + From<ClientError>>(s: ErrorStatus) -> E {
+    match disposition(&s) {
+        Disposition::Final => E::from(s),
+        _ => E::from(ClientError::Unavailable { attempts: MAX_ATTEMPTS, last: s }),
+    }
+}
+
+/// Whether the server closes the connection after this response: a frame
+/// it could not take (too large, unsupported version) or lost framing.
+pub(crate) fn closes_connection(f: &ResponseFrame) -> bool {
+    use shoal_proto::StatusCode;
+    let code = f.body.first().copied().and_then(StatusCode::from_u8);
+    matches!(code, Some(StatusCode::FrameTooLarge | StatusCode::UnsupportedVersion))
+        || (f.request_id == 0 && code == Some(StatusCode::MalformedRequest))
+}

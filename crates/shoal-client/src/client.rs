@@ -1,0 +1,518 @@
+//! The async client (tokio). Cheap to clone and share between tasks: every
+//! clone uses the same tablet map and the same connection per server.
+//!
+//! Each connection ([`Channel`]) has a writer task and a reader task.
+//! Callers encode their frames, register a waiter under the request id and
+//! hand the bytes to the writer task, which coalesces whatever is queued
+//! into one write; the reader task splits responses into frames and wakes
+//! the waiter of each request id. So any number of requests from any number
+//! of tasks are in flight on one connection at once, and a caller that is
+//! cancelled never leaves half a frame on the socket.
+
+use crate::blocking::{item_error, resolve, Route};
+use crate::conn::ClientConfig;
+use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
+use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Stats, Versioned, MAX_ATTEMPTS};
+use crate::tablet::{MapSource, StaticMap, TabletMap};
+use shoal_proto::{
+    check_frame, key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId,
+    Version, WriteItem, HEADER_LEN,
+};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Most bytes the writer task coalesces into one write.
+const MAX_COALESCE: usize = 1 << 20;
+
+#[derive(Default)]
+struct Waiters {
+    by_id: HashMap<u64, oneshot::Sender<ResponseFrame>>,
+    closed: bool,
+}
+
+impl Waiters {
+    /// Marks the connection dead; every waiter sees `Closed`.
+    fn close(&mut self) {
+        self.closed = true;
+        self.by_id.clear();
+    }
+}
+
+/// One multiplexed connection to one server.
+pub struct Channel {
+    addr: SocketAddr,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    waiters: Arc<Mutex<Waiters>>,
+    next_id: AtomicU64,
+    max_body: u32,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A response on its way: await [`Reply::wait`].
+pub struct Reply {
+    rx: oneshot::Receiver<ResponseFrame>,
+}
+
+impl Reply {
+    pub async fn wait(self) -> Result<ResponseFrame, ClientError> {
+        self.rx.await.map_err(|_| ClientError::Closed)
+    }
+}
+
+impl Channel {
+    async fn connect(addr: SocketAddr, config: &ClientConfig) -> Result<Arc<Channel>, ClientError> {
+        let connect = TcpStream::connect(addr);
+        let stream = match config.timeout {
+            Some(t) => tokio::time::timeout(t, connect)
+                .await
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??,
+            None => connect.await?,
+        };
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        let waiters = Arc::new(Mutex::new(Waiters::default()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = tokio::spawn(write_loop(w, rx, waiters.clone()));
+        let reader = tokio::spawn(read_loop(r, waiters.clone(), config.max_body_bytes));
+        Ok(Arc::new(Channel {
+            addr,
+            tx,
+            waiters,
+            next_id: AtomicU64::new(1),
+            max_body: config.max_body_bytes,
+            tasks: [writer, reader],
+        }))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.waiters.lock().expect("waiters lock").closed
+    }
+
+    /// Sends several requests in one write (pipelined); returns their
+    /// replies in the same order. A request over the frame limit fails the
+    /// whole call before anything is sent.
+    pub fn send_all(&self, reqs: &[Request<'_>]) -> Result<Vec<Reply>, ClientError> {
+        let mut buf = Vec::new();
+        let mut ids = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let len = req.encode(id, &mut buf) - HEADER_LEN;
+            if len > self.max_body as usize {
+                return Err(ClientError::RequestTooLarge { len, max: self.max_body });
+            }
+            ids.push(id);
+        }
+        let mut replies = Vec::with_capacity(ids.len());
+        {
+            let mut w = self.waiters.lock().expect("waiters lock");
+            if w.closed {
+                return Err(ClientError::Closed);
+            }
+            for id in ids {
+                let (tx, rx) = oneshot::channel();
+                w.by_id.insert(id, tx);
+                replies.push(Reply { rx });
+            }
+        }
+        self.tx.send(buf).map_err(|_| ClientError::Closed)?;
+        Ok(replies)
+    }
+
+    /// Sends one request; await the reply with [`Reply::wait`].
+    pub fn send(&self, req: &Request<'_>) -> Result<Reply, ClientError> {
+        Ok(self.send_all(std::slice::from_ref(req))?.pop().expect("one reply per request"))
+    }
+
+    pub async fn call(&self, req: &Request<'_>) -> Result<ResponseFrame, ClientError> {
+        self.send(req)?.wait().await
+    }
+}
+
+async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, waiters: Arc<Mutex<Waiters>>) {
+    while let Some(mut buf) = rx.recv().await {
+        while buf.len() < MAX_COALESCE {
+            match rx.try_recv() {
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if w.write_all(&buf).await.is_err() {
+            break;
+        }
+    }
+    waiters.lock().expect("waiters lock").close();
+}
+
+async fn read_loop(mut r: OwnedReadHalf, waiters: Arc<Mutex<Waiters>>, max_body: u32) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    'conn: loop {
+        match r.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let mut start = 0;
+        loop {
+            match check_frame(&buf[start..], max_body) {
+                Ok(Some(h)) if h.is_response() => {
+                    let body = buf[start + HEADER_LEN..start + h.frame_len()].to_vec();
+                    start += h.frame_len();
+                    let waiter = waiters.lock().expect("waiters lock").by_id.remove(&h.request_id);
+                    if let Some(tx) = waiter {
+                        // The caller may have given up; that is fine.
+                        let _ = tx.send(ResponseFrame { request_id: h.request_id, opcode: h.opcode, body });
+                    }
+                }
+                Ok(None) => break,
+                Ok(Some(_)) | Err(_) => break 'conn,
+            }
+        }
+        buf.drain(..start);
+        // Room for the rest of a partly received frame, and to read more.
+        let whole = if buf.len() >= HEADER_LEN { frame_len(&buf) } else { 0 };
+        let want = whole.max(buf.len() + 4096);
+        buf.reserve(want - buf.len());
+    }
+    waiters.lock().expect("waiters lock").close();
+}
+
+/// The frame length announced by a whole header (already checked against
+/// the limit by `check_frame`).
+fn frame_len(b: &[u8]) -> usize {
+    let len = u32::from_le_bytes([b[12], b[13], b[14], b[15]]) as usize;
+    HEADER_LEN + len
+}
+
+struct Inner {
+    map: RwLock<TabletMap>,
+    source: Box<dyn MapSource>,
+    channels: tokio::sync::Mutex<HashMap<SocketAddr, Arc<Channel>>>,
+    config: ClientConfig,
+}
+
+/// An async Shoal client. Every operation routes by (table id, key hash)
+/// through the tablet map, absorbs `UNKNOWN_TABLET` (refreshing the map)
+/// and `RETRY` up to a bounded number of attempts, and reports every other
+/// status as a typed error. A connection that fails is replaced on the next
+/// request; requests in flight on it fail with `Closed` and may or may not
+/// have been executed.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Batch {
+    addr: SocketAddr,
+    items: Vec<usize>,
+}
+
+impl Client {
+    /// Connects to a single server.
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+        Client::with_config(addr, ClientConfig::default()).await
+    }
+
+    pub async fn with_config(addr: impl ToSocketAddrs, config: ClientConfig) -> Result<Client, ClientError> {
+        let addr = resolve(addr)?;
+        let c = Client::with_map(TabletMap::single(addr), Box::new(StaticMap), config);
+        c.channel(addr).await?;
+        Ok(c)
+    }
+
+    /// A client over an explicit tablet map and refresh source (the cluster).
+    pub fn with_map(map: TabletMap, source: Box<dyn MapSource>, config: ClientConfig) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                map: RwLock::new(map),
+                source,
+                channels: tokio::sync::Mutex::new(HashMap::new()),
+                config,
+            }),
+        }
+    }
+
+    pub fn tablet_map(&self) -> TabletMap {
+        self.inner.map.read().expect("map lock").clone()
+    }
+
+    /// The connection to `addr`, connecting (or reconnecting) if needed.
+    /// For pipelining by hand: [`Channel::send_all`].
+    pub async fn channel(&self, addr: SocketAddr) -> Result<Arc<Channel>, ClientError> {
+        let mut chans = self.inner.channels.lock().await;
+        if let Some(c) = chans.get(&addr) {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let c = Channel::connect(addr, &self.inner.config).await?;
+        chans.insert(addr, c.clone());
+        Ok(c)
+    }
+
+    fn route(&self, route: Route) -> Result<SocketAddr, ClientError> {
+        let map = self.inner.map.read().expect("map lock");
+        match route {
+            Route::Key(t, h) => map.locate(t, h).ok_or(ClientError::NoRoute(t)),
+            Route::Admin => Ok(map.admin()),
+        }
+    }
+
+    fn refresh_map(&self) {
+        let fresh = self.inner.source.refresh(&self.inner.map.read().expect("map lock"));
+        *self.inner.map.write().expect("map lock") = fresh;
+    }
+
+    async fn execute<T, E>(
+        &self,
+        route: Route,
+        req: &Request<'_>,
+        conv: impl Fn(Response<'_>) -> Result<T, ClientError>,
+    ) -> Result<T, E>
+    where
+        E: From<ErrorStatus> + From<ClientError>,
+    {
+        let mut last = ErrorStatus::UnknownTablet;
+        for _ in 0..MAX_ATTEMPTS {
+            let addr = self.route(route)?;
+            let frame = self.channel(addr).await?.call(req).await?;
+            let status = match frame.reply()? {
+                Ok(r) => return conv(r).map_err(E::from),
+                Err(status) => status,
+            };
+            match disposition(&status) {
+                Disposition::Final => return Err(E::from(status)),
+                Disposition::RefreshAndRetry => self.refresh_map(),
+                Disposition::RetryAfter(d) => tokio::time::sleep(d).await,
+            }
+            last = status;
+        }
+        Err(E::from(ClientError::Unavailable { attempts: MAX_ATTEMPTS, last }))
+    }
+
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        self.execute(Route::Admin, &Request::Ping, conv::ping).await
+    }
+
+    /// Reads an object: its value and version.
+    pub async fn read(&self, table: TableId, key: &[u8]) -> Result<Versioned, ReadError> {
+        self.read_with(table, key, RejectRules::default()).await
+    }
+
+    pub async fn read_with(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Versioned, ReadError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Read { table, key, rules }, conv::read).await
+    }
+
+    /// Creates or overwrites an object; returns its new version.
+    pub async fn write(&self, table: TableId, key: &[u8], value: &[u8]) -> Result<Version, WriteError> {
+        self.write_with(table, key, value, RejectRules::default()).await
+    }
+
+    pub async fn write_with(
+        &self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+    ) -> Result<Version, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Write { table, key, value, rules }, conv::write).await
+    }
+
+    /// Removes an object; returns the version it had (`None`: it did not exist).
+    pub async fn remove(&self, table: TableId, key: &[u8]) -> Result<Option<Version>, WriteError> {
+        self.remove_with(table, key, RejectRules::default()).await
+    }
+
+    pub async fn remove_with(
+        &self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+    ) -> Result<Option<Version>, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Remove { table, key, rules }, conv::remove).await
+    }
+
+    /// Adds `delta` to the object read as a little-endian i64 (missing: 0);
+    /// returns the new value and version.
+    pub async fn increment(&self, table: TableId, key: &[u8], delta: i64) -> Result<(i64, Version), IncrementError> {
+        self.increment_with(table, key, delta, RejectRules::default()).await
+    }
+
+    pub async fn increment_with(
+        &self,
+        table: TableId,
+        key: &[u8],
+        delta: i64,
+        rules: RejectRules,
+    ) -> Result<(i64, Version), IncrementError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::Increment { table, key, delta, rules }, conv::increment).await
+    }
+
+    /// One page of `table`'s objects from `cursor` (0 to start).
+    pub async fn enumerate(&self, table: TableId, cursor: u64, max_count: u32) -> Result<Page, TableError> {
+        let route = Route::Key(table, KeyHash(cursor));
+        self.execute(route, &Request::Enumerate { table, cursor, max_count }, conv::enumerate).await
+    }
+
+    /// Every object of `table` (all pages).
+    pub async fn enumerate_all(&self, table: TableId) -> Result<Vec<crate::Object>, TableError> {
+        let mut out = Vec::new();
+        let mut cursor = Some(0);
+        while let Some(c) = cursor {
+            let page = self.enumerate(table, c, 1000).await?;
+            out.extend(page.objects);
+            cursor = page.next;
+        }
+        Ok(out)
+    }
+
+    /// Creates a table (or returns the id of the existing one of that name).
+    pub async fn create_table(&self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::CreateTable { name }, conv::table_id).await
+    }
+
+    pub async fn drop_table(&self, name: &str) -> Result<(), TableError> {
+        self.execute(Route::Admin, &Request::DropTable { name }, conv::drop_table).await
+    }
+
+    pub async fn table_id(&self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::GetTableId { name }, conv::table_id).await
+    }
+
+    pub async fn stats(&self) -> Result<Stats, ClientError> {
+        self.execute(Route::Admin, &Request::Stats, conv::stats).await
+    }
+
+    /// Reads several objects; one result per item, in order. Items are sent
+    /// as one multi-read per server (several if they exceed a frame).
+    pub async fn multi_read(
+        &self,
+        items: &[(TableId, &[u8])],
+    ) -> Result<Vec<Result<Versioned, ReadError>>, ClientError> {
+        let routes: Vec<_> = items.iter().map(|(t, k)| (*t, key_hash(*t, k), k.len() + 12)).collect();
+        let out = self
+            .multi(
+                &routes,
+                |idx| {
+                    Request::MultiRead(idx.iter().map(|&i| ReadItem { table: items[i].0, key: items[i].1 }).collect())
+                },
+                conv::multi_read,
+            )
+            .await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Writes several objects; one result per item, in order. The items sent
+    /// to one server in one frame are appended as one group.
+    pub async fn multi_write(&self, items: &[WriteItem<'_>]) -> Result<Vec<Result<Version, WriteError>>, ClientError> {
+        let routes: Vec<_> =
+            items.iter().map(|w| (w.table, key_hash(w.table, w.key), w.key.len() + w.value.len() + 25)).collect();
+        let out = self
+            .multi(&routes, |idx| Request::MultiWrite(idx.iter().map(|&i| items[i]).collect()), conv::multi_write)
+            .await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Removes several objects; one result per item, in order.
+    pub async fn multi_remove(
+        &self,
+        items: &[RemoveItem<'_>],
+    ) -> Result<Vec<Result<Option<Version>, WriteError>>, ClientError> {
+        let routes: Vec<_> = items.iter().map(|r| (r.table, key_hash(r.table, r.key), r.key.len() + 21)).collect();
+        let out = self
+            .multi(&routes, |idx| Request::MultiRemove(idx.iter().map(|&i| items[i]).collect()), conv::multi_remove)
+            .await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// The multi-op engine (as in the blocking client): groups pending items
+    /// by server and frame size, sends every group before awaiting any
+    /// answer, and resends items answered with "not my tablet" or "retry".
+    async fn multi<'r, T>(
+        &self,
+        routes: &[(TableId, KeyHash, usize)],
+        build: impl Fn(&[usize]) -> Request<'r>,
+        parse: impl Fn(Response<'_>, usize) -> Result<Vec<Result<T, ErrorStatus>>, ClientError>,
+    ) -> Result<Vec<Result<T, ErrorStatus>>, ClientError> {
+        let mut results: Vec<Option<Result<T, ErrorStatus>>> = routes.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..routes.len()).collect();
+        let mut last = ErrorStatus::UnknownTablet;
+        let budget = (self.inner.config.max_body_bytes as usize).saturating_sub(HEADER_LEN + 64).max(1);
+        for _ in 0..MAX_ATTEMPTS {
+            if pending.is_empty() {
+                break;
+            }
+            let mut batches: Vec<Batch> = Vec::new();
+            {
+                let map = self.inner.map.read().expect("map lock");
+                for &i in &pending {
+                    let (t, h, size) = routes[i];
+                    let addr = map.locate(t, h).ok_or(ClientError::NoRoute(t))?;
+                    let fits = |b: &Batch| {
+                        b.addr == addr && b.items.iter().map(|&j| routes[j].2).sum::<usize>() + size <= budget
+                    };
+                    match batches.iter_mut().rev().find(|b| fits(b)) {
+                        Some(b) => b.items.push(i),
+                        None => batches.push(Batch { addr, items: vec![i] }),
+                    }
+                }
+            }
+            let mut replies = Vec::with_capacity(batches.len());
+            for b in &batches {
+                replies.push(self.channel(b.addr).await?.send(&build(&b.items))?);
+            }
+            pending.clear();
+            let mut refresh = false;
+            let mut delay = None;
+            for (b, reply) in batches.iter().zip(replies) {
+                let frame = reply.wait().await?;
+                let items = match frame.reply()? {
+                    Ok(r) => parse(r, b.items.len())?,
+                    Err(status) => b.items.iter().map(|_| Err(status.clone())).collect(),
+                };
+                for (&i, r) in b.items.iter().zip(items) {
+                    match r {
+                        Err(s) if !matches!(disposition(&s), Disposition::Final) => {
+                            match disposition(&s) {
+                                Disposition::RefreshAndRetry => refresh = true,
+                                Disposition::RetryAfter(d) => delay = Some(d),
+                                Disposition::Final => {}
+                            }
+                            last = s;
+                            pending.push(i);
+                        }
+                        r => results[i] = Some(r),
+                    }
+                }
+            }
+            if refresh {
+                self.refresh_map();
+            }
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+        }
+        Ok(results.into_iter().map(|r| r.unwrap_or_else(|| Err(last.clone()))).collect())
+    }
+}

@@ -1,0 +1,180 @@
+//! Errors, one enum per operation family, and their mapping from wire
+//! statuses. Statuses a family cannot produce become
+//! [`ClientError::Refused`]; retryable statuses (`UNKNOWN_TABLET`, `RETRY`)
+//! never reach these enums: the client absorbs them and retries, and only
+//! reports [`ClientError::Unavailable`] when it gives up.
+
+use shoal_proto::{ErrorStatus, TableId, Version};
+
+/// Failures of the connection or the protocol, common to every operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server closed the connection (requests in flight may or may not
+    /// have been executed).
+    #[error("connection closed by the server")]
+    Closed,
+    /// The server's bytes did not parse, or answered another operation.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The server refused the request itself (malformed, unknown opcode,
+    /// frame too large, unsupported version), or answered with a status this
+    /// operation cannot have.
+    #[error("server refused the request: {0}")]
+    Refused(ErrorStatus),
+    /// The request would exceed the frame limit; it was not sent.
+    #[error("request of {len} bytes exceeds the frame limit of {max}")]
+    RequestTooLarge { len: usize, max: u32 },
+    /// The server kept answering "not my tablet" or "retry".
+    #[error("gave up after {attempts} attempts, last status: {last}")]
+    Unavailable { attempts: u32, last: ErrorStatus },
+    /// The tablet map has no server for this key.
+    #[error("no server in the tablet map for table {0}")]
+    NoRoute(TableId),
+}
+
+/// A reject rule refused the operation; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    #[error("object does not exist")]
+    DoesntExist,
+    #[error("object exists (version {version})")]
+    Exists { version: Version },
+    #[error("wrong version: the object's version is {version}")]
+    WrongVersion { version: Version },
+}
+
+impl Rejected {
+    fn from_status(s: &ErrorStatus) -> Option<Rejected> {
+        match s {
+            ErrorStatus::ObjectDoesntExist => Some(Rejected::DoesntExist),
+            ErrorStatus::ObjectExists { version } => Some(Rejected::Exists { version: *version }),
+            ErrorStatus::WrongVersion { version } => Some(Rejected::WrongVersion { version: *version }),
+            _ => None,
+        }
+    }
+}
+
+/// Errors of `read` and each `multi_read` item.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("object not found")]
+    NotFound,
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error("key of {len} bytes exceeds the maximum of {max}")]
+    KeyTooLarge { len: u32, max: u32 },
+    #[error("rejected: {0}")]
+    Rejected(Rejected),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Errors of `write`, `remove` and each `multi_write`/`multi_remove` item.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error("key of {len} bytes exceeds the maximum of {max}")]
+    KeyTooLarge { len: u32, max: u32 },
+    #[error("value of {len} bytes exceeds the maximum of {max}")]
+    ValueTooLarge { len: u32, max: u32 },
+    #[error("rejected: {0}")]
+    Rejected(Rejected),
+    #[error("server out of memory")]
+    OutOfMemory,
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Errors of `increment`.
+#[derive(Debug, thiserror::Error)]
+pub enum IncrementError {
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error("key of {len} bytes exceeds the maximum of {max}")]
+    KeyTooLarge { len: u32, max: u32 },
+    #[error("rejected: {0}")]
+    Rejected(Rejected),
+    #[error("value is not an 8-byte integer")]
+    NotAnInteger,
+    #[error("increment overflows a 64-bit integer")]
+    Overflow,
+    #[error("server out of memory")]
+    OutOfMemory,
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Errors of table management and enumeration.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("no table has that name")]
+    UnknownTableName,
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl From<ErrorStatus> for ReadError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::ObjectDoesntExist => ReadError::NotFound,
+            ErrorStatus::UnknownTable(t) => ReadError::UnknownTable(t),
+            ErrorStatus::KeyTooLarge { len, max } => ReadError::KeyTooLarge { len, max },
+            s => match Rejected::from_status(&s) {
+                Some(r) => ReadError::Rejected(r),
+                None => ReadError::Client(ClientError::Refused(s)),
+            },
+        }
+    }
+}
+
+impl From<ErrorStatus> for WriteError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::UnknownTable(t) => WriteError::UnknownTable(t),
+            ErrorStatus::KeyTooLarge { len, max } => WriteError::KeyTooLarge { len, max },
+            ErrorStatus::ValueTooLarge { len, max } => WriteError::ValueTooLarge { len, max },
+            ErrorStatus::OutOfMemory => WriteError::OutOfMemory,
+            s => match Rejected::from_status(&s) {
+                Some(r) => WriteError::Rejected(r),
+                None => WriteError::Client(ClientError::Refused(s)),
+            },
+        }
+    }
+}
+
+impl From<ErrorStatus> for IncrementError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::UnknownTable(t) => IncrementError::UnknownTable(t),
+            ErrorStatus::KeyTooLarge { len, max } => IncrementError::KeyTooLarge { len, max },
+            ErrorStatus::NotAnInteger => IncrementError::NotAnInteger,
+            ErrorStatus::Overflow => IncrementError::Overflow,
+            ErrorStatus::OutOfMemory => IncrementError::OutOfMemory,
+            s => match Rejected::from_status(&s) {
+                Some(r) => IncrementError::Rejected(r),
+                None => IncrementError::Client(ClientError::Refused(s)),
+            },
+        }
+    }
+}
+
+impl From<ErrorStatus> for TableError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::UnknownTableName => TableError::UnknownTableName,
+            ErrorStatus::UnknownTable(t) => TableError::UnknownTable(t),
+            s => TableError::Client(ClientError::Refused(s)),
+        }
+    }
+}
+
+impl From<ErrorStatus> for ClientError {
+    fn from(s: ErrorStatus) -> Self {
+        ClientError::Refused(s)
+    }
+}

@@ -1,0 +1,36 @@
+//! Shoal's client library.
+//!
+//! Two clients with the same operations: [`Client`] (async, tokio; clone it
+//! freely, every clone shares connections) and [`blocking::Client`] (plain
+//! `std::net` with Shoal's own framing and no runtime, for threads that
+//! send one request at a time and want the lowest latency; it spins briefly
+//! and adaptively on the socket before blocking).
+//!
+//! Both route every request by (table id, key hash) through a [`TabletMap`]
+//! (today one entry: the whole hash range on one server), keep one
+//! connection per server and reuse it, pipeline (many requests in flight
+//! per connection, responses matched by request id), split multi-ops per
+//! server, and absorb `UNKNOWN_TABLET` (refresh the map through its
+//! [`MapSource`], then resend) and `RETRY` for a bounded number of
+//! attempts. Errors are one enum per operation family: [`ReadError`],
+//! [`WriteError`] (write and remove), [`IncrementError`], [`TableError`]
+//! (table management and enumeration), all wrapping [`ClientError`] for
+//! the connection and the protocol.
+
+pub mod blocking;
+mod client;
+mod conn;
+mod error;
+mod ops;
+mod tablet;
+
+pub use client::{Channel, Client, Reply};
+pub use conn::{ClientConfig, Connection};
+pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
+pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Versioned};
+pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
+
+pub use shoal_proto::{
+    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId, Version,
+    WriteItem,
+};

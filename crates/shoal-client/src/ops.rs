@@ -1,0 +1,176 @@
+//! What the async and blocking clients share: owned result types, the
+//! response frame, the conversion of each operation's response into its
+//! typed result, and the routing and retry policy.
+
+use crate::error::ClientError;
+use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, Version};
+use std::time::Duration;
+
+/// A response frame as received: its opcode and body, owned.
+#[derive(Clone, Debug)]
+pub struct ResponseFrame {
+    pub request_id: u64,
+    pub opcode: u8,
+    pub body: Vec<u8>,
+}
+
+impl ResponseFrame {
+    /// Parses the body: the outer error is a protocol error, the inner one
+    /// the server's status.
+    pub fn reply(&self) -> Result<Result<Response<'_>, ErrorStatus>, ClientError> {
+        decode_response(self.opcode, &self.body).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+}
+
+/// One object returned by enumeration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub version: Version,
+}
+
+/// One page of an enumeration; `next` is `None` when the table is done.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    pub objects: Vec<Object>,
+    pub next: Option<u64>,
+}
+
+/// A value and its version, as reads return them.
+pub type Versioned = (Vec<u8>, Version);
+
+/// One result per item of a multi-op, each with its own status.
+pub type ItemResults<T> = Vec<Result<T, ErrorStatus>>;
+
+/// A server's statistics, in the order it sent them.
+pub type Stats = Vec<(String, StatValue)>;
+
+/// How many times a request is sent before the client gives up on
+/// `UNKNOWN_TABLET`/`RETRY`, and the longest it sleeps between tries.
+pub(crate) const MAX_ATTEMPTS: u32 = 8;
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// What the client does with a status before the operation sees it.
+pub(crate) enum Disposition {
+    /// Not a retryable status: hand it to the operation.
+    Final,
+    /// Refresh the tablet map, then send again.
+    RefreshAndRetry,
+    /// Wait, then send again.
+    RetryAfter(Duration),
+}
+
+pub(crate) fn disposition(status: &ErrorStatus) -> Disposition {
+    match status {
+        ErrorStatus::UnknownTablet => Disposition::RefreshAndRetry,
+        ErrorStatus::Retry { after_us } => {
+            Disposition::RetryAfter(Duration::from_micros(u64::from(*after_us)).min(MAX_RETRY_DELAY))
+        }
+        _ => Disposition::Final,
+    }
+}
+
+fn mismatch(r: &Response<'_>) -> ClientError {
+    ClientError::Protocol(format!("unexpected response to the request: {:?}", r.opcode()))
+}
+
+/// Conversions of an OK response into each operation's result. A response
+/// of the wrong kind is a protocol error.
+pub(crate) mod conv {
+    use super::*;
+    use shoal_proto::TableId;
+
+    pub fn ping(r: Response<'_>) -> Result<(), ClientError> {
+        match r {
+            Response::Ping => Ok(()),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn read(r: Response<'_>) -> Result<Versioned, ClientError> {
+        match r {
+            Response::Read { version, value } => Ok((value.to_vec(), version)),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn write(r: Response<'_>) -> Result<Version, ClientError> {
+        match r {
+            Response::Write { version } => Ok(version),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn remove(r: Response<'_>) -> Result<Option<Version>, ClientError> {
+        match r {
+            Response::Remove { version } => Ok(version),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn increment(r: Response<'_>) -> Result<(i64, Version), ClientError> {
+        match r {
+            Response::Increment { value, version } => Ok((value, version)),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn enumerate(r: Response<'_>) -> Result<Page, ClientError> {
+        match r {
+            Response::Enumerate { objects, next } => Ok(Page {
+                objects: objects
+                    .into_iter()
+                    .map(|o| Object { key: o.key.to_vec(), value: o.value.to_vec(), version: o.version })
+                    .collect(),
+                next,
+            }),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn table_id(r: Response<'_>) -> Result<TableId, ClientError> {
+        match r {
+            Response::CreateTable { table } | Response::GetTableId { table } => Ok(table),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn drop_table(r: Response<'_>) -> Result<(), ClientError> {
+        match r {
+            Response::DropTable => Ok(()),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn stats(r: Response<'_>) -> Result<Stats, ClientError> {
+        match r {
+            Response::Stats(s) => Ok(s.into_iter().map(|s| (s.name.into_owned(), s.value)).collect()),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    /// Multi-op items, each with its own status, checked for count.
+    pub fn multi_read(r: Response<'_>, n: usize) -> Result<ItemResults<Versioned>, ClientError> {
+        match r {
+            Response::MultiRead(items) if items.len() == n => {
+                Ok(items.into_iter().map(|i| i.map(|(v, value)| (value.to_vec(), v))).collect())
+            }
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn multi_write(r: Response<'_>, n: usize) -> Result<Vec<Result<Version, ErrorStatus>>, ClientError> {
+        match r {
+            Response::MultiWrite(items) if items.len() == n => Ok(items),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn multi_remove(r: Response<'_>, n: usize) -> Result<Vec<Result<Option<Version>, ErrorStatus>>, ClientError> {
+        match r {
+            Response::MultiRemove(items) if items.len() == n => Ok(items),
+            r => Err(mismatch(&r)),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The client's copy of the tablet map: which server owns which key-hash
+//! range of which table.
+//!
+//! Today a Shoal deployment is one server, so the map has one entry (every
+//! table, the whole hash range, one address). The cluster fills the map
+//! from the coordinator; nothing else in the client changes, because every
+//! request is already routed by `(table id, key hash)` through
+//! [`TabletMap::locate`], and a server that answers `UNKNOWN_TABLET` makes
+//! the client refresh the map and retry.
+
+use shoal_proto::{KeyHash, TableId};
+use std::net::SocketAddr;
+
+/// One tablet: a key-hash range of one table (or of every table) and the
+/// server that owns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tablet {
+    /// `None`: this entry covers every table.
+    pub table: Option<TableId>,
+    /// First key hash of the range.
+    pub start_hash: u64,
+    /// Last key hash of the range (inclusive).
+    pub end_hash: u64,
+    pub server: SocketAddr,
+}
+
+/// The tablet map. Lookups pick the first tablet that matches, so specific
+/// entries go before catch-all ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TabletMap {
+    tablets: Vec<Tablet>,
+    /// Where table management and statistics go (the coordinator's job in
+    /// a cluster; today the one server).
+    admin: SocketAddr,
+}
+
+impl TabletMap {
+    /// A map that sends everything to one server.
+    pub fn single(server: SocketAddr) -> TabletMap {
+        TabletMap { tablets: vec![Tablet { table: None, start_hash: 0, end_hash: u64::MAX, server }], admin: server }
+    }
+
+    /// A map from explicit tablets (for the cluster, and for tests).
+    pub fn new(tablets: Vec<Tablet>, admin: SocketAddr) -> TabletMap {
+        TabletMap { tablets, admin }
+    }
+
+    /// The server that owns `(table, hash)`, if any.
+    pub fn locate(&self, table: TableId, hash: KeyHash) -> Option<SocketAddr> {
+        self.tablets
+            .iter()
+            .find(|t| t.table.is_none_or(|x| x == table) && t.start_hash <= hash.0 && hash.0 <= t.end_hash)
+            .map(|t| t.server)
+    }
+
+    /// Where table management, statistics and pings go.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
+    }
+
+    pub fn tablets(&self) -> &[Tablet] {
+        &self.tablets
+    }
+}
+
+/// Where the client gets a fresh tablet map when a server answers
+/// `UNKNOWN_TABLET`. Today's single-server deployments have nothing newer
+/// to fetch, so [`StaticMap`] keeps the map it has; the cluster implements
+/// this by asking the coordinator.
+pub trait MapSource: Send + Sync {
+    /// Returns the current map; `current` is the one the client holds.
+    fn refresh(&self, current: &TabletMap) -> TabletMap;
+}
+
+/// A map source that never changes the map (single server).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StaticMap;
+
+impl MapSource for StaticMap {
+    fn refresh(&self, current: &TabletMap) -> TabletMap {
+        current.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_single_covers_everything() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let m = TabletMap::single(a);
+        assert_eq!(m.locate(TableId(0), KeyHash(0)), Some(a));
+        assert_eq!(m.locate(TableId(9), KeyHash(u64::MAX)), Some(a));
+    }
+
+    #[test]
+    fn locate_picks_the_tablet_holding_the_hash() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let m = TabletMap::new(
+            vec![
+                Tablet { table: Some(TableId(1)), start_hash: 0, end_hash: 99, server: a },
+                Tablet { table: Some(TableId(1)), start_hash: 100, end_hash: u64::MAX, server: b },
+            ],
+            a,
+        );
+        assert_eq!(m.locate(TableId(1), KeyHash(99)), Some(a));
+        assert_eq!(m.locate(TableId(1), KeyHash(100)), Some(b));
+        assert_eq!(m.locate(TableId(2), KeyHash(5)), None);
+    }
+}
