@@ -26,6 +26,7 @@
 pub mod config;
 pub mod context;
 pub mod listener;
+pub mod native;
 pub mod resp;
 pub mod server;
 

@@ -17,6 +17,7 @@
 use crate::config::{ConfigError, ServerConfig};
 use crate::context::ServerContext;
 use crate::listener::{self, ConnectionTracker};
+use crate::native::NativeFrontEnd;
 use crate::resp::RespFrontEnd;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -158,9 +159,21 @@ async fn serve(ctx: Arc<ServerContext>, signals: bool, ready: std::sync::mpsc::S
             return;
         }
     };
-    let addrs = Addresses { resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()), native: None };
-    let acceptors =
-        vec![tokio::spawn(listener::run(ctx.clone(), resp, Arc::new(RespFrontEnd::new(&ctx)), tracker.handle()))];
+    let native = match bind("native", ctx.config.native_addr()).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let addrs = Addresses {
+        resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()),
+        native: Some(native.local_addr().unwrap_or(ctx.config.native_addr())),
+    };
+    let acceptors = vec![
+        tokio::spawn(listener::run(ctx.clone(), resp, Arc::new(RespFrontEnd::new(&ctx)), tracker.handle())),
+        tokio::spawn(listener::run(ctx.clone(), native, Arc::new(NativeFrontEnd::new()), tracker.handle())),
+    ];
     if signals {
         tokio::spawn(stop_on_signals(ctx.clone()));
     }
