@@ -1,0 +1,315 @@
+//! The RESP front end over real sockets: commands, pipelining, and every
+//! kind of bad client (malformed, oversized, stalled, not reading, too
+//! many), each checked to be answered or closed while other clients are
+//! still served.
+
+mod common;
+
+use common::{config, encode, start, Client};
+use shoal_server::{ByteSize, ServerStats};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// A client on `server` answers PING: the server is still serving.
+fn still_serving(server: &shoal_server::Server) {
+    let mut c = Client::connect(server.resp_addr());
+    assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(c.call(&["SET", "alive", "yes"]), "+OK\r\n");
+    assert_eq!(c.call(&["GET", "alive"]), "$3\r\nyes\r\n");
+}
+
+#[test]
+fn basic_commands_reply_like_redis() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(c.call(&["ping", "hi"]), "$2\r\nhi\r\n");
+    assert_eq!(c.call(&["GET", "k"]), "$-1\r\n");
+    assert_eq!(c.call(&["SET", "k", "v"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", "k", "w", "NX"]), "$-1\r\n");
+    assert_eq!(c.call(&["SET", "k", "w", "XX", "GET"]), "$1\r\nv\r\n");
+    assert_eq!(c.call(&["SET", "k", "w", "NX", "XX"]), "-ERR syntax error\r\n");
+    assert!(c
+        .call(&["SET", "k", "w", "EX", "10"])
+        .starts_with("-ERR EX, PX, EXAT, PXAT and KEEPTTL are not supported"));
+    assert_eq!(c.call(&["GET"]), "-ERR wrong number of arguments for 'get' command\r\n");
+    assert_eq!(c.call(&["INCR", "k"]), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(c.call(&["INCRBY", "n", "5"]), ":5\r\n");
+    assert_eq!(c.call(&["DECRBY", "n", "7"]), ":-2\r\n");
+    assert_eq!(c.call(&["APPEND", "n", "0"]), ":3\r\n");
+    assert_eq!(c.call(&["GET", "n"]), "$3\r\n-20\r\n");
+    assert_eq!(c.call(&["MSET", "a", "1", "b", "2"]), "+OK\r\n");
+    assert_eq!(c.call(&["MGET", "a", "x", "b"]), "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n2\r\n");
+    assert_eq!(c.call(&["MSETNX", "a", "9", "c", "3"]), ":0\r\n");
+    assert_eq!(c.call(&["EXISTS", "a", "a", "c"]), ":2\r\n");
+    assert_eq!(c.call(&["DBSIZE"]), ":4\r\n");
+    assert_eq!(c.call(&["DEL", "a", "b", "zz"]), ":2\r\n");
+    assert_eq!(c.call(&["SELECT", "1"]), "+OK\r\n");
+    assert_eq!(c.call(&["DBSIZE"]), ":0\r\n");
+    assert_eq!(c.call(&["SELECT", "16"]), "-ERR DB index is out of range\r\n");
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(c.call(&["FLUSHDB"]), "+OK\r\n");
+    assert_eq!(c.call(&["DBSIZE"]), ":0\r\n");
+    assert_eq!(c.call(&["foo", "a"]), "-ERR unknown command 'foo', with args beginning with: 'a' \r\n");
+    assert_eq!(c.call(&["CONFIG", "GET", "appendonly"]), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+    assert_eq!(c.call(&["CONFIG", "nope"]), "-ERR unknown subcommand 'nope'. Try CONFIG HELP.\r\n");
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "me"]), "+OK\r\n");
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), "$2\r\nme\r\n");
+    assert!(c.call(&["INFO", "shoal"]).contains("log_utilisation:"));
+    assert_eq!(c.call(&["QUIT"]), "+OK\r\n");
+    assert!(c.closed_by_server());
+}
+
+#[test]
+fn scan_visits_every_key_once_with_match_and_count() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    for i in 0..500 {
+        let k = format!("key:{i}");
+        assert_eq!(c.call(&["SET", &k, "v"]), "+OK\r\n");
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut cursor = "0".to_string();
+    let mut pages = 0;
+    loop {
+        c.send(&[b"SCAN", cursor.as_bytes(), b"MATCH", b"key:1*", b"COUNT", b"50"]);
+        let reply = c.read_reply();
+        let lines: Vec<&str> = reply.split("\r\n").collect();
+        // *2, $len, cursor, *n, then $len/key pairs.
+        cursor = lines[2].to_string();
+        for k in lines[4..].iter().skip(1).step_by(2) {
+            if !k.is_empty() {
+                assert!(seen.insert(k.to_string()), "{k} returned twice");
+            }
+        }
+        pages += 1;
+        if cursor == "0" {
+            break;
+        }
+        assert!(pages < 1000, "scan does not end");
+    }
+    let expected: std::collections::HashSet<String> =
+        (0..500).map(|i| format!("key:{i}")).filter(|k| k.starts_with("key:1")).collect();
+    assert_eq!(seen, expected);
+    assert!(pages > 1, "COUNT 50 over 500 keys takes several pages");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    let mut batch = Vec::new();
+    for i in 0..2000 {
+        batch.extend_from_slice(&encode(&[b"INCR", b"counter"]));
+        if i % 100 == 0 {
+            batch.extend_from_slice(b"PING\r\n");
+        }
+    }
+    c.send_raw(&batch);
+    for i in 0..2000 {
+        assert_eq!(c.read_reply(), format!(":{}\r\n", i + 1));
+        if i % 100 == 0 {
+            assert_eq!(c.read_reply(), "+PONG\r\n");
+        }
+    }
+}
+
+#[test]
+fn inline_commands_work() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    c.send_raw(b"SET greeting \"hello world\"\r\nGET greeting\r\n\r\nPING\n");
+    assert_eq!(c.read_reply(), "+OK\r\n");
+    assert_eq!(c.read_reply(), "$11\r\nhello world\r\n");
+    assert_eq!(c.read_reply(), "+PONG\r\n");
+}
+
+#[test]
+fn resp3_after_hello_3() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    let hello = c.call(&["HELLO", "3"]);
+    assert!(hello.starts_with("%7\r\n$6\r\nserver\r\n"), "{hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"));
+    assert_eq!(c.call(&["GET", "missing"]), "_\r\n");
+    assert!(c.call(&["CONFIG", "GET", "save"]).starts_with("%1\r\n"));
+    assert!(c.call(&["INFO", "server"]).starts_with("="));
+    assert_eq!(c.call(&["HELLO", "4"]), "-NOPROTO unsupported protocol version\r\n");
+    let back = c.call(&["HELLO", "2"]);
+    assert!(back.starts_with("*14\r\n"), "{back}");
+    assert_eq!(c.call(&["GET", "missing"]), "$-1\r\n");
+}
+
+#[test]
+fn malformed_requests_get_a_protocol_error_and_are_closed() {
+    let server = start(config());
+    let cases: &[(&[u8], &str)] = &[
+        (b"*1\r\n:1\r\n", "-ERR Protocol error: expected '$', got ':'\r\n"),
+        (b"*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"),
+        (b"*1\r\n$-5\r\n", "-ERR Protocol error: invalid bulk length\r\n"),
+        (b"*1\r\n$999999999999\r\n", "-ERR Protocol error: invalid bulk length\r\n"),
+        (b"*1\r\n$2\r\nabc\r\n", "-ERR Protocol error: expected CRLF after bulk string\r\n"),
+        (b"SET a \"b\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"),
+        (b"*99999999\r\n", "-ERR Protocol error: invalid multibulk length\r\n"),
+    ];
+    for (bytes, expected) in cases {
+        let mut c = Client::connect(server.resp_addr());
+        c.send_raw(bytes);
+        assert_eq!(&c.read_reply(), expected, "for {:?}", String::from_utf8_lossy(bytes));
+        assert!(c.closed_by_server(), "closed after {:?}", String::from_utf8_lossy(bytes));
+    }
+    // A long line with no newline: refused at the inline limit, before 1 MiB arrives.
+    let mut c = Client::connect(server.resp_addr());
+    let _ = c.stream.write_all(&vec![b'a'; 100 * 1024]);
+    assert_eq!(c.read_reply(), "-ERR Protocol error: too big inline request\r\n");
+    assert!(c.closed_by_server());
+    let stats = &server.context().stats;
+    assert_eq!(ServerStats::get(&stats.protocol_errors), cases.len() as u64 + 1);
+    still_serving(&server);
+}
+
+#[test]
+fn requests_over_the_size_limits_are_refused() {
+    let server = start(shoal_server::ServerConfig {
+        max_value_size: ByteSize(64 << 10),
+        max_request_size: ByteSize(160 << 10),
+        request_buffer_size: ByteSize(160 << 10),
+        reply_buffer_size: ByteSize(256 << 10),
+        ..config()
+    });
+    let mut c = Client::connect(server.resp_addr());
+    // Slightly over the largest value: the command's error, connection kept.
+    let big = vec![b'x'; (64 << 10) + 10];
+    c.send(&[b"SET", b"k", &big]);
+    assert_eq!(c.read_reply(), "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n");
+    assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    // A bulk string far over it: refused from its length alone.
+    c.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048576\r\n");
+    assert_eq!(c.read_reply(), "-ERR Protocol error: invalid bulk length\r\n");
+    assert!(c.closed_by_server());
+    // Values that fit one by one, but not together in one request.
+    let mut c = Client::connect(server.resp_addr());
+    let v = vec![b'y'; 60 << 10];
+    let req = encode(&[b"MSET", b"a", &v, b"b", &v, b"c", &v]);
+    let _ = c.stream.write_all(&req);
+    assert_eq!(c.read_reply(), format!("-ERR Protocol error: request exceeds the maximum of {} bytes\r\n", 160 << 10));
+    assert!(c.closed_by_server());
+    still_serving(&server);
+}
+
+#[test]
+fn a_half_request_that_stalls_is_closed_after_the_idle_timeout() {
+    let server = start(shoal_server::ServerConfig { idle_timeout_secs: 1, ..config() });
+    let mut stalled = Client::connect(server.resp_addr());
+    stalled.send_raw(b"*2\r\n$3\r\nGET\r\n$10\r\nabc");
+    let started = Instant::now();
+    still_serving(&server);
+    assert!(stalled.closed_by_server());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(5), "closed after {waited:?}");
+    assert!(ServerStats::get(&server.context().stats.idle_timeouts) >= 1);
+}
+
+#[test]
+fn a_client_that_never_reads_is_disconnected_at_the_reply_limit() {
+    let server = start(shoal_server::ServerConfig {
+        max_value_size: ByteSize(16 << 10),
+        max_request_size: ByteSize(64 << 10),
+        request_buffer_size: ByteSize(64 << 10),
+        reply_buffer_size: ByteSize(128 << 10),
+        ..config()
+    });
+    let mut setup = Client::connect(server.resp_addr());
+    let value = "v".repeat(16 << 10);
+    assert_eq!(setup.call(&["SET", "big", &value]), "+OK\r\n");
+    let mut greedy = TcpStream::connect(server.resp_addr()).unwrap();
+    greedy.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let gets = encode(&[b"GET", b"big"]).repeat(1000);
+    let started = Instant::now();
+    let mut cut = false;
+    // 10,000 GETs ask for 160 MiB of replies, far beyond what socket buffers hold.
+    for _ in 0..10 {
+        if greedy.write_all(&gets).is_err() {
+            cut = true;
+            break;
+        }
+    }
+    let stats = &server.context().stats;
+    while !cut && ServerStats::get(&stats.reply_overflows) == 0 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(ServerStats::get(&stats.reply_overflows), 1, "the greedy client was disconnected");
+    still_serving(&server);
+}
+
+#[test]
+fn a_thousand_idle_connections_do_not_stop_service() {
+    let server = start(config());
+    let idle: Vec<TcpStream> = (0..1200).map(|_| TcpStream::connect(server.resp_addr()).unwrap()).collect();
+    let stats = &server.context().stats;
+    let started = Instant::now();
+    while ServerStats::get(&stats.connections_current) < 1200 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(ServerStats::get(&stats.connections_current), 1200);
+    still_serving(&server);
+    drop(idle);
+    while ServerStats::get(&stats.connections_current) > 0 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(ServerStats::get(&stats.connections_current), 0);
+}
+
+#[test]
+fn connections_over_the_limit_are_refused_with_an_error() {
+    let server = start(shoal_server::ServerConfig { max_connections: 3, ..config() });
+    let mut open: Vec<Client> = (0..3).map(|_| Client::connect(server.resp_addr())).collect();
+    for c in &mut open {
+        assert_eq!(c.call(&["PING"]), "+PONG\r\n");
+    }
+    let mut refused = Client::connect(server.resp_addr());
+    assert_eq!(refused.read_reply(), "-ERR max number of clients reached\r\n");
+    assert!(refused.closed_by_server());
+    assert_eq!(ServerStats::get(&server.context().stats.connections_rejected), 1);
+    drop(open.pop());
+    std::thread::sleep(Duration::from_millis(200));
+    still_serving(&server);
+}
+
+#[test]
+fn random_garbage_never_stops_the_server() {
+    let server = start(config());
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..100 {
+        let mut s = TcpStream::connect(server.resp_addr()).unwrap();
+        let len = (next() % 4096) as usize;
+        let alphabet = b"*$\r\n-0123456789 \"'\\xabcGETSET";
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| if next() % 2 == 0 { alphabet[(next() % alphabet.len() as u64) as usize] } else { next() as u8 })
+            .collect();
+        let _ = s.write_all(&bytes);
+    }
+    still_serving(&server);
+}
+
+#[test]
+fn shutdown_finishes_replies_and_stops_accepting() {
+    let server = start(config());
+    let addr = server.resp_addr();
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["SET", "k", "v"]), "+OK\r\n");
+    c.send_raw(&encode(&[b"GET", b"k"]));
+    assert_eq!(c.read_reply(), "$1\r\nv\r\n");
+    let started = Instant::now();
+    server.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(c.closed_by_server());
+    assert!(TcpStream::connect(addr).is_err(), "no longer accepting");
+}
