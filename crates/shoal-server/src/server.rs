@@ -49,7 +49,7 @@ pub enum ServerError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Addresses {
     pub resp: SocketAddr,
-    /// `None` until the native front end is part of the server.
+    /// The native protocol's address (`None` only for a server built without it).
     pub native: Option<SocketAddr>,
 }
 
