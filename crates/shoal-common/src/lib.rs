@@ -53,6 +53,40 @@ impl fmt::Display for KeyHash {
     }
 }
 
+/// Conditions on an object's version under which an operation is refused
+/// (RAMCloud's reject rules). The default rejects nothing. Shared by the
+/// store, the wire format and the client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RejectRules {
+    /// The version the `version_*` rules compare with.
+    pub given_version: Version,
+    /// Refuse if the object does not exist.
+    pub doesnt_exist: bool,
+    /// Refuse if the object exists.
+    pub exists: bool,
+    /// Refuse if the object exists with version <= `given_version`.
+    pub version_le_given: bool,
+    /// Refuse if the object exists with version != `given_version`.
+    pub version_ne_given: bool,
+}
+
+impl RejectRules {
+    /// Only if the object's version is exactly `v` (compare-and-swap).
+    pub fn version_is(v: Version) -> Self {
+        RejectRules { given_version: v, doesnt_exist: true, version_ne_given: true, ..Default::default() }
+    }
+
+    /// Only if the object exists.
+    pub fn must_exist() -> Self {
+        RejectRules { doesnt_exist: true, ..Default::default() }
+    }
+
+    /// Only if the object does not exist.
+    pub fn must_not_exist() -> Self {
+        RejectRules { exists: true, ..Default::default() }
+    }
+}
+
 /// Largest key the system accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 64 * 1024;
 

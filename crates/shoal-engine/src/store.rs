@@ -19,6 +19,7 @@ use crate::log::{Batch, Log, LogObserver, NoSpace};
 use crate::pool::{Pool, Tier};
 use crate::segment::{LogRef, Segments};
 use parking_lot::{Condvar, Mutex, RwLock};
+pub use shoal_common::RejectRules;
 use shoal_common::{key_hash, SegmentId, TableId, Version};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,45 +27,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Conditions on an object's version under which an operation is refused
-/// (RAMCloud's reject rules). The default rejects nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RejectRules {
-    /// The version the `version_*` rules compare with.
-    pub given_version: Version,
-    /// Refuse if the object does not exist.
-    pub doesnt_exist: bool,
-    /// Refuse if the object exists.
-    pub exists: bool,
-    /// Refuse if the object exists with version <= `given_version`.
-    pub version_le_given: bool,
-    /// Refuse if the object exists with version != `given_version`.
-    pub version_ne_given: bool,
-}
-
-impl RejectRules {
-    /// Only if the object's version is exactly `v` (compare-and-swap).
-    pub fn version_is(v: Version) -> Self {
-        RejectRules { given_version: v, doesnt_exist: true, version_ne_given: true, ..Default::default() }
-    }
-
-    pub fn must_exist() -> Self {
-        RejectRules { doesnt_exist: true, ..Default::default() }
-    }
-
-    pub fn must_not_exist() -> Self {
-        RejectRules { exists: true, ..Default::default() }
-    }
-
-    fn check(&self, current: Option<Version>) -> Result<(), StoreError> {
-        match current {
-            None if self.doesnt_exist => Err(StoreError::ObjectDoesntExist),
-            None => Ok(()),
-            Some(v) if self.exists => Err(StoreError::ObjectExists { version: v }),
-            Some(v) if self.version_le_given && v <= self.given_version => Err(StoreError::WrongVersion { version: v }),
-            Some(v) if self.version_ne_given && v != self.given_version => Err(StoreError::WrongVersion { version: v }),
-            Some(_) => Ok(()),
-        }
+/// Applies reject rules to an object's current version (`None`: absent).
+fn check_rules(rules: &RejectRules, current: Option<Version>) -> Result<(), StoreError> {
+    match current {
+        None if rules.doesnt_exist => Err(StoreError::ObjectDoesntExist),
+        None => Ok(()),
+        Some(v) if rules.exists => Err(StoreError::ObjectExists { version: v }),
+        Some(v) if rules.version_le_given && v <= rules.given_version => Err(StoreError::WrongVersion { version: v }),
+        Some(v) if rules.version_ne_given && v != rules.given_version => Err(StoreError::WrongVersion { version: v }),
+        Some(_) => Ok(()),
     }
 }
 
@@ -389,7 +360,7 @@ impl Inner {
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
-                rules.check(found.map(|f| f.version))?;
+                check_rules(&rules, found.map(|f| f.version))?;
                 if let (Some(fv), Some(f)) = (forced_version, found) {
                     if f.version >= fv {
                         return Ok((f.version, 0));
@@ -486,7 +457,7 @@ impl Inner {
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
-                rules.check(found.map(|f| f.version))?;
+                check_rules(&rules, found.map(|f| f.version))?;
                 let Some(f) = found else {
                     return Ok(None);
                 };
@@ -526,7 +497,7 @@ impl Inner {
                 _ => false,
             }
         });
-        rules.check(version)?;
+        check_rules(&rules, version)?;
         version.ok_or(StoreError::ObjectDoesntExist)
     }
 }
@@ -693,7 +664,7 @@ impl Store {
             for (j, &i) in idx.iter().enumerate() {
                 let op = &items[i];
                 let found = inner.lookup(op.table, op.key, hashes[j]);
-                if let Err(e) = op.rules.check(found.map(|f| f.version)) {
+                if let Err(e) = check_rules(&op.rules, found.map(|f| f.version)) {
                     results[i] = Some(Err(e));
                     continue;
                 }

@@ -49,22 +49,8 @@ impl Opcode {
     }
 }
 
-/// Conditions on an object's version under which an operation is refused
-/// (RAMCloud's reject rules); the same fields as the store's. The default
-/// rejects nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RejectRules {
-    /// The version the `version_*` rules compare with.
-    pub given_version: Version,
-    /// Refuse if the object does not exist (`OBJECT_DOESNT_EXIST`).
-    pub doesnt_exist: bool,
-    /// Refuse if the object exists (`OBJECT_EXISTS`).
-    pub exists: bool,
-    /// Refuse if the object exists with version <= given (`WRONG_VERSION`).
-    pub version_le_given: bool,
-    /// Refuse if the object exists with version != given (`WRONG_VERSION`).
-    pub version_ne_given: bool,
-}
+/// Reject rules travel as a flags byte and the given version.
+pub use shoal_common::RejectRules;
 
 const RULE_DOESNT_EXIST: u8 = 0x01;
 const RULE_EXISTS: u8 = 0x02;
@@ -76,50 +62,35 @@ const RULES_VERSION_AT: usize = 1;
 pub(crate) const RULES_LEN: usize = 9;
 const _: () = assert!(RULES_VERSION_AT + 8 == RULES_LEN);
 
-impl RejectRules {
-    /// Only if the object's version is exactly `v` (compare-and-swap).
-    pub fn version_is(v: Version) -> Self {
-        RejectRules { given_version: v, doesnt_exist: true, version_ne_given: true, ..Default::default() }
-    }
-
-    pub fn must_exist() -> Self {
-        RejectRules { doesnt_exist: true, ..Default::default() }
-    }
-
-    pub fn must_not_exist() -> Self {
-        RejectRules { exists: true, ..Default::default() }
-    }
-
-    fn encode(&self, out: &mut Vec<u8>) {
-        let mut flags = 0;
-        for (on, bit) in [
-            (self.doesnt_exist, RULE_DOESNT_EXIST),
-            (self.exists, RULE_EXISTS),
-            (self.version_le_given, RULE_VERSION_LE_GIVEN),
-            (self.version_ne_given, RULE_VERSION_NE_GIVEN),
-        ] {
-            if on {
-                flags |= bit;
-            }
+fn encode_rules(rules: &RejectRules, out: &mut Vec<u8>) {
+    let mut flags = 0;
+    for (on, bit) in [
+        (rules.doesnt_exist, RULE_DOESNT_EXIST),
+        (rules.exists, RULE_EXISTS),
+        (rules.version_le_given, RULE_VERSION_LE_GIVEN),
+        (rules.version_ne_given, RULE_VERSION_NE_GIVEN),
+    ] {
+        if on {
+            flags |= bit;
         }
-        out.push(flags);
-        out.extend_from_slice(&self.given_version.0.to_le_bytes());
     }
+    out.push(flags);
+    out.extend_from_slice(&rules.given_version.0.to_le_bytes());
+}
 
-    /// Reads rules from `b[at..at + RULES_LEN]` (length checked by the caller).
-    fn decode(b: &[u8], at: usize) -> Result<RejectRules, DecodeError> {
-        let flags = b[at + RULES_FLAGS_AT];
-        if flags & !(RULE_DOESNT_EXIST | RULE_EXISTS | RULE_VERSION_LE_GIVEN | RULE_VERSION_NE_GIVEN) != 0 {
-            return Err(DecodeError::Malformed("unknown reject rule bits"));
-        }
-        Ok(RejectRules {
-            given_version: Version(get_u64(b, at + RULES_VERSION_AT)),
-            doesnt_exist: flags & RULE_DOESNT_EXIST != 0,
-            exists: flags & RULE_EXISTS != 0,
-            version_le_given: flags & RULE_VERSION_LE_GIVEN != 0,
-            version_ne_given: flags & RULE_VERSION_NE_GIVEN != 0,
-        })
+/// Reads rules from `b[at..at + RULES_LEN]` (length checked by the caller).
+fn decode_rules(b: &[u8], at: usize) -> Result<RejectRules, DecodeError> {
+    let flags = b[at + RULES_FLAGS_AT];
+    if flags & !(RULE_DOESNT_EXIST | RULE_EXISTS | RULE_VERSION_LE_GIVEN | RULE_VERSION_NE_GIVEN) != 0 {
+        return Err(DecodeError::Malformed("unknown reject rule bits"));
     }
+    Ok(RejectRules {
+        given_version: Version(get_u64(b, at + RULES_VERSION_AT)),
+        doesnt_exist: flags & RULE_DOESNT_EXIST != 0,
+        exists: flags & RULE_EXISTS != 0,
+        version_le_given: flags & RULE_VERSION_LE_GIVEN != 0,
+        version_ne_given: flags & RULE_VERSION_NE_GIVEN != 0,
+    })
 }
 
 /// READ and REMOVE bodies, and each MULTI_REMOVE item: table, rules, key length, key.
@@ -241,14 +212,14 @@ pub enum Request<'a> {
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
     out.extend_from_slice(&table.0.to_le_bytes());
-    rules.encode(out);
+    encode_rules(rules, out);
     out.extend_from_slice(&len32(key));
     out.extend_from_slice(key);
 }
 
 fn put_write_op(out: &mut Vec<u8>, w: &WriteItem<'_>) {
     out.extend_from_slice(&w.table.0.to_le_bytes());
-    w.rules.encode(out);
+    encode_rules(&w.rules, out);
     out.extend_from_slice(&len32(w.key));
     out.extend_from_slice(&len32(w.value));
     out.extend_from_slice(w.key);
@@ -258,7 +229,7 @@ fn put_write_op(out: &mut Vec<u8>, w: &WriteItem<'_>) {
 fn get_key_op<'a>(r: &mut Reader<'a>) -> Result<(TableId, RejectRules, &'a [u8]), DecodeError> {
     let f = r.fixed(key_op::FIXED)?;
     let table = TableId(get_u64(f, key_op::TABLE));
-    let rules = RejectRules::decode(f, key_op::RULES)?;
+    let rules = decode_rules(f, key_op::RULES)?;
     let key = r.take(get_u32(f, key_op::KEY_LEN) as usize)?;
     Ok((table, rules, key))
 }
@@ -266,7 +237,7 @@ fn get_key_op<'a>(r: &mut Reader<'a>) -> Result<(TableId, RejectRules, &'a [u8])
 fn get_write_op<'a>(r: &mut Reader<'a>) -> Result<WriteItem<'a>, DecodeError> {
     let f = r.fixed(write_op::FIXED)?;
     let table = TableId(get_u64(f, write_op::TABLE));
-    let rules = RejectRules::decode(f, write_op::RULES)?;
+    let rules = decode_rules(f, write_op::RULES)?;
     let key = r.take(get_u32(f, write_op::KEY_LEN) as usize)?;
     let value = r.take(get_u32(f, write_op::VALUE_LEN) as usize)?;
     Ok(WriteItem { table, key, value, rules })
@@ -313,7 +284,7 @@ impl<'a> Request<'a> {
             }
             Request::Increment { table, key, delta, rules } => {
                 out.extend_from_slice(&table.0.to_le_bytes());
-                rules.encode(out);
+                encode_rules(rules, out);
                 out.extend_from_slice(&delta.to_le_bytes());
                 out.extend_from_slice(&len32(key));
                 out.extend_from_slice(key);
@@ -374,7 +345,7 @@ impl<'a> Request<'a> {
             Opcode::Increment => {
                 let f = r.fixed(increment_op::FIXED)?;
                 let table = TableId(get_u64(f, increment_op::TABLE));
-                let rules = RejectRules::decode(f, increment_op::RULES)?;
+                let rules = decode_rules(f, increment_op::RULES)?;
                 let delta = get_u64(f, increment_op::DELTA) as i64;
                 let key = r.take(get_u32(f, increment_op::KEY_LEN) as usize)?;
                 Request::Increment { table, key, delta, rules }

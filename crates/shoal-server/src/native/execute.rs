@@ -83,18 +83,18 @@ fn apply<'s>(
     Ok(match req {
         Request::Ping => Response::Ping,
         Request::Read { table, key, rules } => {
-            let version = store.read_into(table, key, rules_of(rules), &mut scratch.value).map_err(status_of)?;
+            let version = store.read_into(table, key, rules, &mut scratch.value).map_err(status_of)?;
             ServerStats::add(&ctx.stats.keyspace_hits, 1);
             Response::Read { version, value: &scratch.value }
         }
         Request::Write { table, key, value, rules } => {
-            Response::Write { version: store.write(table, key, value, rules_of(rules)).map_err(status_of)? }
+            Response::Write { version: store.write(table, key, value, rules).map_err(status_of)? }
         }
         Request::Remove { table, key, rules } => {
-            Response::Remove { version: store.remove(table, key, rules_of(rules)).map_err(status_of)? }
+            Response::Remove { version: store.remove(table, key, rules).map_err(status_of)? }
         }
         Request::Increment { table, key, delta, rules } => {
-            let (value, version) = store.increment(table, key, delta, rules_of(rules)).map_err(status_of)?;
+            let (value, version) = store.increment(table, key, delta, rules).map_err(status_of)?;
             Response::Increment { value, version }
         }
         Request::MultiRead(items) => {
@@ -125,12 +125,12 @@ fn apply<'s>(
         Request::MultiWrite(items) => {
             let ops: Vec<WriteOp<'_>> = items
                 .iter()
-                .map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: rules_of(w.rules) })
+                .map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules })
                 .collect();
             Response::MultiWrite(store.multi_write(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
         }
         Request::MultiRemove(items) => {
-            let ops: Vec<_> = items.iter().map(|r| (r.table, r.key, rules_of(r.rules))).collect();
+            let ops: Vec<_> = items.iter().map(|r| (r.table, r.key, r.rules)).collect();
             Response::MultiRemove(store.multi_remove(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
         }
         Request::Enumerate { table, cursor, max_count } => {
@@ -195,16 +195,6 @@ fn sat32(n: usize) -> u32 {
 }
 
 /// The wire's reject rules as the store's (the same fields).
-fn rules_of(r: shoal_proto::RejectRules) -> RejectRules {
-    RejectRules {
-        given_version: r.given_version,
-        doesnt_exist: r.doesnt_exist,
-        exists: r.exists,
-        version_le_given: r.version_le_given,
-        version_ne_given: r.version_ne_given,
-    }
-}
-
 /// The status for each store error (one status per variant).
 fn status_of(e: StoreError) -> ErrorStatus {
     match e {
