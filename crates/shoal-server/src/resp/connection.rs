@@ -21,7 +21,7 @@ use crate::listener::Connection;
 use crate::resp::frame::{self, Args, Limits};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -106,12 +106,10 @@ impl Conn {
                 let _ = wr.shutdown().await;
                 return closing.map_or(End::Closed, |(end, _)| end);
             }
-            let can_read = closing.is_none() && self.input.len() < self.request_limit;
-            if can_read {
-                let room = self.request_limit - self.input.len();
-                if self.input.capacity() - self.input.len() < READ_CHUNK.min(room) {
-                    self.input.reserve(READ_CHUNK.max(self.input.len()).min(room));
-                }
+            let room = self.request_limit.saturating_sub(self.input.len());
+            let can_read = closing.is_none() && room > 0;
+            if can_read && self.input.capacity() - self.input.len() < READ_CHUNK.min(room) {
+                self.input.reserve(READ_CHUNK.max(self.input.len()).min(room));
             }
             tokio::select! {
                 biased;
@@ -131,7 +129,8 @@ impl Conn {
                     closing = Some((End::Shutdown, Instant::now() + CLOSE_GRACE));
                     timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
                 }
-                r = rd.read_buf(&mut self.input), if can_read => match r {
+                // Never past the limit, whatever capacity the buffer grew to.
+                r = async { rd.read_buf(&mut (&mut self.input).limit(room)).await }, if can_read => match r {
                     Ok(0) => closing = Some((End::Closed, Instant::now() + CLOSE_GRACE)),
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
