@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tracing::{info, warn};
 
 /// Longest a shutdown waits for connections to finish their replies.
@@ -141,8 +141,20 @@ impl Drop for Server {
     }
 }
 
+/// Pending connections the kernel may queue for a listener (capped by
+/// `net.core.somaxconn`), so that a burst of connects is not dropped.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Listens on `addr` with `SO_REUSEADDR` (a restarted server gets its port
+/// back at once) and a deep backlog.
 async fn bind(protocol: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { protocol, addr, source })
+    let listen = || {
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| ServerError::Bind { protocol, addr, source })
 }
 
 /// Binds the listeners, reports readiness, serves until shutdown.

@@ -313,3 +313,17 @@ fn shutdown_finishes_replies_and_stops_accepting() {
     assert!(c.closed_by_server());
     assert!(TcpStream::connect(addr).is_err(), "no longer accepting");
 }
+
+#[test]
+fn a_pipeline_sent_before_closing_the_write_side_is_answered_in_full() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    // Inline commands are small: one read holds more than one batch of them.
+    let batch = b"INCR n\r\n".repeat(20_000);
+    c.send_raw(&batch);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    for i in 1..=20_000 {
+        assert_eq!(c.read_reply(), format!(":{i}\r\n"));
+    }
+    assert!(c.closed_by_server());
+}

@@ -36,6 +36,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 const KEEP_BUFFER: usize = 64 * 1024;
 /// Smallest read.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most requests executed before the connection lets others run.
+const MAX_BATCH: usize = 1024;
 
 /// Why a connection ended, for the log.
 #[derive(Debug)]
@@ -68,6 +70,8 @@ struct Conn {
     output: BytesMut,
     spans: Vec<(usize, usize)>,
     inline: Vec<u8>,
+    /// Complete requests are left in `input` (the last batch was cut at `MAX_BATCH`).
+    more: bool,
     _conn: Connection,
 }
 
@@ -86,6 +90,7 @@ impl Conn {
             output: BytesMut::new(),
             spans: Vec::new(),
             inline: Vec::new(),
+            more: false,
             ctx,
             _conn: conn,
         }
@@ -102,7 +107,10 @@ impl Conn {
         let timer = tokio::time::sleep(idle.unwrap_or(far));
         tokio::pin!(timer);
         loop {
-            if closing.is_some() && self.output.is_empty() {
+            // Requests left to run: also after the peer closed its side (it
+            // may have sent a whole pipeline and shut down writing).
+            let draining = self.more && matches!(closing, None | Some((End::Closed, _)));
+            if closing.is_some() && self.output.is_empty() && !draining {
                 let _ = wr.shutdown().await;
                 return closing.map_or(End::Closed, |(end, _)| end);
             }
@@ -145,6 +153,17 @@ impl Conn {
                     }
                     Err(e) => return End::Io(e),
                 },
+                // More complete requests than one batch: run the next batch
+                // after letting other connections of this worker run.
+                _ = tokio::task::yield_now(), if draining => {
+                    if let Some(end) = self.execute() {
+                        if matches!(end, End::ReplyOverflow) {
+                            return end;
+                        }
+                        closing = Some((end, Instant::now() + CLOSE_GRACE));
+                        timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                    }
+                }
                 _ = &mut timer => {
                     let now = Instant::now();
                     match closing.take() {
@@ -167,12 +186,18 @@ impl Conn {
         }
     }
 
-    /// Executes every complete request in the input buffer, appending the
+    /// Executes the complete requests in the input buffer (at most
+    /// [`MAX_BATCH`]; `more` tells whether some are left), appending the
     /// replies to the output buffer. Returns why the connection must close,
     /// if it must.
     fn execute(&mut self) -> Option<End> {
         let mut end = None;
-        loop {
+        self.more = false;
+        for done in 0.. {
+            if done == MAX_BATCH {
+                self.more = true;
+                break;
+            }
             let n = match frame::check(&self.input, &self.limits) {
                 Ok(Some(n)) => n,
                 Ok(None) => break,
