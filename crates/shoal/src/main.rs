@@ -1,1 +1,86 @@
-fn main() {}
+//! `shoal`: Shoal's command-line tool. For now it runs the benchmarks of the
+//! master store (`shoal bench ...`).
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Shoal, a distributed in-memory key-value store with log-structured memory
+/// (RAMCloud lineage).
+#[derive(Parser, Debug)]
+#[command(name = "shoal", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Benchmarks of the master store.
+    ///
+    /// Each is bounded in time and op count, prints an aligned table (or one
+    /// JSON object per result with --json), and exits 1 if a run failed (for
+    /// example with OutOfMemory) and 2 on bad options; missed targets are
+    /// reported, not failures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Internal: one memory-benchmark run of Shoal's store.
+    ///
+    /// Reads the op stream on stdin and prints a JSON report line.
+    #[command(hide = true)]
+    MemoryWorker(bench::memory::WorkerArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Memory efficiency under changing workloads (Rumble Table 3.1, W1..W8).
+    ///
+    /// Peak and final RSS per live value byte of Shoal's store, of a HashMap
+    /// over the system allocator and of one over jemalloc, each run in its
+    /// own process on the same deterministic op stream.
+    ///
+    /// Needs the shoal-baseline-sys and shoal-baseline-jemalloc executables
+    /// next to this one (cargo build -p shoal-bench-baseline) unless
+    /// --engines shoal. Targets: Shoal's peak RSS / live <= 1.45 on W1-W5,
+    /// <= 1.15 on W6-W8.
+    Memory(bench::memory::Args),
+    /// Overwrite throughput against memory utilisation (Rumble Fig. 8.1).
+    ///
+    /// One writer thread with the cleaner running, for each value size, key
+    /// distribution (uniform, scrambled Zipfian) and utilisation. Reports
+    /// throughput@highest / throughput@lowest utilisation; target >= 0.8
+    /// for 100-byte values.
+    Utilization(bench::utilization::Args),
+    /// Memory per small object beyond its key and value (DXRAM workload).
+    ///
+    /// 16-byte keys, 32-byte values; overhead from store statistics and from
+    /// RSS. Target: <= 24 bytes per object.
+    Overhead(bench::overhead::Args),
+    /// Single-thread read, overwrite, insert and remove rates.
+    ///
+    /// On a populated store, with p50/p99/p99.9 latencies.
+    Ops(bench::ops::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match &cli.command {
+        Command::MemoryWorker(args) => return ExitCode::from(bench::memory::worker(args) as u8),
+        Command::Bench(BenchCommand::Memory(args)) => bench::memory::run(args),
+        Command::Bench(BenchCommand::Utilization(args)) => bench::utilization::run(args),
+        Command::Bench(BenchCommand::Overhead(args)) => bench::overhead::run(args),
+        Command::Bench(BenchCommand::Ops(args)) => bench::ops::run(args),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("shoal: some runs failed (see the error column)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -123,10 +123,8 @@ fn apply<'s>(
             Response::MultiRead(results.into_iter().map(|r| r.map(|(v, range)| (v, &buf[range]))).collect())
         }
         Request::MultiWrite(items) => {
-            let ops: Vec<WriteOp<'_>> = items
-                .iter()
-                .map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules })
-                .collect();
+            let ops: Vec<WriteOp<'_>> =
+                items.iter().map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules }).collect();
             Response::MultiWrite(store.multi_write(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
         }
         Request::MultiRemove(items) => {

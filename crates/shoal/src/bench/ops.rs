@@ -1,0 +1,207 @@
+//! `shoal bench ops`: single-threaded operation rates on a populated store,
+//! with latency percentiles.
+//!
+//! The store is filled with N objects (10-byte keys) through multi_write,
+//! then four timed phases run in order: reads of random existing keys,
+//! overwrites of random existing keys, inserts of new keys, and removes of
+//! those new keys in random order. Each phase is bounded by --ops and
+//! --max-secs. Throughput is ops / wall time of the phase; every fourth op
+//! is timed on its own for the latency histogram, so the clock reads cost
+//! the throughput little.
+
+use super::{emit_json, fit_memory, positive, store_config, Table, MIB};
+use clap::Args as ClapArgs;
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use shoal_bench_baseline::{key_of, KEY_BYTES};
+use shoal_engine::format::object_len;
+use shoal_engine::{RejectRules, Store, StoreError, TableId, Version, WriteOp};
+use std::time::{Duration, Instant};
+
+const TABLE: TableId = TableId(1);
+const TIME_EVERY: u64 = 4;
+
+/// Options of `shoal bench ops`.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// Objects in the store before the timed phases.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub objects: u64,
+    /// Value size in bytes (keys are 10 bytes).
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Most ops per phase (default: --objects).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Most seconds per phase.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_secs: f64,
+    /// Seed of the key choices.
+    #[arg(long, default_value_t = 0x5ea1)]
+    pub seed: u64,
+    /// Print one JSON object per result instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One phase's rate and latencies.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpsResult {
+    pub bench: &'static str,
+    /// "read", "overwrite", "insert" or "remove".
+    pub op: &'static str,
+    pub objects: u64,
+    pub value_bytes: usize,
+    pub ops: u64,
+    pub secs: f64,
+    pub ops_per_sec: f64,
+    pub latency_samples: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    /// `None` when the phase completed.
+    pub error: Option<String>,
+}
+
+/// Runs `op(i)` for i in 0..max until `time` passed; times every
+/// [`TIME_EVERY`]th call. Stops at the first error.
+fn phase(name: &'static str, max: u64, time: Duration, mut op: impl FnMut(u64) -> Result<(), StoreError>) -> OpsResult {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    let mut error = None;
+    let started = Instant::now();
+    let mut i = 0;
+    while i < max {
+        if i % 256 == 0 && started.elapsed() >= time {
+            break;
+        }
+        let res = if i % TIME_EVERY == 0 {
+            let t = Instant::now();
+            let res = op(i);
+            hist.saturating_record((t.elapsed().as_nanos() as u64).max(1));
+            res
+        } else {
+            op(i)
+        };
+        if let Err(e) = res {
+            error = Some(format!("{name} {i}: {e}"));
+            break;
+        }
+        i += 1;
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    OpsResult {
+        bench: "ops",
+        op: name,
+        objects: 0,
+        value_bytes: 0,
+        ops: i,
+        secs,
+        ops_per_sec: i as f64 / secs,
+        latency_samples: hist.len(),
+        p50_ns: hist.value_at_quantile(0.5),
+        p99_ns: hist.value_at_quantile(0.99),
+        p999_ns: hist.value_at_quantile(0.999),
+        max_ns: hist.max(),
+        error,
+    }
+}
+
+fn print_table(results: &[OpsResult]) {
+    let mut t = Table::new(&["op", "ops", "secs", "ops/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns", "error"], 1);
+    for r in results {
+        t.row(vec![
+            r.op.to_string(),
+            r.ops.to_string(),
+            format!("{:.2}", r.secs),
+            format!("{:.0}", r.ops_per_sec),
+            r.p50_ns.to_string(),
+            r.p99_ns.to_string(),
+            r.p999_ns.to_string(),
+            r.max_ns.to_string(),
+            r.error.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+}
+
+/// Runs the benchmark; false if a phase failed.
+pub fn run(args: &Args) -> Result<bool, String> {
+    if args.objects == 0 {
+        return Err("--objects must be positive".into());
+    }
+    if !positive(args.max_secs) {
+        return Err("--max-secs must be positive".into());
+    }
+    let n = args.objects;
+    let max_ops = args.ops.unwrap_or(n);
+    let time = Duration::from_secs_f64(args.max_secs);
+    let entry = object_len(TABLE, Version(1), KEY_BYTES, args.value_size);
+    let (segment, seglet) = (8 << 20, 64 << 10);
+    // Room for three times the live data: the cleaner keeps up without pressure.
+    let memory = fit_memory(3 * (n + max_ops) * entry as u64, segment, seglet, entry)?;
+    let store = Store::new(store_config(memory, segment, seglet, entry)).map_err(|e| e.to_string())?;
+    store.create_table(TABLE);
+    if !args.json {
+        println!(
+            "single-thread op rates: {n} objects, {KEY_BYTES}-byte keys, {}-byte values, memory {:.1} MiB, \
+             at most {max_ops} ops and {:.1} s per phase",
+            args.value_size,
+            memory as f64 / MIB,
+            args.max_secs
+        );
+    }
+    eprintln!("ops: populating {n} objects ...");
+    let value = vec![b'v'; args.value_size];
+    let mut id = 0;
+    while id < n {
+        let end = (id + 64).min(n);
+        let keys: Vec<[u8; KEY_BYTES]> = (id..end).map(key_of).collect();
+        let ops: Vec<WriteOp> = keys
+            .iter()
+            .map(|k| WriteOp { table: TABLE, key: k, value: &value, rules: RejectRules::default() })
+            .collect();
+        if let Some(e) = store.multi_write(&ops).into_iter().find_map(|r| r.err()) {
+            return Err(format!("populating at object {id}: {e}"));
+        }
+        id = end;
+    }
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut results = Vec::new();
+    let mut buf = Vec::with_capacity(args.value_size);
+    eprintln!("ops: reads ...");
+    results.push(phase("read", max_ops, time, |_| {
+        store.read_into(TABLE, &key_of(rng.gen_range(0..n)), RejectRules::default(), &mut buf).map(|_| ())
+    }));
+    eprintln!("ops: overwrites ...");
+    results.push(phase("overwrite", max_ops, time, |_| {
+        store.write(TABLE, &key_of(rng.gen_range(0..n)), &value, RejectRules::default()).map(|_| ())
+    }));
+    eprintln!("ops: inserts ...");
+    let insert = phase("insert", max_ops, time, |i| {
+        store.write(TABLE, &key_of(n + i), &value, RejectRules::must_not_exist()).map(|_| ())
+    });
+    let mut inserted: Vec<u64> = (n..n + insert.ops).collect();
+    results.push(insert);
+    inserted.shuffle(&mut rng);
+    eprintln!("ops: removes ...");
+    results.push(phase("remove", inserted.len() as u64, time, |i| {
+        match store.remove(TABLE, &key_of(inserted[i as usize]), RejectRules::must_exist()) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }));
+    for r in &mut results {
+        r.objects = n;
+        r.value_bytes = args.value_size;
+    }
+    if args.json {
+        results.iter().for_each(emit_json);
+    } else {
+        print_table(&results);
+    }
+    Ok(results.iter().all(|r| r.error.is_none()))
+}
