@@ -133,7 +133,20 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
             inner.cleaner.last_compaction_failed.store(freed == 0, Ordering::Relaxed);
         }
         if freed == 0 {
-            freed = combined(inner);
+            let c = combined(inner);
+            freed = c.freed;
+            if c.tombstones_killed > 0 {
+                // The tombstones it killed sit in other segments: find them
+                // and compact them away now.
+                refresh_tombstones(inner, usize::MAX);
+                for _ in 0..MAX_SOURCES {
+                    let f = compact(inner);
+                    if f == 0 {
+                        break;
+                    }
+                    freed += f;
+                }
+            }
             if freed > 0 {
                 inner.cleaner.last_compaction_failed.store(false, Ordering::Relaxed);
             }
@@ -235,7 +248,7 @@ impl Target for Survivors {
         }
         let created = self.created_ms;
         self.current
-            .get_or_insert_with(|| inner.log.open_side(None, created).expect("cleaner reserve holds a survivor"))
+            .get_or_insert_with(|| inner.log.open_side(None, created, spare).expect("cleaner reserve holds a survivor"))
     }
 }
 
@@ -248,18 +261,26 @@ fn relocate_segment(
     spare: &mut Vec<u32>,
     target: &mut dyn Target,
 ) -> (u64, u64) {
-    let bytes = inner.segs.copy_segment(slot);
     let seg_bytes = inner.segs.segment_bytes();
     let (mut objs, mut tombs) = (0u64, 0u64);
-    for e in format::EntryIter::trusted(&bytes) {
-        let Ok((off, entry)) = e else {
-            panic!("segment in slot {slot} is corrupt in memory");
+    let end_of_segment = inner.segs.slot(slot).len.load(Ordering::Acquire) as usize;
+    let mut off = 0;
+    while off < end_of_segment {
+        // The segment is closed and only this pass frees it: its bytes are
+        // stable, so entries are read in place (copied only when they
+        // straddle seglets).
+        let raw = inner.segs.entry(LogRef::new(slot, off as u32));
+        let raw = &raw[..];
+        let len = raw.len();
+        let entry = match format::decode_trusted(raw) {
+            Ok((e, _)) => e,
+            Err(e) => panic!("segment in slot {slot} is corrupt in memory at {off}: {e}"),
         };
-        let len = format::read_header(&bytes[off..]).expect("decoded").total_len();
-        let raw = &bytes[off..off + len];
+        let at = off;
+        off += len;
         match entry {
             Entry::Object(o) => {
-                let old = LogRef::new(slot, off as u32);
+                let old = LogRef::new(slot, at as u32);
                 let hash = key_hash(o.table, o.key).0;
                 let _lock = inner.ht.lock(hash);
                 let Some((pos, _)) = inner.ht.find(hash, |r| r == old) else {
@@ -338,12 +359,13 @@ fn compact(inner: &Inner) -> usize {
     let Some((_, id, old_slot, need)) = best else {
         return 0;
     };
-    let Some(mut spare) = reserve(inner, need + 1) else {
+    let slack = 2 + (inner.config.max_value_bytes + inner.config.max_key_bytes).div_ceil(seglet);
+    let Some(mut spare) = reserve(inner, need + slack) else {
         return 0;
     };
     let members = Membership::take(inner, &[]);
     let created = inner.segs.slot(old_slot).created_ms.load(Ordering::Relaxed);
-    let Some(w) = inner.log.open_side(Some(id), created) else {
+    let Some(w) = inner.log.open_side(Some(id), created, &mut spare) else {
         inner.segs.pool.release(spare);
         return 0;
     };
@@ -363,56 +385,83 @@ fn compact(inner: &Inner) -> usize {
     old_seglets.saturating_sub(new_seglets)
 }
 
-/// Combined cleaning. Returns seglets freed (0: nothing worth cleaning).
-fn combined(inner: &Inner) -> usize {
+/// Seglets a pass must hold to relocate `bytes` into survivors: the bytes,
+/// a header and checksum per survivor, a partly used seglet per survivor,
+/// and slack for objects installed into a source after it was chosen (a
+/// write appended to a head that closed before it updated the hash table).
+fn survivor_seglets_needed(inner: &Inner, bytes: usize) -> usize {
+    let seglet = inner.segs.pool.seglet_bytes();
+    let seg_bytes = inner.segs.segment_bytes();
+    // Every survivor but the last holds at least half a segment (no entry
+    // is larger than half a segment).
+    let survivors = bytes / (seg_bytes / 2) + 1;
+    let slack = 2 + (inner.config.max_value_bytes + inner.config.max_key_bytes).div_ceil(seglet);
+    (bytes + survivors * (format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES)).div_ceil(seglet) + survivors + slack
+}
+
+/// What one combined pass achieved.
+#[derive(Default)]
+struct Combined {
+    /// Seglets freed net of survivors and the new head.
+    freed: usize,
+    /// Bytes of tombstones elsewhere that died because their segments left.
+    tombstones_killed: u64,
+}
+
+/// Combined cleaning. Chooses by cost-benefit, counting as benefit both
+/// a segment's dead bytes and the tombstones elsewhere that name it (they
+/// all die when it leaves the log).
+fn combined(inner: &Inner) -> Combined {
     let seglet = inner.segs.pool.seglet_bytes();
     let seg_bytes = inner.segs.segment_bytes();
     let now = inner.log.now_ms();
     refresh_tombstones(inner, 4 * seg_bytes);
-    let mut scored: Vec<(f64, SegmentId, u32, usize, u64)> = candidates(inner)
+    let refs = inner.log.tomb_refs();
+    let mut scored: Vec<(f64, SegmentId, u32, usize, u64, u64)> = candidates(inner)
         .into_iter()
         .filter_map(|(id, slot)| {
             let s = inner.segs.slot(slot);
             let bytes = estimate_bytes(inner, slot);
-            let u = bytes as f64 / seg_bytes as f64;
-            if u >= MAX_CLEANABLE_UTILISATION {
+            let named = refs.get(&id).copied().unwrap_or(0);
+            let u = bytes.saturating_sub(named as usize) as f64 / seg_bytes as f64;
+            if bytes as f64 / seg_bytes as f64 >= MAX_CLEANABLE_UTILISATION && named == 0 {
                 return None;
             }
-            let age = (now.saturating_sub(s.created_ms.load(Ordering::Relaxed)) + 1) as f64;
-            Some(((1.0 - u) * age / (1.0 + u), id, slot, bytes, s.created_ms.load(Ordering::Relaxed)))
+            let created = s.created_ms.load(Ordering::Relaxed);
+            let age = (now.saturating_sub(created) + 1) as f64;
+            Some(((1.0 - u) * age / (1.0 + u), id, slot, bytes, created, named))
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
     let head_seglets = inner.log.head_seglets();
-    let budget = inner.segs.pool.available(Tier::Cleaner).saturating_sub(head_seglets + 2) * seglet;
+    let budget = inner.segs.pool.available(Tier::Cleaner).saturating_sub(head_seglets);
     let mut chosen = Vec::new();
-    let (mut bytes, mut source_seglets) = (0usize, 0usize);
-    for (_, id, slot, b, created) in scored {
+    let (mut bytes, mut source_seglets, mut killed) = (0usize, 0usize, 0u64);
+    for (_, id, slot, b, created, named) in scored {
         if chosen.len() >= MAX_SOURCES {
             break;
         }
-        let survivors = (bytes + b).div_ceil(seg_bytes / 2).max(1);
-        let need = (bytes + b + survivors * (format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES)).div_ceil(seglet)
-            + survivors;
-        if need * seglet > budget {
+        if survivor_seglets_needed(inner, bytes + b) > budget {
             continue;
         }
         bytes += b;
+        killed += named;
         source_seglets += inner.segs.slot(slot).seglets.load(Ordering::Relaxed) as usize;
         chosen.push((id, slot, b, created));
     }
-    let survivors_max = bytes.div_ceil(seg_bytes / 2).max(1);
-    let need = (bytes + survivors_max * (format::SEGMENT_HEADER_BYTES + CHECKSUM_ENTRY_BYTES)).div_ceil(seglet)
-        + survivors_max;
-    if chosen.is_empty() || source_seglets <= need + head_seglets {
-        return 0;
+    let need = survivor_seglets_needed(inner, bytes);
+    // Survivors hold `bytes` in about bytes/seglet seglets; the pass gains
+    // the sources' seglets beyond that, plus the tombstones it kills.
+    let gain = (source_seglets * seglet + killed as usize) as i64 - (bytes + head_seglets * seglet) as i64;
+    if chosen.is_empty() || gain < seglet as i64 {
+        return Combined::default();
     }
     let Some(head_spare) = reserve(inner, head_seglets) else {
-        return 0;
+        return Combined::default();
     };
     let Some(mut spare) = reserve(inner, need) else {
         inner.segs.pool.release(head_spare);
-        return 0;
+        return Combined::default();
     };
     // Oldest first: survivors end up sorted by age.
     chosen.sort_by_key(|c| c.3);
@@ -443,7 +492,7 @@ fn combined(inner: &Inner) -> usize {
     let freed = retire(inner, &slots, tombs_kept);
     inner.counters.combined.fetch_add(1, Ordering::Relaxed);
     inner.counters.segments_cleaned.fetch_add(cleaned.len() as u64, Ordering::Relaxed);
-    freed.saturating_sub(survivor_seglets + head_seglets)
+    Combined { freed: freed.saturating_sub(survivor_seglets + head_seglets), tombstones_killed: killed }
 }
 
 fn finish_survivor(inner: &Inner, w: &mut SegmentWriter, spare: &mut Vec<u32>) {
@@ -498,15 +547,14 @@ fn refresh_tombstones(inner: &Inner, budget: usize) {
 }
 
 fn scan_segment_tombstones(inner: &Inner, slot: u32, members: &Membership) {
-    let bytes = inner.segs.copy_segment(slot);
     let mut dead = 0u64;
-    for (off, e) in format::EntryIter::trusted(&bytes).flatten() {
-        if let Entry::Tombstone(t) = e {
+    inner.segs.for_each_entry(slot, |_, raw| {
+        if let Ok((Entry::Tombstone(t), len)) = format::decode_trusted(raw) {
             if !members.tombstone_live(t.segment) {
-                dead += format::read_header(&bytes[off..]).expect("decoded").total_len() as u64;
+                dead += len as u64;
             }
         }
-    }
+    });
     let s = inner.segs.slot(slot);
     let known = s.tomb_dead.swap(dead, Ordering::Relaxed);
     let newly = dead.saturating_sub(known);

@@ -13,7 +13,7 @@ use crate::pool::Tier;
 use crate::segment::{LogRef, Segments, SlotState};
 use parking_lot::Mutex;
 use shoal_common::{LogId, SegmentId, Version};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,6 +86,10 @@ struct HeadState {
     w: SegmentWriter,
     /// The segments of the log, by id, with their current slots.
     members: BTreeMap<SegmentId, u32>,
+    /// Bytes of tombstones that name each segment of the log. All of them
+    /// die when that segment leaves the log, so this is what cleaning it
+    /// frees beyond its own dead bytes (the cleaner's benefit estimate).
+    tomb_refs: HashMap<SegmentId, u64>,
 }
 
 pub struct Log {
@@ -111,7 +115,7 @@ impl Log {
             SegmentWriter { slot: 0, id: SegmentId(0), len: 0, crc: HeaderCrc::default(), unsealed: false };
         let log = Log {
             segs,
-            head: Mutex::new(HeadState { w: placeholder, members: BTreeMap::new() }),
+            head: Mutex::new(HeadState { w: placeholder, members: BTreeMap::new(), tomb_refs: HashMap::new() }),
             observer,
             log_id,
             next_id: AtomicU64::new(1),
@@ -346,7 +350,17 @@ impl Log {
         if !spare.is_empty() {
             self.segs.pool.release(spare);
         }
+        for i in 0..b.ends.len() {
+            if let Ok((format::Entry::Tombstone(t), len)) = format::decode_trusted(b.entry(i)) {
+                *h.tomb_refs.entry(t.segment).or_default() += len as u64;
+            }
+        }
         Ok(())
+    }
+
+    /// Bytes of tombstones naming each segment (see `HeadState::tomb_refs`).
+    pub(crate) fn tomb_refs(&self) -> HashMap<SegmentId, u64> {
+        self.head.lock().tomb_refs.clone()
     }
 
     /// Id and slot of the current head.
@@ -362,8 +376,15 @@ impl Log {
 
     /// Opens a segment for the cleaner (a survivor, or a compaction target
     /// reusing `reuse_id`). It is not part of the log until spliced.
-    pub(crate) fn open_side(&self, reuse_id: Option<SegmentId>, created_ms: u64) -> Option<SegmentWriter> {
-        if self.segs.pool.available(Tier::Cleaner) == 0 {
+    /// Its first seglet comes from `spare` (the pass's reservation) when
+    /// there is one. None only if no seglet can be had at all.
+    pub(crate) fn open_side(
+        &self,
+        reuse_id: Option<SegmentId>,
+        created_ms: u64,
+        spare: &mut Vec<u32>,
+    ) -> Option<SegmentWriter> {
+        if spare.is_empty() && self.segs.pool.available(Tier::Cleaner) == 0 {
             return None;
         }
         let id = reuse_id.unwrap_or_else(|| self.allocate_id());
@@ -376,7 +397,7 @@ impl Log {
         }
         let mut b = Vec::new();
         format::encode_segment_header(&mut b, self.log_id, id, self.segs.segment_bytes() as u32);
-        if !self.segs.grow(slot, b.len(), &mut Vec::new(), Tier::Cleaner) {
+        if !self.segs.grow(slot, b.len(), spare, Tier::Cleaner) {
             self.segs.free_slot(slot);
             return None;
         }
@@ -418,6 +439,7 @@ impl Log {
             if let Some(s) = h.members.remove(id) {
                 slots.push(s);
             }
+            h.tomb_refs.remove(id);
         }
         self.members_count.store(h.members.len() as u64, Ordering::Relaxed);
         let ok = self.open_head(&mut h, &mut spare, Tier::Cleaner);

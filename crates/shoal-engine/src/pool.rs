@@ -10,7 +10,6 @@
 //! that the cleaner and tombstones always find memory (Rumble §4.5).
 
 use parking_lot::Mutex;
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -27,7 +26,7 @@ pub enum Tier {
 
 pub struct Pool {
     base: NonNull<u8>,
-    layout: Layout,
+    len: usize,
     seglet_bytes: usize,
     seglets: u32,
     free: Mutex<Vec<u32>>,
@@ -44,19 +43,36 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    /// Reserves `seglets * seglet_bytes` bytes. The memory is zeroed lazily by
-    /// the kernel, so pages never used are never resident.
+    /// Reserves `seglets * seglet_bytes` bytes of anonymous memory. The
+    /// kernel backs a page only when it is first written, so seglets never
+    /// used are never resident; the free list hands out recently freed
+    /// seglets first, which keeps the resident set small.
     pub fn new(seglet_bytes: usize, seglets: u32, cleaner_reserve: usize, remove_reserve: usize) -> Pool {
         assert!(seglet_bytes.is_power_of_two() && seglets > 0);
-        let layout = Layout::from_size_align(seglet_bytes * seglets as usize, 4096).expect("pool layout");
-        // SAFETY: layout has non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let base = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let len = seglet_bytes * seglets as usize;
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked before use and unmapped in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            ptr != libc::MAP_FAILED,
+            "cannot map {len} bytes for the memory pool: {}",
+            std::io::Error::last_os_error()
+        );
+        let base = NonNull::new(ptr as *mut u8).expect("mmap returned null");
         // Hand out low indices first so that a lightly used pool touches few pages.
         let free: Vec<u32> = (0..seglets).rev().collect();
         Pool {
             base,
-            layout,
+            len,
             seglet_bytes,
             seglets,
             free_count: AtomicUsize::new(free.len()),
@@ -149,7 +165,9 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.base.as_ptr(), self.layout) }
+        // SAFETY: mapped in `new` with this length; no slice outlives the pool.
+        unsafe {
+            libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len);
+        }
     }
 }

@@ -266,6 +266,18 @@ impl Segments {
         self.bytes(slot, off, h.total_len())
     }
 
+    /// Calls `f(offset, entry bytes)` for each entry of a segment, in place.
+    /// Contract: as [`for_each_piece`], and the segment is well formed.
+    pub fn for_each_entry(&self, slot: u32, mut f: impl FnMut(usize, &[u8])) {
+        let len = self.slots[slot as usize].len.load(Ordering::Acquire) as usize;
+        let mut off = 0;
+        while off < len {
+            let e = self.entry(LogRef::new(slot, off as u32));
+            f(off, &e);
+            off += e.len();
+        }
+    }
+
     /// A copy of a segment's published bytes.
     pub fn copy_segment(&self, slot: u32) -> Vec<u8> {
         let len = self.slots[slot as usize].len.load(Ordering::Acquire) as usize;

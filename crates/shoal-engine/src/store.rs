@@ -982,6 +982,24 @@ impl Store {
             }
             tomb_total += believed;
         }
+        // Tombstones naming each segment of the log, against the log's count.
+        let mut named: HashMap<SegmentId, u64> = HashMap::new();
+        for (_, slot) in &members {
+            inner.segs.for_each_entry(*slot, |_, raw| {
+                if let Ok((Entry::Tombstone(t), len)) = format::decode_trusted(raw) {
+                    if in_log.contains(&t.segment) {
+                        *named.entry(t.segment).or_default() += len as u64;
+                    }
+                }
+            });
+        }
+        let refs = inner.log.tomb_refs();
+        for id in in_log.iter() {
+            let (want, have) = (named.get(id).copied().unwrap_or(0), refs.get(id).copied().unwrap_or(0));
+            if want != have {
+                return Err(format!("segment {id}: tombstones naming it {have} != recount {want}"));
+            }
+        }
         let global_tombs = inner.log.tomb_bytes.load(Ordering::Relaxed);
         if global_tombs != tomb_total {
             return Err(format!("tombstone counter {global_tombs} != sum over segments {tomb_total}"));

@@ -348,3 +348,36 @@ fn observer_sees_exactly_the_bytes_of_each_segment() {
     rebuilt.replay(live.iter().copied()).unwrap();
     assert_eq!(common::enumerate_all(&rebuilt, T, 8), common::enumerate_all(&store, T, 8));
 }
+
+/// Skewed overwrites (90% to 1% of the keys) with the cleaner thread: once
+/// made the cleaner open a survivor without a reserved seglet and panic.
+#[test]
+fn skewed_overwrites_keep_cleaning_without_errors() {
+    let cfg = StoreConfig {
+        memory_bytes: 13 << 20,
+        segment_bytes: 256 << 10,
+        seglet_bytes: 16 << 10,
+        max_value_bytes: 32 << 10,
+        expected_object_bytes: 121,
+        ..StoreConfig::default()
+    };
+    let store = Store::new(cfg).unwrap();
+    store.create_table(T);
+    let n = 34_000u64;
+    let value = [7u8; 100];
+    for i in 0..n {
+        store.write(T, format!("{i:010}").as_bytes(), &value, RejectRules::default()).unwrap();
+    }
+    let mut x = 1u64;
+    for w in 0..400_000u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let r = x >> 33;
+        let k = if r % 10 != 0 { r % (n / 100) } else { r % n };
+        if let Err(e) = store.write(T, format!("{k:010}").as_bytes(), &value, RejectRules::default()) {
+            panic!("overwrite {w}: {e}; {:?}", store.stats());
+        }
+    }
+    let s = store.stats();
+    assert!(s.compactions + s.combined_passes > 100, "{s:?}");
+    store.check_invariants().unwrap();
+}
