@@ -372,7 +372,7 @@ fn skewed_overwrites_keep_cleaning_without_errors() {
     for w in 0..400_000u64 {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let r = x >> 33;
-        let k = if r % 10 != 0 { r % (n / 100) } else { r % n };
+        let k = if !r.is_multiple_of(10) { r % (n / 100) } else { r % n };
         if let Err(e) = store.write(T, format!("{k:010}").as_bytes(), &value, RejectRules::default()) {
             panic!("overwrite {w}: {e}; {:?}", store.stats());
         }
