@@ -138,7 +138,7 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
             if c.tombstones_killed > 0 {
                 // The tombstones it killed sit in other segments: find them
                 // and compact them away now.
-                refresh_tombstones(inner, usize::MAX);
+                refresh_tombstones(inner, 8 * inner.segs.segment_bytes());
                 for _ in 0..MAX_SOURCES {
                     let f = compact(inner);
                     if f == 0 {
@@ -293,7 +293,6 @@ fn relocate_segment(
                 inner.ht.set(pos, hash, new);
                 inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
                 inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                inner.counters.relocated.fetch_add(len as u64, Ordering::Relaxed);
                 objs += len as u64;
             }
             Entry::Tombstone(t) => {
@@ -305,12 +304,12 @@ fn relocate_segment(
                 assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
                 inner.log.write_entry(w, raw);
                 inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                inner.counters.relocated.fetch_add(len as u64, Ordering::Relaxed);
                 tombs += len as u64;
             }
             Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
         }
     }
+    inner.counters.relocated.fetch_add(objs + tombs, Ordering::Relaxed);
     (objs, tombs)
 }
 

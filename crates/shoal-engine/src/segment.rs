@@ -60,6 +60,9 @@ pub enum SlotState {
 }
 
 /// One segment slot. Counters are soft state (recomputed on replay).
+/// Aligned to two cache lines so that the writer's head slot and the
+/// cleaner's slots never share a line.
+#[repr(align(128))]
 pub struct SegmentSlot {
     pub id: AtomicU64,
     /// Bytes published (readable).

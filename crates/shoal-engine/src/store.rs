@@ -179,16 +179,25 @@ pub struct StoreStats {
     pub write_cost: f64,
 }
 
+/// The store's statistics. Fields are grouped by who updates them, each
+/// group on its own cache lines, so that readers, writers and the cleaner
+/// (on different cores) do not bounce one line between them.
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct Counters {
+    // Writers (under stripe locks).
     pub objects: AtomicU64,
     pub live_bytes: AtomicU64,
     pub live_kv_bytes: AtomicU64,
     pub appended_bytes: AtomicU64,
-    pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub removes: AtomicU64,
     pub oom: AtomicU64,
+    _pad_writers: [u64; 9],
+    // Readers.
+    pub reads: AtomicU64,
+    _pad_readers: [u64; 15],
+    // The cleaner.
     pub compactions: AtomicU64,
     pub combined: AtomicU64,
     pub segments_compacted: AtomicU64,
@@ -197,6 +206,7 @@ pub(crate) struct Counters {
     pub relocated: AtomicU64,
     pub seglets_freed: AtomicU64,
     pub cleaning_ns: AtomicU64,
+    _pad_cleaner: [u64; 8],
 }
 
 pub(crate) struct Inner {
