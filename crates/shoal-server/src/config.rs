@@ -214,11 +214,11 @@ impl<'de> Deserialize<'de> for ByteSize {
 /// config file; unset flags leave the file's value (or the default).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServerArgs {
-    /// TOML config file. Keys are the flags' long names with '_' for '-'
-    /// (listen, native_port, resp_port, memory, max_value_size,
-    /// max_request_size, request_buffer_size, reply_buffer_size,
-    /// max_connections, idle_timeout_secs, log_level, data_dir); flags
-    /// override the file.
+    /// TOML config file, with any of the keys listen, native_port,
+    /// resp_port, memory, max_value_size, max_request_size,
+    /// request_buffer_size, reply_buffer_size, max_connections,
+    /// idle_timeout_secs, log_level, data_dir (sizes as numbers of bytes or
+    /// strings like "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, for every protocol [default: 127.0.0.1].

@@ -1,7 +1,8 @@
-//! `shoal`: Shoal's command-line tool. For now it runs the benchmarks of the
-//! master store (`shoal bench ...`).
+//! `shoal`: Shoal's command-line tool. It runs servers (`shoal server`,
+//! `shoal local`) and the benchmarks of the master store (`shoal bench ...`).
 
 mod bench;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -17,6 +18,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Starts a working Shoal on this machine and prints how to connect.
+    ///
+    /// Today one server, on the default ports (native protocol 7700, Redis
+    /// protocol 6380) unless told otherwise; stops cleanly on Ctrl-C. Takes
+    /// the same options as `shoal server`.
+    Local(serve::LocalCommand),
+    /// Runs one Shoal server in the foreground until Ctrl-C or SIGTERM.
+    ///
+    /// Serves Shoal's native protocol (--native-port, default 7700) and the
+    /// Redis protocol (--resp-port, default 6380). Options come from the
+    /// flags, over an optional TOML file (--config), over the defaults.
+    Server(serve::ServerCommand),
     /// Benchmarks of the master store.
     ///
     /// Each is bounded in time and op count, prints an aligned table (or one
@@ -66,6 +79,8 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
+        Command::Local(args) => return serve::local(args),
+        Command::Server(args) => return serve::server(args),
         Command::MemoryWorker(args) => return ExitCode::from(bench::memory::worker(args) as u8),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory::run(args),
         Command::Bench(BenchCommand::Utilization(args)) => bench::utilization::run(args),
