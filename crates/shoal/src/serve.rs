@@ -57,7 +57,7 @@ pub fn local(cmd: &LocalCommand) -> ExitCode {
     let memory = server.context().config.memory;
     println!("Shoal is running on this machine: 1 server, {memory} of memory for objects.");
     if let Some(native) = a.native {
-        println!("  native protocol: {native}    (Rust client: shoal_client, address {native})");
+        println!("  native protocol: {native}");
     }
     println!("  Redis protocol:  {}    try: redis-cli -p {} set hello world", a.resp, a.resp.port());
     println!("Stop with Ctrl-C.");
