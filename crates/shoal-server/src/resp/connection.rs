@@ -32,10 +32,13 @@ use tracing::debug;
 /// Longest a connection keeps trying to send its last replies once it is
 /// closing (QUIT, protocol error, shutdown).
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-/// Buffers larger than this are released once empty.
-const KEEP_BUFFER: usize = 64 * 1024;
-/// Smallest read.
-const READ_CHUNK: usize = 16 * 1024;
+/// Buffers larger than this are released once empty, so that an idle
+/// connection holds at most a few KiB.
+const KEEP_BUFFER: usize = 16 * 1024;
+/// First read size; reads grow (doubling, up to `MAX_READ_CHUNK`) while
+/// they fill the buffer, and start small again once the buffer is released.
+const READ_CHUNK: usize = 4 * 1024;
+const MAX_READ_CHUNK: usize = 64 * 1024;
 /// Most requests executed before the connection lets others run.
 const MAX_BATCH: usize = 1024;
 
@@ -72,6 +75,8 @@ struct Conn {
     inline: Vec<u8>,
     /// Complete requests are left in `input` (the last batch was cut at `MAX_BATCH`).
     more: bool,
+    /// How much to make room for before the next read.
+    read_chunk: usize,
     _conn: Connection,
 }
 
@@ -91,6 +96,7 @@ impl Conn {
             spans: Vec::new(),
             inline: Vec::new(),
             more: false,
+            read_chunk: READ_CHUNK,
             ctx,
             _conn: conn,
         }
@@ -116,9 +122,11 @@ impl Conn {
             }
             let room = self.request_limit.saturating_sub(self.input.len());
             let can_read = closing.is_none() && room > 0;
-            if can_read && self.input.capacity() - self.input.len() < READ_CHUNK.min(room) {
-                self.input.reserve(READ_CHUNK.max(self.input.len()).min(room));
+            let spare = self.input.capacity() - self.input.len();
+            if can_read && spare < self.read_chunk.min(room) {
+                self.input.reserve(self.read_chunk.max(self.input.len()).min(room));
             }
+            let offered = (self.input.capacity() - self.input.len()).min(room);
             tokio::select! {
                 biased;
                 r = wr.write(&self.output), if !self.output.is_empty() => match r {
@@ -143,6 +151,9 @@ impl Conn {
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
                         last_progress = Instant::now();
+                        if n == offered {
+                            self.read_chunk = (self.read_chunk * 2).min(MAX_READ_CHUNK);
+                        }
                         if let Some(end) = self.execute() {
                             if matches!(end, End::ReplyOverflow) {
                                 return end;
@@ -237,6 +248,7 @@ impl Conn {
         }
         if self.input.is_empty() && self.input.capacity() > KEEP_BUFFER {
             self.input = BytesMut::new();
+            self.read_chunk = READ_CHUNK;
         }
         if self.inline.capacity() > KEEP_BUFFER {
             self.inline = Vec::new();
