@@ -327,3 +327,27 @@ fn a_pipeline_sent_before_closing_the_write_side_is_answered_in_full() {
     }
     assert!(c.closed_by_server());
 }
+
+#[test]
+fn a_full_store_refuses_writes_with_redis_oom_error_and_keeps_serving() {
+    let server = start(shoal_server::ServerConfig { memory: ByteSize(32 << 20), ..config() });
+    let mut c = Client::connect(server.resp_addr());
+    let value = "x".repeat(60 << 10);
+    let started = Instant::now();
+    let mut stored = 0;
+    let refusal = loop {
+        let reply = c.call(&["SET", &format!("key:{stored}"), &value]);
+        if reply != "+OK\r\n" {
+            break reply;
+        }
+        stored += 1;
+        assert!(stored < 1000, "32 MiB cannot hold 60 MB");
+    };
+    assert_eq!(refusal, "-OOM command not allowed when used memory > 'maxmemory'.\r\n");
+    assert!(stored > 100, "most of the memory holds data before refusals ({stored} values)");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(c.call(&["GET", "key:0"]).len(), value.len() + "$61440\r\n\r\n".len());
+    assert_eq!(c.call(&["DEL", "key:0"]), ":1\r\n");
+    assert!(c.call(&["INFO", "shoal"]).contains("out_of_memory_refusals:"));
+    still_serving(&server);
+}
