@@ -9,6 +9,7 @@
 //! * [`listener`]: accepting connections for a [`FrontEnd`], with the
 //!   server-wide connection limit.
 //! * [`resp`]: the Redis protocol front end.
+//! * [`native`]: Shoal's native binary protocol front end.
 //!
 //! # Adding a front end
 //!
@@ -17,9 +18,8 @@
 //! must stop reading and finish its replies once
 //! `conn.ctx.shutdown_signal()` fires). To serve it, add a `bind` of its
 //! address and one `tokio::spawn(listener::run(...))` in `server::serve`,
-//! next to the RESP one, and report its address in [`Addresses`]. The
-//! native protocol (module `native`, port `ServerConfig::native_port`)
-//! joins this way. Front ends reach the store only through its public
+//! next to the RESP and native ones, and report its address in
+//! [`Addresses`]. Front ends reach the store only through its public
 //! operations, and create tables only through [`TableRegistry`], so that
 //! the registry knows every table.
 

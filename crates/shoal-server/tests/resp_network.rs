@@ -351,3 +351,27 @@ fn a_full_store_refuses_writes_with_redis_oom_error_and_keeps_serving() {
     assert!(c.call(&["INFO", "shoal"]).contains("out_of_memory_refusals:"));
     still_serving(&server);
 }
+
+#[test]
+fn concurrent_increments_and_appends_are_atomic() {
+    let server = start(config());
+    let addr = server.resp_addr();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let batch = [encode(&[b"INCR", b"counter"]), encode(&[b"APPEND", b"log", b"x"])].concat().repeat(500);
+                c.send_raw(&batch);
+                for _ in 0..1000 {
+                    assert!(c.read_reply().starts_with(':'));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["GET", "counter"]), "$4\r\n4000\r\n");
+    assert_eq!(c.call(&["STRLEN", "log"]), ":4000\r\n");
+}
