@@ -1,7 +1,9 @@
 //! `shoal`: Shoal's command-line tool. It runs servers (`shoal server`,
-//! `shoal local`) and the benchmarks of the master store (`shoal bench ...`).
+//! `shoal local`), is a client of a running server (`shoal get/put/...`)
+//! and drives the benchmarks (`shoal bench ...`).
 
 mod bench;
+mod cli;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +40,8 @@ enum Command {
     /// reported, not failures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    #[command(flatten)]
+    Client(cli::ClientCommand),
     /// Internal: one memory-benchmark run of Shoal's store.
     ///
     /// Reads the op stream on stdin and prints a JSON report line.
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Local(args) => return serve::local(args),
         Command::Server(args) => return serve::server(args),
+        Command::Client(cmd) => return cli::run(cmd),
         Command::MemoryWorker(args) => return ExitCode::from(bench::memory::worker(args) as u8),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory::run(args),
         Command::Bench(BenchCommand::Utilization(args)) => bench::utilization::run(args),

@@ -1,0 +1,613 @@
+//! `shoal get/put/del/incr/scan/create-table/drop-table/stats`: the command
+//! line as a client of a running server, over the native protocol through
+//! the blocking client library.
+//!
+//! Tables are named on the command line and looked up by name (GET_TABLE_ID)
+//! before each operation. Output is for people by default and one JSON
+//! object per line with `--json`. Exit codes: 0 on success, 1 when the
+//! server refused the operation (missing object, reject rule, unknown
+//! table, ...), 2 on bad usage, 3 when the server cannot be reached or
+//! the connection fails.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+use shoal_client::blocking::Client;
+use shoal_client::{
+    ClientConfig, ClientError, IncrementError, ReadError, RejectRules, Rejected, StatValue, TableError, TableId,
+    Version, WriteError,
+};
+use std::ffi::OsString;
+use std::io::{ErrorKind, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Prints a line on stdout, returning early with [`CliError::stdout`] if
+/// that fails.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(CliError::stdout)?
+    };
+}
+
+/// Where the server is and how to print; every client subcommand takes these.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The server's native-protocol address.
+    #[arg(long, default_value = "127.0.0.1:7700", value_name = "HOST:PORT")]
+    pub server: String,
+    /// Print one JSON object per line (errors too) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds to wait for the connection and for each reply.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub timeout: f64,
+}
+
+/// The client subcommands (flattened into `shoal`'s own).
+///
+/// Exit codes: 0 success; 1 the server refused the operation (no such
+/// object, reject rule, unknown table, not an integer); 2 bad usage; 3 the
+/// server could not be reached or the connection failed.
+#[derive(Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Reads an object: prints its value and version.
+    ///
+    /// Exits 1 if the object does not exist.
+    Get(GetArgs),
+    /// Writes an object (creates or overwrites); prints its new version.
+    ///
+    /// Reject rules make the write conditional; when one refuses, nothing
+    /// changes and the command exits 1.
+    Put(PutArgs),
+    /// Removes an object; prints the version it had.
+    ///
+    /// Removing a missing object is not an error (it prints that nothing
+    /// was removed), unless --if-version is given.
+    Del(DelArgs),
+    /// Adds a delta (default 1) to an 8-byte little-endian integer object,
+    /// creating it at 0 if missing; prints the new value.
+    Incr(IncrArgs),
+    /// Lists a table's objects (key, value, version), in hash order.
+    Scan(ScanArgs),
+    /// Creates a table (or finds the existing one of that name); prints its id.
+    CreateTable(TableArgs),
+    /// Drops a table and every object in it.
+    DropTable(TableArgs),
+    /// Prints the server's statistics.
+    Stats(StatsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    pub table: String,
+    pub key: OsString,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// The reject rules `put` takes; at most one.
+#[derive(Args, Debug, Default)]
+#[group(multiple = false)]
+pub struct PutRules {
+    /// Write only if the object exists with exactly this version
+    /// (compare-and-swap).
+    #[arg(long, value_name = "N")]
+    pub if_version: Option<u64>,
+    /// Write only if the object does not exist.
+    #[arg(long)]
+    pub if_absent: bool,
+    /// Write only if the object exists.
+    #[arg(long)]
+    pub if_present: bool,
+}
+
+impl PutRules {
+    fn rules(&self) -> RejectRules {
+        match (self.if_version, self.if_absent, self.if_present) {
+            (Some(v), _, _) => RejectRules::version_is(Version(v)),
+            (None, true, _) => RejectRules::must_not_exist(),
+            (None, false, true) => RejectRules::must_exist(),
+            (None, false, false) => RejectRules::default(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    pub table: String,
+    pub key: OsString,
+    pub value: OsString,
+    #[command(flatten)]
+    pub rules: PutRules,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct DelArgs {
+    pub table: String,
+    pub key: OsString,
+    /// Remove only if the object exists with exactly this version.
+    #[arg(long, value_name = "N")]
+    pub if_version: Option<u64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct IncrArgs {
+    pub table: String,
+    pub key: OsString,
+    /// The amount to add (negative to subtract).
+    #[arg(default_value_t = 1, allow_negative_numbers = true)]
+    pub delta: i64,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ScanArgs {
+    pub table: String,
+    /// Stop after this many objects (default: the whole table).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct TableArgs {
+    pub name: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// A failed command: what to tell the user, a stable kind for `--json`, and
+/// the exit code.
+#[derive(Debug)]
+struct CliError {
+    kind: &'static str,
+    message: String,
+    code: u8,
+}
+
+const REFUSED: u8 = 1;
+const USAGE: u8 = 2;
+const UNREACHABLE: u8 = 3;
+
+impl CliError {
+    /// A failed write to stdout: a reader that went away (`shoal scan t |
+    /// head`) ends the command quietly and successfully.
+    fn stdout(e: std::io::Error) -> CliError {
+        match e.kind() {
+            ErrorKind::BrokenPipe => CliError { kind: "stdout_closed", message: String::new(), code: 0 },
+            _ => CliError { kind: "output", message: format!("cannot write the output: {e}"), code: REFUSED },
+        }
+    }
+
+    fn refused(kind: &'static str, message: impl Into<String>) -> CliError {
+        CliError { kind, message: message.into(), code: REFUSED }
+    }
+}
+
+/// What a command operates on, for error messages.
+struct Target<'a> {
+    server: &'a str,
+    table: &'a str,
+    key: Option<&'a [u8]>,
+}
+
+impl Target<'_> {
+    fn object(&self) -> String {
+        match self.key {
+            Some(k) => format!("{}/{}", self.table, show_key(k)),
+            None => self.table.to_string(),
+        }
+    }
+
+    fn client(&self, e: ClientError) -> CliError {
+        match e {
+            ClientError::Io(io) => {
+                let hint = match io.kind() {
+                    ErrorKind::ConnectionRefused => {
+                        " (is a Shoal server running there? `shoal local` starts one; --server picks another)"
+                    }
+                    ErrorKind::TimedOut | ErrorKind::WouldBlock => {
+                        " (the server did not answer in time; see --timeout)"
+                    }
+                    _ => "",
+                };
+                CliError {
+                    kind: "connection",
+                    message: format!("cannot talk to the server at {}: {io}{hint}", self.server),
+                    code: UNREACHABLE,
+                }
+            }
+            ClientError::Closed => CliError {
+                kind: "connection",
+                message: format!("the server at {} closed the connection", self.server),
+                code: UNREACHABLE,
+            },
+            ClientError::Protocol(m) => CliError {
+                kind: "protocol",
+                message: format!("the server at {} answered something that is not Shoal's protocol: {m}", self.server),
+                code: UNREACHABLE,
+            },
+            ClientError::RequestTooLarge { len, max } => CliError {
+                kind: "too_large",
+                message: format!("the request ({len} bytes) exceeds the frame limit of {max} bytes"),
+                code: USAGE,
+            },
+            e @ (ClientError::Refused(_) | ClientError::Unavailable { .. } | ClientError::NoRoute(_)) => {
+                CliError::refused("refused", e.to_string())
+            }
+        }
+    }
+
+    fn unknown_table(&self, id: TableId) -> CliError {
+        CliError::refused("unknown_table", format!("table '{}' (id {id}) no longer exists", self.table))
+    }
+
+    fn rejected(&self, r: Rejected) -> CliError {
+        let o = self.object();
+        match r {
+            Rejected::DoesntExist => CliError::refused("not_found", format!("{o}: the object does not exist")),
+            Rejected::Exists { version } => {
+                CliError::refused("exists", format!("{o}: the object already exists (version {version})"))
+            }
+            Rejected::WrongVersion { version } => {
+                CliError::refused("wrong_version", format!("{o}: wrong version: the object's version is {version}"))
+            }
+        }
+    }
+
+    fn too_large(&self, what: &str, len: u32, max: u32) -> CliError {
+        CliError {
+            kind: "too_large",
+            message: format!("the {what} ({len} bytes) exceeds the maximum of {max}"),
+            code: USAGE,
+        }
+    }
+
+    fn table_error(&self, e: TableError) -> CliError {
+        match e {
+            TableError::UnknownTableName => CliError::refused(
+                "unknown_table",
+                format!("no table named '{}' (create it with: shoal create-table {})", self.table, self.table),
+            ),
+            TableError::UnknownTable(id) => self.unknown_table(id),
+            TableError::Client(e) => self.client(e),
+        }
+    }
+
+    fn read_error(&self, e: ReadError) -> CliError {
+        match e {
+            ReadError::NotFound => CliError::refused("not_found", format!("{}: no such object", self.object())),
+            ReadError::UnknownTable(id) => self.unknown_table(id),
+            ReadError::KeyTooLarge { len, max } => self.too_large("key", len, max),
+            ReadError::Rejected(r) => self.rejected(r),
+            ReadError::Client(e) => self.client(e),
+        }
+    }
+
+    fn write_error(&self, e: WriteError) -> CliError {
+        match e {
+            WriteError::UnknownTable(id) => self.unknown_table(id),
+            WriteError::KeyTooLarge { len, max } => self.too_large("key", len, max),
+            WriteError::ValueTooLarge { len, max } => self.too_large("value", len, max),
+            WriteError::Rejected(r) => self.rejected(r),
+            WriteError::OutOfMemory => {
+                CliError::refused("out_of_memory", "the server is out of memory: live data fills it")
+            }
+            WriteError::Client(e) => self.client(e),
+        }
+    }
+
+    fn increment_error(&self, e: IncrementError) -> CliError {
+        match e {
+            IncrementError::UnknownTable(id) => self.unknown_table(id),
+            IncrementError::KeyTooLarge { len, max } => self.too_large("key", len, max),
+            IncrementError::Rejected(r) => self.rejected(r),
+            IncrementError::NotAnInteger => {
+                CliError::refused("not_an_integer", format!("{}: the value is not an 8-byte integer", self.object()))
+            }
+            IncrementError::Overflow => {
+                CliError::refused("overflow", format!("{}: the increment overflows a 64-bit integer", self.object()))
+            }
+            IncrementError::OutOfMemory => {
+                CliError::refused("out_of_memory", "the server is out of memory: live data fills it")
+            }
+            IncrementError::Client(e) => self.client(e),
+        }
+    }
+}
+
+/// Runs one client subcommand and reports its outcome.
+pub fn run(cmd: &ClientCommand) -> ExitCode {
+    let common = match cmd {
+        ClientCommand::Get(a) => &a.common,
+        ClientCommand::Put(a) => &a.common,
+        ClientCommand::Del(a) => &a.common,
+        ClientCommand::Incr(a) => &a.common,
+        ClientCommand::Scan(a) => &a.common,
+        ClientCommand::CreateTable(a) | ClientCommand::DropTable(a) => &a.common,
+        ClientCommand::Stats(a) => &a.common,
+    };
+    let outcome = connect(common).and_then(|mut client| execute(&mut client, cmd, common));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if e.code == 0 {
+                return ExitCode::SUCCESS;
+            }
+            if common.json {
+                let _ = writeln!(std::io::stdout(), "{}", json!({ "error": e.kind, "message": e.message }));
+            }
+            eprintln!("shoal: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn connect(common: &Common) -> Result<Client, CliError> {
+    if !(common.timeout.is_finite() && common.timeout > 0.0) {
+        return Err(CliError { kind: "usage", message: "--timeout must be a positive number".into(), code: USAGE });
+    }
+    let config = ClientConfig { timeout: Some(Duration::from_secs_f64(common.timeout)), ..ClientConfig::default() };
+    let target = Target { server: &common.server, table: "", key: None };
+    Client::with_config(common.server.as_str(), config).map_err(|e| target.client(e))
+}
+
+fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), CliError> {
+    let server = common.server.as_str();
+    let json = common.json;
+    match cmd {
+        ClientCommand::Get(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let (value, version) = c.read(table, a.key.as_bytes()).map_err(|e| t.read_error(e))?;
+            if json {
+                out!("{}", Value::Object(object_json(&a.table, a.key.as_bytes(), &value, version)));
+            } else {
+                out!("{}", show_value(&value));
+                match integer_of(&value) {
+                    Some(n) => out!("(version {version}; as an integer: {n})"),
+                    None => out!("(version {version})"),
+                }
+            }
+        }
+        ClientCommand::Put(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let version = c
+                .write_with(table, a.key.as_bytes(), a.value.as_bytes(), a.rules.rules())
+                .map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "key": lossy(a.key.as_bytes()), "version": version.0 }));
+            } else {
+                out!("OK (version {version})");
+            }
+        }
+        ClientCommand::Del(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let rules = a.if_version.map(|v| RejectRules::version_is(Version(v))).unwrap_or_default();
+            let was = c.remove_with(table, a.key.as_bytes(), rules).map_err(|e| t.write_error(e))?;
+            if json {
+                let was = was.map(|v| v.0);
+                out!(
+                    "{}",
+                    json!({ "table": a.table, "key": lossy(a.key.as_bytes()), "removed": was.is_some(), "version": was })
+                );
+            } else {
+                match was {
+                    Some(v) => out!("removed (it had version {v})"),
+                    None => out!("nothing removed: the object did not exist"),
+                }
+            }
+        }
+        ClientCommand::Incr(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let (value, version) = c.increment(table, a.key.as_bytes(), a.delta).map_err(|e| t.increment_error(e))?;
+            if json {
+                out!(
+                    "{}",
+                    json!({ "table": a.table, "key": lossy(a.key.as_bytes()), "value": value, "version": version.0 })
+                );
+            } else {
+                out!("{value} (version {version})");
+            }
+        }
+        ClientCommand::Scan(a) => {
+            let t = Target { server, table: &a.table, key: None };
+            let table = lookup(c, &t)?;
+            scan(c, &t, table, a.limit, json)?;
+        }
+        ClientCommand::CreateTable(a) => {
+            let t = Target { server, table: &a.name, key: None };
+            let id = c.create_table(&a.name).map_err(|e| t.table_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.name, "id": id.0 }));
+            } else {
+                out!("table '{}' has id {id}", a.name);
+            }
+        }
+        ClientCommand::DropTable(a) => {
+            let t = Target { server, table: &a.name, key: None };
+            c.drop_table(&a.name).map_err(|e| t.table_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.name, "dropped": true }));
+            } else {
+                out!("dropped table '{}'", a.name);
+            }
+        }
+        ClientCommand::Stats(_) => {
+            let t = Target { server, table: "", key: None };
+            let stats = c.stats().map_err(|e| t.client(e))?;
+            print_stats(&stats, json)?;
+        }
+    }
+    Ok(())
+}
+
+fn lookup(c: &mut Client, t: &Target<'_>) -> Result<TableId, CliError> {
+    c.table_id(t.table).map_err(|e| t.table_error(e))
+}
+
+/// Objects per enumeration request.
+const SCAN_PAGE: u32 = 1000;
+
+/// Prints the table's objects page by page, up to `limit`. Ends because the
+/// server's cursor reaches the end of the table (every enumeration does) or
+/// the limit is reached.
+fn scan(c: &mut Client, t: &Target<'_>, table: TableId, limit: Option<u64>, json: bool) -> Result<(), CliError> {
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut printed = 0u64;
+    let mut cursor = Some(0);
+    while let Some(at) = cursor {
+        if printed >= limit {
+            break;
+        }
+        let want = (limit - printed).min(u64::from(SCAN_PAGE)) as u32;
+        let page = c.enumerate(table, at, want).map_err(|e| t.table_error(e))?;
+        for o in page.objects.iter().take((limit - printed) as usize) {
+            if json {
+                out!("{}", Value::Object(object_json(t.table, &o.key, &o.value, o.version)));
+            } else {
+                out!("{} -> {} (version {})", show_inline(&o.key), show_inline(&o.value), o.version);
+            }
+            printed += 1;
+        }
+        cursor = page.next;
+    }
+    if !json {
+        let more = if cursor.is_some() { " (limit reached; more remain)" } else { "" };
+        out!("({printed} object{}){more}", if printed == 1 { "" } else { "s" });
+    }
+    Ok(())
+}
+
+fn print_stats(stats: &[(String, StatValue)], json: bool) -> Result<(), CliError> {
+    if json {
+        let o: Map<String, Value> = stats
+            .iter()
+            .map(|(n, v)| {
+                let v = match v {
+                    StatValue::U64(x) => Value::from(*x),
+                    StatValue::F64(x) => Value::from(*x),
+                };
+                (n.clone(), v)
+            })
+            .collect();
+        out!("{}", Value::Object(o));
+        return Ok(());
+    }
+    let width = stats.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, v) in stats {
+        match v {
+            StatValue::U64(x) => out!("{name:<width$}  {x}"),
+            StatValue::F64(x) => out!("{name:<width$}  {x:.4}"),
+        }
+    }
+    Ok(())
+}
+
+/// A key and value as JSON: UTF-8 bytes as strings, anything else as hex
+/// under `key_hex` / `value_hex`.
+fn object_json(table: &str, key: &[u8], value: &[u8], version: Version) -> Map<String, Value> {
+    let mut o = Map::new();
+    o.insert("table".into(), Value::from(table));
+    for (name, bytes) in [("key", key), ("value", value)] {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => o.insert(name.into(), Value::from(s)),
+            Err(_) => o.insert(format!("{name}_hex"), Value::from(hex(bytes))),
+        };
+    }
+    o.insert("version".into(), Value::from(version.0));
+    o
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A value as `get` prints it: UTF-8 text as is, other bytes escaped.
+fn show_value(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_string(),
+        Err(_) => b.escape_ascii().to_string(),
+    }
+}
+
+/// Bytes quoted and escaped, for one-line listings.
+fn show_inline(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => format!("\"{}\"", s.escape_debug()),
+        Err(_) => format!("\"{}\"", b.escape_ascii()),
+    }
+}
+
+/// A key in a message: plain when it is plain text, quoted and escaped
+/// otherwise.
+fn show_key(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if !s.is_empty() && !s.chars().any(|c| c.is_control() || c.is_whitespace() || c == '"') => s.into(),
+        _ => show_inline(b),
+    }
+}
+
+/// An 8-byte value that is not printable text, read as `incr` stores it.
+fn integer_of(b: &[u8]) -> Option<i64> {
+    let arr: [u8; 8] = b.try_into().ok()?;
+    let printable = std::str::from_utf8(b).is_ok_and(|s| !s.chars().any(char::is_control));
+    (!printable).then(|| i64::from_le_bytes(arr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_of_reads_counters_but_not_text() {
+        assert_eq!(integer_of(&5i64.to_le_bytes()), Some(5));
+        assert_eq!(integer_of(&(-2i64).to_le_bytes()), Some(-2));
+        assert_eq!(integer_of(b"abcdefgh"), None);
+        assert_eq!(integer_of(b"abc"), None);
+    }
+
+    #[test]
+    fn object_json_uses_hex_for_binary() {
+        let o = object_json("t", b"k", &[0xff, 0x00], Version(3));
+        assert_eq!(o["key"], "k");
+        assert_eq!(o["value_hex"], "ff00");
+        assert!(!o.contains_key("value"));
+        assert_eq!(o["version"], 3);
+    }
+
+    #[test]
+    fn put_rules_map_to_reject_rules() {
+        let r = PutRules { if_version: Some(4), ..Default::default() }.rules();
+        assert_eq!(r, RejectRules::version_is(Version(4)));
+        assert_eq!(PutRules { if_absent: true, ..Default::default() }.rules(), RejectRules::must_not_exist());
+        assert_eq!(PutRules { if_present: true, ..Default::default() }.rules(), RejectRules::must_exist());
+        assert_eq!(PutRules::default().rules(), RejectRules::default());
+    }
+
+    #[test]
+    fn show_inline_escapes() {
+        assert_eq!(show_inline(b"a\nb"), "\"a\\nb\"");
+        assert_eq!(show_inline(&[0xff]), "\"\\xff\"");
+    }
+}

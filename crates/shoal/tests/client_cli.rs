@@ -1,0 +1,164 @@
+//! The client subcommands (`shoal get/put/del/incr/scan/create-table/
+//! drop-table/stats`) run as the real binary against an in-process server
+//! on 127.0.0.1 (free ports): outputs, `--json`, error messages and exit
+//! codes.
+
+use serde_json::Value;
+use shoal_server::{ByteSize, Server, ServerConfig};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Output};
+
+fn start() -> (Server, SocketAddr) {
+    let config = ServerConfig {
+        native_port: 0,
+        resp_port: 0,
+        memory: ByteSize(64 << 20),
+        log_level: "warn".into(),
+        ..ServerConfig::default()
+    };
+    let server = Server::start(config).expect("server starts");
+    let addr = server.addresses().native.expect("native front end");
+    (server, addr)
+}
+
+/// Runs `shoal <args> --server <addr>`.
+fn shoal(addr: SocketAddr, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .args(["--server", &addr.to_string()])
+        .output()
+        .expect("run shoal")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(addr: SocketAddr, args: &[&str]) -> String {
+    let o = shoal(addr, args);
+    assert!(o.status.success(), "shoal {args:?} failed: {}{}", stdout(&o), stderr(&o));
+    stdout(&o)
+}
+
+/// Runs a command that must fail with `code`; returns its stderr.
+fn fails(addr: SocketAddr, args: &[&str], code: i32) -> String {
+    let o = shoal(addr, args);
+    assert_eq!(o.status.code(), Some(code), "shoal {args:?}: {}{}", stdout(&o), stderr(&o));
+    assert!(o.stdout.is_empty() || args.contains(&"--json"), "no output on failure: {}", stdout(&o));
+    stderr(&o)
+}
+
+fn json(out: &str) -> Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"))
+}
+
+#[test]
+fn every_command_with_human_output() {
+    let (_server, a) = start();
+    assert_eq!(ok(a, &["create-table", "users"]), "table 'users' has id 1\n");
+    assert_eq!(ok(a, &["create-table", "users"]), "table 'users' has id 1\n", "create finds an existing table");
+
+    assert_eq!(ok(a, &["put", "users", "alice", "hello world"]), "OK (version 1)\n");
+    assert_eq!(ok(a, &["get", "users", "alice"]), "hello world\n(version 1)\n");
+    assert_eq!(ok(a, &["put", "users", "alice", "v2", "--if-version", "1"]), "OK (version 2)\n");
+    assert_eq!(ok(a, &["put", "users", "bob", "b", "--if-absent"]), "OK (version 1)\n");
+    assert_eq!(ok(a, &["put", "users", "bob", "b2", "--if-present"]), "OK (version 2)\n");
+
+    assert_eq!(ok(a, &["incr", "users", "n"]), "1 (version 1)\n");
+    assert_eq!(ok(a, &["incr", "users", "n", "-6"]), "-5 (version 2)\n");
+    assert!(ok(a, &["get", "users", "n"]).ends_with("(version 2; as an integer: -5)\n"));
+
+    let scan = ok(a, &["scan", "users"]);
+    let mut lines: Vec<&str> = scan.lines().collect();
+    assert_eq!(lines.pop(), Some("(3 objects)"));
+    lines.sort();
+    assert_eq!(lines[0], r#""alice" -> "v2" (version 2)"#);
+    assert_eq!(lines[1], r#""bob" -> "b2" (version 2)"#);
+    assert!(lines[2].starts_with(r#""n" -> "\xfb\xff"#), "{}", lines[2]);
+    let limited = ok(a, &["scan", "users", "--limit", "2"]);
+    assert_eq!(limited.lines().count(), 3);
+    assert!(limited.ends_with("(2 objects) (limit reached; more remain)\n"), "{limited}");
+
+    assert_eq!(ok(a, &["del", "users", "alice"]), "removed (it had version 2)\n");
+    assert_eq!(ok(a, &["del", "users", "alice"]), "nothing removed: the object did not exist\n");
+
+    let stats = ok(a, &["stats"]);
+    let objects = stats.lines().find(|l| l.starts_with("objects ")).expect("objects stat");
+    assert_eq!(objects.split_whitespace().nth(1), Some("2"), "{stats}");
+
+    assert_eq!(ok(a, &["drop-table", "users"]), "dropped table 'users'\n");
+    assert!(fails(a, &["get", "users", "bob"], 1).contains("no table named 'users'"));
+}
+
+#[test]
+fn json_output() {
+    let (_server, a) = start();
+    assert_eq!(json(&ok(a, &["create-table", "t", "--json"]))["id"], 1);
+    let put = json(&ok(a, &["put", "t", "k", "v", "--json"]));
+    assert_eq!(put["version"], 1);
+    let get = json(&ok(a, &["get", "t", "k", "--json"]));
+    assert_eq!((get["key"].as_str(), get["value"].as_str(), get["version"].as_u64()), (Some("k"), Some("v"), Some(1)));
+    let incr = json(&ok(a, &["incr", "t", "c", "41", "--json"]));
+    assert_eq!(incr["value"], 41);
+    assert_eq!(json(&ok(a, &["incr", "t", "c", "-42", "--json"]))["value"], -1);
+    let counter = json(&ok(a, &["get", "t", "c", "--json"]));
+    assert_eq!(counter["value_hex"], "ffffffffffffffff", "values that are not UTF-8 come as hex");
+
+    let scan = ok(a, &["scan", "t", "--json"]);
+    let mut keys: Vec<String> = scan.lines().map(|l| json(l)["key"].as_str().unwrap().to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, ["c", "k"]);
+
+    let del = json(&ok(a, &["del", "t", "k", "--json"]));
+    assert_eq!((del["removed"].as_bool(), del["version"].as_u64()), (Some(true), Some(1)));
+    let stats = json(&ok(a, &["stats", "--json"]));
+    assert_eq!(stats["objects"], 1);
+    assert_eq!(json(&ok(a, &["drop-table", "t", "--json"]))["dropped"], true);
+
+    let o = shoal(a, &["get", "t", "k", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(json(&stdout(&o))["error"], "unknown_table");
+}
+
+#[test]
+fn errors_have_messages_and_exit_codes() {
+    let (_server, a) = start();
+    ok(a, &["create-table", "t"]);
+    ok(a, &["put", "t", "k", "text"]);
+
+    assert!(fails(a, &["get", "t", "missing"], 1).contains("t/missing: no such object"));
+    assert!(
+        fails(a, &["put", "t", "k", "x", "--if-version", "7"], 1).contains("wrong version: the object's version is 1")
+    );
+    assert!(fails(a, &["put", "t", "k", "x", "--if-absent"], 1).contains("already exists (version 1)"));
+    assert!(fails(a, &["put", "t", "new", "x", "--if-present"], 1).contains("t/new: the object does not exist"));
+    assert!(fails(a, &["del", "t", "k", "--if-version", "9"], 1).contains("wrong version"));
+    assert!(fails(a, &["incr", "t", "k"], 1).contains("not an 8-byte integer"));
+    assert!(fails(a, &["scan", "nope"], 1).contains("no table named 'nope' (create it with: shoal create-table nope)"));
+    assert!(fails(a, &["drop-table", "nope"], 1).contains("no table named 'nope'"));
+    assert_eq!(ok(a, &["get", "t", "k"]), "text\n(version 1)\n", "refused operations changed nothing");
+
+    let o = shoal(a, &["get", "t", "missing", "--json"]);
+    assert_eq!(json(&stdout(&o))["error"], "not_found");
+
+    // Conflicting reject rules and bad arguments are usage errors.
+    fails(a, &["put", "t", "k", "x", "--if-absent", "--if-present"], 2);
+    fails(a, &["incr", "t", "k", "not-a-number"], 2);
+}
+
+#[test]
+fn connection_refused_is_exit_code_3() {
+    // A port nothing listens on: bind one, then free it.
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let e = fails(free, &["get", "t", "k"], 3);
+    assert!(e.contains(&format!("cannot talk to the server at {free}")), "{e}");
+    assert!(e.contains("is a Shoal server running there?"), "{e}");
+    let o = shoal(free, &["stats", "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(json(&stdout(&o))["error"], "connection");
+}
