@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 const TOMBSTONE_SCAN_EVERY: u64 = 5;
 /// Segments above this utilisation are never combined-cleaned (Rumble §4.5).
 const MAX_CLEANABLE_UTILISATION: f64 = 0.98;
+/// Entries whose buckets the cleaner prefetches before looking them up.
+const RELOCATION_BATCH: usize = 16;
 /// Most segments one combined pass cleans.
 const MAX_SOURCES: usize = 64;
 
@@ -265,48 +267,60 @@ fn relocate_segment(
     let (mut objs, mut tombs) = (0u64, 0u64);
     let end_of_segment = inner.segs.slot(slot).len.load(Ordering::Acquire) as usize;
     let mut off = 0;
+    // Entries are handled in batches: first every object's key hash is
+    // computed and its bucket prefetched, then each is looked up.
+    let mut batch: Vec<(usize, u64)> = Vec::with_capacity(RELOCATION_BATCH);
     while off < end_of_segment {
-        // The segment is closed and only this pass frees it: its bytes are
-        // stable, so entries are read in place (copied only when they
-        // straddle seglets).
-        let raw = inner.segs.entry(LogRef::new(slot, off as u32));
-        let raw = &raw[..];
-        let len = raw.len();
-        let entry = match format::decode_trusted(raw) {
-            Ok((e, _)) => e,
-            Err(e) => panic!("segment in slot {slot} is corrupt in memory at {off}: {e}"),
-        };
-        let at = off;
-        off += len;
-        match entry {
-            Entry::Object(o) => {
-                let old = LogRef::new(slot, at as u32);
-                let hash = key_hash(o.table, o.key).0;
-                let _lock = inner.ht.lock(hash);
-                let Some((pos, _)) = inner.ht.find(hash, |r| r == old) else {
-                    continue;
-                };
-                let w = target.writer(inner, len, spare);
-                let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
-                assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
-                let new = inner.log.write_entry(w, raw);
-                inner.ht.set(pos, hash, new);
-                inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
-                inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                objs += len as u64;
+        batch.clear();
+        while off < end_of_segment && batch.len() < RELOCATION_BATCH {
+            // The segment is closed and only this pass frees it: its bytes
+            // are stable, so entries are read in place (copied only when
+            // they straddle seglets).
+            let raw = inner.segs.entry(LogRef::new(slot, off as u32));
+            let hash = match format::decode_trusted(&raw) {
+                Ok((Entry::Object(o), _)) => key_hash(o.table, o.key).0,
+                Ok(_) => 0,
+                Err(e) => panic!("segment in slot {slot} is corrupt in memory at {off}: {e}"),
+            };
+            if hash != 0 {
+                inner.ht.prefetch(hash);
             }
-            Entry::Tombstone(t) => {
-                if !members.tombstone_live(t.segment) {
-                    continue;
+            batch.push((off, hash));
+            off += raw.len();
+        }
+        for &(at, hash) in &batch {
+            let raw = inner.segs.entry(LogRef::new(slot, at as u32));
+            let raw = &raw[..];
+            let len = raw.len();
+            match format::decode_trusted(raw).expect("decoded above").0 {
+                Entry::Object(_) => {
+                    let old = LogRef::new(slot, at as u32);
+                    let _lock = inner.ht.lock(hash);
+                    let Some((pos, _)) = inner.ht.find(hash, |r| r == old) else {
+                        continue;
+                    };
+                    let w = target.writer(inner, len, spare);
+                    let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                    let new = inner.log.write_entry(w, raw);
+                    inner.ht.set(pos, hash, new);
+                    inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
+                    inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    objs += len as u64;
                 }
-                let w = target.writer(inner, len, spare);
-                let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
-                assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
-                inner.log.write_entry(w, raw);
-                inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                tombs += len as u64;
+                Entry::Tombstone(t) => {
+                    if !members.tombstone_live(t.segment) {
+                        continue;
+                    }
+                    let w = target.writer(inner, len, spare);
+                    let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                    inner.log.write_entry(w, raw);
+                    inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    tombs += len as u64;
+                }
+                Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
             }
-            Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
         }
     }
     inner.counters.relocated.fetch_add(objs + tombs, Ordering::Relaxed);
