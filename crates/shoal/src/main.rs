@@ -32,7 +32,7 @@ enum Command {
     /// Redis protocol (--resp-port, default 6380). Options come from the
     /// flags, over an optional TOML file (--config), over the defaults.
     Server(serve::ServerCommand),
-    /// Benchmarks of the master store.
+    /// Benchmarks of the master store, and YCSB against a running server.
     ///
     /// Each is bounded in time and op count, prints an aligned table (or one
     /// JSON object per result with --json), and exits 1 if a run failed (for
@@ -78,6 +78,14 @@ enum BenchCommand {
     ///
     /// On a populated store, with p50/p99/p99.9 latencies.
     Ops(bench::ops::Args),
+    /// YCSB workloads (A, B, C, D, F, and W: write only) against a running
+    /// server.
+    ///
+    /// Closed-loop client threads over Shoal's native protocol, the Redis
+    /// protocol (--protocol resp, against Shoal's RESP port or a
+    /// redis-server) or memcached's; throughput and p50/p99/p99.9 latency
+    /// per operation type. --load fills the records first.
+    Ycsb(bench::ycsb::Args),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +99,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Utilization(args)) => bench::utilization::run(args),
         Command::Bench(BenchCommand::Overhead(args)) => bench::overhead::run(args),
         Command::Bench(BenchCommand::Ops(args)) => bench::ops::run(args),
+        Command::Bench(BenchCommand::Ycsb(args)) => bench::ycsb::run(args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

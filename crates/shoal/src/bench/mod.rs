@@ -1,11 +1,13 @@
-//! Benchmarks of the master store. Each is bounded in count and time, prints
-//! an aligned table (or one JSON object per result with `--json`), and
-//! returns whether every run completed.
+//! Benchmarks of the master store and, with `ycsb`, of a running server.
+//! Each is bounded in count and time, prints an aligned table (or one JSON
+//! object per result with `--json`), and returns whether every run
+//! completed.
 
 pub mod memory;
 pub mod ops;
 pub mod overhead;
 pub mod utilization;
+pub mod ycsb;
 pub mod zipf;
 
 use serde::Serialize;
