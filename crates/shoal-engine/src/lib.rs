@@ -26,4 +26,5 @@ pub use log::{LogObserver, SegmentKind};
 pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, Version};
 pub use store::{
     EnumCursor, EnumeratedObject, RejectRules, ReplayError, ReplayReport, Store, StoreError, StoreStats, WriteOp,
+    MAX_ATOMIC_BATCH,
 };

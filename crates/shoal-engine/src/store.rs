@@ -60,7 +60,13 @@ pub enum StoreError {
     Overflow,
     /// Live data and the tombstones that must be kept fill the memory.
     OutOfMemory,
+    /// An all-or-nothing multi-write repeats a key or has more than
+    /// [`MAX_ATOMIC_BATCH`] items.
+    InvalidBatch,
 }
+
+/// Most items an all-or-nothing multi-write takes.
+pub const MAX_ATOMIC_BATCH: usize = 256;
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,6 +80,9 @@ impl std::fmt::Display for StoreError {
             StoreError::NotAnInteger => write!(f, "value is not an 8-byte integer"),
             StoreError::Overflow => write!(f, "increment overflows a 64-bit integer"),
             StoreError::OutOfMemory => write!(f, "out of memory: live data fills the store"),
+            StoreError::InvalidBatch => {
+                write!(f, "an all-or-nothing write repeats a key or has more than {MAX_ATOMIC_BATCH} items")
+            }
         }
     }
 }
@@ -651,13 +660,44 @@ impl Store {
                 }
                 end += 1;
             }
-            self.write_group(items, &todo[start..end], &mut results);
+            self.write_group(items, &todo[start..end], &mut results, false);
             start = end;
         }
         results.into_iter().map(|r| r.expect("every item answered")).collect()
     }
 
-    fn write_group(&self, items: &[WriteOp<'_>], idx: &[usize], results: &mut [Option<Result<Version, StoreError>>]) {
+    /// Writes all of `items` or none: if any item's rules refuse it, or any
+    /// item is invalid, nothing is written and the first refusal is returned
+    /// with its index. The writes are one append group and become visible
+    /// together under the keys' locks. Keys must be distinct, and at most
+    /// [`MAX_ATOMIC_BATCH`] items (else `InvalidBatch` at the offending item).
+    pub fn multi_write_all_or_nothing(&self, items: &[WriteOp<'_>]) -> Result<Vec<Version>, (usize, StoreError)> {
+        let inner = &self.inner;
+        let mut seen = HashSet::new();
+        for (i, op) in items.iter().enumerate() {
+            inner.check_table(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))).map_err(|e| (i, e))?;
+            if !seen.insert((op.table, op.key)) || i >= MAX_ATOMIC_BATCH {
+                return Err((i, StoreError::InvalidBatch));
+            }
+        }
+        let idx: Vec<usize> = (0..items.len()).collect();
+        let mut results = vec![None; items.len()];
+        self.write_group(items, &idx, &mut results, true);
+        if let Some((i, Some(Err(e)))) = results.iter().enumerate().find(|(_, r)| matches!(r, Some(Err(_)))) {
+            return Err((i, e.clone()));
+        }
+        Ok(results.into_iter().map(|r| r.expect("every item written").expect("no refusal")).collect())
+    }
+
+    /// Appends the writes `idx` of `items` as one group under their stripe
+    /// locks. With `all_or_nothing`, one refused item refuses them all.
+    fn write_group(
+        &self,
+        items: &[WriteOp<'_>],
+        idx: &[usize],
+        results: &mut [Option<Result<Version, StoreError>>],
+        all_or_nothing: bool,
+    ) {
         let inner = &self.inner;
         let hashes: Vec<u64> = idx.iter().map(|&i| key_hash(items[i].table, items[i].key).0).collect();
         let mut stripes: Vec<usize> = hashes.iter().map(|h| inner.ht.stripe_of(*h)).collect();
@@ -690,6 +730,11 @@ impl Store {
                 plan.push((j, i, found, obj, version));
             }
             if plan.is_empty() {
+                return;
+            }
+            if all_or_nothing && plan.len() < idx.len() {
+                // Items refused by their rules hold their error; the others
+                // stay unanswered: nothing is written.
                 return;
             }
             if inner.try_append(&b, Tier::Write, &mut refs).is_err() {
@@ -736,10 +781,28 @@ impl Store {
         cursor: EnumCursor,
         max: usize,
     ) -> Result<(Vec<EnumeratedObject>, Option<EnumCursor>), StoreError> {
+        let mut out = Vec::new();
+        let next = self.enumerate_with(table, cursor, max, |key, value, version| {
+            out.push(EnumeratedObject { key: key.to_vec(), value: value.to_vec(), version });
+        })?;
+        Ok((out, next))
+    }
+
+    /// Like [`Store::enumerate`], but hands each object to `visit` (key,
+    /// value, version) without copying it, so a caller that needs only keys
+    /// copies only keys. `visit` runs while the object's memory is pinned:
+    /// it must be quick and must not call back into the store.
+    pub fn enumerate_with(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        max: usize,
+        mut visit: impl FnMut(&[u8], &[u8], Version),
+    ) -> Result<Option<EnumCursor>, StoreError> {
         let inner = &self.inner;
         inner.check_table(table)?;
         let ht = &inner.ht;
-        let mut out = Vec::new();
+        let mut count = 0;
         let mut bucket = ht.bucket_index(cursor.0);
         while bucket < ht.main_buckets() {
             {
@@ -748,22 +811,18 @@ impl Store {
                     let e = inner.segs.entry(r);
                     if let Ok(o) = format::parse_object(&e) {
                         if o.table == table {
-                            out.push(EnumeratedObject {
-                                key: o.key.to_vec(),
-                                value: o.value.to_vec(),
-                                version: o.version,
-                            });
+                            visit(o.key, o.value, o.version);
+                            count += 1;
                         }
                     }
                 });
             }
             bucket += 1;
-            if out.len() >= max.max(1) {
+            if count >= max.max(1) {
                 break;
             }
         }
-        let next = if bucket >= ht.main_buckets() { None } else { Some(EnumCursor(ht.first_hash_of(bucket) as u64)) };
-        Ok((out, next))
+        Ok(if bucket >= ht.main_buckets() { None } else { Some(EnumCursor(ht.first_hash_of(bucket) as u64)) })
     }
 
     /// Statistics, read from counters without locks.

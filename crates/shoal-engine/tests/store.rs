@@ -381,3 +381,46 @@ fn skewed_overwrites_keep_cleaning_without_errors() {
     assert!(s.compactions + s.combined_passes > 100, "{s:?}");
     store.check_invariants().unwrap();
 }
+
+#[test]
+fn multi_write_all_or_nothing_writes_all_or_none() {
+    use shoal_engine::WriteOp;
+    let store = Store::new(common::small_config(256, true)).unwrap();
+    store.create_table(T);
+    store.write(T, b"b", b"old", RejectRules::default()).unwrap();
+    let op = |k: &'static [u8], v: &'static [u8], rules| WriteOp { table: T, key: k, value: v, rules };
+    // One refusal (b exists) refuses the whole batch: a and c stay absent.
+    let refused = store.multi_write_all_or_nothing(&[
+        op(b"a", b"1", RejectRules::must_not_exist()),
+        op(b"b", b"2", RejectRules::must_not_exist()),
+        op(b"c", b"3", RejectRules::must_not_exist()),
+    ]);
+    assert_eq!(refused, Err((1, StoreError::ObjectExists { version: Version(1) })));
+    assert_eq!(store.read(T, b"a", RejectRules::default()), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(store.read(T, b"c", RejectRules::default()), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(store.read(T, b"b", RejectRules::default()).unwrap().0, b"old");
+    let versions = store
+        .multi_write_all_or_nothing(&[
+            op(b"a", b"1", RejectRules::must_not_exist()),
+            op(b"b", b"2", RejectRules::default()),
+        ])
+        .unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(store.read(T, b"b", RejectRules::default()).unwrap().0, b"2");
+    assert_eq!(
+        store.multi_write_all_or_nothing(&[
+            op(b"x", b"1", RejectRules::default()),
+            op(b"x", b"2", RejectRules::default())
+        ]),
+        Err((1, StoreError::InvalidBatch))
+    );
+    // enumerate_with visits without copying values.
+    let mut keys = Vec::new();
+    let mut cursor = Some(shoal_engine::EnumCursor::START);
+    while let Some(c) = cursor {
+        cursor = store.enumerate_with(T, c, 1, |k, _, _| keys.push(k.to_vec())).unwrap();
+    }
+    keys.sort();
+    assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
+    store.check_invariants().unwrap();
+}

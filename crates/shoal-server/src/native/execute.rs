@@ -192,7 +192,6 @@ fn sat32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// The wire's reject rules as the store's (the same fields).
 /// The status for each store error (one status per variant).
 fn status_of(e: StoreError) -> ErrorStatus {
     match e {
@@ -205,6 +204,7 @@ fn status_of(e: StoreError) -> ErrorStatus {
         StoreError::NotAnInteger => ErrorStatus::NotAnInteger,
         StoreError::Overflow => ErrorStatus::Overflow,
         StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
+        StoreError::InvalidBatch => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 
