@@ -121,9 +121,7 @@ impl TableRegistry {
         let mut n = 0u64;
         let mut cursor = Some(EnumCursor::START);
         while let Some(c) = cursor {
-            let (objects, next) = self.store.enumerate(table, c, 64)?;
-            n += objects.len() as u64;
-            cursor = next;
+            cursor = self.store.enumerate_with(table, c, ENUM_STEP, |_, _, _| n += 1)?;
         }
         Ok(n)
     }
@@ -131,17 +129,22 @@ impl TableRegistry {
     /// Removes every object of `table`, keeping the table. Not atomic:
     /// writes that run concurrently may survive.
     pub fn clear(&self, table: TableId) -> Result<(), StoreError> {
+        let mut keys = Vec::new();
         let mut cursor = Some(EnumCursor::START);
         while let Some(c) = cursor {
-            let (objects, next) = self.store.enumerate(table, c, 64)?;
-            for o in objects {
-                self.store.remove(table, &o.key, RejectRules::default())?;
+            keys.clear();
+            cursor = self.store.enumerate_with(table, c, ENUM_STEP, |key, _, _| keys.push(key.to_vec()))?;
+            for key in &keys {
+                self.store.remove(table, key, RejectRules::default())?;
             }
-            cursor = next;
         }
         Ok(())
     }
 }
+
+/// Objects visited per call into the store's enumeration when counting or
+/// clearing a table: a step holds the store's epoch, so it stays short.
+const ENUM_STEP: usize = 256;
 
 /// Server-level counters, updated without locks.
 #[derive(Default)]

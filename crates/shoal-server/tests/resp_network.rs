@@ -375,3 +375,60 @@ fn concurrent_increments_and_appends_are_atomic() {
     assert_eq!(c.call(&["GET", "counter"]), "$4\r\n4000\r\n");
     assert_eq!(c.call(&["STRLEN", "log"]), ":4000\r\n");
 }
+
+#[test]
+fn msetnx_is_all_or_nothing_and_a_repeated_key_takes_its_last_value() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    assert_eq!(c.call(&["MSETNX", "a", "1", "b", "2", "a", "3"]), ":1\r\n");
+    assert_eq!(c.call(&["MGET", "a", "b"]), "*2\r\n$1\r\n3\r\n$1\r\n2\r\n");
+    assert_eq!(c.call(&["MSETNX", "c", "1", "b", "9"]), ":0\r\n");
+    assert_eq!(c.call(&["EXISTS", "c"]), ":0\r\n", "nothing written when one key exists");
+    // 256 distinct keys are one atomic write; 257 are refused, nothing written.
+    let args = |n: usize| -> Vec<Vec<u8>> {
+        let mut a = vec![b"MSETNX".to_vec()];
+        for i in 0..n {
+            a.push(format!("n{n}:{i}").into_bytes());
+            a.push(b"v".to_vec());
+        }
+        a
+    };
+    for (n, reply) in [(256, ":1\r\n"), (257, "-ERR MSETNX takes at most 256 distinct keys in Shoal\r\n")] {
+        let a = args(n);
+        c.send(&a.iter().map(|x| x.as_slice()).collect::<Vec<_>>());
+        assert_eq!(c.read_reply(), reply);
+    }
+    assert_eq!(c.call(&["EXISTS", "n256:255", "n257:0"]), ":1\r\n");
+}
+
+#[test]
+fn racing_msetnx_on_overlapping_keys_exactly_one_wins() {
+    let server = start(config());
+    let addr = server.resp_addr();
+    let rounds = 300;
+    let racers: Vec<_> = [("a", "b"), ("b", "c")]
+        .into_iter()
+        .map(|(x, y)| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let batch: Vec<u8> = (0..rounds)
+                    .flat_map(|r| {
+                        let (kx, ky) = (format!("{r}:{x}"), format!("{r}:{y}"));
+                        encode(&[b"MSETNX", kx.as_bytes(), x.as_bytes(), ky.as_bytes(), x.as_bytes()])
+                    })
+                    .collect();
+                c.send_raw(&batch);
+                (0..rounds).map(|_| c.read_reply() == ":1\r\n").collect::<Vec<bool>>()
+            })
+        })
+        .collect();
+    let won: Vec<Vec<bool>> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+    let mut c = Client::connect(addr);
+    for (r, (&first, &second)) in won[0].iter().zip(&won[1]).enumerate() {
+        assert!(first != second, "round {r}: exactly one MSETNX succeeds");
+        let (winner, loser_only) = if first { ("a", "c") } else { ("b", "a") };
+        let shared = format!("{r}:b");
+        assert_eq!(c.call(&["GET", &shared]), format!("$1\r\n{winner}\r\n"));
+        assert_eq!(c.call(&["EXISTS", &format!("{r}:{loser_only}")]), ":0\r\n", "round {r}: no partial write");
+    }
+}

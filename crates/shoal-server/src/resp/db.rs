@@ -11,6 +11,9 @@ use crate::context::{ServerContext, ServerStats};
 use crate::resp::reply::ErrorReply;
 use shoal_engine::{EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
 
+/// Objects a SCAN examines per call into the store's enumeration.
+const SCAN_STEP: usize = 16;
+
 /// Number of databases (SELECT 0..15), as in Redis.
 pub const DATABASES: usize = 16;
 
@@ -126,22 +129,30 @@ impl<'a> Db<'a> {
         Ok(written)
     }
 
-    /// Removes `key`; whether it existed.
-    pub fn remove(&self, key: &[u8]) -> Result<bool, ErrorReply> {
-        self.remove_if(key, RejectRules::default())
+    /// Writes every (key, value) pair or none, atomically: `Ok(false)`, with
+    /// nothing written, if `rules` refuse any pair. Keys must be distinct
+    /// and at most [`shoal_engine::MAX_ATOMIC_BATCH`]; the caller checks both.
+    pub fn write_all_or_nothing(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<bool, ErrorReply> {
+        let t = self.table_for_write();
+        let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
+        match self.ctx.store.multi_write_all_or_nothing(&ops) {
+            Ok(_) => Ok(true),
+            Err((
+                _,
+                StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. },
+            )) => Ok(false),
+            Err((_, e)) => Err(store_error(e)),
+        }
     }
 
-    /// Removes `key` under `rules`; whether it existed and was removed.
-    pub fn remove_if(&self, key: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
+    /// Removes `key`; whether it existed.
+    pub fn remove(&self, key: &[u8]) -> Result<bool, ErrorReply> {
         let Some(t) = self.table() else { return Ok(false) };
-        match self.ctx.store.remove(t, key, rules) {
+        match self.ctx.store.remove(t, key, RejectRules::default()) {
             Ok(v) => Ok(v.is_some()),
-            Err(
-                StoreError::ObjectDoesntExist
-                | StoreError::UnknownTable(_)
-                | StoreError::KeyTooLarge { .. }
-                | StoreError::WrongVersion { .. },
-            ) => Ok(false),
+            Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
+                Ok(false)
+            }
             Err(e) => Err(store_error(e)),
         }
     }
@@ -172,29 +183,38 @@ impl<'a> Db<'a> {
         }
     }
 
-    /// Keys from `cursor` on, at least `count` unless the table ends (a few
-    /// more may come), bounded to about `max_bytes` of keys; and the cursor
-    /// to continue from (`None`: the end).
-    pub fn scan(&self, cursor: u64, count: usize, max_bytes: usize) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
+    /// The keys that `keep` accepts among those enumerated from `cursor` on,
+    /// and the cursor to continue from (`None`: the end). At least `count`
+    /// keys are examined unless the table ends (a few more may be), and no
+    /// more once about `max_bytes` of keys are kept. Only keys are copied.
+    pub fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        max_bytes: usize,
+        mut keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
         let Some(t) = self.table() else { return Ok((Vec::new(), None)) };
         let mut keys = Vec::new();
-        let mut bytes = 0;
+        let (mut examined, mut bytes) = (0, 0);
         let mut next = Some(EnumCursor(cursor));
-        // Small steps, so that large values are never copied by the hundred.
+        // Steps of a few keys, so that the byte bound is checked often.
         while let Some(c) = next {
-            if keys.len() >= count || bytes >= max_bytes {
+            if examined >= count || bytes >= max_bytes {
                 break;
             }
-            let (objects, n) = match self.ctx.store.enumerate(t, c, 8) {
-                Ok(x) => x,
-                Err(StoreError::UnknownTable(_)) => (Vec::new(), None),
+            let step = (count - examined).min(SCAN_STEP);
+            next = match self.ctx.store.enumerate_with(t, c, step, |key, _, _| {
+                examined += 1;
+                if keep(key) {
+                    bytes += key.len();
+                    keys.push(key.to_vec());
+                }
+            }) {
+                Ok(n) => n,
+                Err(StoreError::UnknownTable(_)) => None,
                 Err(e) => return Err(store_error(e)),
             };
-            for o in objects {
-                bytes += o.key.len();
-                keys.push(o.key);
-            }
-            next = n;
         }
         Ok((keys, next.map(|c| c.0)))
     }

@@ -1,18 +1,19 @@
 //! MSETNX key value [key value ...]: 1 if every key was missing and all
 //! were set, 0 (and nothing set) if any existed.
 //!
-//! The store has no all-or-nothing multi-write, so: check that every key is
-//! missing, write them all with "must not exist", and if a concurrent
-//! writer created one in between, remove the pairs this command wrote
-//! (only if still at the version it wrote) and reply 0. Between the write
-//! and that undo, other clients may briefly see some of the pairs.
+//! Exact, as in Redis: the store checks that every key is missing and
+//! writes them all under all the keys' locks, or writes nothing. A key
+//! named twice is set to its last value, as in Redis. At most
+//! [`MAX_ATOMIC_BATCH`] distinct keys (the store's bound on an atomic
+//! write); more are refused with [`TOO_MANY_KEYS`] and nothing is written.
 
 use super::mset::{pairs, Pair};
 use super::CommandSpec;
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
-use shoal_engine::RejectRules;
+use shoal_engine::{RejectRules, MAX_ATOMIC_BATCH};
+use std::collections::HashMap;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "msetnx",
@@ -29,51 +30,53 @@ pub static SPEC: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
+/// The reply to an MSETNX with more distinct keys than one atomic write takes.
+pub const TOO_MANY_KEYS: ErrorReply = ErrorReply::new("ERR MSETNX takes at most 256 distinct keys in Shoal");
+const _: () = assert!(MAX_ATOMIC_BATCH == 256, "TOO_MANY_KEYS names the bound");
+
 struct Msetnx<'a> {
-    /// Distinct keys, each with the last value given for it.
+    /// Distinct keys, each with the last value given for it, in the order
+    /// of their last occurrence.
     pairs: Vec<Pair<'a>>,
 }
 
 impl<'a> Msetnx<'a> {
     fn parse(args: Args<'a>) -> Result<Msetnx<'a>, ErrorReply> {
-        let all = pairs(args, SPEC.name)?;
-        let mut last = std::collections::HashMap::with_capacity(all.len());
-        for (i, (k, _)) in all.iter().enumerate() {
-            last.insert(*k, i);
-        }
-        let pairs = all.iter().enumerate().filter(|(i, (k, _))| last[k] == *i).map(|(_, p)| *p).collect();
-        Ok(Msetnx { pairs })
+        Ok(Msetnx { pairs: last_of_each_key(pairs(args, SPEC.name)?) })
     }
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
-        let mut scratch = Vec::new();
-        let db = session.db();
-        let mut any = false;
-        for (k, _) in &self.pairs {
-            any |= db.exists(k, &mut scratch)?;
-            if any {
-                break;
-            }
+        if self.pairs.len() > MAX_ATOMIC_BATCH {
+            return Err(TOO_MANY_KEYS);
         }
-        if any {
-            out.int(0);
-            return Ok(());
-        }
-        let written = db.write_all(&self.pairs, RejectRules::must_not_exist())?;
-        if written.iter().all(|w| w.is_some()) {
-            out.int(1);
-            return Ok(());
-        }
-        for ((k, _), version) in self.pairs.iter().zip(written) {
-            if let Some(v) = version {
-                db.remove_if(k, RejectRules::version_is(v))?;
-            }
-        }
-        out.int(0);
+        let all = session.db().write_all_or_nothing(&self.pairs, RejectRules::must_not_exist())?;
+        out.int(all as i64);
         Ok(())
     }
 }
 
+/// `all` without the pairs whose key is named again later.
+fn last_of_each_key(all: Vec<Pair<'_>>) -> Vec<Pair<'_>> {
+    if all.len() == 1 {
+        return all;
+    }
+    let last: HashMap<&[u8], usize> = all.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+    all.iter().enumerate().filter(|(i, (k, _))| last[k] == *i).map(|(_, p)| *p).collect()
+}
+
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
     Msetnx::parse(args)?.apply(session, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_of_each_key;
+
+    #[test]
+    fn last_of_each_key_keeps_the_last_value_of_a_repeated_key() {
+        let all: Vec<(&[u8], &[u8])> = vec![(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", b"4"), (b"b", b"5")];
+        let kept: Vec<(&[u8], &[u8])> = vec![(b"a", b"3"), (b"c", b"4"), (b"b", b"5")];
+        assert_eq!(last_of_each_key(all), kept);
+        assert_eq!(last_of_each_key(vec![(b"k", b"v")]), vec![(&b"k"[..], &b"v"[..])]);
+    }
 }

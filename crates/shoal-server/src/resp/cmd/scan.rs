@@ -4,9 +4,9 @@
 //! The cursor is the store's enumeration position (a key hash) written in
 //! decimal; 0 starts and ends an iteration. As in Redis, a key present for
 //! the whole iteration is returned exactly once, COUNT (default 10) is a
-//! hint, MATCH filters after the keys are read (so a page may be empty
-//! before the end), and TYPE matches only "string". Pages are also cut at
-//! about 1 MiB of keys, so a reply stays small whatever COUNT says.
+//! hint, MATCH filters the keys examined (so a page may be empty before
+//! the end), and TYPE matches only "string". Pages are also cut at
+//! about 1 MiB of matching keys, so a reply stays small whatever COUNT says.
 
 use super::{is, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::resp::frame::{parse_i64, Args};
@@ -82,13 +82,8 @@ impl<'a> Scan<'a> {
     }
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
-        let (mut keys, next) = session.db().scan(self.cursor, self.count, MAX_PAGE_BYTES)?;
-        if self.other_type {
-            keys.clear();
-        }
-        if let Some(p) = self.pattern {
-            keys.retain(|k| glob::matches(p, k));
-        }
+        let keep = |k: &[u8]| !self.other_type && self.pattern.is_none_or(|p| glob::matches(p, k));
+        let (keys, next) = session.db().scan(self.cursor, self.count, MAX_PAGE_BYTES, keep)?;
         out.array(2);
         out.bulk(next.unwrap_or(0).to_string().as_bytes());
         out.array(keys.len());
