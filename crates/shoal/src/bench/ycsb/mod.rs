@@ -458,6 +458,7 @@ fn workload_lines(args: &Args, ctx: &Context, name: &str, tally: &Tally, secs: f
         all.add(h).expect("same histogram bounds");
         let mut line = result_line(args, ctx, name, kind.name(), h, secs);
         line.ops += errs;
+        line.ops_per_sec = if secs > 0.0 { line.ops as f64 / secs } else { 0.0 };
         line.not_found = nf;
         line.errors = errs;
         lines.push(line);
