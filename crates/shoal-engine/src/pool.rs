@@ -2,9 +2,10 @@
 //!
 //! All object memory of a store comes from here; nothing is allocated per
 //! object. The pool hands out seglet indices and gives raw access to their
-//! bytes. It is one of the two files with `unsafe` (the other is `epoch.rs`):
-//! the log's discipline makes the accesses sound, and each accessor states
-//! the contract its caller must keep.
+//! bytes. It is one of the two files with `unsafe` (the other is
+//! `hashtable.rs`, for its lock-free buckets): the log's discipline makes the
+//! accesses sound, and each accessor states the contract its caller (only
+//! `segment.rs`) must keep.
 //!
 //! Free seglets are kept in a stack. Allocation honours reserve tiers so
 //! that the cleaner and tombstones always find memory (Rumble §4.5).
