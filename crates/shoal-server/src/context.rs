@@ -3,6 +3,7 @@
 //! signal. Front ends reach the store only through its public operations.
 
 use crate::config::ServerConfig;
+use crate::spin::SpinGate;
 use parking_lot::RwLock;
 use shoal_engine::{EnumCursor, RejectRules, Store, StoreError, TableId};
 use std::collections::HashMap;
@@ -17,6 +18,8 @@ pub struct ServerContext {
     pub store: Arc<Store>,
     pub tables: TableRegistry,
     pub stats: ServerStats,
+    /// Which connection may spin after a reply (see `spin`).
+    pub(crate) spin: SpinGate,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -31,6 +34,7 @@ impl ServerContext {
             store,
             tables,
             stats: ServerStats::default(),
+            spin: SpinGate::default(),
             started: Instant::now(),
             shutdown: watch::channel(false).0,
         })
@@ -61,6 +65,9 @@ impl ServerContext {
 pub struct TableRegistry {
     store: Arc<Store>,
     inner: RwLock<Registry>,
+    /// Changes whenever a table is created or dropped, so that a connection
+    /// may cache name lookups and check them with one load.
+    generation: AtomicU64,
 }
 
 struct Registry {
@@ -70,11 +77,22 @@ struct Registry {
 
 impl TableRegistry {
     fn new(store: Arc<Store>) -> TableRegistry {
-        TableRegistry { store, inner: RwLock::new(Registry { by_name: HashMap::new(), next_id: 1 }) }
+        TableRegistry {
+            store,
+            inner: RwLock::new(Registry { by_name: HashMap::new(), next_id: 1 }),
+            generation: AtomicU64::new(0),
+        }
     }
 
     pub fn lookup(&self, name: &str) -> Option<TableId> {
         self.inner.read().by_name.get(name).copied()
+    }
+
+    /// A number that changes whenever a table is created or dropped: a
+    /// [`TableRegistry::lookup`] made at generation g is still right while
+    /// `generation()` returns g.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The table called `name`, created (empty) if it does not exist yet.
@@ -90,6 +108,7 @@ impl TableRegistry {
         r.next_id += 1;
         self.store.create_table(id);
         r.by_name.insert(name.to_owned(), id);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         id
     }
 
@@ -98,6 +117,7 @@ impl TableRegistry {
         let Some(id) = self.inner.write().by_name.remove(name) else {
             return Ok(false);
         };
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.store.drop_table(id)?;
         Ok(true)
     }

@@ -4,7 +4,8 @@
 //!   (the flags `shoal server` and `shoal local` flatten).
 //! * [`context`]: [`ServerContext`], what every connection shares: the
 //!   store, the table registry, statistics, the shutdown signal.
-//! * [`server`]: [`Server`], the runtime (two worker threads), listeners
+//! * [`server`]: [`Server`], its threads (two workers, each a single-threaded
+//!   runtime serving its share of the connections: `workers`), listeners
 //!   and graceful shutdown.
 //! * [`listener`]: accepting connections for a [`FrontEnd`], with the
 //!   server-wide connection limit.
@@ -29,6 +30,8 @@ pub mod listener;
 pub mod native;
 pub mod resp;
 pub mod server;
+mod spin;
+mod workers;
 
 pub use config::{ByteSize, ConfigError, ServerArgs, ServerConfig, DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT};
 pub use context::{ServerContext, ServerStats, TableRegistry};

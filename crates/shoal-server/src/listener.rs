@@ -2,11 +2,13 @@
 //! TCP options, and tracking connections so that shutdown can wait for them.
 //!
 //! A front end (RESP, native) implements [`FrontEnd`]; [`run`] accepts on
-//! its socket until shutdown and spawns one task per connection. The limit
+//! its socket until shutdown and hands each connection to a worker thread
+//! (`workers`), which runs one task for it. The limit
 //! on open connections is shared by all front ends: a connection over it is
 //! sent the front end's [`FrontEnd::refusal`] (without waiting) and closed.
 
 use crate::context::{ServerContext, ServerStats};
+use crate::workers::Workers;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -81,11 +83,13 @@ impl ConnectionTracker {
     }
 }
 
-/// Accepts connections on `listener` for `front_end` until shutdown.
+/// Accepts connections on `listener` for `front_end` until shutdown; each
+/// is served on one of `workers`.
 pub async fn run<F: FrontEnd>(
     ctx: Arc<ServerContext>,
     listener: TcpListener,
     front_end: Arc<F>,
+    workers: Arc<Workers>,
     tracker: mpsc::Sender<()>,
 ) {
     let mut shutdown = ctx.shutdown_signal();
@@ -121,7 +125,8 @@ pub async fn run<F: FrontEnd>(
         let conn =
             Connection { id, peer, ctx: ctx.clone(), _open: OpenGuard { ctx: ctx.clone(), _tracker: tracker.clone() } };
         debug!("{name}: connection {id} from {peer}");
-        tokio::spawn(front_end.clone().serve(stream, conn));
+        let front_end = front_end.clone();
+        workers.spawn(stream, move |stream| front_end.serve(stream, conn));
     }
     info!("{name}: stopped accepting");
 }

@@ -1,13 +1,17 @@
 //! A running server: its runtime, listeners and shutdown.
 //!
-//! Threading: one tokio multi-thread runtime with two worker threads serves
-//! every connection. A connection's task reads a batch of requests, executes
-//! them against the store and writes all their replies at once; tasks of
-//! different connections run on both workers (work stealing), so network I/O
-//! and execution are spread over both cores. Store operations are short and
+//! Threading: [`WORKER_THREADS`] worker threads ("shoal-worker"), each a
+//! single-threaded tokio runtime with its own epoll instance (module
+//! `workers`), serve the connections: each connection is handed, when
+//! accepted, to the worker with the fewest, which reads its requests,
+//! executes them against the store and writes all their replies at once.
+//! So network I/O and execution are spread over both cores, and no request
+//! pays for waking a second thread. Store operations are short and
 //! synchronous; a write that must wait for the cleaner blocks its worker for
 //! at most the store's `write_wait`, while the other worker keeps serving.
-//! Nothing polls when idle: an idle server sleeps in epoll.
+//! The listeners and signal handling run on the server's own thread
+//! ("shoal-server"). Nothing polls when idle: idle threads sleep in epoll;
+//! a connection spins briefly only right after activity (module `spin`).
 //!
 //! Shutdown (SIGINT/SIGTERM with [`Server::start_with_signals`], or
 //! [`Server::shutdown`]): listeners stop accepting, each connection stops
@@ -19,6 +23,7 @@ use crate::context::ServerContext;
 use crate::listener::{self, ConnectionTracker};
 use crate::native::NativeFrontEnd;
 use crate::resp::RespFrontEnd;
+use crate::workers::Workers;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -76,19 +81,23 @@ impl Server {
     fn launch(config: ServerConfig, signals: bool) -> Result<Server, ServerError> {
         config.validate()?;
         let ctx = Arc::new(ServerContext::new(config)?);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(WORKER_THREADS)
-            .thread_name("shoal-worker")
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .thread_name("shoal-blocking")
             .enable_all()
             .build()
             .map_err(ServerError::Runtime)?;
+        let workers = Arc::new(Workers::start(WORKER_THREADS, "shoal-worker").map_err(ServerError::Runtime)?);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let c = ctx.clone();
         let thread = std::thread::Builder::new()
             .name("shoal-server".into())
             .spawn(move || {
-                runtime.block_on(serve(c, signals, ready_tx));
+                runtime.block_on(serve(c, signals, workers.clone(), ready_tx));
                 runtime.shutdown_timeout(Duration::from_secs(1));
+                // The listeners are gone, so this is the last reference.
+                if let Ok(workers) = Arc::try_unwrap(workers) {
+                    workers.stop();
+                }
             })
             .map_err(ServerError::Runtime)?;
         match ready_rx.recv() {
@@ -162,7 +171,12 @@ async fn bind(protocol: &'static str, addr: SocketAddr) -> Result<TcpListener, S
 /// Front ends: each is one `bind` and one `listener::run` spawn below. The
 /// native protocol's front end (module `native`) joins here the same way,
 /// on `ctx.config.native_addr()`, and fills `Addresses::native`.
-async fn serve(ctx: Arc<ServerContext>, signals: bool, ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>) {
+async fn serve(
+    ctx: Arc<ServerContext>,
+    signals: bool,
+    workers: Arc<Workers>,
+    ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>,
+) {
     let tracker = ConnectionTracker::default();
     let resp = match bind("resp", ctx.config.resp_addr()).await {
         Ok(l) => l,
@@ -183,8 +197,20 @@ async fn serve(ctx: Arc<ServerContext>, signals: bool, ready: std::sync::mpsc::S
         native: Some(native.local_addr().unwrap_or(ctx.config.native_addr())),
     };
     let acceptors = vec![
-        tokio::spawn(listener::run(ctx.clone(), resp, Arc::new(RespFrontEnd::new(&ctx)), tracker.handle())),
-        tokio::spawn(listener::run(ctx.clone(), native, Arc::new(NativeFrontEnd::new()), tracker.handle())),
+        tokio::spawn(listener::run(
+            ctx.clone(),
+            resp,
+            Arc::new(RespFrontEnd::new(&ctx)),
+            workers.clone(),
+            tracker.handle(),
+        )),
+        tokio::spawn(listener::run(
+            ctx.clone(),
+            native,
+            Arc::new(NativeFrontEnd::new()),
+            workers.clone(),
+            tracker.handle(),
+        )),
     ];
     if signals {
         tokio::spawn(stop_on_signals(ctx.clone()));

@@ -21,6 +21,7 @@ use crate::listener::Connection;
 use crate::resp::frame::{self, Args, Limits};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use crate::spin;
 use bytes::{Buf, BufMut, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +78,8 @@ struct Conn {
     more: bool,
     /// How much to make room for before the next read.
     read_chunk: usize,
+    /// Whether to spin for the client's next request after answering.
+    spin: spin::SpinPolicy,
     _conn: Connection,
 }
 
@@ -97,6 +100,7 @@ impl Conn {
             inline: Vec::new(),
             more: false,
             read_chunk: READ_CHUNK,
+            spin: spin::SpinPolicy::default(),
             ctx,
             _conn: conn,
         }
@@ -104,10 +108,20 @@ impl Conn {
 
     async fn run(&mut self, stream: TcpStream) -> End {
         let (mut rd, mut wr) = stream.into_split();
-        let mut shutdown = self.ctx.shutdown_signal();
+        let ctx = self.ctx.clone();
+        // One future for the whole connection: creating it per loop would
+        // register and unregister a waiter on the shared shutdown channel
+        // (a lock every connection contends for) for every request.
+        let mut signal = self.ctx.shutdown_signal();
+        let shutdown = async move {
+            let _ = signal.wait_for(|s| *s).await;
+        };
+        tokio::pin!(shutdown);
         let idle = self.ctx.config.idle_timeout();
         let far = Duration::from_secs(86400 * 365);
         let mut last_progress = Instant::now();
+        // When the replies were last all sent (`None`: since the last read).
+        let mut replied_at: Option<Instant> = None;
         // Closing: no more reading; the replies owed are sent until this instant.
         let mut closing: Option<(End, Instant)> = None;
         let timer = tokio::time::sleep(idle.unwrap_or(far));
@@ -127,6 +141,17 @@ impl Conn {
                 self.input.reserve(self.read_chunk.max(self.input.len()).min(room));
             }
             let offered = (self.input.capacity() - self.input.len()).min(room);
+            // Spin for the next request only right after answering a client
+            // that sends its requests back to back (see `spin`).
+            let spin_permit = if self.output.is_empty() && !draining && replied_at.is_some() && self.spin.spin_next() {
+                let permit = ctx.spin.try_enter(&ctx.stats);
+                if permit.is_none() {
+                    self.spin.not_spinning();
+                }
+                permit
+            } else {
+                None
+            };
             tokio::select! {
                 biased;
                 r = wr.write(&self.output), if !self.output.is_empty() => match r {
@@ -134,23 +159,41 @@ impl Conn {
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_out, n as u64);
                         self.output.advance(n);
-                        if self.output.is_empty() && self.output.capacity() > KEEP_BUFFER {
-                            self.output = BytesMut::new();
-                        }
+                        // One clock read per event: the clock can be a system call in a VM.
                         last_progress = Instant::now();
+                        if self.output.is_empty() {
+                            replied_at = Some(last_progress);
+                            if self.output.capacity() > KEEP_BUFFER {
+                                self.output = BytesMut::new();
+                            }
+                        }
                     }
                     Err(e) => return End::Io(e),
                 },
-                _ = shutdown.wait_for(|s| *s), if closing.is_none() => {
+                _ = &mut shutdown, if closing.is_none() => {
                     closing = Some((End::Shutdown, Instant::now() + CLOSE_GRACE));
                     timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
                 }
                 // Never past the limit, whatever capacity the buffer grew to.
-                r = async { rd.read_buf(&mut (&mut self.input).limit(room)).await }, if can_read => match r {
+                r = async {
+                    if let Some(permit) = spin_permit {
+                        let until = std::time::Instant::now() + spin::SPIN;
+                        let caught = spin::read_until(rd.as_ref(), &mut self.input, room, until).await?;
+                        drop(permit);
+                        if let Some(n) = caught {
+                            return Ok(n);
+                        }
+                    }
+                    rd.read_buf(&mut (&mut self.input).limit(room)).await
+                }, if can_read => match r {
                     Ok(0) => closing = Some((End::Closed, Instant::now() + CLOSE_GRACE)),
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
                         last_progress = Instant::now();
+                        match replied_at.take() {
+                            Some(t) => self.spin.record(last_progress - t),
+                            None => self.spin.disarm(),
+                        }
                         if n == offered {
                             self.read_chunk = (self.read_chunk * 2).min(MAX_READ_CHUNK);
                         }

@@ -10,6 +10,7 @@
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::reply::ErrorReply;
 use shoal_engine::{EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
+use std::cell::Cell;
 
 /// Objects a SCAN examines per call into the store's enumeration.
 const SCAN_STEP: usize = 16;
@@ -49,24 +50,54 @@ pub enum Update<T> {
     Keep(T),
 }
 
+/// One connection's memory of which table each database is, valid while
+/// the registry's generation is unchanged: a command then finds its table
+/// with one atomic load instead of a lock and a hash lookup.
+pub struct TableCache {
+    /// Per database: the registry generation of the lookup (`u64::MAX`:
+    /// none yet) and its result.
+    entries: [Cell<(u64, Option<TableId>)>; DATABASES],
+}
+
+impl Default for TableCache {
+    fn default() -> TableCache {
+        TableCache { entries: std::array::from_fn(|_| Cell::new((u64::MAX, None))) }
+    }
+}
+
 /// One database of one connection.
 pub struct Db<'a> {
     ctx: &'a ServerContext,
     index: usize,
+    cache: &'a TableCache,
 }
 
 impl<'a> Db<'a> {
-    pub fn new(ctx: &'a ServerContext, index: usize) -> Db<'a> {
-        Db { ctx, index }
+    pub fn new(ctx: &'a ServerContext, index: usize, cache: &'a TableCache) -> Db<'a> {
+        Db { ctx, index, cache }
     }
 
     /// The table, if it was ever written.
     pub fn table(&self) -> Option<TableId> {
-        self.ctx.tables.lookup(table_name(self.index))
+        let entry = &self.cache.entries[self.index];
+        // Read the generation before looking up: a change after it is seen
+        // by the next call.
+        let generation = self.ctx.tables.generation();
+        match entry.get() {
+            (g, table) if g == generation => table,
+            _ => {
+                let table = self.ctx.tables.lookup(table_name(self.index));
+                entry.set((generation, table));
+                table
+            }
+        }
     }
 
     fn table_for_write(&self) -> TableId {
-        self.ctx.tables.create(table_name(self.index))
+        match self.table() {
+            Some(t) => t,
+            None => self.ctx.tables.create(table_name(self.index)),
+        }
     }
 
     fn count(&self, found: bool) {

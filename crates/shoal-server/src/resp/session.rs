@@ -3,7 +3,7 @@
 
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
-use crate::resp::db::Db;
+use crate::resp::db::{Db, TableCache};
 use crate::resp::frame::Args;
 use crate::resp::reply::{Protocol, Reply};
 use bytes::BytesMut;
@@ -27,6 +27,7 @@ pub struct Session {
     pub reply_limit: usize,
     /// A reusable buffer for values read from the store.
     pub scratch: Vec<u8>,
+    tables: TableCache,
 }
 
 impl Session {
@@ -44,12 +45,13 @@ impl Session {
             quit: false,
             reply_limit,
             scratch: Vec::new(),
+            tables: TableCache::default(),
         }
     }
 
     /// The selected database.
     pub fn db(&self) -> Db<'_> {
-        Db::new(&self.ctx, self.db)
+        Db::new(&self.ctx, self.db, &self.tables)
     }
 
     /// Runs one command (a non-empty request) and appends its reply to `out`.
