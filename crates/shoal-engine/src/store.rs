@@ -224,7 +224,8 @@ pub(crate) struct Inner {
     pub log: Log,
     pub ht: HashTable,
     pub epochs: Epochs,
-    tables: RwLock<HashSet<TableId>>,
+    /// The tables, each with its number of objects.
+    tables: RwLock<HashMap<TableId, AtomicU64>>,
     pub counters: Counters,
     pub cleaner: CleanerState,
     pub shutdown: AtomicBool,
@@ -282,7 +283,7 @@ impl Inner {
     }
 
     fn check_table(&self, table: TableId) -> Result<(), StoreError> {
-        if self.tables.read().contains(&table) {
+        if self.tables.read().contains_key(&table) {
             Ok(())
         } else {
             Err(StoreError::UnknownTable(table))
@@ -416,7 +417,7 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.install(hash, found, refs[0], b.ends[0], key.len() + bytes.len());
+                self.install(table, hash, found, refs[0], b.ends[0], key.len() + bytes.len());
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
                 return Ok((version, new_int));
@@ -434,7 +435,7 @@ impl Inner {
 
     /// Points the hash table at a newly appended object and keeps the
     /// statistics (stripe lock held).
-    fn install(&self, hash: u64, old: Option<Found>, r: LogRef, entry_len: usize, kv_len: usize) {
+    fn install(&self, table: TableId, hash: u64, old: Option<Found>, r: LogRef, entry_len: usize, kv_len: usize) {
         let c = &self.counters;
         match old {
             Some(f) => {
@@ -446,6 +447,9 @@ impl Inner {
             None => {
                 self.ht.insert(hash, r);
                 c.objects.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = self.tables.read().get(&table) {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         self.segs.slot(r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
@@ -455,13 +459,16 @@ impl Inner {
 
     /// Removes the object (stripe lock held, `f` found under it) after its
     /// tombstone was appended at `tomb`.
-    fn uninstall(&self, f: Found) {
+    fn uninstall(&self, table: TableId, f: Found) {
         let c = &self.counters;
         self.ht.clear(f.pos);
         self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
         c.objects.fetch_sub(1, Ordering::Relaxed);
+        if let Some(n) = self.tables.read().get(&table) {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
         self.log.raise_safe_version(Version(f.version.0 + 1));
     }
 
@@ -489,7 +496,7 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.uninstall(f);
+                self.uninstall(table, f);
                 self.counters.removes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
                 return Ok(Some(f.version));
@@ -539,7 +546,7 @@ impl Store {
             segs,
             log,
             epochs: Epochs::default(),
-            tables: RwLock::new(HashSet::new()),
+            tables: RwLock::new(HashMap::new()),
             counters: Counters::default(),
             cleaner: CleanerState::default(),
             shutdown: AtomicBool::new(false),
@@ -566,7 +573,7 @@ impl Store {
 
     /// Makes `table` known to the store. Idempotent.
     pub fn create_table(&self, table: TableId) {
-        self.inner.tables.write().insert(table);
+        self.inner.tables.write().entry(table).or_default();
     }
 
     /// Removes every object of `table` (appending tombstones) and forgets it.
@@ -584,8 +591,13 @@ impl Store {
         Ok(())
     }
 
+    /// Number of objects in `table`, from a counter (O(1)).
+    pub fn table_objects(&self, table: TableId) -> Result<u64, StoreError> {
+        self.inner.tables.read().get(&table).map(|n| n.load(Ordering::Relaxed)).ok_or(StoreError::UnknownTable(table))
+    }
+
     pub fn has_table(&self, table: TableId) -> bool {
-        self.inner.tables.read().contains(&table)
+        self.inner.tables.read().contains_key(&table)
     }
 
     /// Reads an object's value into `out` (replacing its contents); returns its version.
@@ -756,7 +768,7 @@ impl Store {
             plan.sort_by_key(|p| p.2.is_none());
             for (j, i, found, obj, version) in plan {
                 let op = &items[i];
-                inner.install(hashes[j], found, refs[obj], len_of(obj), op.key.len() + op.value.len());
+                inner.install(op.table, hashes[j], found, refs[obj], len_of(obj), op.key.len() + op.value.len());
                 inner.counters.writes.fetch_add(1, Ordering::Relaxed);
                 results[i] = Some(Ok(version));
             }
@@ -1008,6 +1020,16 @@ impl Store {
             });
             if let Some(e) = err {
                 return Err(e);
+            }
+        }
+        let mut per_table: HashMap<TableId, u64> = HashMap::new();
+        for (t, _) in &keys {
+            *per_table.entry(*t).or_default() += 1;
+        }
+        for (t, n) in inner.tables.read().iter() {
+            let (have, want) = (n.load(Ordering::Relaxed), per_table.get(t).copied().unwrap_or(0));
+            if have != want {
+                return Err(format!("table {t}: object count {have} != recount {want}"));
             }
         }
         let c = &inner.counters;

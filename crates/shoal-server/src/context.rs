@@ -129,21 +129,9 @@ impl TableRegistry {
         v
     }
 
-    /// Number of objects in `table`. Exact; O(1) while it is the only table,
-    /// otherwise it enumerates the table (the store counts objects only in total).
+    /// Number of objects in `table` (the store keeps a count per table).
     pub fn len(&self, table: TableId) -> Result<u64, StoreError> {
-        {
-            let r = self.inner.read();
-            if r.by_name.len() == 1 && r.by_name.values().any(|t| *t == table) {
-                return Ok(self.store.stats().objects);
-            }
-        }
-        let mut n = 0u64;
-        let mut cursor = Some(EnumCursor::START);
-        while let Some(c) = cursor {
-            cursor = self.store.enumerate_with(table, c, ENUM_STEP, |_, _, _| n += 1)?;
-        }
-        Ok(n)
+        self.store.table_objects(table)
     }
 
     /// Removes every object of `table`, keeping the table. Not atomic:
