@@ -6,7 +6,7 @@
 
 use crate::conn::{ClientConfig, Connection};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
-use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Stats, Versioned, MAX_ATTEMPTS};
+use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS};
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
     key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version, WriteItem,
@@ -298,8 +298,7 @@ impl Client {
                 b.id = sent?;
             }
             pending.clear();
-            let mut refresh = false;
-            let mut delay = None;
+            let mut retry = Retries { pending: &mut pending, refresh: false, delay: None };
             for b in &batches {
                 let got = self.conn(b.addr)?.recv_id(b.id);
                 let frame = self.drop_on_error(b.addr, got)?;
@@ -308,20 +307,12 @@ impl Client {
                     Err(status) => b.items.iter().map(|_| Err(status.clone())).collect(),
                 };
                 for (&i, r) in b.items.iter().zip(items) {
-                    match r {
-                        Err(s) if !matches!(disposition(&s), Disposition::Final) => {
-                            match disposition(&s) {
-                                Disposition::RefreshAndRetry => refresh = true,
-                                Disposition::RetryAfter(d) => delay = Some(d),
-                                Disposition::Final => {}
-                            }
-                            last = s;
-                            pending.push(i);
-                        }
-                        r => results[i] = Some(r),
+                    if let Some(s) = retry.sort(i, r, &mut results) {
+                        last = s;
                     }
                 }
             }
+            let (refresh, delay) = (retry.refresh, retry.delay);
             if refresh {
                 self.refresh_map();
             }

@@ -12,7 +12,7 @@
 use crate::blocking::{item_error, resolve, Route};
 use crate::conn::ClientConfig;
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
-use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Stats, Versioned, MAX_ATTEMPTS};
+use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS};
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
     check_frame, key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId,
@@ -483,8 +483,7 @@ impl Client {
                 replies.push(self.channel(b.addr).await?.send(&build(&b.items))?);
             }
             pending.clear();
-            let mut refresh = false;
-            let mut delay = None;
+            let mut retry = Retries { pending: &mut pending, refresh: false, delay: None };
             for (b, reply) in batches.iter().zip(replies) {
                 let frame = reply.wait().await?;
                 let items = match frame.reply()? {
@@ -492,20 +491,12 @@ impl Client {
                     Err(status) => b.items.iter().map(|_| Err(status.clone())).collect(),
                 };
                 for (&i, r) in b.items.iter().zip(items) {
-                    match r {
-                        Err(s) if !matches!(disposition(&s), Disposition::Final) => {
-                            match disposition(&s) {
-                                Disposition::RefreshAndRetry => refresh = true,
-                                Disposition::RetryAfter(d) => delay = Some(d),
-                                Disposition::Final => {}
-                            }
-                            last = s;
-                            pending.push(i);
-                        }
-                        r => results[i] = Some(r),
+                    if let Some(s) = retry.sort(i, r, &mut results) {
+                        last = s;
                     }
                 }
             }
+            let (refresh, delay) = (retry.refresh, retry.delay);
             if refresh {
                 self.refresh_map();
             }

@@ -71,6 +71,49 @@ pub(crate) fn disposition(status: &ErrorStatus) -> Disposition {
     }
 }
 
+/// What one round of a multi-op learned: the items to send again, and
+/// whether to refresh the tablet map or wait first.
+pub(crate) struct Retries<'a> {
+    pub pending: &'a mut Vec<usize>,
+    pub refresh: bool,
+    pub delay: Option<Duration>,
+}
+
+impl Retries<'_> {
+    /// Files item `i`'s result: a retryable status queues the item and is
+    /// returned (the last one is reported if attempts run out); any other
+    /// result is final.
+    pub fn sort<T>(
+        &mut self,
+        i: usize,
+        r: Result<T, ErrorStatus>,
+        results: &mut [Option<Result<T, ErrorStatus>>],
+    ) -> Option<ErrorStatus> {
+        match r {
+            Err(s) => match disposition(&s) {
+                Disposition::Final => {
+                    results[i] = Some(Err(s));
+                    None
+                }
+                Disposition::RefreshAndRetry => {
+                    self.refresh = true;
+                    self.pending.push(i);
+                    Some(s)
+                }
+                Disposition::RetryAfter(d) => {
+                    self.delay = Some(d);
+                    self.pending.push(i);
+                    Some(s)
+                }
+            },
+            ok => {
+                results[i] = Some(ok);
+                None
+            }
+        }
+    }
+}
+
 fn mismatch(r: &Response<'_>) -> ClientError {
     ClientError::Protocol(format!("unexpected response to the request: {:?}", r.opcode()))
 }
