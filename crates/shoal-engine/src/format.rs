@@ -326,9 +326,14 @@ pub fn encode_safe_version(out: &mut Vec<u8>, version: Version) -> usize {
 /// Appends a checksum entry carrying `crc`, the cumulative header CRC
 /// *including this entry's own tag byte* (see [`HeaderCrc`]).
 pub fn encode_checksum(out: &mut Vec<u8>, crc: u32) -> usize {
-    out.push(EntryType::Checksum as u8);
-    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&checksum_entry(crc));
     CHECKSUM_ENTRY_BYTES
+}
+
+/// A checksum entry's bytes (see [`encode_checksum`]), without a buffer.
+pub fn checksum_entry(crc: u32) -> [u8; CHECKSUM_ENTRY_BYTES] {
+    let c = crc.to_le_bytes();
+    [EntryType::Checksum as u8, c[0], c[1], c[2], c[3]]
 }
 
 // ---------------------------------------------------------------------------

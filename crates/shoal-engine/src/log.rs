@@ -256,8 +256,7 @@ impl Log {
     pub(crate) fn seal_quietly(&self, w: &mut SegmentWriter) {
         let tag = [EntryType::Checksum as u8];
         w.crc.add(&tag);
-        let mut ck = Vec::with_capacity(CHECKSUM_ENTRY_BYTES);
-        format::encode_checksum(&mut ck, w.crc.value());
+        let ck = format::checksum_entry(w.crc.value());
         self.segs.write(w.slot, w.len, &ck);
         w.len += ck.len();
         w.unsealed = false;
@@ -351,7 +350,11 @@ impl Log {
             self.segs.pool.release(spare);
         }
         for i in 0..b.ends.len() {
-            if let Ok((format::Entry::Tombstone(t), len)) = format::decode_trusted(b.entry(i)) {
+            let e = b.entry(i);
+            if e[0] & 0x1f != EntryType::Tombstone as u8 {
+                continue;
+            }
+            if let Ok((format::Entry::Tombstone(t), len)) = format::decode_trusted(e) {
                 *h.tomb_refs.entry(t.segment).or_default() += len as u64;
             }
         }

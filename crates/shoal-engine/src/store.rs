@@ -240,7 +240,9 @@ pub struct Store {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Batch> = std::cell::RefCell::new(Batch::default());
+    /// Per-thread buffers of the write path: the entries being appended and
+    /// their log references, reused so a write allocates nothing.
+    static SCRATCH: std::cell::RefCell<(Batch, Vec<LogRef>)> = std::cell::RefCell::new(Default::default());
 }
 
 /// What an update writes: given bytes, or the current integer plus a delta.
@@ -375,8 +377,7 @@ impl Inner {
         let hash = key_hash(table, key).0;
         let started = Instant::now();
         SCRATCH.with(|cell| {
-            let mut b = cell.borrow_mut();
-            let mut refs = Vec::with_capacity(2);
+            let (b, refs) = &mut *cell.borrow_mut();
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
@@ -412,7 +413,7 @@ impl Inner {
                     format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
                     b.mark();
                 }
-                if self.try_append(&b, Tier::Write, &mut refs).is_err() {
+                if self.try_append(b, Tier::Write, refs).is_err() {
                     drop(lock);
                     self.wait_for_space(started)?;
                     continue;
@@ -478,8 +479,7 @@ impl Inner {
         let hash = key_hash(table, key).0;
         let started = Instant::now();
         SCRATCH.with(|cell| {
-            let mut b = cell.borrow_mut();
-            let mut refs = Vec::with_capacity(1);
+            let (b, refs) = &mut *cell.borrow_mut();
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
@@ -491,7 +491,7 @@ impl Inner {
                 let seg = self.segs.slot(f.r.slot()).segment_id();
                 format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
                 b.mark();
-                if self.try_append(&b, Tier::Remove, &mut refs).is_err() {
+                if self.try_append(b, Tier::Remove, refs).is_err() {
                     drop(lock);
                     self.wait_for_space(started)?;
                     continue;
