@@ -8,25 +8,30 @@
 use std::fmt;
 
 /// A table's 64-bit id. Names belong to the coordinator; the store only sees ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct TableId(pub u64);
 
 /// An object's version. Assigned by the master, strictly increasing per key,
 /// also across a remove and re-create of the same key (the safe version).
 /// Version 0 is never assigned: it means "no object".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Version(pub u64);
 
 /// A segment's id, unique and ascending within one log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct SegmentId(pub u64);
 
 /// The id of a log (one per master incarnation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct LogId(pub u64);
 
 /// The 64-bit hash of (table id, key) that routes a key. See [`key_hash`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct KeyHash(pub u64);
 
 impl fmt::Display for TableId {

@@ -1,0 +1,233 @@
+//! The control protocol: how servers, clients and the command line talk to
+//! the coordinator (`docs/coordinator.md`).
+//!
+//! A frame is a 4-byte little-endian body length followed by that many
+//! bytes of UTF-8 JSON: one [`ControlRequest`] from the caller, answered by
+//! one [`ControlResponse`], in order, on a connection the caller may reuse.
+//! Bodies over [`MAX_CONTROL_FRAME`] are refused before they are read.
+
+use crate::map::{ClusterMap, ServerId, TableInfo};
+use serde::{Deserialize, Serialize};
+use shoal_common::LogId;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest control frame body either side accepts.
+pub const MAX_CONTROL_FRAME: usize = 16 << 20;
+
+/// A request to the coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControlRequest {
+    /// A server starting. `previous` is the id it had before a restart (read
+    /// from its data directory): the coordinator gives the same id back,
+    /// with the same tablets, and names the earlier logs it must replay
+    /// before serving. Answered by `Enlisted`.
+    Enlist { previous: Option<ServerId>, native: SocketAddr, resp: SocketAddr, backup: SocketAddr },
+    /// The current map. Answered by `Map`.
+    GetMap,
+    /// The map once its version exceeds `known_version`, or the current one
+    /// after `timeout_ms`. Answered by `Map`.
+    WatchMap { known_version: u64, timeout_ms: u64 },
+    /// Creates a table split into `span` tablets spread over the servers
+    /// (idempotent by name: an existing table is returned as it is).
+    /// Answered by `Table`.
+    CreateTable { name: String, span: u32 },
+    /// Drops a table and its tablets. Answered by `Ok`; `NotFound` if absent.
+    DropTable { name: String },
+    /// Answered by `Table`; `NotFound` if absent.
+    GetTable { name: String },
+    /// `server` has replayed `logs` (named in its `Enlisted`) and re-replicated
+    /// their contents in its current log: the coordinator forgets them and
+    /// marks the server up. Answered by `Ok`.
+    Recovered { server: ServerId, logs: Vec<LogId> },
+    /// Coordinator statistics. Answered by `Stats`.
+    Stats,
+}
+
+/// The coordinator's answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ControlResponse {
+    /// `log`: the log this incarnation writes (new at every enlistment).
+    /// `recover`: earlier logs of this server to replay before serving.
+    Enlisted { server: ServerId, log: LogId, recover: Vec<LogId>, map: ClusterMap },
+    Map { map: ClusterMap },
+    Table { table: TableInfo },
+    Ok,
+    Stats { stats: serde_json::Value },
+    Error { code: ControlErrorCode, message: String },
+}
+
+/// Why the coordinator refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlErrorCode {
+    NotFound,
+    InvalidRequest,
+    /// No server can take tablets yet.
+    NoServers,
+    Internal,
+}
+
+/// What went wrong in a control call.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot reach the coordinator at {addr}: {source}")]
+    Connect { addr: SocketAddr, source: std::io::Error },
+    #[error("control connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("control frame of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    #[error("malformed control frame: {0}")]
+    Malformed(String),
+    #[error("coordinator refused: {code:?}: {message}")]
+    Refused { code: ControlErrorCode, message: String },
+    #[error("unexpected reply from the coordinator: {0}")]
+    Unexpected(String),
+    #[error("control call timed out")]
+    Timeout,
+}
+
+/// Reads one frame and decodes its JSON. `Ok(None)` on a clean end of stream.
+pub async fn read_frame<T, R>(r: &mut R) -> Result<Option<T>, ControlError>
+where
+    T: for<'de> Deserialize<'de>,
+    R: AsyncRead + Unpin,
+{
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_CONTROL_FRAME {
+        return Err(ControlError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map(Some).map_err(|e| ControlError::Malformed(e.to_string()))
+}
+
+/// Encodes `msg` as one frame and writes it.
+pub async fn write_frame<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T) -> Result<(), ControlError> {
+    let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if body.len() > MAX_CONTROL_FRAME {
+        return Err(ControlError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// A connection to the coordinator, reconnecting on the next call after a
+/// failure. Calls are sequential; use one client per task.
+pub struct ControlClient {
+    addr: SocketAddr,
+    conn: Option<TcpStream>,
+    timeout: Duration,
+}
+
+impl ControlClient {
+    /// A client for `addr`; nothing is connected until the first call.
+    pub fn new(addr: SocketAddr) -> ControlClient {
+        ControlClient { addr, conn: None, timeout: Duration::from_secs(10) }
+    }
+
+    /// Longest a call may take (connecting, sending, answering); default 10 s.
+    /// A `WatchMap` adds its own timeout to this.
+    pub fn with_timeout(mut self, timeout: Duration) -> ControlClient {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Sends `req` and returns the answer; an `Error` answer becomes
+    /// [`ControlError::Refused`].
+    pub async fn call(&mut self, req: &ControlRequest) -> Result<ControlResponse, ControlError> {
+        let extra = match req {
+            ControlRequest::WatchMap { timeout_ms, .. } => Duration::from_millis(*timeout_ms),
+            _ => Duration::ZERO,
+        };
+        let result = tokio::time::timeout(self.timeout + extra, self.call_inner(req)).await;
+        let result = match result {
+            Ok(r) => r,
+            Err(_) => Err(ControlError::Timeout),
+        };
+        if result.is_err() {
+            self.conn = None;
+        }
+        match result? {
+            ControlResponse::Error { code, message } => Err(ControlError::Refused { code, message }),
+            other => Ok(other),
+        }
+    }
+
+    async fn call_inner(&mut self, req: &ControlRequest) -> Result<ControlResponse, ControlError> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect(self.addr)
+                .await
+                .map_err(|source| ControlError::Connect { addr: self.addr, source })?;
+            s.set_nodelay(true)?;
+            self.conn = Some(s);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        write_frame(conn, req).await?;
+        match read_frame(conn).await? {
+            Some(r) => Ok(r),
+            None => Err(ControlError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the coordinator closed the connection",
+            ))),
+        }
+    }
+
+    /// The current cluster map.
+    pub async fn get_map(&mut self) -> Result<ClusterMap, ControlError> {
+        match self.call(&ControlRequest::GetMap).await? {
+            ControlResponse::Map { map } => Ok(map),
+            other => Err(ControlError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Creates (or finds) a table.
+    pub async fn create_table(&mut self, name: &str, span: u32) -> Result<TableInfo, ControlError> {
+        match self.call(&ControlRequest::CreateTable { name: name.into(), span }).await? {
+            ControlResponse::Table { table } => Ok(table),
+            other => Err(ControlError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_ones_are_refused() {
+        let req = ControlRequest::CreateTable { name: "users".into(), span: 4 };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &req).await.unwrap();
+        assert_eq!(&buf[4..], br#"{"op":"create_table","name":"users","span":4}"#);
+        let back: ControlRequest = read_frame(&mut &buf[..]).await.unwrap().unwrap();
+        assert_eq!(back, req);
+
+        let mut huge = ((MAX_CONTROL_FRAME + 1) as u32).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        let err = read_frame::<ControlRequest, _>(&mut &huge[..]).await.unwrap_err();
+        assert!(matches!(err, ControlError::TooLarge(_)));
+
+        let mut bad = 3u32.to_le_bytes().to_vec();
+        bad.extend_from_slice(b"{{{");
+        assert!(matches!(read_frame::<ControlRequest, _>(&mut &bad[..]).await, Err(ControlError::Malformed(_))));
+    }
+}

@@ -1,0 +1,16 @@
+//! What every cluster member agrees on, and how they ask the coordinator
+//! for it.
+//!
+//! * [`map`]: the cluster map — servers, tables, tablets — that the
+//!   coordinator owns and hands out, versioned so that a holder can tell a
+//!   newer one.
+//! * [`control`]: the control protocol (`docs/coordinator.md`): length-framed
+//!   JSON requests and responses between the coordinator and servers,
+//!   clients and the command line. It is off the data path; the native
+//!   protocol (`shoal-proto`) carries reads and writes.
+
+pub mod control;
+pub mod map;
+
+pub use control::{ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+pub use map::{split_hash_space, ClusterMap, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo};

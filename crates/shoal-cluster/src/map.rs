@@ -1,0 +1,170 @@
+//! The cluster map: the coordinator's view of servers, tables and tablets.
+//!
+//! The coordinator is its only author. Every change bumps `version`;
+//! servers and clients keep a copy and replace it with any newer one.
+
+use serde::{Deserialize, Serialize};
+use shoal_common::{KeyHash, LogId, TableId};
+use std::fmt;
+use std::net::SocketAddr;
+
+/// A server's id, assigned by the coordinator at enlistment, never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct ServerId(pub u64);
+
+impl fmt::Display for ServerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Where a server is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// Enlisted, rebuilding its tablets from an earlier log before serving
+    /// them (a whole-cluster restart). Its backup already serves.
+    Recovering,
+    /// Serving its tablets.
+    Up,
+    /// Declared dead or gone; its tablets are elsewhere or waiting.
+    Down,
+}
+
+/// One server: its master's and backup's addresses and its current log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub id: ServerId,
+    /// Native protocol (reads, writes).
+    pub native: SocketAddr,
+    /// Redis protocol.
+    pub resp: SocketAddr,
+    /// Replication port of its backup (`docs/replication.md`).
+    pub backup: SocketAddr,
+    /// The log this incarnation of the master writes.
+    pub log: LogId,
+    pub state: ServerState,
+}
+
+/// A table's name and id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableInfo {
+    pub id: TableId,
+    pub name: String,
+}
+
+/// A key-hash range `[start_hash, end_hash]` (inclusive) of one table and
+/// the master that owns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TabletInfo {
+    pub table: TableId,
+    pub start_hash: u64,
+    pub end_hash: u64,
+    pub master: ServerId,
+}
+
+impl TabletInfo {
+    pub fn contains(&self, table: TableId, hash: KeyHash) -> bool {
+        self.table == table && self.start_hash <= hash.0 && hash.0 <= self.end_hash
+    }
+}
+
+/// The whole map. Tablets of a table cover its hash space exactly once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Bumped by every change; 0 is never a real map.
+    pub version: u64,
+    /// Replicas each master keeps of every segment (R).
+    pub replicas: u32,
+    pub servers: Vec<ServerInfo>,
+    pub tables: Vec<TableInfo>,
+    pub tablets: Vec<TabletInfo>,
+}
+
+impl ClusterMap {
+    pub fn server(&self, id: ServerId) -> Option<&ServerInfo> {
+        self.servers.iter().find(|s| s.id == id)
+    }
+
+    pub fn table_by_name(&self, name: &str) -> Option<&TableInfo> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// The tablet holding `(table, hash)`, if the table exists.
+    pub fn tablet(&self, table: TableId, hash: KeyHash) -> Option<&TabletInfo> {
+        self.tablets.iter().find(|t| t.contains(table, hash))
+    }
+
+    /// The server that owns `(table, hash)`.
+    pub fn locate(&self, table: TableId, hash: KeyHash) -> Option<&ServerInfo> {
+        self.tablet(table, hash).and_then(|t| self.server(t.master))
+    }
+
+    /// The tablets `server` owns.
+    pub fn tablets_of(&self, server: ServerId) -> impl Iterator<Item = &TabletInfo> {
+        self.tablets.iter().filter(move |t| t.master == server)
+    }
+
+    /// Servers whose backups may take replicas: every server not down.
+    pub fn live_servers(&self) -> impl Iterator<Item = &ServerInfo> {
+        self.servers.iter().filter(|s| s.state != ServerState::Down)
+    }
+}
+
+/// Splits the hash space into `n` (>= 1) contiguous ranges of nearly equal size.
+pub fn split_hash_space(n: u32) -> Vec<(u64, u64)> {
+    let n = n.max(1) as u128;
+    let total = 1u128 << 64;
+    (0..n)
+        .map(|i| {
+            let start = (total * i / n) as u64;
+            let end = ((total * (i + 1) / n) - 1) as u64;
+            (start, end)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_hash_space_covers_everything_once() {
+        for n in [1, 2, 3, 7, 64] {
+            let r = split_hash_space(n);
+            assert_eq!(r.len(), n as usize);
+            assert_eq!(r[0].0, 0);
+            assert_eq!(r.last().unwrap().1, u64::MAX);
+            for w in r.windows(2) {
+                assert_eq!(w[0].1 + 1, w[1].0);
+            }
+        }
+    }
+
+    #[test]
+    fn locate_finds_the_owner() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let server = |id| ServerInfo {
+            id: ServerId(id),
+            native: a,
+            resp: a,
+            backup: a,
+            log: LogId(id),
+            state: ServerState::Up,
+        };
+        let map = ClusterMap {
+            version: 1,
+            replicas: 0,
+            servers: vec![server(1), server(2)],
+            tables: vec![TableInfo { id: TableId(5), name: "t".into() }],
+            tablets: split_hash_space(2)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (s, e))| TabletInfo { table: TableId(5), start_hash: s, end_hash: e, master: ServerId(i as u64 + 1) })
+                .collect(),
+        };
+        assert_eq!(map.locate(TableId(5), KeyHash(0)).unwrap().id, ServerId(1));
+        assert_eq!(map.locate(TableId(5), KeyHash(u64::MAX)).unwrap().id, ServerId(2));
+        assert!(map.locate(TableId(6), KeyHash(0)).is_none());
+    }
+}

@@ -1,0 +1,459 @@
+//! The replication protocol's frames (`docs/replication.md`, "Wire format").
+//!
+//! Every frame is a 16-byte header — kind, flags, reserved, body length,
+//! segment id — and a body. Bodies are little-endian at fixed offsets. The
+//! receiver checks the kind and the body length against its limit before it
+//! reads the body; the decoders below check every length again and never
+//! panic on any input.
+//!
+//! A DATA frame's body is a 4-byte offset followed by the segment bytes
+//! themselves: the backup reads the offset, then receives the bytes straight
+//! into its buffer at that offset. That header is the only thing a backup
+//! looks at per frame, whatever the number of records inside.
+
+use shoal_cluster::ServerId;
+use shoal_common::{LogId, SegmentId};
+
+/// Bytes of every frame header.
+pub const HEADER_LEN: usize = 16;
+/// The first four bytes of every HELLO body: "SHRB".
+pub const MAGIC: [u8; 4] = *b"SHRB";
+/// The protocol version this code speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of a DATA or APPEND body before the segment bytes: the offset.
+pub const DATA_PREFIX: usize = 4;
+/// Bytes of one replica in a LISTING body.
+pub const REPLICA_INFO_LEN: usize = 32;
+/// Bytes of a SEGMENT body before the segment bytes.
+pub const SEGMENT_PREFIX: usize = 16;
+/// Bytes of a HELLO body.
+pub const HELLO_LEN: usize = 32;
+
+const KIND_AT: usize = 0;
+const FLAGS_AT: usize = 1;
+const BODY_LEN_AT: usize = 4;
+const SEGMENT_AT: usize = 8;
+const _: () = assert!(SEGMENT_AT + 8 == HEADER_LEN);
+
+/// Frame kinds. Requests (master or reader to backup) are below 0x80,
+/// answers (backup to master) at and above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// First frame of every connection: mode, master, log, log version.
+    Hello = 0x01,
+    /// Opens a replica of the header's segment.
+    Open = 0x02,
+    /// Segment bytes at an offset (Tailwind mode): no reply of its own.
+    Data = 0x03,
+    /// The replica is complete: length and last checksum.
+    Close = 0x04,
+    /// The replica is no longer needed (the cleaner freed the segment).
+    Free = 0x05,
+    /// Segment bytes at an offset (conventional mode): parsed, copied, answered.
+    Append = 0x06,
+    /// Which replicas of a log does this backup hold?
+    List = 0x07,
+    /// Send one replica's bytes.
+    Read = 0x08,
+    /// Drop every replica of a log.
+    FreeLog = 0x09,
+    HelloOk = 0x80,
+    /// Cumulative bytes of the segment received.
+    Ack = 0x81,
+    Opened = 0x82,
+    /// The backup refuses the open (no buffer it could flush in time, ...).
+    Refused = 0x83,
+    Closed = 0x84,
+    /// Conventional mode: cumulative bytes of the segment received.
+    Appended = 0x85,
+    Listing = 0x86,
+    Segment = 0x87,
+    Freed = 0x88,
+    /// A fatal error; the connection closes after it.
+    Error = 0x8f,
+}
+
+impl Kind {
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        use Kind::*;
+        Some(match b {
+            0x01 => Hello,
+            0x02 => Open,
+            0x03 => Data,
+            0x04 => Close,
+            0x05 => Free,
+            0x06 => Append,
+            0x07 => List,
+            0x08 => Read,
+            0x09 => FreeLog,
+            0x80 => HelloOk,
+            0x81 => Ack,
+            0x82 => Opened,
+            0x83 => Refused,
+            0x84 => Closed,
+            0x85 => Appended,
+            0x86 => Listing,
+            0x87 => Segment,
+            0x88 => Freed,
+            0x8f => Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Why bytes could not be decoded as a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("unknown frame kind {0:#04x}")]
+    UnknownKind(u8),
+    #[error("nonzero flags or reserved bytes")]
+    Reserved,
+    #[error("frame body of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed {0} body")]
+    Malformed(&'static str),
+    #[error("bad magic or unsupported protocol version")]
+    Handshake,
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub body_len: usize,
+    pub segment: SegmentId,
+}
+
+impl Header {
+    /// Decodes and checks a header; bodies longer than `max_body` are refused.
+    pub fn decode(b: &[u8; HEADER_LEN], max_body: usize) -> Result<Header, WireError> {
+        let kind = Kind::from_u8(b[KIND_AT]).ok_or(WireError::UnknownKind(b[KIND_AT]))?;
+        if b[FLAGS_AT] != 0 || b[2] != 0 || b[3] != 0 {
+            return Err(WireError::Reserved);
+        }
+        let body_len = get_u32(b, BODY_LEN_AT) as usize;
+        if body_len > max_body {
+            return Err(WireError::TooLarge { len: body_len, max: max_body });
+        }
+        Ok(Header { kind, body_len, segment: SegmentId(get_u64(b, SEGMENT_AT)) })
+    }
+
+    /// Appends a header to `out`.
+    pub fn encode(kind: Kind, segment: SegmentId, body_len: usize, out: &mut Vec<u8>) {
+        out.push(kind as u8);
+        out.extend_from_slice(&[0, 0, 0]);
+        out.extend_from_slice(&(body_len as u32).to_le_bytes());
+        out.extend_from_slice(&segment.0.to_le_bytes());
+    }
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// What a connection is for, chosen by its HELLO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Tailwind: DATA frames land in place, acknowledged by cumulative count.
+    Tailwind = 0,
+    /// Conventional: APPEND calls, each parsed, copied and answered.
+    Conventional = 1,
+    /// LIST, READ and FREE_LOG only (restart and recovery).
+    Reader = 2,
+}
+
+/// HELLO body: magic, version, mode, reserved, master id, log id, log version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub mode: Mode,
+    pub master: ServerId,
+    pub log: LogId,
+    /// The replica version this master writes with; a backup refuses a
+    /// log version lower than one it has seen for the same log (fencing).
+    pub log_version: u64,
+}
+
+impl Hello {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        Header::encode(Kind::Hello, SegmentId(0), HELLO_LEN, out);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        out.push(self.mode as u8);
+        out.push(0);
+        out.extend_from_slice(&self.master.0.to_le_bytes());
+        out.extend_from_slice(&self.log.0.to_le_bytes());
+        out.extend_from_slice(&self.log_version.to_le_bytes());
+    }
+
+    pub fn decode(body: &[u8]) -> Result<Hello, WireError> {
+        if body.len() != HELLO_LEN {
+            return Err(WireError::Malformed("HELLO"));
+        }
+        if body[0..4] != MAGIC || u16::from_le_bytes([body[4], body[5]]) != PROTOCOL_VERSION {
+            return Err(WireError::Handshake);
+        }
+        let mode = match body[6] {
+            0 => Mode::Tailwind,
+            1 => Mode::Conventional,
+            2 => Mode::Reader,
+            _ => return Err(WireError::Malformed("HELLO")),
+        };
+        if body[7] != 0 {
+            return Err(WireError::Reserved);
+        }
+        Ok(Hello {
+            mode,
+            master: ServerId(get_u64(body, 8)),
+            log: LogId(get_u64(body, 16)),
+            log_version: get_u64(body, 24),
+        })
+    }
+}
+
+/// OPEN body: segment size, kind (0 head, 1 survivor), 3 reserved bytes.
+pub fn encode_open(segment: SegmentId, segment_bytes: u32, survivor: bool, out: &mut Vec<u8>) {
+    Header::encode(Kind::Open, segment, 8, out);
+    out.extend_from_slice(&segment_bytes.to_le_bytes());
+    out.extend_from_slice(&[survivor as u8, 0, 0, 0]);
+}
+
+/// Decodes an OPEN body: (segment size, survivor).
+pub fn decode_open(body: &[u8]) -> Result<(u32, bool), WireError> {
+    if body.len() != 8 || body[4] > 1 || body[5..8] != [0, 0, 0] {
+        return Err(WireError::Malformed("OPEN"));
+    }
+    Ok((get_u32(body, 0), body[4] == 1))
+}
+
+/// The header and offset of a DATA (or, with `Kind::Append`, APPEND) frame
+/// carrying `len` segment bytes; the bytes follow.
+pub fn encode_data_prefix(kind: Kind, segment: SegmentId, offset: u32, len: usize, out: &mut Vec<u8>) {
+    debug_assert!(matches!(kind, Kind::Data | Kind::Append));
+    Header::encode(kind, segment, DATA_PREFIX + len, out);
+    out.extend_from_slice(&offset.to_le_bytes());
+}
+
+/// CLOSE body: final length and last checksum of the segment.
+pub fn encode_close(segment: SegmentId, len: u32, checksum: u32, out: &mut Vec<u8>) {
+    Header::encode(Kind::Close, segment, 8, out);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&checksum.to_le_bytes());
+}
+
+pub fn decode_close(body: &[u8]) -> Result<(u32, u32), WireError> {
+    if body.len() != 8 {
+        return Err(WireError::Malformed("CLOSE"));
+    }
+    Ok((get_u32(body, 0), get_u32(body, 4)))
+}
+
+/// A frame whose body is one u32 (DATA-less answers: ACK, CLOSED, APPENDED).
+pub fn encode_u32(kind: Kind, segment: SegmentId, v: u32, out: &mut Vec<u8>) {
+    Header::encode(kind, segment, 4, out);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn decode_u32(body: &[u8], what: &'static str) -> Result<u32, WireError> {
+    if body.len() != 4 {
+        return Err(WireError::Malformed(what));
+    }
+    Ok(get_u32(body, 0))
+}
+
+/// A frame whose body is one u64 (LIST, READ, FREE_LOG carry a log id).
+pub fn encode_u64(kind: Kind, segment: SegmentId, v: u64, out: &mut Vec<u8>) {
+    Header::encode(kind, segment, 8, out);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn decode_u64(body: &[u8], what: &'static str) -> Result<u64, WireError> {
+    if body.len() != 8 {
+        return Err(WireError::Malformed(what));
+    }
+    Ok(get_u64(body, 0))
+}
+
+/// A frame without a body (FREE, OPENED, FREED, HELLO_OK).
+pub fn encode_empty(kind: Kind, segment: SegmentId, out: &mut Vec<u8>) {
+    Header::encode(kind, segment, 0, out);
+}
+
+/// A frame whose body is a UTF-8 message (REFUSED, ERROR); cut to 1 KiB.
+pub fn encode_text(kind: Kind, segment: SegmentId, text: &str, out: &mut Vec<u8>) {
+    let mut end = text.len().min(1024);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Header::encode(kind, segment, end, out);
+    out.extend_from_slice(&text.as_bytes()[..end]);
+}
+
+pub fn decode_text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// A replica's state on a backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ReplicaState {
+    /// Still open (in a buffer): its verified prefix is found by scanning.
+    Open = 1,
+    /// Closed: `len` and `checksum` came with the CLOSE.
+    Closed = 2,
+}
+
+/// One replica in a LISTING.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    pub segment: SegmentId,
+    pub log_version: u64,
+    /// Bytes held (for an open replica: received so far).
+    pub len: u32,
+    /// Last checksum from the CLOSE; 0 for an open replica.
+    pub checksum: u32,
+    pub state: ReplicaState,
+}
+
+/// LISTING body: a count and that many 32-byte replica records.
+pub fn encode_listing(replicas: &[ReplicaInfo], out: &mut Vec<u8>) {
+    Header::encode(Kind::Listing, SegmentId(0), 4 + replicas.len() * REPLICA_INFO_LEN, out);
+    out.extend_from_slice(&(replicas.len() as u32).to_le_bytes());
+    for r in replicas {
+        out.extend_from_slice(&r.segment.0.to_le_bytes());
+        out.extend_from_slice(&r.log_version.to_le_bytes());
+        out.extend_from_slice(&r.len.to_le_bytes());
+        out.extend_from_slice(&r.checksum.to_le_bytes());
+        out.push(r.state as u8);
+        out.extend_from_slice(&[0; 7]);
+    }
+}
+
+pub fn decode_listing(body: &[u8]) -> Result<Vec<ReplicaInfo>, WireError> {
+    if body.len() < 4 {
+        return Err(WireError::Malformed("LISTING"));
+    }
+    let n = get_u32(body, 0) as usize;
+    if body.len() != 4 + n.checked_mul(REPLICA_INFO_LEN).ok_or(WireError::Malformed("LISTING"))? {
+        return Err(WireError::Malformed("LISTING"));
+    }
+    (0..n)
+        .map(|i| {
+            let r = &body[4 + i * REPLICA_INFO_LEN..4 + (i + 1) * REPLICA_INFO_LEN];
+            let state = match r[24] {
+                1 => ReplicaState::Open,
+                2 => ReplicaState::Closed,
+                _ => return Err(WireError::Malformed("LISTING")),
+            };
+            Ok(ReplicaInfo {
+                segment: SegmentId(get_u64(r, 0)),
+                log_version: get_u64(r, 8),
+                len: get_u32(r, 16),
+                checksum: get_u32(r, 20),
+                state,
+            })
+        })
+        .collect()
+}
+
+/// The header and prefix of a SEGMENT frame (log version, state, reserved,
+/// length); the `len` segment bytes follow.
+pub fn encode_segment_prefix(segment: SegmentId, log_version: u64, state: ReplicaState, len: u32, out: &mut Vec<u8>) {
+    Header::encode(Kind::Segment, segment, SEGMENT_PREFIX + len as usize, out);
+    out.extend_from_slice(&log_version.to_le_bytes());
+    out.extend_from_slice(&[state as u8, 0, 0, 0]);
+    out.extend_from_slice(&len.to_le_bytes());
+}
+
+/// Decodes a SEGMENT body: (log version, state, bytes).
+pub fn decode_segment(body: &[u8]) -> Result<(u64, ReplicaState, &[u8]), WireError> {
+    if body.len() < SEGMENT_PREFIX {
+        return Err(WireError::Malformed("SEGMENT"));
+    }
+    let state = match body[8] {
+        1 => ReplicaState::Open,
+        2 => ReplicaState::Closed,
+        _ => return Err(WireError::Malformed("SEGMENT")),
+    };
+    let len = get_u32(body, 12) as usize;
+    if body.len() != SEGMENT_PREFIX + len {
+        return Err(WireError::Malformed("SEGMENT"));
+    }
+    Ok((get_u64(body, 0), state, &body[SEGMENT_PREFIX..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(b: &[u8]) -> Header {
+        Header::decode(b[..HEADER_LEN].try_into().unwrap(), 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn hello_round_trips_and_checks_magic() {
+        let h = Hello { mode: Mode::Tailwind, master: ServerId(3), log: LogId(7), log_version: 2 };
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        let hd = header(&out);
+        assert_eq!(hd.kind, Kind::Hello);
+        assert_eq!(hd.body_len, HELLO_LEN);
+        assert_eq!(Hello::decode(&out[HEADER_LEN..]).unwrap(), h);
+        let mut bad = out[HEADER_LEN..].to_vec();
+        bad[0] = b'X';
+        assert_eq!(Hello::decode(&bad), Err(WireError::Handshake));
+    }
+
+    #[test]
+    fn header_refuses_unknown_kinds_reserved_bits_and_long_bodies() {
+        let mut out = Vec::new();
+        encode_u32(Kind::Ack, SegmentId(9), 100, &mut out);
+        let mut b: [u8; HEADER_LEN] = out[..HEADER_LEN].try_into().unwrap();
+        assert_eq!(Header::decode(&b, 4).unwrap().segment, SegmentId(9));
+        assert_eq!(Header::decode(&b, 3), Err(WireError::TooLarge { len: 4, max: 3 }));
+        b[1] = 1;
+        assert_eq!(Header::decode(&b, 4), Err(WireError::Reserved));
+        b[1] = 0;
+        b[0] = 0x7f;
+        assert_eq!(Header::decode(&b, 4), Err(WireError::UnknownKind(0x7f)));
+    }
+
+    #[test]
+    fn listing_and_segment_round_trip() {
+        let rs = vec![
+            ReplicaInfo { segment: SegmentId(1), log_version: 1, len: 10, checksum: 5, state: ReplicaState::Closed },
+            ReplicaInfo { segment: SegmentId(2), log_version: 1, len: 3, checksum: 0, state: ReplicaState::Open },
+        ];
+        let mut out = Vec::new();
+        encode_listing(&rs, &mut out);
+        assert_eq!(decode_listing(&out[HEADER_LEN..]).unwrap(), rs);
+        assert!(decode_listing(&out[HEADER_LEN..out.len() - 1]).is_err());
+
+        let mut out = Vec::new();
+        encode_segment_prefix(SegmentId(4), 2, ReplicaState::Open, 3, &mut out);
+        out.extend_from_slice(b"abc");
+        let (v, s, bytes) = decode_segment(&out[HEADER_LEN..]).unwrap();
+        assert_eq!((v, s, bytes), (2, ReplicaState::Open, &b"abc"[..]));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            if bytes.len() >= HEADER_LEN {
+                let _ = Header::decode(bytes[..HEADER_LEN].try_into().unwrap(), 1 << 20);
+            }
+            let _ = Hello::decode(&bytes);
+            let _ = decode_open(&bytes);
+            let _ = decode_close(&bytes);
+            let _ = decode_listing(&bytes);
+            let _ = decode_segment(&bytes);
+            let _ = decode_u32(&bytes, "x");
+            let _ = decode_u64(&bytes, "x");
+        }
+    }
+}
