@@ -208,6 +208,38 @@ impl ControlClient {
     }
 }
 
+/// One control call over a blocking socket, for callers without a runtime
+/// (or inside one, where blocking briefly is acceptable: table management).
+pub fn call_blocking(
+    addr: SocketAddr,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|source| ControlError::Connect { addr, source })?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let body = serde_json::to_vec(req).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    s.write_all(&frame)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_CONTROL_FRAME {
+        return Err(ControlError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    match serde_json::from_slice(&body).map_err(|e| ControlError::Malformed(e.to_string()))? {
+        ControlResponse::Error { code, message } => Err(ControlError::Refused { code, message }),
+        other => Ok(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
