@@ -97,6 +97,19 @@ where
     T: for<'de> Deserialize<'de>,
     R: AsyncRead + Unpin,
 {
+    read_frame_limited(r, MAX_CONTROL_FRAME).await
+}
+
+/// [`read_frame`] with a tighter body limit (`max_len`, at most
+/// [`MAX_CONTROL_FRAME`]): a receiver that knows its peer only sends small
+/// frames (the coordinator reading requests) bounds what one connection can
+/// make it allocate. Longer bodies are refused with
+/// [`ControlError::TooLarge`] before they are read.
+pub async fn read_frame_limited<T, R>(r: &mut R, max_len: usize) -> Result<Option<T>, ControlError>
+where
+    T: for<'de> Deserialize<'de>,
+    R: AsyncRead + Unpin,
+{
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -104,7 +117,7 @@ where
         Err(e) => return Err(e.into()),
     }
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_CONTROL_FRAME {
+    if len > max_len.min(MAX_CONTROL_FRAME) {
         return Err(ControlError::TooLarge(len));
     }
     let mut body = vec![0u8; len];
@@ -257,6 +270,13 @@ mod tests {
         huge.extend_from_slice(b"{}");
         let err = read_frame::<ControlRequest, _>(&mut &huge[..]).await.unwrap_err();
         assert!(matches!(err, ControlError::TooLarge(_)));
+
+        let mut small = Vec::new();
+        write_frame(&mut small, &req).await.unwrap();
+        let limit = small.len() - 4;
+        assert!(read_frame_limited::<ControlRequest, _>(&mut &small[..], limit).await.unwrap().is_some());
+        let err = read_frame_limited::<ControlRequest, _>(&mut &small[..], limit - 1).await.unwrap_err();
+        assert!(matches!(err, ControlError::TooLarge(n) if n == limit));
 
         let mut bad = 3u32.to_le_bytes().to_vec();
         bad.extend_from_slice(b"{{{");

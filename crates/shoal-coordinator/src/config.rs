@@ -1,0 +1,141 @@
+//! The coordinator's command-line flags, configuration and errors.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Default address of the control protocol.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7600";
+/// Default state directory.
+pub const DEFAULT_DATA_DIR: &str = "./shoal-coordinator";
+/// Default bound on open control connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Flags of `shoal coordinator`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CoordinatorArgs {
+    /// Address the control protocol listens on. Servers enlist here, and
+    /// clients and the command line fetch the cluster map and create tables
+    /// here (give it to them as --coordinator).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Directory that keeps the coordinator's state (servers, tables,
+    /// tablets) in coordinator.json; created if missing. Restarting with the
+    /// same directory resumes the same cluster. Never point two
+    /// coordinators at one directory.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// Replicas each master keeps of its log (R), 0 for none. Default:
+    /// 3, or fewer while the cluster has at most 3 live servers (one less
+    /// than the live servers, since a server never backs up its own log).
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<u32>,
+
+    /// What to log: a level (error, warn, info, debug, trace) or a filter
+    /// such as "info,shoal_coordinator=debug". Logs go to stderr as plain
+    /// lines.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Everything [`Coordinator::start`](crate::Coordinator::start) needs.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Control protocol address; port 0 picks a free one
+    /// ([`Coordinator::local_addr`](crate::Coordinator::local_addr) tells it).
+    pub listen: SocketAddr,
+    /// State directory for [`DirStore`](crate::DirStore).
+    pub data_dir: PathBuf,
+    /// `None`: the automatic replica rule.
+    pub replicas: Option<u32>,
+    /// Filter for [`init_logging`](crate::init_logging), used by [`run`](crate::run).
+    pub log_level: String,
+    /// Open control connections beyond this are answered with an error and
+    /// closed.
+    pub max_connections: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> CoordinatorConfig {
+        CoordinatorConfig {
+            listen: DEFAULT_LISTEN.parse().expect("valid default address"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            replicas: None,
+            log_level: "info".into(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl From<CoordinatorArgs> for CoordinatorConfig {
+    fn from(args: CoordinatorArgs) -> CoordinatorConfig {
+        CoordinatorConfig {
+            listen: args.listen,
+            data_dir: args.data_dir,
+            replicas: args.replicas,
+            log_level: args.log_level,
+            ..CoordinatorConfig::default()
+        }
+    }
+}
+
+/// Why the coordinator could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    #[error("cannot use the state directory {dir}: {source}")]
+    DataDir { dir: PathBuf, source: io::Error },
+    #[error("cannot read the coordinator's state: {0}")]
+    Load(io::Error),
+    #[error("the coordinator's saved state is unusable ({0}); fix or move it away to start a new cluster")]
+    Corrupt(String),
+    #[error("cannot save the coordinator's state: {0}")]
+    Save(io::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("bad log level '{level}': {message}")]
+    LogLevel { level: String, message: String },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CoordinatorArgs,
+    }
+
+    #[test]
+    fn args_defaults_and_overrides() {
+        let config = CoordinatorConfig::from(Cli::parse_from(["c"]).args);
+        assert_eq!(config.listen, "127.0.0.1:7600".parse().unwrap());
+        assert_eq!(config.data_dir, PathBuf::from("./shoal-coordinator"));
+        assert_eq!(config.replicas, None);
+        assert_eq!(config.log_level, "info");
+        assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+
+        let cli = Cli::parse_from([
+            "c",
+            "--listen",
+            "0.0.0.0:9",
+            "--data-dir",
+            "/x",
+            "--replicas",
+            "2",
+            "--log-level",
+            "debug",
+        ]);
+        let config = CoordinatorConfig::from(cli.args);
+        assert_eq!(config.listen, "0.0.0.0:9".parse().unwrap());
+        assert_eq!(config.data_dir, PathBuf::from("/x"));
+        assert_eq!(config.replicas, Some(2));
+        assert_eq!(config.log_level, "debug");
+        assert!(Cli::try_parse_from(["c", "--replicas", "-1"]).is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! The control listener, its connections, and the [`Coordinator`] handle.
+//!
+//! A connection reads one request frame at a time, has the [`Service`]
+//! answer it and writes the answer, until the peer closes, shutdown is
+//! asked, or the peer misbehaves. Misbehaving (a frame too large, bytes
+//! that are not a request, a frame begun and not finished within
+//! [`FRAME_TIMEOUT`], an answer not taken within [`WRITE_TIMEOUT`]) gets an
+//! `invalid_request` error where the connection still allows one, then the
+//! connection is closed; nothing reaches the state and other connections
+//! do not notice. At most `max_connections` are open; one more is answered
+//! with an `internal` error and closed.
+
+use crate::config::{CoordinatorConfig, CoordinatorError};
+use crate::service::Service;
+use crate::store::{DirStore, StateStore};
+use shoal_cluster::control::{read_frame_limited, write_frame};
+use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, info, warn};
+
+/// Largest request body the coordinator reads. Requests are small (the
+/// largest, `recovered`, lists a server's earlier logs); this bounds what
+/// one connection can make the coordinator allocate.
+pub const MAX_REQUEST_FRAME: usize = 1 << 20;
+/// Time a peer has to finish sending a request once its first byte came.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a peer has to take an answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time connections have at shutdown to finish the request they are in.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A running coordinator: its control listener and its state.
+///
+/// Dropping the handle shuts the coordinator down without waiting.
+pub struct Coordinator {
+    addr: SocketAddr,
+    service: Arc<Service>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Coordinator {
+    /// Loads (or creates) the state in `config.data_dir`, listens on
+    /// `config.listen` and serves in the background on the current tokio
+    /// runtime. Errors: the directory cannot be used, the saved state
+    /// cannot be read or is damaged (it is never overwritten then), or
+    /// the address cannot be bound.
+    pub async fn start(config: CoordinatorConfig) -> Result<Coordinator, CoordinatorError> {
+        let store = DirStore::open(&config.data_dir)
+            .map_err(|source| CoordinatorError::DataDir { dir: config.data_dir.clone(), source })?;
+        Coordinator::start_with_store(config, Arc::new(store)).await
+    }
+
+    /// [`start`](Self::start) with the state in `store` instead of
+    /// `config.data_dir`.
+    pub async fn start_with_store(
+        config: CoordinatorConfig,
+        store: Arc<dyn StateStore>,
+    ) -> Result<Coordinator, CoordinatorError> {
+        let service = Arc::new(Service::open(store, config.replicas).await?);
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
+        let (shutdown, _) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), config.max_connections.max(1)));
+        Ok(Coordinator { addr, service, shutdown, task: Some(task) })
+    }
+
+    /// The address the control protocol listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The current (saved) cluster map.
+    pub fn map(&self) -> ClusterMap {
+        (*self.service.map()).clone()
+    }
+
+    /// Asks the coordinator to stop: no new connections, pending long
+    /// polls answered with the current map, requests in progress finished
+    /// (for at most [`SHUTDOWN_GRACE`]). Returns at once; see [`wait`](Self::wait).
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits until the coordinator has stopped after [`shutdown`](Self::shutdown).
+    pub async fn wait(mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+/// Accepts connections until shutdown, then drains them.
+async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Receiver<bool>, max_connections: usize) {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let mut connections = JoinSet::new();
+    let mut stop = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let _ = stream.set_nodelay(true);
+                        connections.spawn(connection(service.clone(), stream, peer, shutdown.clone(), permit));
+                    }
+                    Err(_) => {
+                        warn!("refusing a control connection from {peer}: {max_connections} are open");
+                        refuse(stream).await;
+                    }
+                },
+                Err(e) => {
+                    // Out of file descriptors and the like: let some close.
+                    warn!("cannot accept a control connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    info!("shutting down: no new connections, finishing requests in progress");
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} });
+    if drained.await.is_err() {
+        warn!("{} control connections did not finish within {SHUTDOWN_GRACE:?}; closing them", connections.len());
+        connections.shutdown().await;
+    }
+    info!("coordinator stopped");
+}
+
+/// Completes when shutdown is asked (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Tells a connection over the limit why it is closed, without waiting for it.
+async fn refuse(stream: TcpStream) {
+    let resp = ControlResponse::Error {
+        code: ControlErrorCode::Internal,
+        message: "the coordinator has too many open control connections; retry later".into(),
+    };
+    let mut frame = Vec::new();
+    if write_frame(&mut frame, &resp).await.is_ok() {
+        let _ = stream.try_write(&frame);
+    }
+}
+
+/// Serves one control connection (see the module comment).
+async fn connection(
+    service: Arc<Service>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    service.connections.fetch_add(1, Ordering::Relaxed);
+    serve_requests(&service, &mut stream, peer, &mut shutdown).await;
+    service.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_requests(
+    service: &Arc<Service>,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    loop {
+        // Idle connections are fine (servers keep theirs); wait for a byte.
+        let mut probe = [0u8; 1];
+        tokio::select! {
+            biased;
+            _ = stopped(shutdown) => return,
+            r = stream.peek(&mut probe) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+        }
+        let read = tokio::time::timeout(FRAME_TIMEOUT, read_frame_limited(stream, MAX_REQUEST_FRAME)).await;
+        let req: ControlRequest = match read {
+            Ok(Ok(Some(req))) => req,
+            Ok(Ok(None)) | Ok(Err(ControlError::Io(_))) => return,
+            Ok(Err(e)) => return reject(stream, peer, e.to_string()).await,
+            Err(_) => {
+                return reject(stream, peer, format!("request not completed within {FRAME_TIMEOUT:?}")).await;
+            }
+        };
+        let resp = service.handle(req, shutdown).await;
+        if !send(stream, &resp).await {
+            return;
+        }
+    }
+}
+
+/// Answers a bad request with `invalid_request`; the caller then closes.
+async fn reject(stream: &mut TcpStream, peer: SocketAddr, message: String) {
+    debug!("closing the control connection from {peer}: {message}");
+    let resp = ControlResponse::Error { code: ControlErrorCode::InvalidRequest, message };
+    send(stream, &resp).await;
+}
+
+/// Writes `resp`; false if the connection is no longer usable.
+async fn send(stream: &mut TcpStream, resp: &ControlResponse) -> bool {
+    let result = match tokio::time::timeout(WRITE_TIMEOUT, write_frame(stream, resp)).await {
+        Ok(r) => r,
+        Err(_) => return false,
+    };
+    match result {
+        Ok(()) => true,
+        Err(ControlError::TooLarge(n)) => {
+            let resp = ControlResponse::Error {
+                code: ControlErrorCode::Internal,
+                message: format!("the answer ({n} bytes) exceeds the control frame limit"),
+            };
+            matches!(tokio::time::timeout(WRITE_TIMEOUT, write_frame(stream, &resp)).await, Ok(Ok(())))
+        }
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,860 @@
+//! The coordinator's decision-making core: the cluster's configuration and
+//! every rule that changes it, with no I/O.
+//!
+//! [`ClusterState`] is fed control requests ([`ClusterState::apply`]) and
+//! answers each with the response to send and whether the state changed.
+//! The caller (`service.rs`) owns durability: it saves a changed state
+//! before it lets the response out, and keeps the old state if saving
+//! fails. Everything here is deterministic, so the tests below drive it
+//! directly.
+//!
+//! Invariants ([`ClusterState::check`]), kept by every method:
+//! * server, table and log ids are below their `next_*` counters, so an id
+//!   is never handed out twice, not even after its owner is gone;
+//! * each table's tablets cover the 64-bit hash space exactly once, and each
+//!   tablet's master is a known server;
+//! * every server's current log and every log in a recover list has a
+//!   replica version (`log_versions`);
+//! * `map.replicas` follows the replica rule ([`ClusterState::effective_replicas`])
+//!   and `map.version` grew by one at every change.
+
+use serde::{Deserialize, Serialize};
+use shoal_cluster::map::{split_hash_space, ClusterMap, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo};
+use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_common::{LogId, TableId};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Version of the saved state's layout (`format` in `coordinator.json`).
+pub const STATE_FORMAT: u32 = 1;
+/// Longest table name, in bytes.
+pub const MAX_TABLE_NAME: usize = 255;
+/// Most tablets one `CreateTable` may ask for.
+pub const MAX_SPAN: u32 = 1024;
+/// Most tablets the whole cluster may hold: keeps the map well inside one
+/// control frame.
+pub const MAX_TABLETS: usize = 65_536;
+/// Replicas per log when `--replicas` is not given and the cluster is big
+/// enough (DESIGN.md: R = 3 by default).
+pub const DEFAULT_REPLICAS: u32 = 3;
+
+/// What [`ClusterState::apply`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The answer to send once the state (if changed) is durable.
+    pub response: ControlResponse,
+    /// Whether the state changed and must be saved before answering.
+    pub changed: bool,
+}
+
+impl Outcome {
+    fn unchanged(response: ControlResponse) -> Outcome {
+        Outcome { response, changed: false }
+    }
+
+    fn changed(response: ControlResponse) -> Outcome {
+        Outcome { response, changed: true }
+    }
+}
+
+/// The coordinator's whole durable state. Serialized as the JSON of
+/// `docs/coordinator.md` ("State file").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// [`STATE_FORMAT`] of the file this was read from.
+    format: u32,
+    /// Servers, tables and tablets as handed out.
+    map: ClusterMap,
+    next_server: u64,
+    next_table: u64,
+    next_log: u64,
+    /// Round-robin cursor over the live servers for the next tablet, so
+    /// consecutive tables start on different servers.
+    next_slot: u64,
+    /// Replica version of each log that may still be read: the current
+    /// logs and those waiting in recover lists. Starts at 1; fencing bumps
+    /// it so that replicas carrying an older version are never used.
+    log_versions: BTreeMap<LogId, u64>,
+    /// Per server, the logs of its earlier incarnations it must still
+    /// replay, oldest first. A server with an empty list has no entry.
+    recover: BTreeMap<ServerId, Vec<LogId>>,
+    /// `--replicas`: configuration, not state, so not saved.
+    #[serde(skip)]
+    replicas_config: Option<u32>,
+}
+
+impl ClusterState {
+    /// A cluster with no servers and no tables (map version 1).
+    pub fn new(replicas_config: Option<u32>) -> ClusterState {
+        let mut state = ClusterState {
+            format: STATE_FORMAT,
+            map: ClusterMap { version: 1, replicas: 0, servers: Vec::new(), tables: Vec::new(), tablets: Vec::new() },
+            next_server: 1,
+            next_table: 1,
+            next_log: 1,
+            next_slot: 0,
+            log_versions: BTreeMap::new(),
+            recover: BTreeMap::new(),
+            replicas_config,
+        };
+        state.map.replicas = state.effective_replicas();
+        state
+    }
+
+    /// Reads a saved state and applies this run's `--replicas`. Returns the
+    /// state and whether the replica rule changed the map (then the caller
+    /// saves it before serving). Errors say what is wrong with `bytes`.
+    pub fn decode(bytes: &[u8], replicas_config: Option<u32>) -> Result<(ClusterState, bool), String> {
+        #[derive(Deserialize)]
+        struct Format {
+            format: u32,
+        }
+        let format: Format = serde_json::from_slice(bytes).map_err(|e| format!("not a coordinator state: {e}"))?;
+        if format.format != STATE_FORMAT {
+            return Err(format!(
+                "state format {} is not supported (this coordinator reads {STATE_FORMAT})",
+                format.format
+            ));
+        }
+        let mut state: ClusterState = serde_json::from_slice(bytes).map_err(|e| format!("malformed state: {e}"))?;
+        state.check()?;
+        state.replicas_config = replicas_config;
+        let replicas = state.effective_replicas();
+        let changed = replicas != state.map.replicas;
+        if changed {
+            state.map.replicas = replicas;
+            state.map.version += 1;
+        }
+        Ok((state, changed))
+    }
+
+    /// The bytes to save: pretty JSON, readable by people and by [`decode`](Self::decode).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("the state is plain data and always serializes");
+        bytes.push(b'\n');
+        bytes
+    }
+
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// Earlier logs `server` must replay, oldest first (empty if none).
+    pub fn recover_list(&self, server: ServerId) -> &[LogId] {
+        self.recover.get(&server).map_or(&[], |l| l.as_slice())
+    }
+
+    /// Replica version of `log`, if the log may still be read.
+    pub fn log_version(&self, log: LogId) -> Option<u64> {
+        self.log_versions.get(&log).copied()
+    }
+
+    /// R: `--replicas` if given, else min(3, live servers - 1), so that no
+    /// master needs more backups than there are other live servers.
+    pub fn effective_replicas(&self) -> u32 {
+        match self.replicas_config {
+            Some(r) => r,
+            None => {
+                let live = self.map.live_servers().count() as u32;
+                DEFAULT_REPLICAS.min(live.saturating_sub(1))
+            }
+        }
+    }
+
+    /// Decides `req`. `WatchMap` is answered with the current map (the
+    /// caller does the waiting) and `Stats` with the state's part of the
+    /// statistics (the caller adds its counters).
+    pub fn apply(&mut self, req: &ControlRequest) -> Outcome {
+        match req {
+            ControlRequest::Enlist { previous, native, resp, backup } => {
+                Outcome::changed(self.enlist(*previous, *native, *resp, *backup))
+            }
+            ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
+                Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
+            }
+            ControlRequest::CreateTable { name, span } => self.create_table(name, *span),
+            ControlRequest::DropTable { name } => self.drop_table(name),
+            ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
+            ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
+            ControlRequest::Stats => Outcome::unchanged(ControlResponse::Stats { stats: self.stats() }),
+        }
+    }
+
+    /// Enlists a server. A `previous` id that is known keeps its id and
+    /// tablets, gets a new log, and must replay its earlier log(s) first
+    /// (state `Recovering`); anything else is a new server, `Up` at once.
+    /// Another live server that claims the same native address is gone (two
+    /// processes cannot listen on one address) and is marked down.
+    fn enlist(
+        &mut self,
+        previous: Option<ServerId>,
+        native: SocketAddr,
+        resp: SocketAddr,
+        backup: SocketAddr,
+    ) -> ControlResponse {
+        let log = LogId(self.next_log);
+        self.next_log += 1;
+        self.log_versions.insert(log, 1);
+        let known = previous.filter(|p| self.map.server(*p).is_some());
+        if let (Some(p), None) = (previous, known) {
+            tracing::warn!("server {p} is unknown here; enlisting it as a new server");
+        }
+        let id = match known {
+            Some(id) => {
+                let server = self.map.servers.iter_mut().find(|s| s.id == id).expect("known server");
+                let old = std::mem::replace(&mut server.log, log);
+                server.native = native;
+                server.resp = resp;
+                server.backup = backup;
+                let list = self.recover.entry(id).or_default();
+                if !list.contains(&old) {
+                    list.push(old);
+                }
+                server.state = ServerState::Recovering;
+                id
+            }
+            None => {
+                let id = ServerId(self.next_server);
+                self.next_server += 1;
+                self.map.servers.push(ServerInfo { id, native, resp, backup, log, state: ServerState::Up });
+                id
+            }
+        };
+        if !native.ip().is_unspecified() {
+            for s in self.map.servers.iter_mut() {
+                if s.id != id && s.native == native && s.state != ServerState::Down {
+                    tracing::warn!("server {} had address {native}, now taken by server {id}: marking it down", s.id);
+                    s.state = ServerState::Down;
+                }
+            }
+        }
+        self.bump();
+        ControlResponse::Enlisted { server: id, log, recover: self.recover_list(id).to_vec(), map: self.map.clone() }
+    }
+
+    /// Creates `name` split into `span` tablets (0: one per live server),
+    /// handed round-robin to the live servers in id order, starting where
+    /// the previous table stopped. An existing table is returned unchanged.
+    fn create_table(&mut self, name: &str, span: u32) -> Outcome {
+        if let Err(message) = check_table_name(name) {
+            return Outcome::unchanged(invalid(message));
+        }
+        if let Some(table) = self.map.table_by_name(name) {
+            return Outcome::unchanged(ControlResponse::Table { table: table.clone() });
+        }
+        if span > MAX_SPAN {
+            return Outcome::unchanged(invalid(format!("span {span} exceeds the limit of {MAX_SPAN} tablets")));
+        }
+        let live: Vec<ServerId> = self.map.live_servers().map(|s| s.id).collect();
+        if live.is_empty() {
+            return Outcome::unchanged(error(ControlErrorCode::NoServers, "no server is up to take tablets"));
+        }
+        let span = if span == 0 { (live.len() as u32).min(MAX_SPAN) } else { span };
+        if self.map.tablets.len() + span as usize > MAX_TABLETS {
+            return Outcome::unchanged(invalid(format!(
+                "the cluster already holds {} tablets; {span} more would exceed the limit of {MAX_TABLETS}",
+                self.map.tablets.len()
+            )));
+        }
+        let table = TableInfo { id: TableId(self.next_table), name: name.to_string() };
+        self.next_table += 1;
+        for (start_hash, end_hash) in split_hash_space(span) {
+            let master = live[(self.next_slot % live.len() as u64) as usize];
+            self.next_slot = self.next_slot.wrapping_add(1);
+            self.map.tablets.push(TabletInfo { table: table.id, start_hash, end_hash, master });
+        }
+        self.map.tables.push(table.clone());
+        self.bump();
+        Outcome::changed(ControlResponse::Table { table })
+    }
+
+    fn drop_table(&mut self, name: &str) -> Outcome {
+        let Some(pos) = self.map.tables.iter().position(|t| t.name == name) else {
+            return Outcome::unchanged(not_found(name));
+        };
+        let table = self.map.tables.remove(pos);
+        self.map.tablets.retain(|t| t.table != table.id);
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// `server` replayed `logs`: they leave its recover list and their
+    /// replica versions are forgotten. With nothing left to replay a
+    /// recovering server is up. Logs not in the list are ignored, so a
+    /// repeated report is harmless.
+    fn recovered(&mut self, server: ServerId, logs: &[LogId]) -> Outcome {
+        if self.map.server(server).is_none() {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        }
+        let mut changed = false;
+        if let Some(list) = self.recover.get_mut(&server) {
+            let (done, left): (Vec<LogId>, Vec<LogId>) = list.iter().partition(|l| logs.contains(l));
+            if !done.is_empty() {
+                changed = true;
+                for l in &done {
+                    self.log_versions.remove(l);
+                }
+                *list = left;
+            }
+            if list.is_empty() {
+                self.recover.remove(&server);
+            }
+        }
+        let s = self.map.servers.iter_mut().find(|s| s.id == server).expect("checked above");
+        if s.state == ServerState::Recovering && !self.recover.contains_key(&server) {
+            s.state = ServerState::Up;
+            changed = true;
+        }
+        if changed {
+            self.bump();
+        }
+        Outcome { response: ControlResponse::Ok, changed }
+    }
+
+    /// Declares `server` down (failure detection's verdict): it no longer
+    /// counts for the replica rule or takes new tablets; its tablets stay
+    /// with it until recovery moves them. Returns whether anything changed
+    /// (false for an unknown or already down server).
+    pub fn mark_down(&mut self, server: ServerId) -> bool {
+        match self.map.servers.iter_mut().find(|s| s.id == server) {
+            Some(s) if s.state != ServerState::Down => {
+                s.state = ServerState::Down;
+                self.bump();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Bumps the replica version of `log` (fencing: replicas written under
+    /// the old version are stale from now on). `None` if the log is not
+    /// tracked. Does not change the map.
+    pub fn bump_log_version(&mut self, log: LogId) -> Option<u64> {
+        let v = self.log_versions.get_mut(&log)?;
+        *v += 1;
+        Some(*v)
+    }
+
+    /// The state's statistics (see `docs/coordinator.md`, `stats`).
+    pub fn stats(&self) -> serde_json::Value {
+        let servers: Vec<serde_json::Value> = self
+            .map
+            .servers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id,
+                    "state": s.state,
+                    "native": s.native,
+                    "log": s.log,
+                    "tablets": self.map.tablets_of(s.id).count(),
+                    "recover": self.recover_list(s.id),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "map_version": self.map.version,
+            "replicas": self.map.replicas,
+            "servers": servers,
+            "tables": self.map.tables.len(),
+            "tablets": self.map.tablets.len(),
+        })
+    }
+
+    /// Every change ends here: recompute R and bump the map's version.
+    fn bump(&mut self) {
+        self.map.replicas = self.effective_replicas();
+        self.map.version += 1;
+    }
+
+    /// Checks the invariants of the module comment (not the replica rule,
+    /// which depends on this run's configuration). Used on load, so that a
+    /// damaged or hand-edited file is refused rather than served.
+    pub fn check(&self) -> Result<(), String> {
+        if self.map.version == 0 {
+            return Err("map version 0".into());
+        }
+        let mut last = None;
+        for s in &self.map.servers {
+            if s.id.0 == 0 || s.id.0 >= self.next_server {
+                return Err(format!("server id {} outside 1..{}", s.id, self.next_server));
+            }
+            if last.is_some_and(|l| l >= s.id) {
+                return Err(format!("servers not in increasing id order at {}", s.id));
+            }
+            last = Some(s.id);
+            if !self.log_versions.contains_key(&s.log) {
+                return Err(format!("server {} writes log {} that has no replica version", s.id, s.log.0));
+            }
+        }
+        for (server, logs) in &self.recover {
+            if self.map.server(*server).is_none() {
+                return Err(format!("recover list of unknown server {server}"));
+            }
+            if logs.is_empty() {
+                return Err(format!("empty recover list of server {server}"));
+            }
+            if let Some(l) = logs.iter().find(|l| !self.log_versions.contains_key(l)) {
+                return Err(format!("server {server} must recover log {} that has no replica version", l.0));
+            }
+        }
+        if let Some(l) = self.log_versions.keys().find(|l| l.0 == 0 || l.0 >= self.next_log) {
+            return Err(format!("log id {} outside 1..{}", l.0, self.next_log));
+        }
+        for (i, t) in self.map.tables.iter().enumerate() {
+            if t.id.0 == 0 || t.id.0 >= self.next_table {
+                return Err(format!("table id {} outside 1..{}", t.id.0, self.next_table));
+            }
+            if let Err(message) = check_table_name(&t.name) {
+                return Err(format!("table {}: {message}", t.id.0));
+            }
+            if self.map.tables[..i].iter().any(|o| o.id == t.id || o.name == t.name) {
+                return Err(format!("table {} ({}) appears twice", t.id.0, t.name));
+            }
+            let mut ranges: Vec<(u64, u64)> =
+                self.map.tablets.iter().filter(|x| x.table == t.id).map(|x| (x.start_hash, x.end_hash)).collect();
+            ranges.sort_unstable();
+            let mut next: Option<u64> = Some(0);
+            for (start, end) in ranges {
+                if next != Some(start) || end < start {
+                    return Err(format!("tablets of table {} do not cover the hash space exactly once", t.id.0));
+                }
+                next = end.checked_add(1);
+            }
+            if next.is_some() {
+                return Err(format!("tablets of table {} do not reach the end of the hash space", t.id.0));
+            }
+        }
+        for x in &self.map.tablets {
+            if !self.map.tables.iter().any(|t| t.id == x.table) {
+                return Err(format!("tablet of unknown table {}", x.table.0));
+            }
+            if self.map.server(x.master).is_none() {
+                return Err(format!("tablet of table {} held by unknown server {}", x.table.0, x.master));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The answer to `GetTable { name }` from `map`.
+pub fn get_table(map: &ClusterMap, name: &str) -> ControlResponse {
+    match map.table_by_name(name) {
+        Some(table) => ControlResponse::Table { table: table.clone() },
+        None => not_found(name),
+    }
+}
+
+fn check_table_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_TABLE_NAME {
+        return Err(format!("a table name has 1 to {MAX_TABLE_NAME} bytes, not {}", name.len()));
+    }
+    Ok(())
+}
+
+fn error(code: ControlErrorCode, message: impl Into<String>) -> ControlResponse {
+    ControlResponse::Error { code, message: message.into() }
+}
+
+fn invalid(message: impl Into<String>) -> ControlResponse {
+    error(ControlErrorCode::InvalidRequest, message)
+}
+
+fn not_found(table: &str) -> ControlResponse {
+    error(ControlErrorCode::NotFound, format!("no table named '{table}'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn enlist_req(previous: Option<u64>, port: u16) -> ControlRequest {
+        ControlRequest::Enlist {
+            previous: previous.map(ServerId),
+            native: addr(port),
+            resp: addr(port + 1),
+            backup: addr(port + 2),
+        }
+    }
+
+    /// Applies `req`, checks the invariants and the version rule, and
+    /// returns the response.
+    fn apply(state: &mut ClusterState, req: ControlRequest) -> ControlResponse {
+        let before = state.map.version;
+        let out = state.apply(&req);
+        state.check().unwrap();
+        assert_eq!(state.map.replicas, state.effective_replicas());
+        assert_eq!(state.map.version, before + out.changed as u64, "{req:?}");
+        out.response
+    }
+
+    fn enlist(state: &mut ClusterState, previous: Option<u64>, port: u16) -> (ServerId, LogId, Vec<LogId>) {
+        match apply(state, enlist_req(previous, port)) {
+            ControlResponse::Enlisted { server, log, recover, map } => {
+                assert_eq!(&map, state.map());
+                (server, log, recover)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn create(state: &mut ClusterState, name: &str, span: u32) -> TableInfo {
+        match apply(state, ControlRequest::CreateTable { name: name.into(), span }) {
+            ControlResponse::Table { table } => table,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn error_code(resp: ControlResponse) -> ControlErrorCode {
+        match resp {
+            ControlResponse::Error { code, .. } => code,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    fn cluster(servers: u16) -> ClusterState {
+        let mut s = ClusterState::new(None);
+        for i in 0..servers {
+            enlist(&mut s, None, 1000 + 10 * i);
+        }
+        s
+    }
+
+    #[test]
+    fn new_has_map_version_one() {
+        let s = ClusterState::new(None);
+        assert_eq!(s.map().version, 1);
+        assert_eq!(s.map().replicas, 0);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn enlist_new_servers_get_fresh_ids_and_logs() {
+        let mut s = ClusterState::new(None);
+        let (a, la, ra) = enlist(&mut s, None, 1000);
+        let (b, lb, rb) = enlist(&mut s, Some(77), 1010);
+        assert_eq!((a, b), (ServerId(1), ServerId(2)));
+        assert_ne!(la, lb);
+        assert!(ra.is_empty() && rb.is_empty());
+        assert_eq!(s.log_version(la), Some(1));
+        assert!(s.map().servers.iter().all(|x| x.state == ServerState::Up));
+        assert_eq!(s.map().server(b).unwrap().backup, addr(1012));
+    }
+
+    #[test]
+    fn enlist_again_keeps_id_and_tablets_and_yields_recover_list() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 4);
+        let tablets_before: Vec<TabletInfo> = s.map().tablets_of(ServerId(1)).cloned().collect();
+        let old_log = s.map().server(ServerId(1)).unwrap().log;
+
+        let (id, log, recover) = enlist(&mut s, Some(1), 2000);
+        assert_eq!(id, ServerId(1));
+        assert_ne!(log, old_log);
+        assert_eq!(recover, vec![old_log]);
+        let info = s.map().server(id).unwrap();
+        assert_eq!((info.native, info.log, info.state), (addr(2000), log, ServerState::Recovering));
+        let tablets_after: Vec<TabletInfo> = s.map().tablets_of(ServerId(1)).cloned().collect();
+        assert_eq!(tablets_before, tablets_after);
+        assert_eq!(s.map().servers.len(), 2);
+
+        // A second restart before recovering keeps both earlier logs.
+        let (_, log3, recover) = enlist(&mut s, Some(1), 2000);
+        assert_eq!(recover, vec![old_log, log]);
+        assert!(log3.0 > log.0);
+    }
+
+    #[test]
+    fn log_ids_are_never_reused() {
+        let mut s = ClusterState::new(None);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..5 {
+            let (_, log, _) = enlist(&mut s, None, 1000 + 10 * i);
+            assert!(seen.insert(log));
+            let (_, log, _) = enlist(&mut s, Some(1), 3000);
+            assert!(seen.insert(log));
+        }
+        let (id, log, recover) = enlist(&mut s, Some(1), 3000);
+        assert!(seen.insert(log));
+        assert_eq!(id, ServerId(1));
+        assert_eq!(recover.len(), 6);
+    }
+
+    #[test]
+    fn enlist_at_a_taken_address_marks_the_old_server_down() {
+        let mut s = cluster(3);
+        let (id, _, _) = enlist(&mut s, None, 1010);
+        assert_eq!(id, ServerId(4));
+        assert_eq!(s.map().server(ServerId(2)).unwrap().state, ServerState::Down);
+        assert_eq!(s.map().live_servers().count(), 3);
+        // Unspecified addresses say nothing about identity.
+        let mut s = ClusterState::new(None);
+        let any = |p| ControlRequest::Enlist {
+            previous: None,
+            native: SocketAddr::from(([0, 0, 0, 0], p)),
+            resp: addr(1),
+            backup: addr(2),
+        };
+        apply(&mut s, any(5));
+        apply(&mut s, any(5));
+        assert_eq!(s.map().live_servers().count(), 2);
+    }
+
+    #[test]
+    fn recovered_removes_logs_and_marks_up_when_done() {
+        let mut s = cluster(2);
+        let (_, _, r1) = enlist(&mut s, Some(2), 1010);
+        let (_, current, r2) = enlist(&mut s, Some(2), 1010);
+        assert_eq!(r2.len(), 2);
+        assert_eq!(r2[0], r1[0]);
+
+        let ok = apply(&mut s, ControlRequest::Recovered { server: ServerId(2), logs: vec![r2[0]] });
+        assert_eq!(ok, ControlResponse::Ok);
+        assert_eq!(s.recover_list(ServerId(2)), &r2[1..]);
+        assert_eq!(s.map().server(ServerId(2)).unwrap().state, ServerState::Recovering);
+        assert_eq!(s.log_version(r2[0]), None);
+
+        // Naming the current log or a forgotten one changes nothing.
+        let v = s.map().version;
+        apply(&mut s, ControlRequest::Recovered { server: ServerId(2), logs: vec![r2[0], current] });
+        assert_eq!(s.map().version, v);
+        assert_eq!(s.log_version(current), Some(1));
+        assert_eq!(s.log_version(r2[1]), Some(1));
+
+        apply(&mut s, ControlRequest::Recovered { server: ServerId(2), logs: vec![r2[1], current] });
+        assert_eq!(s.log_version(current), Some(1));
+        assert!(s.recover_list(ServerId(2)).is_empty());
+        assert_eq!(s.map().server(ServerId(2)).unwrap().state, ServerState::Up);
+
+        // Repeating it is harmless.
+        let v = s.map().version;
+        assert_eq!(apply(&mut s, ControlRequest::Recovered { server: ServerId(2), logs: r2 }), ControlResponse::Ok);
+        assert_eq!(s.map().version, v);
+
+        let err = apply(&mut s, ControlRequest::Recovered { server: ServerId(9), logs: vec![] });
+        assert_eq!(error_code(err), ControlErrorCode::NotFound);
+    }
+
+    #[test]
+    fn recovered_does_not_revive_a_down_server() {
+        let mut s = cluster(2);
+        let (_, _, r) = enlist(&mut s, Some(1), 1000);
+        assert!(s.mark_down(ServerId(1)));
+        assert!(!s.mark_down(ServerId(1)));
+        assert!(!s.mark_down(ServerId(9)));
+        apply(&mut s, ControlRequest::Recovered { server: ServerId(1), logs: r });
+        assert_eq!(s.map().server(ServerId(1)).unwrap().state, ServerState::Down);
+    }
+
+    #[test]
+    fn create_table_ids_start_at_one_and_are_never_reused() {
+        let mut s = cluster(1);
+        assert_eq!(create(&mut s, "a", 1).id, TableId(1));
+        assert_eq!(create(&mut s, "b", 1).id, TableId(2));
+        assert_eq!(apply(&mut s, ControlRequest::DropTable { name: "b".into() }), ControlResponse::Ok);
+        assert_eq!(create(&mut s, "b", 1).id, TableId(3));
+    }
+
+    #[test]
+    fn create_table_is_idempotent_by_name() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "users", 4);
+        let v = s.map().version;
+        assert_eq!(create(&mut s, "users", 9), t);
+        assert_eq!(s.map().version, v);
+        assert_eq!(s.map().tablets.len(), 4);
+    }
+
+    #[test]
+    fn create_table_refuses_bad_names_and_spans() {
+        let mut s = cluster(1);
+        let req = |name: String, span| ControlRequest::CreateTable { name, span };
+        assert_eq!(error_code(apply(&mut s, req(String::new(), 1))), ControlErrorCode::InvalidRequest);
+        assert_eq!(error_code(apply(&mut s, req("x".repeat(256), 1))), ControlErrorCode::InvalidRequest);
+        create(&mut s, &"x".repeat(255), 1);
+        assert_eq!(error_code(apply(&mut s, req("big".into(), MAX_SPAN + 1))), ControlErrorCode::InvalidRequest);
+        assert_eq!(error_code(apply(&mut s, req("huge".into(), u32::MAX))), ControlErrorCode::InvalidRequest);
+        create(&mut s, "max", MAX_SPAN);
+    }
+
+    #[test]
+    fn create_table_refuses_past_the_cluster_tablet_limit() {
+        let mut s = cluster(1);
+        let full = MAX_TABLETS / MAX_SPAN as usize;
+        for i in 0..full {
+            create(&mut s, &format!("t{i}"), MAX_SPAN);
+        }
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "one-more".into(), span: 1 });
+        assert_eq!(error_code(err), ControlErrorCode::InvalidRequest);
+        apply(&mut s, ControlRequest::DropTable { name: "t0".into() });
+        create(&mut s, "one-more", 1);
+    }
+
+    #[test]
+    fn create_table_without_servers_is_refused() {
+        let mut s = ClusterState::new(None);
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
+        assert_eq!(error_code(err), ControlErrorCode::NoServers);
+        enlist(&mut s, None, 1000);
+        s.mark_down(ServerId(1));
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
+        assert_eq!(error_code(err), ControlErrorCode::NoServers);
+        assert!(s.map().tables.is_empty());
+    }
+
+    #[test]
+    fn create_table_tablets_cover_the_hash_space_once_and_spread() {
+        let mut s = cluster(3);
+        for (i, span) in [1u32, 2, 3, 5, 7, 64].into_iter().enumerate() {
+            let t = create(&mut s, &format!("t{i}"), span);
+            let mut tablets: Vec<&TabletInfo> = s.map().tablets.iter().filter(|x| x.table == t.id).collect();
+            tablets.sort_by_key(|x| x.start_hash);
+            assert_eq!(tablets.len(), span as usize);
+            assert_eq!(tablets[0].start_hash, 0);
+            assert_eq!(tablets.last().unwrap().end_hash, u64::MAX);
+            for w in tablets.windows(2) {
+                assert_eq!(w[0].end_hash + 1, w[1].start_hash);
+            }
+            // Round-robin: per table, masters differ by at most one tablet.
+            let counts: Vec<usize> =
+                (1..=3).map(|id| tablets.iter().filter(|x| x.master == ServerId(id)).count()).collect();
+            assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{counts:?}");
+        }
+        // Across tables too: single-tablet tables land on different servers.
+        let masters: Vec<ServerId> = (0..6)
+            .map(|i| {
+                let t = create(&mut s, &format!("one{i}"), 1);
+                s.map().tablets.iter().find(|x| x.table == t.id).unwrap().master
+            })
+            .collect();
+        for id in 1..=3 {
+            assert_eq!(masters.iter().filter(|m| **m == ServerId(id)).count(), 2, "{masters:?}");
+        }
+    }
+
+    #[test]
+    fn create_table_span_zero_is_one_tablet_per_live_server() {
+        let mut s = cluster(4);
+        s.mark_down(ServerId(3));
+        let t = create(&mut s, "t", 0);
+        let mut masters: Vec<ServerId> = s.map().tablets.iter().filter(|x| x.table == t.id).map(|x| x.master).collect();
+        masters.sort();
+        assert_eq!(masters, vec![ServerId(1), ServerId(2), ServerId(4)]);
+    }
+
+    #[test]
+    fn drop_and_get_table() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "a", 2);
+        create(&mut s, "b", 2);
+        assert_eq!(apply(&mut s, ControlRequest::GetTable { name: "a".into() }), ControlResponse::Table { table: t });
+        assert_eq!(apply(&mut s, ControlRequest::DropTable { name: "a".into() }), ControlResponse::Ok);
+        assert_eq!(s.map().tablets.len(), 2);
+        assert!(s.map().table_by_name("a").is_none());
+        let err = apply(&mut s, ControlRequest::GetTable { name: "a".into() });
+        assert_eq!(error_code(err), ControlErrorCode::NotFound);
+        let err = apply(&mut s, ControlRequest::DropTable { name: "a".into() });
+        assert_eq!(error_code(err), ControlErrorCode::NotFound);
+    }
+
+    #[test]
+    fn replicas_auto_rule_follows_live_servers() {
+        let mut s = ClusterState::new(None);
+        let mut seen = vec![s.map().replicas];
+        for i in 0..5 {
+            enlist(&mut s, None, 1000 + 10 * i);
+            seen.push(s.map().replicas);
+        }
+        assert_eq!(seen, vec![0, 0, 1, 2, 3, 3]);
+        s.mark_down(ServerId(1));
+        s.mark_down(ServerId(2));
+        assert_eq!(s.map().replicas, 2);
+        // Re-enlisting a known server does not count it twice.
+        enlist(&mut s, Some(3), 1020);
+        assert_eq!(s.map().replicas, 2);
+    }
+
+    #[test]
+    fn replicas_config_overrides_the_rule() {
+        let mut s = ClusterState::new(Some(1));
+        assert_eq!(s.map().replicas, 1);
+        for i in 0..5 {
+            enlist(&mut s, None, 1000 + 10 * i);
+            assert_eq!(s.map().replicas, 1);
+        }
+    }
+
+    #[test]
+    fn decode_round_trips_and_applies_new_replicas_config() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 5);
+        enlist(&mut s, Some(2), 1010);
+        s.bump_log_version(s.map().server(ServerId(1)).unwrap().log).unwrap();
+        let bytes = s.encode();
+        let (back, changed) = ClusterState::decode(&bytes, None).unwrap();
+        assert!(!changed);
+        assert_eq!(back, s);
+
+        let (back, changed) = ClusterState::decode(&bytes, Some(1)).unwrap();
+        assert!(changed);
+        assert_eq!(back.map().replicas, 1);
+        assert_eq!(back.map().version, s.map().version + 1);
+        assert_eq!(back.log_version(back.map().server(ServerId(1)).unwrap().log), Some(2));
+    }
+
+    #[test]
+    fn decode_refuses_damaged_state() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 2);
+        let good: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        assert!(ClusterState::decode(b"{not json", None).is_err());
+        assert!(ClusterState::decode(b"", None).is_err());
+
+        let mut v = good.clone();
+        v["format"] = 99.into();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err().contains("format 99"));
+
+        let mut v = good.clone();
+        v["map"]["tablets"].as_array_mut().unwrap().pop();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err().contains("hash space"));
+
+        let mut v = good.clone();
+        v["next_server"] = 2.into();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err());
+
+        let mut v = good.clone();
+        v["map"]["tablets"][0]["master"] = 9.into();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err());
+
+        let mut v = good;
+        v["log_versions"] = serde_json::json!({});
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err());
+    }
+
+    #[test]
+    fn bump_log_version_counts_up() {
+        let mut s = cluster(1);
+        let log = s.map().servers[0].log;
+        assert_eq!(s.bump_log_version(log), Some(2));
+        assert_eq!(s.bump_log_version(log), Some(3));
+        assert_eq!(s.bump_log_version(LogId(999)), None);
+    }
+
+    #[test]
+    fn stats_describe_servers_and_tables() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 3);
+        enlist(&mut s, Some(1), 1000);
+        let stats = s.stats();
+        assert_eq!(stats["map_version"], s.map().version);
+        assert_eq!(stats["tables"], 1);
+        assert_eq!(stats["tablets"], 3);
+        assert_eq!(stats["servers"][0]["state"], "recovering");
+        assert_eq!(stats["servers"][0]["recover"].as_array().unwrap().len(), 1);
+        assert_eq!(stats["servers"][1]["state"], "up");
+    }
+}
