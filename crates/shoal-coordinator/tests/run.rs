@@ -1,0 +1,49 @@
+//! `run`, as `shoal coordinator` uses it: serves until SIGTERM, then stops.
+//! Its own test binary, because it signals its own process.
+
+use shoal_cluster::ControlClient;
+use shoal_coordinator::{run, CoordinatorArgs};
+use std::time::Duration;
+
+#[tokio::test]
+async fn run_serves_until_sigterm_and_keeps_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    // A free port: bind one and let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let args = CoordinatorArgs {
+        listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        data_dir: dir.path().join("state"),
+        replicas: Some(0),
+        log_level: "warn".into(),
+    };
+    let running = tokio::spawn(run(args.clone()));
+
+    let mut c = ControlClient::new(args.listen).with_timeout(Duration::from_secs(2));
+    let mut map = None;
+    for _ in 0..200 {
+        match c.get_map().await {
+            Ok(m) => {
+                map = Some(m);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+    let map = map.expect("the coordinator answers");
+    assert_eq!(map.replicas, 0);
+    assert!(dir.path().join("state/coordinator.json").is_file());
+    assert!(!running.is_finished());
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &std::process::id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let result = tokio::time::timeout(Duration::from_secs(10), running).await.expect("stops on SIGTERM").unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert!(c.get_map().await.is_err());
+
+    let bad = CoordinatorArgs { log_level: "not a [level".into(), ..args };
+    let err = run(bad).await.unwrap_err();
+    assert!(matches!(err, shoal_coordinator::CoordinatorError::LogLevel { .. }), "{err}");
+}
