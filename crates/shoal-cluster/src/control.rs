@@ -53,12 +53,26 @@ pub enum ControlRequest {
 pub enum ControlResponse {
     /// `log`: the log this incarnation writes (new at every enlistment).
     /// `recover`: earlier logs of this server to replay before serving.
-    Enlisted { server: ServerId, log: LogId, recover: Vec<LogId>, map: ClusterMap },
-    Map { map: ClusterMap },
-    Table { table: TableInfo },
+    Enlisted {
+        server: ServerId,
+        log: LogId,
+        recover: Vec<LogId>,
+        map: ClusterMap,
+    },
+    Map {
+        map: ClusterMap,
+    },
+    Table {
+        table: TableInfo,
+    },
     Ok,
-    Stats { stats: serde_json::Value },
-    Error { code: ControlErrorCode, message: String },
+    Stats {
+        stats: serde_json::Value,
+    },
+    Error {
+        code: ControlErrorCode,
+        message: String,
+    },
 }
 
 /// Why the coordinator refused a request.

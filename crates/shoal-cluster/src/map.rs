@@ -144,14 +144,8 @@ mod tests {
     #[test]
     fn locate_finds_the_owner() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let server = |id| ServerInfo {
-            id: ServerId(id),
-            native: a,
-            resp: a,
-            backup: a,
-            log: LogId(id),
-            state: ServerState::Up,
-        };
+        let server =
+            |id| ServerInfo { id: ServerId(id), native: a, resp: a, backup: a, log: LogId(id), state: ServerState::Up };
         let map = ClusterMap {
             version: 1,
             replicas: 0,
@@ -160,7 +154,12 @@ mod tests {
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()
-                .map(|(i, (s, e))| TabletInfo { table: TableId(5), start_hash: s, end_hash: e, master: ServerId(i as u64 + 1) })
+                .map(|(i, (s, e))| TabletInfo {
+                    table: TableId(5),
+                    start_hash: s,
+                    end_hash: e,
+                    master: ServerId(i as u64 + 1),
+                })
                 .collect(),
         };
         assert_eq!(map.locate(TableId(5), KeyHash(0)).unwrap().id, ServerId(1));
