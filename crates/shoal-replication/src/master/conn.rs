@@ -1,0 +1,184 @@
+//! The replication thread's I/O: the driver loop that runs the core when
+//! the log or a backup has news, and one task per backup connection that
+//! connects, writes whatever the core queued (one `write_all` of the
+//! gathered buffer per wake) and reads the backup's answers.
+
+use super::state::State;
+use super::Inner;
+use crate::wire::{Header, Kind, HEADER_LEN};
+use shoal_cluster::ServerId;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+/// Largest answer body a master accepts (REFUSED and ERROR texts are cut
+/// to 1 KiB by their senders; every other answer is a few bytes).
+const MAX_ANSWER_BODY: usize = 4096;
+/// Read buffer of a connection: many answers per read.
+const READ_BUFFER: usize = 64 << 10;
+
+/// The replication thread's main task: runs until shutdown.
+pub(super) async fn drive(inner: Arc<Inner>) {
+    let tick = (inner.replica_timeout / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    let mut ticks = tokio::time::interval(tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = inner.notify.notified() => {}
+            _ = ticks.tick() => {}
+        }
+        if inner.state.lock().shut {
+            break;
+        }
+        step(&inner);
+    }
+    let tasks: Vec<_> = inner.state.lock().conns.values_mut().filter_map(|c| c.task.take()).collect();
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// Runs the core once and carries out what it decided: spawns new
+/// connections, wakes writers with queued bytes, aborts dropped
+/// connections, publishes the durable position.
+pub(super) fn step(inner: &Arc<Inner>) {
+    let mut st = inner.state.lock();
+    if st.shut {
+        return;
+    }
+    let moved = st.pump(Instant::now());
+    spawn_and_wake(inner, &mut st);
+    let killed = std::mem::take(&mut st.killed);
+    let durable = st.durable;
+    drop(st);
+    for k in killed {
+        k.abort();
+    }
+    if moved {
+        inner.publish(durable);
+    }
+}
+
+fn spawn_and_wake(inner: &Arc<Inner>, st: &mut State) {
+    let timeout = st.settings.replica_timeout;
+    for (&id, c) in st.conns.iter_mut() {
+        if c.task.is_none() {
+            let task = tokio::spawn(run(inner.clone(), id, c.gen, c.addr, c.wake.clone(), timeout));
+            c.task = Some(task.abort_handle());
+        }
+        if c.dirty {
+            c.dirty = false;
+            c.wake.notify_one();
+        }
+    }
+}
+
+/// One connection's life: connect, then write and read until either fails.
+async fn run(inner: Arc<Inner>, id: ServerId, gen: u64, addr: SocketAddr, wake: Arc<Notify>, timeout: Duration) {
+    let why = match connect(addr, timeout).await {
+        Ok(stream) => {
+            let (rd, wr) = stream.into_split();
+            tokio::select! {
+                e = read(&inner, id, gen, rd) => e,
+                e = write(&inner, id, gen, wr, &wake) => e,
+            }
+        }
+        Err(e) => format!("could not connect to {addr}: {e}"),
+    };
+    let mut st = inner.state.lock();
+    // This task is ending: nothing to abort.
+    if let Some(c) = st.conns.get_mut(&id).filter(|c| c.gen == gen) {
+        c.task = None;
+    }
+    st.fail_conn(id, gen, &why, Instant::now());
+    drop(st);
+    step(&inner);
+}
+
+async fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Sends what the core queued for this connection: the whole buffer at
+/// once, swapped out under the lock so the core keeps appending meanwhile.
+async fn write(inner: &Inner, id: ServerId, gen: u64, mut wr: OwnedWriteHalf, wake: &Notify) -> String {
+    let mut buf = Vec::new();
+    loop {
+        {
+            let mut st = inner.state.lock();
+            let Some(c) = st.conns.get_mut(&id).filter(|c| c.gen == gen) else {
+                return "connection dropped".into();
+            };
+            std::mem::swap(&mut c.out, &mut buf);
+        }
+        if buf.is_empty() {
+            wake.notified().await;
+            continue;
+        }
+        if let Err(e) = wr.write_all(&buf).await {
+            return format!("write failed: {e}");
+        }
+        buf.clear();
+    }
+}
+
+/// Reads answers, applies every whole frame of a read under one lock, then
+/// runs the core.
+async fn read(inner: &Arc<Inner>, id: ServerId, gen: u64, mut rd: OwnedReadHalf) -> String {
+    let mut buf = vec![0u8; READ_BUFFER];
+    let mut have = 0;
+    loop {
+        let n = match rd.read(&mut buf[have..]).await {
+            Ok(0) => return "the backup closed the connection".into(),
+            Ok(n) => n,
+            Err(e) => return format!("read failed: {e}"),
+        };
+        have += n;
+        let mut at = 0;
+        let mut failed = None;
+        {
+            let mut st = inner.state.lock();
+            let now = Instant::now();
+            while have - at >= HEADER_LEN {
+                let head: &[u8; HEADER_LEN] = buf[at..at + HEADER_LEN].try_into().expect("16 bytes");
+                let h = match Header::decode(head, MAX_ANSWER_BODY) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        failed = Some(format!("bad frame from the backup: {e}"));
+                        break;
+                    }
+                };
+                if (h.kind as u8) < 0x80 {
+                    failed = Some(format!("a request ({:?}) from the backup", h.kind));
+                    break;
+                }
+                if have - at < HEADER_LEN + h.body_len {
+                    break;
+                }
+                let body = &buf[at + HEADER_LEN..at + HEADER_LEN + h.body_len];
+                at += HEADER_LEN + h.body_len;
+                if let Err(e) = st.on_frame(id, gen, h.kind, h.segment, body, now) {
+                    failed = Some(e);
+                    break;
+                }
+                if h.kind == Kind::Error {
+                    break;
+                }
+            }
+        }
+        if let Some(why) = failed {
+            return why;
+        }
+        buf.copy_within(at..have, 0);
+        have -= at;
+        step(inner);
+    }
+}

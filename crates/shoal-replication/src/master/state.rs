@@ -1,0 +1,734 @@
+//! The replicator's decision-making core: which segments have replicas
+//! where, what each replica has been sent and has acknowledged, what to send
+//! next, when a replica has failed, and how far the durable position goes.
+//!
+//! It does no I/O. The observer feeds it log events; the connection tasks
+//! feed it the backups' answers and failures; [`State::pump`] turns all of
+//! that into frames appended to each connection's outgoing buffer, new
+//! connections to open and connections to drop. The shell in `conn.rs`
+//! moves those bytes.
+
+use crate::master::{ReplicationMode, ReplicationStats};
+use crate::wire::{self, Hello, Kind, Mode};
+use shoal_cluster::ServerId;
+use shoal_common::{LogId, SegmentId};
+use shoal_engine::format::{self, EntryType};
+use shoal_engine::SegmentKind;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
+use tracing::warn;
+
+/// How long a backup whose connection failed is passed over.
+const DOWN_BACKOFF: Duration = Duration::from_millis(500);
+/// How long a segment that found no backup to place a replica on waits
+/// before it tries again (also forgetting which backups refused it).
+const PLACE_BACKOFF: Duration = Duration::from_millis(50);
+/// Segment buffers kept for reuse (each up to a segment's size).
+const SPARE_BUFFERS: usize = 4;
+
+/// The settings the core needs.
+pub(crate) struct Settings {
+    pub master: ServerId,
+    pub log: LogId,
+    pub log_version: u64,
+    pub segment_bytes: u32,
+    pub mode: ReplicationMode,
+    pub replica_timeout: Duration,
+}
+
+/// One replica of a segment on one backup, over one connection instance.
+struct Replica {
+    backup: ServerId,
+    /// The connection instance it was opened on (see [`Conn::gen`]).
+    gen: u64,
+    /// OPENED came back.
+    opened: bool,
+    /// Bytes sent (DATA or APPEND), from offset 0.
+    sent: u32,
+    /// Bytes the backup acknowledged (ACK or APPENDED), cumulative.
+    acked: u32,
+    close_sent: bool,
+    /// CLOSED came back.
+    closed: bool,
+    /// When the replica last made progress or last started waiting for an
+    /// answer: an answer overdue by `replica_timeout` fails the connection.
+    since: Instant,
+}
+
+impl Replica {
+    /// Waiting for an answer from the backup.
+    fn outstanding(&self) -> bool {
+        !self.opened || self.sent > self.acked || (self.close_sent && !self.closed)
+    }
+}
+
+/// A segment whose replicas are not all closed yet. Its bytes are kept so
+/// that a replica can be re-opened elsewhere and sent everything again.
+struct Seg {
+    kind: SegmentKind,
+    bytes: Vec<u8>,
+    /// segment_closed was seen: (length, last checksum).
+    closed: Option<(u32, u32)>,
+    /// Replicas this segment gets (R when it was placed; None: R unknown yet).
+    r: Option<u32>,
+    replicas: Vec<Replica>,
+    /// Backups that refused or failed this segment (not tried again until
+    /// the placement backoff passes).
+    tried: Vec<ServerId>,
+    /// No backup was available: try again at this time.
+    retry_at: Option<Instant>,
+    /// A head: segments that must be closed on all replicas before its OPEN.
+    barrier: Vec<SegmentId>,
+    /// The cleaner freed it before its replicas were all closed.
+    freed: bool,
+}
+
+impl Seg {
+    /// Bytes acknowledged by every replica it must have.
+    fn acked_all(&self) -> u32 {
+        match self.r {
+            None => 0,
+            Some(0) => u32::MAX,
+            Some(r) if self.replicas.len() < r as usize => 0,
+            Some(_) => self.replicas.iter().map(|x| x.acked).min().unwrap_or(0),
+        }
+    }
+
+    fn fully_closed(&self) -> bool {
+        match self.r {
+            None => false,
+            Some(r) => {
+                self.closed.is_some() && self.replicas.len() == r as usize && self.replicas.iter().all(|x| x.closed)
+            }
+        }
+    }
+}
+
+/// One stretch of the log position, in observer order.
+#[derive(Clone, Copy)]
+enum Item {
+    /// Bytes `start..end` of `seg`; the log position just after them.
+    Bytes { seg: SegmentId, start: u32, end: u32, pos_end: u64 },
+    /// `seg` was closed when the log position was `pos`.
+    Close { seg: SegmentId, pos: u64 },
+    /// Bytes up to `pos` that need no replica.
+    Mark { pos: u64 },
+}
+
+/// A connection to one backup. `out` is what the writer sends next.
+pub(crate) struct Conn {
+    pub addr: SocketAddr,
+    /// Unique per connection instance, so that answers and failures of a
+    /// dropped connection are never applied to its successor.
+    pub gen: u64,
+    pub out: Vec<u8>,
+    /// `out` gained bytes since the writer was last woken.
+    pub dirty: bool,
+    /// The task running the connection; None until the shell spawns it.
+    pub task: Option<AbortHandle>,
+    /// HELLO_OK came back.
+    pub hello_ok: bool,
+    pub wake: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct Counters {
+    rounds: u64,
+    round_bytes: u64,
+    round_bytes_max: u64,
+    round_appends: u64,
+    round_appends_max: u64,
+    bytes_replicated: u64,
+    replicas_opened: u64,
+    replicas_closed: u64,
+    replicas_reopened: u64,
+    refusals: u64,
+    segments_freed: u64,
+}
+
+/// Everything the replicator knows; behind one mutex shared by the
+/// observer (which only appends) and the replication thread.
+pub(crate) struct State {
+    pub settings: Settings,
+    /// R; None until the first `set_backups`.
+    replicas: Option<u32>,
+    candidates: Vec<(ServerId, SocketAddr)>,
+    segs: HashMap<SegmentId, Seg>,
+    /// Segments closed on all their replicas, with the backups holding them
+    /// (kept until the cleaner frees them).
+    done: HashMap<SegmentId, Vec<ServerId>>,
+    items: VecDeque<Item>,
+    /// Freed segments, with the log position their FREE waits for.
+    frees: VecDeque<(u64, Vec<SegmentId>)>,
+    pub position: u64,
+    pub durable: u64,
+    pub conns: HashMap<ServerId, Conn>,
+    next_gen: u64,
+    down: HashMap<ServerId, Instant>,
+    /// Connections dropped since the shell last looked: their tasks to abort.
+    pub killed: Vec<AbortHandle>,
+    /// `appended` calls and log position at the last round.
+    appends_since_round: u64,
+    round_mark: u64,
+    counters: Counters,
+    spare_bufs: Vec<Vec<u8>>,
+    scratch: Vec<SegmentId>,
+    pub shut: bool,
+}
+
+impl State {
+    pub fn new(settings: Settings) -> State {
+        State {
+            settings,
+            replicas: None,
+            candidates: Vec::new(),
+            segs: HashMap::new(),
+            done: HashMap::new(),
+            items: VecDeque::new(),
+            frees: VecDeque::new(),
+            position: 0,
+            durable: 0,
+            conns: HashMap::new(),
+            next_gen: 1,
+            down: HashMap::new(),
+            killed: Vec::new(),
+            appends_since_round: 0,
+            round_mark: 0,
+            counters: Counters::default(),
+            spare_bufs: Vec::new(),
+            scratch: Vec::new(),
+            shut: false,
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Log events (the observer, under the log's lock: quick, no I/O).
+
+    pub fn opened(&mut self, id: SegmentId, kind: SegmentKind) {
+        let barrier = match kind {
+            SegmentKind::Head => self.segs.iter().filter(|(_, s)| s.closed.is_some()).map(|(id, _)| *id).collect(),
+            SegmentKind::Survivor => Vec::new(),
+        };
+        let cap = self.settings.segment_bytes as usize;
+        let bytes = self.spare_bufs.pop().unwrap_or_else(|| Vec::with_capacity(cap));
+        let seg = Seg {
+            kind,
+            bytes,
+            closed: None,
+            r: self.replicas,
+            replicas: Vec::new(),
+            tried: Vec::new(),
+            retry_at: None,
+            barrier,
+            freed: false,
+        };
+        self.segs.insert(id, seg);
+    }
+
+    /// Returns true if the durable position moved (R = 0 needs no thread).
+    pub fn appended(&mut self, id: SegmentId, offset: u32, bytes: &[u8]) -> bool {
+        let n = bytes.len() as u64;
+        self.position += n;
+        self.appends_since_round += 1;
+        let Some(seg) = self.segs.get_mut(&id) else {
+            // Not announced (never happens with the engine's log): its bytes
+            // cannot be replicated, so they never hold durability back.
+            return self.skip_if_idle();
+        };
+        debug_assert_eq!(offset as usize, seg.bytes.len(), "appended out of order");
+        seg.bytes.extend_from_slice(bytes);
+        if seg.r == Some(0) {
+            return self.skip_if_idle();
+        }
+        let end = offset + bytes.len() as u32;
+        if let Some(Item::Bytes { seg: s, end: e, pos_end, .. }) = self.items.back_mut() {
+            if *s == id && *e == offset {
+                *e = end;
+                *pos_end = self.position;
+                return false;
+            }
+        }
+        self.items.push_back(Item::Bytes { seg: id, start: offset, end, pos_end: self.position });
+        false
+    }
+
+    /// With nothing queued before them, bytes that need no replica are
+    /// durable at once.
+    fn skip_if_idle(&mut self) -> bool {
+        if self.items.is_empty() {
+            self.durable = self.position;
+            true
+        } else {
+            self.items.push_back(Item::Mark { pos: self.position });
+            false
+        }
+    }
+
+    pub fn closed(&mut self, id: SegmentId, len: u32, checksum: u32) {
+        if let Some(seg) = self.segs.get_mut(&id) {
+            debug_assert_eq!(len as usize, seg.bytes.len());
+            seg.closed = Some((len, checksum));
+            if seg.r != Some(0) {
+                self.items.push_back(Item::Close { seg: id, pos: self.position });
+            }
+        }
+    }
+
+    pub fn freed(&mut self, freed: &[SegmentId]) {
+        if !freed.is_empty() {
+            self.frees.push_back((self.position, freed.to_vec()));
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // The cluster.
+
+    pub fn set_backups(&mut self, mut candidates: Vec<(ServerId, SocketAddr)>, replicas: u32, now: Instant) {
+        let me = self.settings.master;
+        candidates.retain(|(id, _)| *id != me);
+        candidates.sort_by_key(|c| c.0);
+        candidates.dedup_by_key(|c| c.0);
+        self.candidates = candidates;
+        self.replicas = Some(replicas);
+        let gone: Vec<ServerId> =
+            self.conns.keys().copied().filter(|id| !self.candidates.iter().any(|c| c.0 == *id)).collect();
+        for id in gone {
+            let gen = self.conns[&id].gen;
+            self.fail_conn(id, gen, "the backup left the cluster", now);
+        }
+        // A backup whose address changed is a new process: reconnect.
+        let moved: Vec<(ServerId, u64)> = self
+            .conns
+            .iter()
+            .filter(|(id, c)| self.candidates.iter().any(|(i, a)| i == *id && *a != c.addr))
+            .map(|(id, c)| (*id, c.gen))
+            .collect();
+        for (id, gen) in moved {
+            self.fail_conn(id, gen, "the backup moved to another address", now);
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Backups' answers (from the connection tasks).
+
+    /// Applies one frame from backup `id` over connection `gen`. An error
+    /// means the connection must be dropped.
+    pub fn on_frame(
+        &mut self,
+        id: ServerId,
+        gen: u64,
+        kind: Kind,
+        segment: SegmentId,
+        body: &[u8],
+        now: Instant,
+    ) -> Result<(), String> {
+        let Some(conn) = self.conns.get_mut(&id).filter(|c| c.gen == gen) else {
+            return Ok(());
+        };
+        if !conn.hello_ok {
+            return match kind {
+                Kind::HelloOk => {
+                    conn.hello_ok = true;
+                    Ok(())
+                }
+                Kind::Error => Err(format!("backup refused the connection: {}", wire::decode_text(body))),
+                k => Err(format!("expected HELLO_OK, got {k:?}")),
+            };
+        }
+        if kind == Kind::Error {
+            return Err(format!("backup error: {}", wire::decode_text(body)));
+        }
+        let Some(seg) = self.segs.get_mut(&segment) else {
+            // A late answer about a replica already done with or dropped.
+            return match kind {
+                Kind::Ack | Kind::Opened | Kind::Refused | Kind::Closed | Kind::Appended => Ok(()),
+                k => Err(format!("unexpected {k:?} from a backup")),
+            };
+        };
+        let Some(ix) = seg.replicas.iter().position(|r| r.backup == id && r.gen == gen) else {
+            return Ok(());
+        };
+        let r = &mut seg.replicas[ix];
+        match kind {
+            Kind::Opened => {
+                if r.opened {
+                    return Err(format!("OPENED twice for segment {}", segment.0));
+                }
+                r.opened = true;
+                r.since = now;
+            }
+            Kind::Refused => {
+                if r.opened {
+                    return Err(format!("REFUSED after OPENED for segment {}", segment.0));
+                }
+                warn!(
+                    "backup {id} refused a replica of segment {} ({}); opening it elsewhere",
+                    segment.0,
+                    wire::decode_text(body)
+                );
+                seg.replicas.swap_remove(ix);
+                seg.tried.push(id);
+                self.counters.refusals += 1;
+                self.counters.replicas_reopened += 1;
+            }
+            Kind::Ack | Kind::Appended => {
+                let what = if kind == Kind::Ack { "ACK" } else { "APPENDED" };
+                let n = wire::decode_u32(body, what).map_err(|e| e.to_string())?;
+                if n > r.sent || n < r.acked {
+                    return Err(format!(
+                        "{what} of {n} bytes for segment {} (sent {}, acknowledged {})",
+                        segment.0, r.sent, r.acked
+                    ));
+                }
+                r.acked = n;
+                r.since = now;
+            }
+            Kind::Closed => {
+                let n = wire::decode_u32(body, "CLOSED").map_err(|e| e.to_string())?;
+                if !r.close_sent || r.closed || Some(n) != seg.closed.map(|c| c.0) {
+                    return Err(format!("unexpected CLOSED of {n} bytes for segment {}", segment.0));
+                }
+                r.closed = true;
+                r.acked = n;
+                r.since = now;
+                self.counters.replicas_closed += 1;
+            }
+            k => return Err(format!("unexpected {k:?} from a backup")),
+        }
+        Ok(())
+    }
+
+    /// Drops connection `gen` to backup `id`: every replica on it is
+    /// re-opened elsewhere.
+    pub fn fail_conn(&mut self, id: ServerId, gen: u64, why: &str, now: Instant) {
+        let Some(conn) = self.conns.get(&id) else { return };
+        if conn.gen != gen {
+            return;
+        }
+        let conn = self.conns.remove(&id).expect("present");
+        if let Some(t) = conn.task {
+            self.killed.push(t);
+        }
+        self.down.insert(id, now + DOWN_BACKOFF);
+        for (sid, seg) in self.segs.iter_mut() {
+            let before = seg.replicas.len();
+            seg.replicas.retain(|r| !(r.backup == id && r.gen == gen));
+            if seg.replicas.len() < before {
+                warn!("replica of segment {} on backup {id} lost ({why}); re-opening it elsewhere", sid.0);
+                seg.tried.push(id);
+                self.counters.replicas_reopened += 1;
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Deciding what to send.
+
+    /// Places replicas, queues frames, fails stalled replicas, advances the
+    /// durable position and sends due FREEs. Returns whether durable moved.
+    pub fn pump(&mut self, now: Instant) -> bool {
+        let new_bytes = self.position - self.round_mark;
+        let replicated_before = self.counters.bytes_replicated;
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(self.segs.keys().copied());
+        // Lower ids first: older segments (and their CLOSEs) go out first.
+        ids.sort_unstable();
+        let mut stalled: Vec<(ServerId, u64)> = Vec::new();
+        // A segment retired may let a head's OPEN go out: go round again.
+        loop {
+            for &id in &ids {
+                let Some(seg) = self.segs.get(&id) else { continue };
+                if !seg.barrier.iter().all(|b| !self.segs.contains_key(b)) {
+                    continue;
+                }
+                self.segs.get_mut(&id).expect("listed").barrier.clear();
+                self.drive(id, now, &mut stalled);
+            }
+            for (b, gen) in stalled.drain(..) {
+                warn!("backup {b} did not answer within {:?}", self.settings.replica_timeout);
+                self.fail_conn(b, gen, "no answer in time", now);
+            }
+            let mut retired = false;
+            for &id in &ids {
+                if self.segs.get(&id).is_some_and(|s| s.fully_closed()) {
+                    self.retire(id);
+                    retired = true;
+                }
+            }
+            if !retired {
+                break;
+            }
+        }
+        self.scratch = ids;
+        if self.counters.bytes_replicated > replicated_before && new_bytes > 0 {
+            let c = &mut self.counters;
+            c.rounds += 1;
+            c.round_bytes += new_bytes;
+            c.round_bytes_max = c.round_bytes_max.max(new_bytes);
+            c.round_appends += self.appends_since_round;
+            c.round_appends_max = c.round_appends_max.max(self.appends_since_round);
+            self.round_mark = self.position;
+            self.appends_since_round = 0;
+        }
+        self.down.retain(|_, until| *until > now);
+        let moved = self.advance_durable();
+        self.send_frees();
+        moved
+    }
+
+    /// Places and feeds the replicas of one segment.
+    fn drive(&mut self, id: SegmentId, now: Instant, stalled: &mut Vec<(ServerId, u64)>) {
+        let replicas = self.replicas;
+        let seg = self.segs.get_mut(&id).expect("listed");
+        if seg.r.is_none() {
+            seg.r = replicas;
+        }
+        let Some(r) = seg.r else { return };
+        if seg.replicas.len() < r as usize {
+            self.place(id, r as usize, now);
+        }
+        let mode = self.settings.mode;
+        let timeout = self.settings.replica_timeout;
+        let seg = self.segs.get_mut(&id).expect("listed");
+        for rep in seg.replicas.iter_mut() {
+            let conn = self.conns.get_mut(&rep.backup).expect("a replica's connection exists");
+            debug_assert_eq!(conn.gen, rep.gen);
+            if rep.outstanding() && now.duration_since(rep.since) > timeout {
+                stalled.push((rep.backup, rep.gen));
+                continue;
+            }
+            if !rep.opened {
+                continue;
+            }
+            let len = seg.bytes.len() as u32;
+            let from = rep.sent;
+            let upto = match mode {
+                ReplicationMode::Tailwind => len,
+                ReplicationMode::Conventional if rep.acked == rep.sent => next_group_end(&seg.bytes, from),
+                ReplicationMode::Conventional => from,
+            };
+            if upto > from {
+                if !rep.outstanding() {
+                    rep.since = now;
+                }
+                let kind = match mode {
+                    ReplicationMode::Tailwind => Kind::Data,
+                    ReplicationMode::Conventional => Kind::Append,
+                };
+                let body = &seg.bytes[from as usize..upto as usize];
+                wire::encode_data_prefix(kind, id, from, body.len(), &mut conn.out);
+                conn.out.extend_from_slice(body);
+                conn.dirty = true;
+                rep.sent = upto;
+                self.counters.bytes_replicated += body.len() as u64;
+            }
+            if let Some((clen, ck)) = seg.closed {
+                let all_sent = rep.sent == clen;
+                let may = match mode {
+                    ReplicationMode::Tailwind => all_sent,
+                    ReplicationMode::Conventional => all_sent && rep.acked == clen,
+                };
+                if may && !rep.close_sent {
+                    if !rep.outstanding() {
+                        rep.since = now;
+                    }
+                    wire::encode_close(id, clen, ck, &mut conn.out);
+                    conn.dirty = true;
+                    rep.close_sent = true;
+                }
+            }
+        }
+    }
+
+    /// Opens replicas of `id` on randomly chosen backups until it has `r`,
+    /// or no eligible backup is left.
+    fn place(&mut self, id: SegmentId, r: usize, now: Instant) {
+        use rand::seq::SliceRandom;
+        let mut rng = rand::thread_rng();
+        let mut eligible: Vec<(ServerId, SocketAddr)> = Vec::new();
+        loop {
+            let seg = self.segs.get_mut(&id).expect("listed");
+            if seg.replicas.len() >= r {
+                return;
+            }
+            if let Some(at) = seg.retry_at {
+                if now < at {
+                    return;
+                }
+                seg.retry_at = None;
+                seg.tried.clear();
+            }
+            eligible.clear();
+            eligible.extend(self.candidates.iter().copied().filter(|(b, _)| {
+                !seg.replicas.iter().any(|x| x.backup == *b) && !seg.tried.contains(b) && !self.down.contains_key(b)
+            }));
+            let Some(&(backup, addr)) = eligible.choose(&mut rng) else {
+                seg.retry_at = Some(now + PLACE_BACKOFF);
+                return;
+            };
+            let survivor = seg.kind == SegmentKind::Survivor;
+            let segment_bytes = self.settings.segment_bytes;
+            let conn = self.conn(backup, addr);
+            wire::encode_open(id, segment_bytes, survivor, &mut conn.out);
+            conn.dirty = true;
+            let gen = conn.gen;
+            self.segs.get_mut(&id).expect("listed").replicas.push(Replica {
+                backup,
+                gen,
+                opened: false,
+                sent: 0,
+                acked: 0,
+                close_sent: false,
+                closed: false,
+                since: now,
+            });
+            self.counters.replicas_opened += 1;
+        }
+    }
+
+    /// A segment closed on all its replicas: forget its bytes, remember
+    /// where its replicas are.
+    fn retire(&mut self, id: SegmentId) {
+        let mut seg = self.segs.remove(&id).expect("listed");
+        let holders: Vec<ServerId> = seg.replicas.iter().map(|r| r.backup).collect();
+        if seg.bytes.capacity() <= self.settings.segment_bytes as usize && self.spare_bufs.len() < SPARE_BUFFERS {
+            seg.bytes.clear();
+            self.spare_bufs.push(std::mem::take(&mut seg.bytes));
+        }
+        if seg.freed {
+            self.free_on(id, &holders);
+        } else if !holders.is_empty() {
+            self.done.insert(id, holders);
+        }
+    }
+
+    /// Moves the durable position as far as the queue allows.
+    fn advance_durable(&mut self) -> bool {
+        let old = self.durable;
+        let mut d = self.durable;
+        while let Some(item) = self.items.front().copied() {
+            match item {
+                Item::Bytes { seg, start, end, pos_end } => {
+                    let acked = self.segs.get(&seg).map_or(u32::MAX, |s| s.acked_all());
+                    if acked >= end {
+                        d = d.max(pos_end);
+                        self.items.pop_front();
+                        continue;
+                    }
+                    if acked > start {
+                        d = d.max(pos_end - (end - acked) as u64);
+                    }
+                    break;
+                }
+                Item::Close { seg, pos } => {
+                    if self.segs.get(&seg).is_none_or(|s| s.fully_closed()) {
+                        d = d.max(pos);
+                        self.items.pop_front();
+                        continue;
+                    }
+                    // The segment lies wholly before `pos`: not yet there.
+                    d = d.min(pos.saturating_sub(1)).max(old);
+                    break;
+                }
+                Item::Mark { pos } => {
+                    d = d.max(pos);
+                    self.items.pop_front();
+                }
+            }
+        }
+        if self.items.is_empty() {
+            d = d.max(self.position);
+        }
+        self.durable = d;
+        d != old
+    }
+
+    /// Sends FREE for every freed segment whose splice's head is durable.
+    fn send_frees(&mut self) {
+        while self.frees.front().is_some_and(|(pos, _)| *pos <= self.durable) {
+            let (_, ids) = self.frees.pop_front().expect("front");
+            for id in ids {
+                if let Some(holders) = self.done.remove(&id) {
+                    self.free_on(id, &holders);
+                } else if let Some(seg) = self.segs.get_mut(&id) {
+                    seg.freed = true;
+                }
+            }
+        }
+    }
+
+    fn free_on(&mut self, id: SegmentId, holders: &[ServerId]) {
+        for b in holders {
+            // A backup no longer listed is gone: nothing to free there.
+            let Some(&(_, addr)) = self.candidates.iter().find(|c| c.0 == *b) else { continue };
+            let conn = self.conn(*b, addr);
+            wire::encode_empty(Kind::Free, id, &mut conn.out);
+            conn.dirty = true;
+        }
+        self.counters.segments_freed += 1;
+    }
+
+    /// The connection to `backup`, opened (HELLO queued) if there is none.
+    fn conn(&mut self, backup: ServerId, addr: SocketAddr) -> &mut Conn {
+        let s = &self.settings;
+        let next_gen = &mut self.next_gen;
+        self.conns.entry(backup).or_insert_with(|| {
+            let gen = *next_gen;
+            *next_gen += 1;
+            let mut out = Vec::new();
+            let mode = match s.mode {
+                ReplicationMode::Tailwind => Mode::Tailwind,
+                ReplicationMode::Conventional => Mode::Conventional,
+            };
+            Hello { mode, master: s.master, log: s.log, log_version: s.log_version }.encode(&mut out);
+            Conn { addr, gen, out, dirty: true, task: None, hello_ok: false, wake: Default::default() }
+        })
+    }
+
+    pub fn stats(&self) -> ReplicationStats {
+        let c = &self.counters;
+        let mean = |sum: u64| if c.rounds == 0 { 0.0 } else { sum as f64 / c.rounds as f64 };
+        ReplicationStats {
+            rounds: c.rounds,
+            round_bytes_mean: mean(c.round_bytes),
+            round_bytes_max: c.round_bytes_max,
+            round_appends_mean: mean(c.round_appends),
+            round_appends_max: c.round_appends_max,
+            bytes_replicated: c.bytes_replicated,
+            replicas_opened: c.replicas_opened,
+            replicas_closed: c.replicas_closed,
+            replicas_reopened: c.replicas_reopened,
+            refusals: c.refusals,
+            open_replicas: self.segs.values().map(|s| s.replicas.iter().filter(|r| !r.closed).count() as u64).sum(),
+            segments_freed: c.segments_freed,
+            position: self.position,
+            durable: self.durable,
+            durable_lag: self.position - self.durable,
+        }
+    }
+}
+
+/// The end of the first whole append group at or after `from` (a group ends
+/// with a checksum entry), or `from` if none is complete yet. Bytes that do
+/// not parse are sent as they are, in one piece: the backup will refuse
+/// them, which is the right outcome for a log that is not well formed.
+fn next_group_end(bytes: &[u8], from: u32) -> u32 {
+    let mut pos = from as usize;
+    while pos < bytes.len() {
+        let Ok(h) = format::read_header(&bytes[pos..]) else {
+            return bytes.len() as u32;
+        };
+        let end = pos + h.total_len();
+        if end > bytes.len() {
+            break;
+        }
+        if h.entry_type == EntryType::Checksum {
+            return end as u32;
+        }
+        pos = end;
+    }
+    from
+}
