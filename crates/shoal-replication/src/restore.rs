@@ -1,1 +1,451 @@
-//! See docs/replication.md.
+//! Reading replicas back from backups: the reader side of the protocol
+//! (`docs/replication.md`, mode 2) and [`find_log`], which rebuilds a log
+//! from the replicas scattered over many backups.
+//!
+//! Every replica is checked here again, whatever the backup said:
+//! [`verify_replica`] runs Tailwind's Algorithm 1 (`format::scan`) and then
+//! decodes every entry of the verified prefix with its own CRC, so a
+//! replica is trusted only up to the last checksum entry before anything
+//! wrong. A closed replica must verify to exactly its recorded length and
+//! last checksum; an open one counts for its verified prefix.
+
+use crate::wire::{self, Header, Hello, Kind, Mode, ReplicaInfo, ReplicaState, WireError, HEADER_LEN};
+use shoal_cluster::ServerId;
+use shoal_common::{LogId, SegmentId};
+use shoal_engine::format::{self, Entry, SegmentHeaderView};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest frame body a reader accepts: a segment of the largest size the
+/// engine can address (128 MiB) and its prefix. Bodies are read as they
+/// arrive, so a lying length costs no more memory than the bytes sent.
+const MAX_BODY: usize = (1 << 27) + 64;
+
+/// Why reading from backups failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// Connecting, reading or writing failed.
+    #[error("backup {addr}: {source}")]
+    Io {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The backup did not answer in time.
+    #[error("backup {addr} did not answer within {timeout:?}")]
+    Timeout { addr: SocketAddr, timeout: Duration },
+    /// The backup sent something that is not a valid answer.
+    #[error("backup {addr}: {source}")]
+    Protocol {
+        addr: SocketAddr,
+        #[source]
+        source: WireError,
+    },
+    /// The backup answered with a frame of the wrong kind.
+    #[error("backup {addr} answered {kind:?} where {expected} was expected")]
+    Unexpected { addr: SocketAddr, kind: Kind, expected: &'static str },
+    /// The backup answered ERROR (for READ: it holds no such replica, or
+    /// the one it holds is corrupt).
+    #[error("backup {addr}: {message}")]
+    Backup { addr: SocketAddr, message: String },
+    /// Segments the log's digest names have no usable replica on any
+    /// reachable backup; `unreachable` may hold them. Retry later.
+    #[error("log incomplete: segments {missing:?} have no usable replica (unreachable backups: {unreachable:?})")]
+    Incomplete { missing: Vec<SegmentId>, unreachable: Vec<SocketAddr> },
+    /// Replicas hold data but none of them has a verified log digest: the
+    /// head's replicas are all lost.
+    #[error("no replica of the log's head: segments {segments:?} hold data but no log digest")]
+    NoHead { segments: Vec<SegmentId> },
+}
+
+// ---------------------------------------------------------------------------
+// Verifying a replica's bytes
+
+/// What [`verify_replica`] found in a replica's bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// Bytes from the start that end with a verified checksum entry and
+    /// whose every entry decodes with a correct CRC.
+    pub len: usize,
+    /// The value of that last checksum entry (0 if `len` is 0).
+    pub last_checksum: u32,
+    /// The segment header entry, if within `len`.
+    pub header: Option<SegmentHeaderView>,
+    /// The log digest, if one is within `len` (a head segment's).
+    pub digest: Option<Vec<SegmentId>>,
+}
+
+/// Finds the trusted prefix of a replica: Tailwind's Algorithm 1
+/// (`format::scan`), then every entry of that prefix decoded and its CRC
+/// checked; the prefix is cut back to the last checksum entry before the
+/// first entry that fails.
+pub fn verify_replica(bytes: &[u8]) -> Verified {
+    let scan = format::scan(bytes);
+    let mut v = Verified::default();
+    let mut header = None;
+    let mut digest = None;
+    for item in format::EntryIter::new(&bytes[..scan.verified_len]) {
+        let Ok((at, entry)) = item else { break };
+        match entry {
+            Entry::Checksum(c) => {
+                v.len = at + format::CHECKSUM_ENTRY_BYTES;
+                v.last_checksum = c;
+                v.header = header;
+                v.digest.clone_from(&digest);
+            }
+            Entry::SegmentHeader(h) => header = Some(h),
+            Entry::LogDigest(ids) => digest = Some(ids),
+            Entry::Object(_) | Entry::Tombstone(_) | Entry::SafeVersion(_) => {}
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------
+// The reader connection
+
+/// A reader-mode connection to one backup.
+struct Reader {
+    addr: SocketAddr,
+    stream: TcpStream,
+}
+
+impl Reader {
+    async fn connect(addr: SocketAddr) -> Result<Reader, RestoreError> {
+        let io_err = |source| RestoreError::Io { addr, source };
+        let stream = TcpStream::connect(addr).await.map_err(io_err)?;
+        let _ = stream.set_nodelay(true);
+        let mut r = Reader { addr, stream };
+        let mut out = Vec::new();
+        Hello { mode: Mode::Reader, master: ServerId(0), log: LogId(0), log_version: 0 }.encode(&mut out);
+        r.call(&out, Kind::HelloOk, "HELLO_OK").await?;
+        Ok(r)
+    }
+
+    /// Sends a request and reads the answer, which must be of kind `expect`.
+    async fn call(&mut self, request: &[u8], expect: Kind, name: &'static str) -> Result<Vec<u8>, RestoreError> {
+        let addr = self.addr;
+        let io_err = |source| RestoreError::Io { addr, source };
+        self.stream.write_all(request).await.map_err(io_err)?;
+        let mut head = [0u8; HEADER_LEN];
+        self.stream.read_exact(&mut head).await.map_err(io_err)?;
+        let h = Header::decode(&head, MAX_BODY).map_err(|source| RestoreError::Protocol { addr, source })?;
+        let mut body = Vec::with_capacity(h.body_len.min(1 << 20));
+        (&mut self.stream).take(h.body_len as u64).read_to_end(&mut body).await.map_err(io_err)?;
+        if body.len() != h.body_len {
+            return Err(io_err(io::ErrorKind::UnexpectedEof.into()));
+        }
+        match h.kind {
+            k if k == expect => Ok(body),
+            Kind::Error => Err(RestoreError::Backup { addr, message: wire::decode_text(&body) }),
+            kind => Err(RestoreError::Unexpected { addr, kind, expected: name }),
+        }
+    }
+
+    async fn list(&mut self, log: LogId) -> Result<Vec<ReplicaInfo>, RestoreError> {
+        let mut out = Vec::new();
+        wire::encode_u64(Kind::List, SegmentId(0), log.0, &mut out);
+        let body = self.call(&out, Kind::Listing, "LISTING").await?;
+        wire::decode_listing(&body).map_err(|source| RestoreError::Protocol { addr: self.addr, source })
+    }
+
+    async fn read(&mut self, log: LogId, segment: SegmentId) -> Result<(ReplicaInfo, Vec<u8>), RestoreError> {
+        let mut out = Vec::new();
+        wire::encode_u64(Kind::Read, segment, log.0, &mut out);
+        let mut body = self.call(&out, Kind::Segment, "SEGMENT").await?;
+        let (log_version, state, bytes) =
+            wire::decode_segment(&body).map_err(|source| RestoreError::Protocol { addr: self.addr, source })?;
+        let len = bytes.len();
+        let checksum = if len == 0 { 0 } else { verify_replica(bytes).last_checksum };
+        let info = ReplicaInfo { segment, log_version, len: len as u32, checksum, state };
+        body.drain(..wire::SEGMENT_PREFIX);
+        Ok((info, body))
+    }
+
+    async fn free_log(&mut self, log: LogId) -> Result<(), RestoreError> {
+        let mut out = Vec::new();
+        wire::encode_u64(Kind::FreeLog, SegmentId(0), log.0, &mut out);
+        self.call(&out, Kind::Freed, "FREED").await.map(|_| ())
+    }
+}
+
+/// Every replica of `log` that `backup` holds and can serve. An open
+/// replica's `len` is its verified prefix; closed ones were checked by the
+/// backup (corrupt ones are left out).
+pub async fn list_replicas(backup: SocketAddr, log: LogId) -> Result<Vec<ReplicaInfo>, RestoreError> {
+    Reader::connect(backup).await?.list(log).await
+}
+
+/// One replica's bytes: a closed replica whole, an open one's verified
+/// prefix. The returned `ReplicaInfo` describes the bytes received (`len`
+/// their length, `checksum` their last verified checksum entry's value).
+/// Errors: `RestoreError::Backup` if the backup holds no such replica or
+/// found it corrupt.
+pub async fn read_replica(
+    backup: SocketAddr,
+    log: LogId,
+    segment: SegmentId,
+) -> Result<(ReplicaInfo, Vec<u8>), RestoreError> {
+    Reader::connect(backup).await?.read(log, segment).await
+}
+
+/// Drops every replica of `log` on `backup` (after recovery or restart no
+/// longer needs them).
+pub async fn free_log(backup: SocketAddr, log: LogId) -> Result<(), RestoreError> {
+    Reader::connect(backup).await?.free_log(log).await
+}
+
+// ---------------------------------------------------------------------------
+// Finding a log
+
+/// A log as found on the backups: exactly the segments its newest digest
+/// names, each as its verified bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FoundLog {
+    /// The digest's segments in id order, with their verified bytes.
+    pub segments: Vec<(SegmentId, Vec<u8>)>,
+    /// The head: the highest segment whose verified bytes hold a digest.
+    /// `None` for a log with no replica anywhere (a master that never wrote).
+    pub head: Option<SegmentId>,
+    /// Total bytes of `segments`.
+    pub bytes: u64,
+    /// Backups that did not answer. The log was found without them, which
+    /// is sound as long as they did not hold every replica of a newer head.
+    pub unreachable: Vec<SocketAddr>,
+}
+
+/// Timeouts of [`find_log_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct FindOptions {
+    /// For connecting to a backup and listing its replicas.
+    pub list_timeout: Duration,
+    /// For reading one replica.
+    pub read_timeout: Duration,
+    /// Replicas read at once (over all backups).
+    pub parallel_reads: usize,
+}
+
+impl Default for FindOptions {
+    fn default() -> Self {
+        FindOptions { list_timeout: Duration::from_secs(5), read_timeout: Duration::from_secs(60), parallel_reads: 16 }
+    }
+}
+
+/// [`find_log_with`] with the default timeouts.
+pub async fn find_log(backups: &[SocketAddr], log: LogId) -> Result<FoundLog, RestoreError> {
+    find_log_with(backups, log, FindOptions::default()).await
+}
+
+/// One replica a backup listed.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    addr: SocketAddr,
+    info: ReplicaInfo,
+}
+
+/// Rebuilds `log` from the replicas on `backups`.
+///
+/// Every backup is asked for its replicas in parallel; those that fail or
+/// time out are noted as unreachable. For each segment the best replica is
+/// a closed one that verifies, else the open one with the longest verified
+/// prefix (ties: the higher log version). The head is the highest segment
+/// whose verified bytes hold a log digest; the digest names the log's
+/// segments, which are then read in parallel.
+///
+/// Errors: `Incomplete` when a digest member has no usable replica (or no
+/// head was found while some backup was unreachable); `NoHead` when the
+/// reachable replicas hold data but no digest. A log with no replica at all
+/// on reachable backups, all of them answering, is empty: `Ok` with no
+/// segments.
+pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions) -> Result<FoundLog, RestoreError> {
+    let mut listing = tokio::task::JoinSet::new();
+    for &addr in backups {
+        listing.spawn(async move {
+            let r = tokio::time::timeout(opts.list_timeout, list_replicas(addr, log)).await;
+            (addr, r)
+        });
+    }
+    let mut unreachable = Vec::new();
+    let mut candidates: BTreeMap<SegmentId, Vec<Candidate>> = BTreeMap::new();
+    while let Some(joined) = listing.join_next().await {
+        let Ok((addr, r)) = joined else { continue };
+        match r {
+            Ok(Ok(replicas)) => {
+                for info in replicas {
+                    candidates.entry(info.segment).or_default().push(Candidate { addr, info });
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(backup = %addr, error = %e, "restore: backup did not list its replicas");
+                unreachable.push(addr);
+            }
+            Err(_) => {
+                tracing::warn!(backup = %addr, "restore: backup did not list its replicas in time");
+                unreachable.push(addr);
+            }
+        }
+    }
+    unreachable.sort();
+    for list in candidates.values_mut() {
+        // Closed first, then the longest prefix, then the newest version.
+        list.sort_by_key(|c| {
+            (c.info.state != ReplicaState::Closed, std::cmp::Reverse(c.info.len), std::cmp::Reverse(c.info.log_version))
+        });
+    }
+    let candidates = Arc::new(candidates);
+
+    // The head: the highest segment whose best replica holds a digest.
+    let mut fetched: HashMap<SegmentId, Vec<u8>> = HashMap::new();
+    let mut head = None;
+    let mut with_data = Vec::new();
+    for (&segment, list) in candidates.iter().rev() {
+        if list.iter().all(|c| c.info.len == 0) {
+            continue;
+        }
+        if let Some((bytes, v)) = fetch_best(log, segment, list, opts.read_timeout).await {
+            with_data.push(segment);
+            let digest = v.digest.clone();
+            fetched.insert(segment, bytes);
+            if let Some(members) = digest {
+                head = Some((segment, members));
+                break;
+            }
+        }
+    }
+    let Some((head, members)) = head else {
+        if !unreachable.is_empty() {
+            return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable });
+        }
+        if !with_data.is_empty() {
+            with_data.sort();
+            return Err(RestoreError::NoHead { segments: with_data });
+        }
+        return Ok(FoundLog { unreachable, ..FoundLog::default() });
+    };
+
+    // The digest's other members, in parallel.
+    let limit = Arc::new(tokio::sync::Semaphore::new(opts.parallel_reads.max(1)));
+    let mut reads = tokio::task::JoinSet::new();
+    let mut segments = Vec::new();
+    let mut missing = Vec::new();
+    for &segment in &members {
+        if let Some(bytes) = fetched.remove(&segment) {
+            segments.push((segment, bytes));
+            continue;
+        }
+        if !candidates.contains_key(&segment) {
+            missing.push(segment);
+            continue;
+        }
+        let (candidates, limit) = (candidates.clone(), limit.clone());
+        reads.spawn(async move {
+            let _permit = limit.acquire().await.ok();
+            let found = fetch_best(log, segment, &candidates[&segment], opts.read_timeout).await;
+            (segment, found.map(|(bytes, _)| bytes))
+        });
+    }
+    while let Some(joined) = reads.join_next().await {
+        match joined {
+            Ok((segment, Some(bytes))) => segments.push((segment, bytes)),
+            Ok((segment, None)) => missing.push(segment),
+            Err(e) => return Err(RestoreError::Io { addr: backups[0], source: io::Error::other(e.to_string()) }),
+        }
+    }
+    if !missing.is_empty() {
+        missing.sort();
+        return Err(RestoreError::Incomplete { missing, unreachable });
+    }
+    segments.sort_by_key(|(s, _)| *s);
+    let bytes = segments.iter().map(|(_, b)| b.len() as u64).sum();
+    Ok(FoundLog { segments, head: Some(head), bytes, unreachable })
+}
+
+/// Reads the replicas of `segment` in order of preference until one is
+/// usable: it verifies (a closed one to exactly its length and checksum),
+/// holds something, and its segment header names this log and segment.
+/// Returns its verified bytes.
+async fn fetch_best(
+    log: LogId,
+    segment: SegmentId,
+    candidates: &[Candidate],
+    timeout: Duration,
+) -> Option<(Vec<u8>, Verified)> {
+    for c in candidates {
+        let read = match tokio::time::timeout(timeout, read_replica(c.addr, log, segment)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::warn!(backup = %c.addr, segment = segment.0, error = %e, "restore: reading a replica failed");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(backup = %c.addr, segment = segment.0, "restore: reading a replica timed out");
+                continue;
+            }
+        };
+        let (info, mut bytes) = read;
+        let v = verify_replica(&bytes);
+        let whole = match info.state {
+            ReplicaState::Closed => v.len == bytes.len() && v.len == c.info.len as usize && {
+                v.last_checksum == c.info.checksum
+            },
+            ReplicaState::Open => true,
+        };
+        let named = v.header.is_some_and(|h| h.log == log && h.segment == segment);
+        if !whole || !named || v.len == 0 {
+            tracing::warn!(backup = %c.addr, segment = segment.0, "restore: a replica does not verify; trying another");
+            continue;
+        }
+        bytes.truncate(v.len);
+        return Some((bytes, v));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_common::{TableId, Version};
+    use shoal_engine::format::HeaderCrc;
+
+    fn group(seg: &mut Vec<u8>, crc: &mut HeaderCrc, entries: &[Vec<u8>]) {
+        for e in entries {
+            let h = format::read_header(e).unwrap();
+            crc.add(&e[..h.header_len]);
+            seg.extend_from_slice(e);
+        }
+        crc.add(&[6]);
+        format::encode_checksum(seg, crc.value());
+    }
+
+    #[test]
+    fn verify_replica_finds_header_digest_and_cuts_at_a_bad_entry() {
+        let mut seg = Vec::new();
+        let mut crc = HeaderCrc::default();
+        let (mut h, mut d, mut o) = (Vec::new(), Vec::new(), Vec::new());
+        format::encode_segment_header(&mut h, LogId(3), SegmentId(5), 1 << 16);
+        format::encode_digest(&mut d, &[SegmentId(1), SegmentId(5)]);
+        group(&mut seg, &mut crc, &[h, d]);
+        let first = seg.len();
+        format::encode_object(&mut o, TableId(1), Version(1), b"k", b"value");
+        group(&mut seg, &mut crc, &[o]);
+        let v = verify_replica(&seg);
+        assert_eq!(v.len, seg.len());
+        assert_eq!(v.digest, Some(vec![SegmentId(1), SegmentId(5)]));
+        assert_eq!(v.header.map(|h| (h.log, h.segment)), Some((LogId(3), SegmentId(5))));
+        assert_eq!(v.last_checksum, format::scan(&seg).last_checksum);
+        // A flipped value bit passes the header scan but not the entry's CRC.
+        let mut bad = seg.clone();
+        let last_value_byte = seg.len() - format::CHECKSUM_ENTRY_BYTES - 1;
+        bad[last_value_byte] ^= 0x10;
+        assert_eq!(format::scan(&bad).verified_len, seg.len());
+        let v = verify_replica(&bad);
+        assert_eq!(v.len, first);
+        assert_eq!(v.last_checksum, format::scan(&seg[..first]).last_checksum);
+        assert_eq!(verify_replica(&[]), Verified::default());
+    }
+}

@@ -1,0 +1,482 @@
+//! The backup's table of replicas and its buffer pool: who holds what, the
+//! admission rule, fencing, and the transitions OPEN, CLOSE, flushed, FREE.
+//!
+//! Locking: a buffer's lock may be taken while the table's is held, never
+//! the other way round. A replica in a buffer is identified by the buffer's
+//! generation: a holder (a connection, a flush job, a reader) checks the
+//! generation under the buffer's lock, so a buffer reset, freed or reused
+//! meanwhile is noticed.
+
+use super::buffers::{Buffer, Meta, MetaState};
+use super::files::{self, FileHeader};
+use super::{BackupConfig, Counters};
+use crate::restore::verify_replica;
+use crate::wire::{ReplicaInfo, ReplicaState};
+use parking_lot::Mutex;
+use shoal_common::{LogId, SegmentId};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+type Key = (LogId, SegmentId);
+
+/// Work for the flusher thread.
+pub(crate) enum Job {
+    /// Write the closed replica `key` (if its buffer is still at `gen`).
+    Flush { key: Key, gen: u64 },
+    Stop,
+}
+
+/// Where one replica lives.
+#[derive(Clone)]
+pub(crate) enum Replica {
+    /// Being written (or found open at start).
+    Open { buf: Arc<Buffer>, gen: u64, version: u64 },
+    /// Closed, in its buffer, waiting for the flusher.
+    Closed { buf: Arc<Buffer>, gen: u64, version: u64, len: u32, checksum: u32 },
+    /// Closed and in its file.
+    OnDisk { version: u64, len: u32, checksum: u32, path: PathBuf },
+}
+
+struct Table {
+    /// Every buffer by index; `None` for a retired one.
+    buffers: Vec<Option<Arc<Buffer>>>,
+    free: Vec<usize>,
+    replicas: BTreeMap<Key, Replica>,
+    /// Highest log version seen per log (HELLO, buffers, files).
+    fences: HashMap<LogId, Arc<AtomicU64>>,
+    awaiting_flush: usize,
+    next_gen: u64,
+}
+
+impl Table {
+    fn gen(&mut self) -> u64 {
+        self.next_gen += 1;
+        self.next_gen
+    }
+}
+
+/// Everything a connection, the flusher and `Backup` share.
+pub(crate) struct Shared {
+    pub config: BackupConfig,
+    pub segments_dir: PathBuf,
+    pub counters: Counters,
+    table: Mutex<Table>,
+    jobs: Mutex<Sender<Job>>,
+}
+
+/// The answer to an OPEN.
+pub(crate) enum Opened {
+    Yes { buf: Arc<Buffer>, gen: u64 },
+    Refused(String),
+}
+
+/// A replica's bytes as a reader gets them.
+pub(crate) struct ReadOut {
+    pub info: ReplicaInfo,
+    pub bytes: Vec<u8>,
+}
+
+impl Shared {
+    /// Loads what `config.data_dir` holds (buffers and segment files) and
+    /// queues closed buffers for the flusher.
+    pub(crate) fn load(config: BackupConfig, jobs: Sender<Job>) -> io::Result<Arc<Shared>> {
+        let base = config.data_dir.join("backup");
+        let buffers_dir = base.join("buffers");
+        let segments_dir = base.join("segments");
+        std::fs::create_dir_all(&buffers_dir)?;
+        std::fs::create_dir_all(&segments_dir)?;
+        let capacity = config.segment_bytes as usize;
+
+        let mut table = Table {
+            buffers: Vec::new(),
+            free: Vec::new(),
+            replicas: BTreeMap::new(),
+            fences: HashMap::new(),
+            awaiting_flush: 0,
+            next_gen: 0,
+        };
+        let mut found: BTreeMap<Key, Replica> = BTreeMap::new();
+        let mut to_flush = Vec::new();
+        let mut versions: HashMap<LogId, u64> = HashMap::new();
+
+        for (h, path) in files::scan_dir(&segments_dir)? {
+            let v = versions.entry(h.log).or_default();
+            *v = (*v).max(h.log_version);
+            found.insert(
+                (h.log, h.segment),
+                Replica::OnDisk { version: h.log_version, len: h.len, checksum: h.checksum, path },
+            );
+        }
+
+        // Buffer files: the configured ones, plus any others holding replicas.
+        let mut indices: Vec<usize> = (0..config.buffers).collect();
+        for entry in std::fs::read_dir(&buffers_dir)? {
+            let name = entry?.file_name();
+            let idx = name.to_str().and_then(|n| n.strip_prefix("buf-")).and_then(|n| n.parse::<usize>().ok());
+            match idx {
+                Some(i) if i >= config.buffers => indices.push(i),
+                Some(_) => {}
+                None => tracing::warn!(file = ?name, "backup: ignoring an unknown file among buffers"),
+            }
+        }
+        indices.sort_unstable();
+        table.buffers.resize(indices.last().map_or(0, |i| i + 1), None);
+        for idx in indices {
+            let buf = Arc::new(Buffer::open(&buffers_dir, idx, capacity)?);
+            let meta = buf.lock().meta;
+            let Some(meta) = meta else {
+                if idx < config.buffers {
+                    table.buffers[idx] = Some(buf.clone());
+                    table.free.push(idx);
+                } else {
+                    let _ = std::fs::remove_file(&buf.path);
+                }
+                continue;
+            };
+            let v = versions.entry(meta.log).or_default();
+            *v = (*v).max(meta.log_version);
+            table.buffers[idx] = Some(buf.clone());
+            let gen = table.gen();
+            buf.lock().gen = gen;
+            let key = (meta.log, meta.segment);
+            let replica = match meta.state {
+                MetaState::Open => Replica::Open { buf: buf.clone(), gen, version: meta.log_version },
+                MetaState::Closed { len, checksum } => {
+                    Replica::Closed { buf: buf.clone(), gen, version: meta.log_version, len, checksum }
+                }
+            };
+            // Two copies of one replica (a kill between a flush and the
+            // release of its buffer): the newer version wins, then closed
+            // over open, then the file over the buffer.
+            let rank = |r: &Replica| match r {
+                Replica::Open { version, .. } => (*version, 0),
+                Replica::Closed { version, .. } => (*version, 1),
+                Replica::OnDisk { version, .. } => (*version, 2),
+            };
+            let keep_new = found.get(&key).is_none_or(|old| rank(&replica) > rank(old));
+            let loser = if keep_new { found.insert(key, replica) } else { Some(replica) };
+            match loser {
+                Some(Replica::Open { buf, .. } | Replica::Closed { buf, .. }) => {
+                    buf.lock().release(capacity)?;
+                    if buf.idx < config.buffers {
+                        table.free.push(buf.idx);
+                    } else {
+                        table.buffers[buf.idx] = None;
+                        let _ = std::fs::remove_file(&buf.path);
+                    }
+                }
+                Some(Replica::OnDisk { path, .. }) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                None => {}
+            }
+        }
+        for (key, r) in &found {
+            if let Replica::Closed { gen, .. } = r {
+                table.awaiting_flush += 1;
+                to_flush.push(Job::Flush { key: *key, gen: *gen });
+            }
+        }
+        table.replicas = found;
+        table.fences = versions.into_iter().map(|(log, v)| (log, Arc::new(AtomicU64::new(v)))).collect();
+        for job in to_flush {
+            let _ = jobs.send(job);
+        }
+        Ok(Arc::new(Shared {
+            config,
+            segments_dir,
+            counters: Counters::default(),
+            table: Mutex::new(table),
+            jobs: Mutex::new(jobs),
+        }))
+    }
+
+    /// Asks the flusher thread to stop after its current job.
+    pub(crate) fn stop_flusher(&self) {
+        let _ = self.jobs.lock().send(Job::Stop);
+    }
+
+    /// Registers a master's HELLO: refuses a log version below the highest
+    /// seen for the log (fencing), else returns the log's fence, which the
+    /// connection checks before every frame.
+    pub(crate) fn hello(&self, log: LogId, version: u64) -> Result<Arc<AtomicU64>, String> {
+        let mut t = self.table.lock();
+        let fence = t.fences.entry(log).or_default().clone();
+        let seen = fence.fetch_max(version, Ordering::AcqRel);
+        if version < seen {
+            return Err(format!("log {} version {version} is fenced: version {seen} was seen", log.0));
+        }
+        Ok(fence)
+    }
+
+    /// OPEN: a pre-zeroed buffer for `(log, segment)` of `size` bytes, or a
+    /// refusal (no free buffer, or the flush backlog at its limit). A
+    /// replica of that segment already held is dropped (an open one is
+    /// restarted in its own buffer).
+    pub(crate) fn open(&self, log: LogId, segment: SegmentId, version: u64, size: u32) -> io::Result<Opened> {
+        if size == 0 || size > self.config.segment_bytes {
+            return Ok(Opened::Refused(format!(
+                "segment size {size} not within 1..={} (this backup's buffers)",
+                self.config.segment_bytes
+            )));
+        }
+        let key = (log, segment);
+        let meta = Meta { log, log_version: version, segment, size, state: MetaState::Open };
+        let mut t = self.table.lock();
+        // Restart an open replica in place (if its buffer is large enough;
+        // nesting the buffer's lock inside the table's is the allowed order).
+        if let Some(Replica::Open { buf, .. }) =
+            t.replicas.get(&key).filter(|r| matches!(r, Replica::Open { buf, .. } if buf.lock().capacity() >= size as usize))
+        {
+            let buf = buf.clone();
+            let gen = t.gen();
+            t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version });
+            drop(t);
+            buf.lock().assign(meta, gen, self.config.sync_open)?;
+            self.counters.segments_opened.fetch_add(1, Ordering::Relaxed);
+            return Ok(Opened::Yes { buf, gen });
+        }
+        let closed_here = matches!(t.replicas.get(&key), Some(Replica::Closed { .. })) as usize;
+        if t.free.is_empty() {
+            self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+            return Ok(Opened::Refused("no free buffer".into()));
+        }
+        if t.awaiting_flush - closed_here >= self.config.flush_limit {
+            self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+            return Ok(Opened::Refused(format!("{} closed buffers are waiting for the disk", t.awaiting_flush)));
+        }
+        let dropped = self.remove_locked(&mut t, key);
+        let idx = t.free.pop().expect("checked above");
+        let buf = t.buffers[idx].clone().expect("free buffers exist");
+        let gen = t.gen();
+        t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version });
+        drop(t);
+        if let Some(old) = dropped {
+            self.release(&old);
+        }
+        buf.lock().assign(meta, gen, self.config.sync_open)?;
+        self.counters.segments_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(Opened::Yes { buf, gen })
+    }
+
+    /// CLOSE of the replica a connection holds at `gen`: records it closed
+    /// at `len` and queues it for the disk. Fails if the replica was reset or
+    /// freed meanwhile.
+    pub(crate) fn close(
+        &self,
+        log: LogId,
+        segment: SegmentId,
+        buf: &Arc<Buffer>,
+        gen: u64,
+        len: u32,
+        checksum: u32,
+    ) -> Result<(), String> {
+        {
+            let mut g = buf.lock();
+            if g.gen != gen {
+                return Err(format!("replica of segment {} was reset or freed", segment.0));
+            }
+            g.close(len, checksum, self.config.sync_open).map_err(|e| format!("closing segment {}: {e}", segment.0))?;
+        }
+        let key = (log, segment);
+        let mut t = self.table.lock();
+        match t.replicas.get(&key) {
+            Some(Replica::Open { gen: g, version, .. }) if *g == gen => {
+                let version = *version;
+                t.replicas.insert(key, Replica::Closed { buf: buf.clone(), gen, version, len, checksum });
+                t.awaiting_flush += 1;
+            }
+            _ => return Err(format!("replica of segment {} was reset or freed", segment.0)),
+        }
+        drop(t);
+        self.counters.segments_closed.fetch_add(1, Ordering::Relaxed);
+        let _ = self.jobs.lock().send(Job::Flush { key, gen });
+        Ok(())
+    }
+
+    /// FREE: drops the replica of `(log, segment)` if held.
+    pub(crate) fn free(&self, log: LogId, segment: SegmentId) {
+        let mut t = self.table.lock();
+        let dropped = self.remove_locked(&mut t, (log, segment));
+        drop(t);
+        if let Some(buf) = dropped {
+            self.release(&buf);
+        }
+    }
+
+    /// FREE_LOG: drops every replica of `log`.
+    pub(crate) fn free_log(&self, log: LogId) {
+        let mut t = self.table.lock();
+        let keys: Vec<Key> = t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, _)| *k).collect();
+        let dropped: Vec<Arc<Buffer>> = keys.into_iter().filter_map(|k| self.remove_locked(&mut t, k)).collect();
+        drop(t);
+        for buf in dropped {
+            self.release(&buf);
+        }
+    }
+
+    /// Removes a replica from the table; a file is deleted at once (under
+    /// the lock, so no flush of a newer replica can race it), a buffer is
+    /// returned, to be released after the lock.
+    fn remove_locked(&self, t: &mut Table, key: Key) -> Option<Arc<Buffer>> {
+        let r = t.replicas.remove(&key)?;
+        self.counters.segments_freed.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Replica::Open { buf, .. } => Some(buf),
+            Replica::Closed { buf, .. } => {
+                t.awaiting_flush -= 1;
+                Some(buf)
+            }
+            Replica::OnDisk { path, .. } => {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "backup: could not delete a freed segment");
+                }
+                None
+            }
+        }
+    }
+
+    /// Zeroes a buffer no replica refers to any more and makes it free.
+    fn release(&self, buf: &Arc<Buffer>) {
+        let capacity = self.config.segment_bytes as usize;
+        if let Err(e) = buf.lock().release(capacity) {
+            // Not reusable: leave it out of the pool.
+            tracing::warn!(path = %buf.path.display(), error = %e, "backup: could not release a buffer");
+            return;
+        }
+        let mut t = self.table.lock();
+        if buf.idx < self.config.buffers {
+            t.free.push(buf.idx);
+        } else {
+            t.buffers[buf.idx] = None;
+            let _ = std::fs::remove_file(&buf.path);
+        }
+    }
+
+    /// The flusher's step for one job: writes the replica's file, then
+    /// makes the file the replica and frees the buffer. Returns false if the
+    /// write failed (the job should be retried later).
+    pub(crate) fn flush(&self, key: Key, gen: u64) -> bool {
+        let (buf, version, len, checksum) = match self.table.lock().replicas.get(&key) {
+            Some(Replica::Closed { buf, gen: g, version, len, checksum }) if *g == gen => {
+                (buf.clone(), *version, *len, *checksum)
+            }
+            _ => return true, // freed or reset meanwhile
+        };
+        let header = FileHeader { log: key.0, log_version: version, segment: key.1, len, checksum };
+        let written = {
+            let g = buf.lock();
+            if g.gen != gen {
+                return true;
+            }
+            files::write_segment(&self.segments_dir, &header, &g.data()[..len as usize])
+        };
+        let path = match written {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(log = key.0 .0, segment = key.1 .0, error = %e, "backup: writing a closed segment failed");
+                return false;
+            }
+        };
+        let mut t = self.table.lock();
+        match t.replicas.get(&key) {
+            Some(Replica::Closed { gen: g, .. }) if *g == gen => {
+                t.replicas.insert(key, Replica::OnDisk { version, len, checksum, path });
+                t.awaiting_flush -= 1;
+                drop(t);
+                self.counters.segments_flushed.fetch_add(1, Ordering::Relaxed);
+                self.release(&buf);
+            }
+            _ => {
+                // Dropped while we wrote: the file is no replica.
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        true
+    }
+
+    /// LIST: every replica of `log` this backup can serve. Open replicas
+    /// report their verified prefix; closed ones are checked (bytes scan to
+    /// their length, ending with their checksum) and left out if they fail.
+    pub(crate) fn list(&self, log: LogId) -> Vec<ReplicaInfo> {
+        let replicas = self.replicas_of(log);
+        replicas.into_iter().filter_map(|(segment, r)| self.read_replica(log, segment, r, false)).map(|o| o.info).collect()
+    }
+
+    /// READ: one replica's bytes (an open one's verified prefix).
+    pub(crate) fn read(&self, log: LogId, segment: SegmentId) -> Result<ReadOut, String> {
+        let r = self.table.lock().replicas.get(&(log, segment)).cloned();
+        let r = r.ok_or_else(|| format!("no replica of log {} segment {}", log.0, segment.0))?;
+        self.read_replica(log, segment, r, true)
+            .ok_or_else(|| format!("replica of log {} segment {} is corrupt or gone", log.0, segment.0))
+    }
+
+    fn replicas_of(&self, log: LogId) -> Vec<(SegmentId, Replica)> {
+        let t = self.table.lock();
+        t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, r)| (k.1, r.clone())).collect()
+    }
+
+    /// Checks one replica and describes it, with its bytes if `bytes`.
+    fn read_replica(&self, log: LogId, segment: SegmentId, r: Replica, bytes: bool) -> Option<ReadOut> {
+        let corrupt = |what: &str| {
+            self.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(log = log.0, segment = segment.0, "backup: not serving a corrupt closed replica ({what})");
+        };
+        match r {
+            Replica::Open { buf, gen, version } => {
+                let g = buf.lock();
+                if g.gen != gen {
+                    return None;
+                }
+                let held = &g.data()[..g.received as usize];
+                let v = verify_replica(held);
+                let info =
+                    ReplicaInfo { segment, log_version: version, len: v.len as u32, checksum: 0, state: ReplicaState::Open };
+                Some(ReadOut { info, bytes: if bytes { held[..v.len].to_vec() } else { Vec::new() } })
+            }
+            Replica::Closed { buf, gen, version, len, checksum } => {
+                let g = buf.lock();
+                if g.gen != gen {
+                    return None;
+                }
+                let held = &g.data()[..len as usize];
+                let v = verify_replica(held);
+                if v.len != len as usize || v.last_checksum != checksum {
+                    corrupt("buffer");
+                    return None;
+                }
+                let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
+                Some(ReadOut { info, bytes: if bytes { held.to_vec() } else { Vec::new() } })
+            }
+            Replica::OnDisk { version, len, checksum, path } => {
+                let (h, data) = match files::read_segment(&path) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        corrupt(&e.to_string());
+                        return None;
+                    }
+                };
+                let v = verify_replica(&data);
+                let expect = FileHeader { log, log_version: version, segment, len, checksum };
+                if h != expect || v.len != len as usize || v.last_checksum != checksum {
+                    corrupt("file");
+                    return None;
+                }
+                let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
+                Some(ReadOut { info, bytes: if bytes { data } else { Vec::new() } })
+            }
+        }
+    }
+
+    /// (buffers total, buffers in use, closed awaiting flush, replicas on disk).
+    pub(crate) fn occupancy(&self) -> (usize, usize, usize, usize) {
+        let t = self.table.lock();
+        let total = t.buffers.iter().flatten().count();
+        let on_disk = t.replicas.values().filter(|r| matches!(r, Replica::OnDisk { .. })).count();
+        (total, total - t.free.len(), t.awaiting_flush, on_disk)
+    }
+}
