@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId, TableId};
 use shoal_engine::format;
-use shoal_engine::{LogObserver, RejectRules, SegmentKind, Store, StoreConfig};
+use shoal_engine::{RejectRules, SegmentKind, Store};
 use shoal_replication::master::{ReplicationError, ReplicationMode, Replicator, ReplicatorConfig};
 use shoal_replication::wire::{self, Header, Hello, Kind, Mode, HEADER_LEN};
 use std::collections::HashMap;
@@ -15,9 +15,12 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const SEGMENT: usize = 1 << 20;
+mod master_common;
+
+use master_common::*;
+
 const MASTER: ServerId = ServerId(1);
 
 /// A replica as a fake backup holds it: bytes, (length, checksum) once
@@ -259,57 +262,6 @@ impl FakeConn {
 }
 
 // ---------------------------------------------------------------------------
-// What the log told the observer, recorded beside the replicator.
-
-#[derive(Default)]
-struct TeeLog {
-    bytes: HashMap<u64, Vec<u8>>,
-    kinds: HashMap<u64, SegmentKind>,
-    closed: Vec<u64>,
-    /// Each head, with the segments closed before it was opened.
-    heads: Vec<(u64, Vec<u64>)>,
-    /// Each splice: the head it opened, that head's bytes then, the freed.
-    frees: Vec<(u64, u32, Vec<u64>)>,
-}
-
-struct Tee {
-    rep: Arc<Replicator>,
-    log: Mutex<TeeLog>,
-}
-
-impl LogObserver for Tee {
-    fn segment_opened(&self, segment: SegmentId, kind: SegmentKind) {
-        let mut l = self.log.lock();
-        l.kinds.insert(segment.0, kind);
-        l.bytes.insert(segment.0, Vec::new());
-        if kind == SegmentKind::Head {
-            let before = l.closed.clone();
-            l.heads.push((segment.0, before));
-        }
-        self.rep.segment_opened(segment, kind);
-    }
-    fn appended(&self, segment: SegmentId, offset: u32, bytes: &[u8]) {
-        let mut l = self.log.lock();
-        let b = l.bytes.get_mut(&segment.0).unwrap();
-        assert_eq!(b.len(), offset as usize);
-        b.extend_from_slice(bytes);
-        self.rep.appended(segment, offset, bytes);
-    }
-    fn segment_closed(&self, segment: SegmentId, len: u32, checksum: u32) {
-        let mut l = self.log.lock();
-        l.closed.push(segment.0);
-        self.rep.segment_closed(segment, len, checksum);
-    }
-    fn segments_freed(&self, survivors: &[SegmentId], freed: &[SegmentId]) {
-        let mut l = self.log.lock();
-        let head = l.heads.last().unwrap().0;
-        let len = l.bytes[&head].len() as u32;
-        l.frees.push((head, len, freed.iter().map(|s| s.0).collect()));
-        self.rep.segments_freed(survivors, freed);
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Helpers.
 
 struct Setup {
@@ -330,17 +282,7 @@ fn setup(backups: usize, mode: ReplicationMode, timeout_ms: u64) -> Setup {
         replica_timeout: Duration::from_millis(timeout_ms),
     });
     let tee = Arc::new(Tee { rep: rep.clone(), log: Mutex::default() });
-    let config = StoreConfig {
-        memory_bytes: 64 << 20,
-        segment_bytes: SEGMENT,
-        seglet_bytes: 64 << 10,
-        max_value_bytes: 64 << 10,
-        log_id: LogId(7),
-        cleaner_thread: false,
-        ..StoreConfig::default()
-    };
-    let store = Store::with_observer(config, Some(tee.clone() as Arc<dyn LogObserver>)).unwrap();
-    store.create_table(TableId(1));
+    let store = store(&tee);
     let events: Arc<Mutex<Vec<Event>>> = Arc::default();
     let backups = (0..backups).map(|i| FakeBackup::start(10 + i as u64, events.clone())).collect();
     Setup { rep, tee, store, events, backups }
@@ -351,19 +293,8 @@ impl Setup {
         which.iter().map(|&i| (self.backups[i].id, self.backups[i].addr)).collect()
     }
 
-    /// Writes `n` objects of `len` bytes from `threads` threads.
     fn write(&self, threads: usize, n: usize, len: usize, tag: u8) {
-        std::thread::scope(|s| {
-            for t in 0..threads {
-                let store = &self.store;
-                s.spawn(move || {
-                    let value = vec![tag ^ t as u8; len];
-                    for i in (t..n).step_by(threads) {
-                        store.write(TableId(1), format!("key{i}").as_bytes(), &value, RejectRules::default()).unwrap();
-                    }
-                });
-            }
-        });
+        write(&self.store, threads, n, len, tag)
     }
 
     /// Waits (on a runtime of its own) until everything written is durable.
@@ -396,22 +327,6 @@ impl Setup {
             }
         }
     }
-}
-
-fn wait(rep: &Replicator, pos: u64, secs: u64) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async { tokio::time::timeout(Duration::from_secs(secs), rep.wait_durable(pos)).await.is_ok() })
-}
-
-fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    f()
 }
 
 // ---------------------------------------------------------------------------
@@ -653,7 +568,20 @@ fn shutdown_fails_waiters_that_are_not_durable() {
     assert_eq!(wait_result(&s.rep, 0), Ok(()));
 }
 
-fn wait_result(rep: &Replicator, pos: u64) -> Result<(), ReplicationError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(rep.wait_durable(pos))
+#[test]
+fn a_lower_r_from_a_shrunken_cluster_lets_open_segments_finish() {
+    let s = setup(3, ReplicationMode::Tailwind, 300);
+    s.rep.set_backups(s.list(&[0, 1, 2]), 3);
+    s.write(1, 200, 1000, 13);
+    assert!(s.wait_all(10));
+    s.backups[2].kill();
+    s.write(1, 200, 1000, 14);
+    let pos = s.rep.position();
+    assert!(!wait(&s.rep, pos, 1), "durable on two replicas with R = 3");
+    // The coordinator's next map: two servers left, R = 2.
+    s.rep.set_backups(s.list(&[0, 1]), 2);
+    assert!(wait(&s.rep, pos, 10));
+    s.write(2, 2000, 1000, 15);
+    assert!(s.wait_all(10));
+    s.check_replicas(2, &[0, 1]);
 }

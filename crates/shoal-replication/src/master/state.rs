@@ -71,7 +71,7 @@ struct Seg {
     bytes: Vec<u8>,
     /// segment_closed was seen: (length, last checksum).
     closed: Option<(u32, u32)>,
-    /// Replicas this segment gets (R when it was placed; None: R unknown yet).
+    /// Replicas this segment gets (the latest R; None: R unknown yet).
     r: Option<u32>,
     replicas: Vec<Replica>,
     /// Backups that refused or failed this segment (not tried again until
@@ -292,6 +292,29 @@ impl State {
         candidates.dedup_by_key(|c| c.0);
         self.candidates = candidates;
         self.replicas = Some(replicas);
+        // Segments not yet closed everywhere follow the new R: a cluster
+        // that shrank below the old R must not stall writes for ever.
+        let mut extra: Vec<(ServerId, u64, SegmentId)> = Vec::new();
+        for (id, seg) in self.segs.iter_mut() {
+            let Some(r) = seg.r else { continue };
+            if r == replicas {
+                continue;
+            }
+            seg.r = Some(replicas);
+            if seg.replicas.len() > replicas as usize {
+                // Keep the most advanced replicas; free the others.
+                seg.replicas.sort_by_key(|x| std::cmp::Reverse((x.closed, x.acked)));
+                for x in seg.replicas.drain(replicas as usize..) {
+                    extra.push((x.backup, x.gen, *id));
+                }
+            }
+        }
+        for (backup, gen, id) in extra {
+            if let Some(c) = self.conns.get_mut(&backup).filter(|c| c.gen == gen) {
+                wire::encode_empty(Kind::Free, id, &mut c.out);
+                c.dirty = true;
+            }
+        }
         let gone: Vec<ServerId> =
             self.conns.keys().copied().filter(|id| !self.candidates.iter().any(|c| c.0 == *id)).collect();
         for id in gone {
