@@ -237,6 +237,19 @@ impl Client {
         Ok(c)
     }
 
+    /// Connects to the cluster of the coordinator at `coordinator`: the
+    /// tablet map comes from there, and is refreshed from there.
+    pub async fn connect_cluster(coordinator: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
+        let source = crate::cluster::CoordinatorMap::new(coordinator);
+        let cluster = shoal_cluster::ControlClient::new(coordinator)
+            .get_map()
+            .await
+            .map_err(|e| ClientError::Cluster(e.to_string()))?;
+        let map = crate::cluster::tablet_map(&cluster)
+            .ok_or_else(|| ClientError::Cluster(format!("the cluster at {coordinator} has no servers up")))?;
+        Ok(Client::with_map(map, Box::new(source), config))
+    }
+
     /// A client over an explicit tablet map and refresh source (the cluster).
     pub fn with_map(map: TabletMap, source: Box<dyn MapSource>, config: ClientConfig) -> Client {
         Client {
@@ -290,8 +303,16 @@ impl Client {
         E: From<ErrorStatus> + From<ClientError>,
     {
         let mut last = ErrorStatus::UnknownTablet;
-        for _ in 0..MAX_ATTEMPTS {
-            let addr = self.route(route)?;
+        for attempt in 0..MAX_ATTEMPTS {
+            let addr = match self.route(route) {
+                Ok(a) => a,
+                // A table created since the map was fetched.
+                Err(ClientError::NoRoute(_)) if attempt == 0 => {
+                    self.refresh_map();
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let frame = self.channel(addr).await?.call(req).await?;
             let status = match frame.reply()? {
                 Ok(r) => return conv(r).map_err(E::from),

@@ -32,6 +32,9 @@ pub enum ClientError {
     /// The tablet map has no server for this key.
     #[error("no server in the tablet map for table {0}")]
     NoRoute(TableId),
+    /// The coordinator could not be reached or gave no usable map.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// A reject rule refused the operation; nothing changed.

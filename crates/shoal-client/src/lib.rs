@@ -19,12 +19,14 @@
 
 pub mod blocking;
 mod client;
+pub mod cluster;
 mod conn;
 mod error;
 mod ops;
 mod tablet;
 
 pub use client::{Channel, Client, Reply};
+pub use cluster::CoordinatorMap;
 pub use conn::{ClientConfig, Connection};
 pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
 pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Versioned};

@@ -252,6 +252,26 @@ fn get_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, DecodeError> {
 }
 
 impl<'a> Request<'a> {
+    /// Whether the request may change stored data (its acknowledgement
+    /// then waits for replication in a cluster).
+    pub fn mutates(&self) -> bool {
+        match self {
+            Request::Write { .. }
+            | Request::Remove { .. }
+            | Request::Increment { .. }
+            | Request::MultiWrite(_)
+            | Request::MultiRemove(_)
+            | Request::CreateTable { .. }
+            | Request::DropTable { .. } => true,
+            Request::Ping
+            | Request::Read { .. }
+            | Request::MultiRead(_)
+            | Request::Enumerate { .. }
+            | Request::GetTableId { .. }
+            | Request::Stats => false,
+        }
+    }
+
     pub fn opcode(&self) -> Opcode {
         match self {
             Request::Ping => Opcode::Ping,

@@ -54,10 +54,42 @@ pub struct ServerConfig {
     /// Log filter: a level (error, warn, info, debug, trace) or a
     /// `tracing_subscriber` filter such as `shoal_server=debug`.
     pub log_level: String,
-    /// Directory for durable data. Not used yet: this server keeps
-    /// everything in memory; backups and recovery (a later issue) will write here.
+    /// Directory for durable data: the server's id in its cluster and its
+    /// backup's buffers and segment files. Required with `coordinator`.
     pub data_dir: Option<PathBuf>,
+    /// The coordinator's address. Set: the server enlists there, serves the
+    /// tablets it is given and replicates its log to other servers' backups.
+    /// Unset: a standalone server, in memory only.
+    pub coordinator: Option<SocketAddr>,
+    /// Port of the backup's replication protocol (`docs/replication.md`);
+    /// 0 picks a free port.
+    pub backup_port: u16,
+    /// Segment buffers the backup keeps for open replicas (each the size of
+    /// a segment, in files under `data_dir`, mapped into memory).
+    pub backup_buffers: usize,
+    /// Sync an open replica's buffer to disk before acknowledging its bytes
+    /// (durability against a whole-cluster power loss, at a cost per write).
+    pub sync_open: bool,
+    /// How the master sends its log to backups: "tailwind" (bytes land in
+    /// place, cumulative acknowledgements) or "conventional" (one parsed and
+    /// answered call per append, as RAMCloud before Tailwind).
+    pub replication: ReplicationMode,
+    /// Milliseconds a backup may leave appended bytes unacknowledged before its
+    /// replica is re-opened on another backup.
+    pub replica_timeout_ms: u64,
 }
+
+/// The replication data path (see [`ServerConfig::replication`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicationMode {
+    #[default]
+    Tailwind,
+    Conventional,
+}
+
+/// Default port of the backup's replication protocol.
+pub const DEFAULT_BACKUP_PORT: u16 = 7800;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -74,6 +106,12 @@ impl Default for ServerConfig {
             idle_timeout_secs: 300,
             log_level: "info".into(),
             data_dir: None,
+            coordinator: None,
+            backup_port: DEFAULT_BACKUP_PORT,
+            backup_buffers: 16,
+            sync_open: false,
+            replication: ReplicationMode::Tailwind,
+            replica_timeout_ms: 2000,
         }
     }
 }
@@ -108,6 +146,10 @@ impl ServerConfig {
 
     pub fn native_addr(&self) -> SocketAddr {
         SocketAddr::new(self.listen, self.native_port)
+    }
+
+    pub fn backup_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen, self.backup_port)
     }
 
     /// `None` when connections never time out.
@@ -150,6 +192,12 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
+        }
+        if self.coordinator.is_some() && self.data_dir.is_none() {
+            return bad("a server in a cluster (coordinator set) needs a data_dir for its backup".into());
+        }
+        if self.coordinator.is_some() && self.backup_buffers < 2 {
+            return bad("backup_buffers must be at least 2".into());
         }
         if usize::try_from(self.memory.0).is_err() || usize::try_from(request).is_err() {
             return bad("sizes must fit this machine's address space".into());
@@ -217,7 +265,8 @@ pub struct ServerArgs {
     /// TOML config file, with any of the keys listen, native_port,
     /// resp_port, memory, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
-    /// idle_timeout_secs, log_level, data_dir (sizes as numbers of bytes or
+    /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
+    /// backup_buffers, sync_open, replication, replica_timeout_ms (sizes as numbers of bytes or
     /// strings like "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -264,10 +313,34 @@ pub struct ServerArgs {
     /// as "shoal_server=debug" [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Data directory for durable state. Not used yet: the server is
-    /// in-memory only until backups and recovery arrive.
+    /// Data directory: the server's cluster id, its backup's buffers and
+    /// segment files. Required with --coordinator.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Join the cluster of the coordinator at this address (host:port).
+    /// Without it the server runs alone, in memory only.
+    #[arg(long, value_name = "ADDR")]
+    pub coordinator: Option<SocketAddr>,
+    /// Port of the backup's replication protocol; 0 picks a free port [default: 7800].
+    #[arg(long, value_name = "PORT")]
+    pub backup_port: Option<u16>,
+    /// Segment buffers the backup keeps for open replicas, each the size of
+    /// a segment (8MiB), in files under the data directory [default: 16].
+    #[arg(long, value_name = "N")]
+    pub backup_buffers: Option<usize>,
+    /// Backups sync an open replica to disk before acknowledging its bytes:
+    /// survives a whole-cluster power loss, costs a disk sync per round.
+    #[arg(long)]
+    pub sync_open: bool,
+    /// Replication data path: tailwind (bytes land in place on backups,
+    /// cumulative acknowledgements) or conventional (each append a call the
+    /// backup parses and answers) [default: tailwind].
+    #[arg(long, value_name = "MODE")]
+    pub replication: Option<ReplicationMode>,
+    /// Milliseconds a backup may leave bytes unacknowledged before the
+    /// replica is re-opened on another backup [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub replica_timeout_ms: Option<u64>,
 }
 
 impl ServerArgs {
@@ -286,9 +359,17 @@ impl ServerArgs {
         set!(listen => listen, native_port => native_port, resp_port => resp_port, memory => memory,
             max_value_size => max_value_size, max_request_size => max_request_size,
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
-            max_connections => max_connections, idle_timeout => idle_timeout_secs, log_level => log_level);
+            max_connections => max_connections, idle_timeout => idle_timeout_secs, log_level => log_level,
+            backup_port => backup_port, backup_buffers => backup_buffers, replication => replication,
+            replica_timeout_ms => replica_timeout_ms);
         if self.data_dir.is_some() {
             c.data_dir = self.data_dir;
+        }
+        if self.coordinator.is_some() {
+            c.coordinator = self.coordinator;
+        }
+        if self.sync_open {
+            c.sync_open = true;
         }
         c.validate()?;
         Ok(c)

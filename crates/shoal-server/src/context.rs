@@ -2,11 +2,15 @@
 //! registry, server-level statistics, the start time and the shutdown
 //! signal. Front ends reach the store only through its public operations.
 
+use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
 use parking_lot::RwLock;
+use shoal_cluster::control::call_blocking;
+use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_engine::{EnumCursor, RejectRules, Store, StoreError, TableId};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +22,8 @@ pub struct ServerContext {
     pub store: Arc<Store>,
     pub tables: TableRegistry,
     pub stats: ServerStats,
+    /// Set when the server is part of a cluster.
+    pub cluster: Option<Arc<ClusterNode>>,
     /// Which connection may spin after a reply (see `spin`).
     pub(crate) spin: SpinGate,
     started: Instant,
@@ -27,17 +33,63 @@ pub struct ServerContext {
 impl ServerContext {
     /// Creates the store for `config` (which must be valid).
     pub fn new(config: ServerConfig) -> Result<ServerContext, shoal_engine::ConfigError> {
-        let store = Arc::new(Store::new(config.store_config())?);
-        let tables = TableRegistry::new(store.clone());
+        Self::build(config, None)
+    }
+
+    /// A context for a cluster member: the store's log is replicated by the
+    /// node's replicator, tables are the cluster's.
+    pub fn with_cluster(
+        config: ServerConfig,
+        node: Arc<ClusterNode>,
+    ) -> Result<ServerContext, shoal_engine::ConfigError> {
+        Self::build(config, Some(node))
+    }
+
+    fn build(
+        config: ServerConfig,
+        cluster: Option<Arc<ClusterNode>>,
+    ) -> Result<ServerContext, shoal_engine::ConfigError> {
+        let mut store_config = config.store_config();
+        let observer: Option<Arc<dyn shoal_engine::LogObserver>> = match &cluster {
+            Some(node) => {
+                store_config.log_id = node.log;
+                Some(node.replicator.clone())
+            }
+            None => None,
+        };
+        let store = Arc::new(Store::with_observer(store_config, observer)?);
+        let tables = TableRegistry::new(store.clone(), cluster.as_ref().map(|c| c.coordinator));
+        if let Some(node) = &cluster {
+            tables.sync(&node.map());
+        }
         Ok(ServerContext {
             config,
             store,
             tables,
             stats: ServerStats::default(),
+            cluster,
             spin: SpinGate::default(),
             started: Instant::now(),
             shutdown: watch::channel(false).0,
         })
+    }
+
+    /// The log position after everything this thread applied so far, if
+    /// writes must wait for replication (see [`ServerContext::wait_durable`]).
+    pub fn replication_target(&self) -> Option<u64> {
+        let node = self.cluster.as_ref()?;
+        let pos = node.position();
+        (node.replicator.durable() < pos).then_some(pos)
+    }
+
+    /// Waits until the log is durable up to `pos` (from
+    /// [`ServerContext::replication_target`]); false if replication stopped
+    /// (the server is shutting down) and the writes must not be acknowledged.
+    pub async fn wait_durable(&self, pos: u64) -> bool {
+        match &self.cluster {
+            Some(node) => node.wait_durable(pos).await,
+            None => true,
+        }
     }
 
     pub fn uptime(&self) -> Duration {
@@ -64,6 +116,9 @@ impl ServerContext {
 /// Ids are assigned from 1 in creation order and never reused.
 pub struct TableRegistry {
     store: Arc<Store>,
+    /// In a cluster, tables are the coordinator's: created and dropped
+    /// there, and learnt from the cluster map.
+    coordinator: Option<SocketAddr>,
     inner: RwLock<Registry>,
     /// Changes whenever a table is created or dropped, so that a connection
     /// may cache name lookups and check them with one load.
@@ -76,9 +131,10 @@ struct Registry {
 }
 
 impl TableRegistry {
-    fn new(store: Arc<Store>) -> TableRegistry {
+    fn new(store: Arc<Store>, coordinator: Option<SocketAddr>) -> TableRegistry {
         TableRegistry {
             store,
+            coordinator,
             inner: RwLock::new(Registry { by_name: HashMap::new(), next_id: 1 }),
             generation: AtomicU64::new(0),
         }
@@ -96,30 +152,74 @@ impl TableRegistry {
     }
 
     /// The table called `name`, created (empty) if it does not exist yet.
-    pub fn create(&self, name: &str) -> TableId {
+    /// In a cluster this asks the coordinator (a blocking call: tables are
+    /// created rarely), which fails only if it cannot be reached.
+    pub fn create(&self, name: &str) -> Result<TableId, TableError> {
         if let Some(id) = self.lookup(name) {
-            return id;
+            return Ok(id);
+        }
+        if let Some(coordinator) = self.coordinator {
+            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0 };
+            let table = match call_blocking(coordinator, &req, COORDINATOR_TIMEOUT) {
+                Ok(ControlResponse::Table { table }) => table,
+                Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
+                Err(e) => return Err(TableError::Coordinator(e.to_string())),
+            };
+            let mut r = self.inner.write();
+            self.store.create_table(table.id);
+            if r.by_name.insert(table.name, table.id) != Some(table.id) {
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            return Ok(table.id);
         }
         let mut r = self.inner.write();
         if let Some(id) = r.by_name.get(name) {
-            return *id;
+            return Ok(*id);
         }
         let id = TableId(r.next_id);
         r.next_id += 1;
         self.store.create_table(id);
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        id
+        Ok(id)
     }
 
     /// Removes the table and all its objects; returns whether it existed.
-    pub fn drop_table(&self, name: &str) -> Result<bool, StoreError> {
+    pub fn drop_table(&self, name: &str) -> Result<bool, TableError> {
+        if let Some(coordinator) = self.coordinator {
+            let req = ControlRequest::DropTable { name: name.to_owned() };
+            match call_blocking(coordinator, &req, COORDINATOR_TIMEOUT) {
+                Ok(_) => {}
+                Err(ControlError::Refused { code: ControlErrorCode::NotFound, .. }) => return Ok(false),
+                Err(e) => return Err(TableError::Coordinator(e.to_string())),
+            }
+        }
         let Some(id) = self.inner.write().by_name.remove(name) else {
             return Ok(false);
         };
         self.generation.fetch_add(1, Ordering::AcqRel);
-        self.store.drop_table(id)?;
+        self.store.drop_table(id).map_err(TableError::Store)?;
         Ok(true)
+    }
+
+    /// Makes the registry the cluster map's tables: new ones are created in
+    /// the store, ones the map no longer has are dropped with their objects.
+    pub fn sync(&self, map: &ClusterMap) {
+        let mut r = self.inner.write();
+        let fresh: HashMap<String, TableId> = map.tables.iter().map(|t| (t.name.clone(), t.id)).collect();
+        if fresh == r.by_name {
+            return;
+        }
+        for id in fresh.values() {
+            self.store.create_table(*id);
+        }
+        for (name, id) in &r.by_name {
+            if fresh.get(name) != Some(id) {
+                let _ = self.store.drop_table(*id);
+            }
+        }
+        r.by_name = fresh;
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Every table, by name.
@@ -149,6 +249,18 @@ impl TableRegistry {
         Ok(())
     }
 }
+
+/// Why a table could not be created or dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("{0}")]
+    Store(StoreError),
+    #[error("coordinator: {0}")]
+    Coordinator(String),
+}
+
+/// Longest a table call to the coordinator may take.
+const COORDINATOR_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Objects visited per call into the store's enumeration when counting or
 /// clearing a table: a step holds the store's epoch, so it stays short.
@@ -196,14 +308,14 @@ mod tests {
     #[test]
     fn registry_create_is_idempotent_and_ids_are_not_reused() {
         let c = ctx();
-        let a = c.tables.create("a");
-        assert_eq!(c.tables.create("a"), a);
-        let b = c.tables.create("b");
+        let a = c.tables.create("a").unwrap();
+        assert_eq!(c.tables.create("a").unwrap(), a);
+        let b = c.tables.create("b").unwrap();
         assert_ne!(a, b);
         assert!(c.tables.drop_table("a").unwrap());
         assert!(!c.tables.drop_table("a").unwrap());
         assert_eq!(c.tables.lookup("a"), None);
-        let a2 = c.tables.create("a");
+        let a2 = c.tables.create("a").unwrap();
         assert!(a2 != a && a2 != b);
         assert_eq!(c.tables.list(), vec![("a".to_string(), a2), ("b".to_string(), b)]);
     }
@@ -211,12 +323,12 @@ mod tests {
     #[test]
     fn len_and_clear_count_only_their_table() {
         let c = ctx();
-        let a = c.tables.create("a");
+        let a = c.tables.create("a").unwrap();
         for i in 0..100u32 {
             c.store.write(a, &i.to_le_bytes(), b"v", RejectRules::default()).unwrap();
         }
         assert_eq!(c.tables.len(a).unwrap(), 100, "fast path: only table");
-        let b = c.tables.create("b");
+        let b = c.tables.create("b").unwrap();
         c.store.write(b, b"k", b"v", RejectRules::default()).unwrap();
         assert_eq!(c.tables.len(a).unwrap(), 100);
         assert_eq!(c.tables.len(b).unwrap(), 1);

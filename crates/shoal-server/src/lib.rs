@@ -24,6 +24,7 @@
 //! operations, and create tables only through [`TableRegistry`], so that
 //! the registry knows every table.
 
+pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod listener;
@@ -33,7 +34,10 @@ pub mod server;
 mod spin;
 mod workers;
 
-pub use config::{ByteSize, ConfigError, ServerArgs, ServerConfig, DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT};
+pub use config::{
+    ByteSize, ConfigError, ReplicationMode, ServerArgs, ServerConfig, DEFAULT_BACKUP_PORT, DEFAULT_NATIVE_PORT,
+    DEFAULT_RESP_PORT,
+};
 pub use context::{ServerContext, ServerStats, TableRegistry};
 pub use listener::{Connection, FrontEnd};
 pub use server::{init_logging, Addresses, Server, ServerError};

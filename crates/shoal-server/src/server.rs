@@ -18,6 +18,7 @@
 //! reading, finishes the replies it owes and closes; the server waits up to
 //! [`SHUTDOWN_GRACE`] for them.
 
+use crate::cluster::ClusterNode;
 use crate::config::{ConfigError, ServerConfig};
 use crate::context::ServerContext;
 use crate::listener::{self, ConnectionTracker};
@@ -28,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 /// Longest a shutdown waits for connections to finish their replies.
@@ -48,6 +49,8 @@ pub enum ServerError {
     Bind { protocol: &'static str, addr: SocketAddr, source: std::io::Error },
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("cannot join the cluster: {0}")]
+    Join(#[from] crate::cluster::JoinError),
 }
 
 /// The addresses a started server listens on.
@@ -80,7 +83,18 @@ impl Server {
 
     fn launch(config: ServerConfig, signals: bool) -> Result<Server, ServerError> {
         config.validate()?;
-        let ctx = Arc::new(ServerContext::new(config)?);
+        // Bound first: a cluster member enlists with its real addresses.
+        let resp = bind("resp", config.resp_addr())?;
+        let native = bind("native", config.native_addr())?;
+        let resp_addr = resp.local_addr().unwrap_or(config.resp_addr());
+        let native_addr = native.local_addr().unwrap_or(config.native_addr());
+        let ctx = match config.coordinator {
+            Some(_) => {
+                let node = Arc::new(ClusterNode::join(&config, native_addr, resp_addr)?);
+                Arc::new(ServerContext::with_cluster(config, node)?)
+            }
+            None => Arc::new(ServerContext::new(config)?),
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .thread_name("shoal-blocking")
             .enable_all()
@@ -92,7 +106,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("shoal-server".into())
             .spawn(move || {
-                runtime.block_on(serve(c, signals, workers.clone(), ready_tx));
+                runtime.block_on(serve(c, signals, workers.clone(), [resp, native], ready_tx));
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 // The listeners are gone, so this is the last reference.
                 if let Ok(workers) = Arc::try_unwrap(workers) {
@@ -155,13 +169,17 @@ impl Drop for Server {
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// Listens on `addr` with `SO_REUSEADDR` (a restarted server gets its port
-/// back at once) and a deep backlog.
-async fn bind(protocol: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+/// back at once) and a deep backlog; the socket is handed to the runtime
+/// by `serve`.
+fn bind(protocol: &'static str, addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
+    use socket2::{Domain, Socket, Type};
     let listen = || {
-        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(LISTEN_BACKLOG)
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(LISTEN_BACKLOG as i32)?;
+        socket.set_nonblocking(true)?;
+        Ok::<_, std::io::Error>(std::net::TcpListener::from(socket))
     };
     listen().map_err(|source| ServerError::Bind { protocol, addr, source })
 }
@@ -175,20 +193,14 @@ async fn serve(
     ctx: Arc<ServerContext>,
     signals: bool,
     workers: Arc<Workers>,
+    [resp, native]: [std::net::TcpListener; 2],
     ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>,
 ) {
     let tracker = ConnectionTracker::default();
-    let resp = match bind("resp", ctx.config.resp_addr()).await {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
-    let native = match bind("native", ctx.config.native_addr()).await {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = ready.send(Err(e));
+    let (resp, native) = match (TcpListener::from_std(resp), TcpListener::from_std(native)) {
+        (Ok(r), Ok(n)) => (r, n),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = ready.send(Err(ServerError::Runtime(e)));
             return;
         }
     };
@@ -196,6 +208,11 @@ async fn serve(
         resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()),
         native: Some(native.local_addr().unwrap_or(ctx.config.native_addr())),
     };
+    if let Some(node) = ctx.cluster.clone() {
+        let c = ctx.clone();
+        tokio::spawn(node.clone().watch_map(ctx.shutdown_signal(), move |map| c.tables.sync(map)));
+        tokio::spawn(node.recover(ctx.store.clone(), ctx.shutdown_signal()));
+    }
     let acceptors = vec![
         tokio::spawn(listener::run(
             ctx.clone(),
@@ -223,6 +240,9 @@ async fn serve(
     }
     if !tracker.wait(SHUTDOWN_GRACE).await {
         warn!("some connections did not finish within {SHUTDOWN_GRACE:?}; closing them");
+    }
+    if let Some(node) = &ctx.cluster {
+        node.stop();
     }
     info!("stopped");
 }

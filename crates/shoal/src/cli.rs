@@ -18,6 +18,7 @@ use shoal_client::{
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};
+use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,6 +37,10 @@ pub struct Common {
     /// The server's native-protocol address.
     #[arg(long, default_value = "127.0.0.1:7700", value_name = "HOST:PORT")]
     pub server: String,
+    /// A cluster's coordinator: requests go straight to each key's master,
+    /// found in the cluster's tablet map (overrides --server).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: Option<SocketAddr>,
     /// Print one JSON object per line (errors too) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -248,6 +253,7 @@ impl Target<'_> {
             e @ (ClientError::Refused(_) | ClientError::Unavailable { .. } | ClientError::NoRoute(_)) => {
                 CliError::refused("refused", e.to_string())
             }
+            ClientError::Cluster(m) => CliError { kind: "connection", message: m, code: UNREACHABLE },
         }
     }
 
@@ -362,6 +368,13 @@ fn connect(common: &Common) -> Result<Client, CliError> {
     }
     let config = ClientConfig { timeout: Some(Duration::from_secs_f64(common.timeout)), ..ClientConfig::default() };
     let target = Target { server: &common.server, table: "", key: None };
+    if let Some(coordinator) = common.coordinator {
+        return Client::connect_cluster(coordinator, config).map_err(|e| CliError {
+            kind: "connection",
+            message: format!("cannot reach the cluster of {coordinator}: {e}"),
+            code: UNREACHABLE,
+        });
+    }
     Client::with_config(common.server.as_str(), config).map_err(|e| target.client(e))
 }
 

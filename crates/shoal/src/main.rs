@@ -20,12 +20,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Starts a working Shoal on this machine and prints how to connect.
+    /// Starts a working Shoal cluster on this machine and prints how to connect.
     ///
-    /// Today one server, on the default ports (native protocol 7700, Redis
-    /// protocol 6380) unless told otherwise; stops cleanly on Ctrl-C. Takes
-    /// the same options as `shoal server`.
+    /// A coordinator (port 7600) and --servers servers (default 4; server i
+    /// on native port 7700+i, Redis port 6380+i, backup port 7800+i), each
+    /// replicating its log to --replicas others, with their data under
+    /// --root. Stops cleanly on Ctrl-C; starting it again on the same root
+    /// brings every acknowledged write back.
     Local(serve::LocalCommand),
+    /// Runs a coordinator: cluster membership, tables and tablets, kept in
+    /// its data directory.
+    Coordinator(shoal_coordinator::CoordinatorArgs),
     /// Runs one Shoal server in the foreground until Ctrl-C or SIGTERM.
     ///
     /// Serves Shoal's native protocol (--native-port, default 7700) and the
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Local(args) => return serve::local(args),
         Command::Server(args) => return serve::server(args),
+        Command::Coordinator(args) => return serve::coordinator(args),
         Command::Client(cmd) => return cli::run(cmd),
         Command::MemoryWorker(args) => return ExitCode::from(bench::memory::worker(args) as u8),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory::run(args),

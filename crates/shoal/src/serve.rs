@@ -1,13 +1,19 @@
-//! `shoal server` and `shoal local`: run Shoal in the foreground until
-//! Ctrl-C (SIGINT) or SIGTERM, then stop gracefully.
+//! `shoal server`, `shoal coordinator` and `shoal local`: run Shoal in the
+//! foreground until Ctrl-C (SIGINT) or SIGTERM, then stop gracefully.
 //!
-//! `shoal server` starts one server from its flags and config file.
-//! `shoal local` starts a working Shoal on this machine with defaults meant
-//! for trying it (today one server; with the cluster, a coordinator and
-//! several servers) and prints how to connect.
+//! `shoal server` starts one server from its flags and config file (alone,
+//! or in a cluster with --coordinator). `shoal coordinator` starts a
+//! coordinator. `shoal local` starts a whole cluster on this machine: a
+//! coordinator in its own process and N servers as child processes of it,
+//! each with a data directory under one root, and prints how to connect.
+//! Starting it again on the same root brings the cluster back with its data.
 
-use shoal_server::{init_logging, Server, ServerArgs, ServerConfig};
-use std::process::ExitCode;
+use shoal_cluster::{ClusterMap, ControlClient, ServerState};
+use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct ServerCommand {
@@ -17,16 +23,58 @@ pub struct ServerCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct LocalCommand {
-    #[command(flatten)]
-    pub server: ServerArgs,
+    /// Servers to start; each is a master and a backup.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub servers: usize,
+    /// Replicas of every segment (R) [default: 3, or one fewer than the
+    /// servers when there are fewer than 4].
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<u32>,
+    /// Directory holding the coordinator's state and one data directory per
+    /// server. Starting again with the same root restarts the same cluster,
+    /// with every acknowledged write.
+    #[arg(long, default_value = "shoal-local", value_name = "DIR")]
+    pub root: PathBuf,
+    /// Port of the coordinator; 0 picks a free port.
+    #[arg(long, default_value_t = 7600, value_name = "PORT")]
+    pub coordinator_port: u16,
+    /// Native protocol port of the first server; server i uses this + i.
+    /// 0 lets every server pick a free port.
+    #[arg(long, default_value_t = shoal_server::DEFAULT_NATIVE_PORT, value_name = "PORT")]
+    pub native_port: u16,
+    /// Redis protocol port of the first server; server i uses this + i.
+    /// 0 lets every server pick a free port.
+    #[arg(long, default_value_t = shoal_server::DEFAULT_RESP_PORT, value_name = "PORT")]
+    pub resp_port: u16,
+    /// Replication port of the first server's backup; server i uses this + i.
+    /// 0 lets every server pick a free port.
+    #[arg(long, default_value_t = shoal_server::DEFAULT_BACKUP_PORT, value_name = "PORT")]
+    pub backup_port: u16,
+    /// Memory for objects, per server.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub memory: ByteSize,
+    /// Replication data path: tailwind or conventional.
+    #[arg(long, default_value = "tailwind", value_name = "MODE")]
+    pub replication: ReplicationMode,
+    /// Backups sync open replicas to disk before acknowledging.
+    #[arg(long)]
+    pub sync_open: bool,
+    /// Log level of every process (their logs go to <root>/*/log).
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
 }
 
 /// Starts a server from `args` over `base`, logs, and waits for a signal.
 fn start(args: ServerArgs, base: ServerConfig) -> Result<Server, String> {
     let config = args.into_config(base).map_err(|e| e.to_string())?;
     init_logging(&config.log_level)?;
-    if let Some(dir) = &config.data_dir {
-        tracing::warn!("data directory {} is not used yet: this server keeps everything in memory", dir.display());
+    if config.coordinator.is_none() {
+        if let Some(dir) = &config.data_dir {
+            tracing::warn!(
+                "data directory {} is not used: without --coordinator this server keeps everything in memory",
+                dir.display()
+            );
+        }
     }
     Server::start_with_signals(config).map_err(|e| e.to_string())
 }
@@ -48,20 +96,289 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub fn local(cmd: &LocalCommand) -> ExitCode {
-    let server = match start(cmd.server.clone(), ServerConfig::default()) {
-        Ok(s) => s,
-        Err(e) => return fail(e),
+pub fn coordinator(args: &shoal_coordinator::CoordinatorArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
-    let a = server.addresses();
-    let memory = server.context().config.memory;
-    println!("Shoal is running on this machine: 1 server, {memory} of memory for objects.");
-    if let Some(native) = a.native {
-        println!("  native protocol: {native}");
+    match runtime.block_on(shoal_coordinator::run(args.clone())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e.to_string()),
     }
-    println!("  Redis protocol:  {}    try: redis-cli -p {} set hello world", a.resp, a.resp.port());
-    println!("Stop with Ctrl-C.");
-    server.wait();
-    println!("Shoal stopped.");
-    ExitCode::SUCCESS
+}
+
+/// The processes of a local cluster; stopped (SIGTERM, then SIGKILL after
+/// a grace period) when dropped.
+struct Processes(Vec<(String, Child)>);
+
+impl Processes {
+    fn stop(&mut self) {
+        for (_, child) in &mut self.0 {
+            // Only PIDs this process spawned and has not reaped yet.
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (name, child) in &mut self.0 {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        eprintln!("shoal: {name} did not stop in time; killing it");
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        self.0.clear();
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn port(base: u16, i: usize) -> String {
+    if base == 0 {
+        "0".into()
+    } else {
+        (base as usize + i).to_string()
+    }
+}
+
+/// Spawns `shoal <args>` with its stderr in `<dir>/log`.
+fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .map_err(|e| format!("cannot open the log in {}: {e}", dir.display()))?;
+    Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))
+}
+
+/// The coordinator's address, from the line it logs when ready.
+fn coordinator_addr(log: &Path, deadline: Instant, child: &mut Child) -> Result<SocketAddr, String> {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(log) {
+            let found = text.lines().rev().find_map(|l| {
+                let marker = "control protocol on ";
+                let at = l.find(marker)?;
+                l[at + marker.len()..].split([',', ' ']).next()?.parse().ok()
+            });
+            if let Some(addr) = found {
+                return Ok(addr);
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the coordinator exited ({status}); see {}", log.display()));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("the coordinator did not start in time; see {}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn local(cmd: &LocalCommand) -> ExitCode {
+    match run_local(cmd) {
+        Ok(()) => {
+            println!("Shoal stopped.");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn run_local(cmd: &LocalCommand) -> Result<(), String> {
+    if cmd.servers == 0 {
+        return Err("--servers must be at least 1".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the shoal executable: {e}"))?;
+    std::fs::create_dir_all(&cmd.root).map_err(|e| format!("cannot create {}: {e}", cmd.root.display()))?;
+    let root = cmd.root.canonicalize().map_err(|e| format!("{}: {e}", cmd.root.display()))?;
+    let mut procs = Processes(Vec::new());
+    let signals = Signals::install()?;
+
+    // The coordinator, and its address once it listens.
+    let cdir = root.join("coordinator");
+    let log = cdir.join("log");
+    let _ = std::fs::remove_file(&log);
+    let mut args = vec![
+        "coordinator".to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{}", cmd.coordinator_port),
+        "--data-dir".into(),
+        cdir.join("state").display().to_string(),
+        "--log-level".into(),
+        cmd.log_level.clone(),
+    ];
+    if let Some(r) = cmd.replicas {
+        args.extend(["--replicas".into(), r.to_string()]);
+    }
+    procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let coordinator = coordinator_addr(&log, deadline, &mut procs.0[0].1)?;
+
+    for i in 0..cmd.servers {
+        let dir = root.join(format!("server-{i}"));
+        let mut args = vec![
+            "server".to_string(),
+            "--coordinator".into(),
+            coordinator.to_string(),
+            "--data-dir".into(),
+            dir.join("data").display().to_string(),
+            "--native-port".into(),
+            port(cmd.native_port, i),
+            "--resp-port".into(),
+            port(cmd.resp_port, i),
+            "--backup-port".into(),
+            port(cmd.backup_port, i),
+            "--memory".into(),
+            cmd.memory.to_string(),
+            "--replication".into(),
+            match cmd.replication {
+                ReplicationMode::Tailwind => "tailwind".into(),
+                ReplicationMode::Conventional => "conventional".into(),
+            },
+            "--log-level".into(),
+            cmd.log_level.clone(),
+        ];
+        if cmd.sync_open {
+            args.push("--sync-open".into());
+        }
+        procs.0.push((format!("server {i}"), spawn(&exe, &args, &dir)?));
+    }
+
+    // Wait until every server serves (a restart first replays the logs).
+    let map = wait_for_cluster(coordinator, cmd.servers, &mut procs, &signals)?;
+    let Some(map) = map else {
+        procs.stop();
+        return Ok(());
+    };
+    println!(
+        "Shoal is running on this machine: a coordinator and {} servers, {} of memory each, {} replica(s) per segment.",
+        cmd.servers, cmd.memory, map.replicas
+    );
+    println!("  coordinator:     {coordinator}");
+    let mut servers: Vec<_> = map.servers.iter().filter(|s| s.state != ServerState::Down).collect();
+    servers.sort_by_key(|s| s.id);
+    for s in &servers {
+        println!("  server {}: native protocol {}, Redis protocol {}, backup {}", s.id, s.native, s.resp, s.backup);
+    }
+    if let Some(s) = servers.first() {
+        println!("  native protocol: {}", s.native);
+        println!("  Redis protocol:  {}    try: redis-cli -p {} set hello world", s.resp, s.resp.port());
+    }
+    println!("  shoal CLI:       shoal put greetings hello world --coordinator {coordinator}");
+    println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
+
+    // Run until a signal; report servers that exit on their own.
+    loop {
+        if signals.received() {
+            break;
+        }
+        for (name, child) in &mut procs.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!("shoal: {name} exited ({status})");
+            }
+        }
+        procs.0.retain_mut(|(_, c)| matches!(c.try_wait(), Ok(None)));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    procs.stop();
+    Ok(())
+}
+
+/// Polls the coordinator until `n` servers are up; `None` if a signal came first.
+fn wait_for_cluster(
+    coordinator: SocketAddr,
+    n: usize,
+    procs: &mut Processes,
+    signals: &Signals,
+) -> Result<Option<ClusterMap>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let mut client = ControlClient::new(coordinator);
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        if signals.received() {
+            return Ok(None);
+        }
+        for (name, child) in &mut procs.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("{name} exited during startup ({status}); see its log under the root"));
+            }
+        }
+        if let Ok(map) = runtime.block_on(client.get_map()) {
+            let up = map.servers.iter().filter(|s| s.state == ServerState::Up).count();
+            if up >= n {
+                return Ok(Some(map));
+            }
+            let recovering = map.servers.iter().filter(|s| s.state == ServerState::Recovering).count();
+            if recovering > 0 && !said && started.elapsed() > Duration::from_secs(2) {
+                println!("{recovering} server(s) are replaying their logs from the backups...");
+                said = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGINT and SIGTERM, noted by a flag (the main thread polls it).
+struct Signals {
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = flag.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("shoal-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let (Ok(mut term), Ok(mut int)) =
+                        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+                    else {
+                        let _ = tx.send(false);
+                        return;
+                    };
+                    let _ = tx.send(true);
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                    f.store(true, std::sync::atomic::Ordering::Release);
+                })
+            })
+            .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+        match rx.recv() {
+            Ok(true) => Ok(Signals { flag }),
+            _ => Err("cannot install signal handlers".into()),
+        }
+    }
+
+    fn received(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::Acquire)
+    }
 }

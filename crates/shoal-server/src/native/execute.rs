@@ -3,8 +3,9 @@
 //! frame. Decoding and framing live in `shoal-proto`; this file is the only
 //! place where the native protocol meets the store.
 
-use crate::context::{ServerContext, ServerStats};
-use shoal_engine::{EnumCursor, RejectRules, StoreError, StoreStats, WriteOp};
+use crate::cluster::Route;
+use crate::context::{ServerContext, ServerStats, TableError};
+use shoal_engine::{key_hash, EnumCursor, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
 use shoal_proto::{
     encode_error, DecodeError, ErrorStatus, Header, Object, Request, Response, Stat, StatValue, Version,
 };
@@ -23,6 +24,9 @@ const ENUMERATE_BYTES: usize = 1 << 20;
 pub struct Scratch {
     value: Vec<u8>,
     values: Vec<u8>,
+    /// A request since the last reset may have appended to the log: its
+    /// reply waits until the log is durable (see `ServerContext::wait_durable`).
+    pub mutated: bool,
 }
 
 impl Scratch {
@@ -80,20 +84,27 @@ fn apply<'s>(
     max_response: usize,
 ) -> Result<Response<'s>, ErrorStatus> {
     let store = &ctx.store;
+    if req.mutates() {
+        scratch.mutated = true;
+    }
     Ok(match req {
         Request::Ping => Response::Ping,
         Request::Read { table, key, rules } => {
+            owner(ctx, table, key)?;
             let version = store.read_into(table, key, rules, &mut scratch.value).map_err(status_of)?;
             ServerStats::add(&ctx.stats.keyspace_hits, 1);
             Response::Read { version, value: &scratch.value }
         }
         Request::Write { table, key, value, rules } => {
+            owner(ctx, table, key)?;
             Response::Write { version: store.write(table, key, value, rules).map_err(status_of)? }
         }
         Request::Remove { table, key, rules } => {
+            owner(ctx, table, key)?;
             Response::Remove { version: store.remove(table, key, rules).map_err(status_of)? }
         }
         Request::Increment { table, key, delta, rules } => {
+            owner(ctx, table, key)?;
             let (value, version) = store.increment(table, key, delta, rules).map_err(status_of)?;
             Response::Increment { value, version }
         }
@@ -106,13 +117,15 @@ fn apply<'s>(
                 Vec::with_capacity(items.len());
             for it in &items {
                 let start = buf.len();
-                let r = store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value);
+                let r = owner(ctx, it.table, it.key).and_then(|()| {
+                    store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value).map_err(status_of)
+                });
                 results.push(match r {
                     Ok(v) => {
                         buf.extend_from_slice(&scratch.value);
                         Ok((v, start..buf.len()))
                     }
-                    Err(e) => Err(status_of(e)),
+                    Err(e) => Err(e),
                 });
                 let size = buf.len() + results.len() * 13;
                 if size > max_response {
@@ -123,13 +136,32 @@ fn apply<'s>(
             Response::MultiRead(results.into_iter().map(|r| r.map(|(v, range)| (v, &buf[range]))).collect())
         }
         Request::MultiWrite(items) => {
-            let ops: Vec<WriteOp<'_>> =
-                items.iter().map(|w| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules }).collect();
-            Response::MultiWrite(store.multi_write(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
+            let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|w| owner(ctx, w.table, w.key)).collect();
+            let ops: Vec<WriteOp<'_>> = items
+                .iter()
+                .zip(&checks)
+                .filter(|(_, c)| c.is_ok())
+                .map(|(w, _)| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules })
+                .collect();
+            let mut done = store.multi_write(&ops).into_iter();
+            Response::MultiWrite(
+                checks
+                    .into_iter()
+                    .map(|c| c.and_then(|()| done.next().expect("one result per op").map_err(status_of)))
+                    .collect(),
+            )
         }
         Request::MultiRemove(items) => {
-            let ops: Vec<_> = items.iter().map(|r| (r.table, r.key, r.rules)).collect();
-            Response::MultiRemove(store.multi_remove(&ops).into_iter().map(|r| r.map_err(status_of)).collect())
+            let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|r| owner(ctx, r.table, r.key)).collect();
+            let ops: Vec<_> =
+                items.iter().zip(&checks).filter(|(_, c)| c.is_ok()).map(|(r, _)| (r.table, r.key, r.rules)).collect();
+            let mut done = store.multi_remove(&ops).into_iter();
+            Response::MultiRemove(
+                checks
+                    .into_iter()
+                    .map(|c| c.and_then(|()| done.next().expect("one result per op").map_err(status_of)))
+                    .collect(),
+            )
         }
         Request::Enumerate { table, cursor, max_count } => {
             let want = match max_count {
@@ -137,6 +169,17 @@ fn apply<'s>(
                 n => n.min(MAX_ENUMERATE_COUNT),
             } as usize;
             let budget = ENUMERATE_BYTES.min(max_response);
+            // In a cluster the cursor (a key-hash position) names a tablet of
+            // this server; the enumeration stops at its end, and the next
+            // cursor is the next tablet's first hash, wherever it is served.
+            let end = match &ctx.cluster {
+                Some(node) => match node.local_tablet_end(table, KeyHash(cursor)) {
+                    Ok(end) => end,
+                    Err(Route::Recovering) => return Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+                    Err(_) => return Err(ErrorStatus::UnknownTablet),
+                },
+                None => u64::MAX,
+            };
             let mut objects = Vec::new();
             let mut bytes = 0;
             let mut next = Some(EnumCursor(cursor));
@@ -144,10 +187,17 @@ fn apply<'s>(
                 if objects.len() >= want || bytes >= budget {
                     break;
                 }
-                let (batch, n) = store.enumerate(table, c, (want - objects.len()).min(64)).map_err(status_of)?;
+                let (mut batch, n) = store.enumerate(table, c, (want - objects.len()).min(64)).map_err(status_of)?;
+                if end != u64::MAX {
+                    batch.retain(|o| key_hash(table, &o.key).0 <= end);
+                }
                 bytes += batch.iter().map(|o| o.key.len() + o.value.len() + 16).sum::<usize>();
                 objects.extend(batch);
                 next = n;
+                if end != u64::MAX && next.is_none_or(|c| c.0 > end) {
+                    next = Some(EnumCursor(end + 1));
+                    break;
+                }
             }
             if bytes > max_response {
                 return Err(ErrorStatus::FrameTooLarge { len: sat32(bytes), max: sat32(max_response) });
@@ -176,8 +226,10 @@ fn apply<'s>(
                 next: next.map(|c| c.0),
             }
         }
-        Request::CreateTable { name } => Response::CreateTable { table: ctx.tables.create(name) },
-        Request::DropTable { name } => match ctx.tables.drop_table(name).map_err(status_of)? {
+        Request::CreateTable { name } => {
+            Response::CreateTable { table: ctx.tables.create(name).map_err(table_status)? }
+        }
+        Request::DropTable { name } => match ctx.tables.drop_table(name).map_err(table_status)? {
             true => Response::DropTable,
             false => return Err(ErrorStatus::UnknownTableName),
         },
@@ -186,6 +238,36 @@ fn apply<'s>(
         }
         Request::Stats => Response::Stats(stats(ctx)),
     })
+}
+
+/// In a cluster: whether this server serves `key` of `table` now. A key of
+/// another master's tablet gets `UNKNOWN_TABLET` (the client refreshes its
+/// map), one of a tablet being rebuilt `RETRY`.
+fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
+    let Some(node) = &ctx.cluster else {
+        return Ok(());
+    };
+    match node.route(table, key_hash(table, key)) {
+        Route::Local => Ok(()),
+        Route::Remote { .. } => Err(ErrorStatus::UnknownTablet),
+        Route::Recovering => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+        Route::NoTablet => match node.map().tables.iter().any(|t| t.id == table) {
+            true => Err(ErrorStatus::UnknownTablet),
+            false => Err(ErrorStatus::UnknownTable(table)),
+        },
+    }
+}
+
+/// How long a client should wait before retrying a key whose tablet is
+/// being recovered.
+const RECOVERING_RETRY_US: u32 = 20_000;
+
+fn table_status(e: TableError) -> ErrorStatus {
+    match e {
+        TableError::Store(e) => status_of(e),
+        // The coordinator is unreachable: try again a little later.
+        TableError::Coordinator(_) => ErrorStatus::Retry { after_us: 100_000 },
+    }
 }
 
 fn sat32(n: usize) -> u32 {
@@ -242,7 +324,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
     let s = &ctx.stats;
     let u = |name: &'static str, v: u64| Stat { name: Cow::Borrowed(name), value: StatValue::U64(v) };
     let f = |name: &'static str, v: f64| Stat { name: Cow::Borrowed(name), value: StatValue::F64(v) };
-    vec![
+    let mut v = vec![
         u("uptime_secs", ctx.uptime().as_secs()),
         u("connections_current", ServerStats::get(&s.connections_current)),
         u("connections_total", ServerStats::get(&s.connections_total)),
@@ -279,5 +361,68 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("seglets_freed", seglets_freed),
         u("cleaning_ms", cleaning_ms),
         f("write_cost", write_cost),
-    ]
+    ];
+    if let Some(node) = &ctx.cluster {
+        cluster_stats(node, &mut v);
+    }
+    v
+}
+
+/// A cluster member's statistics: its place in the cluster, its
+/// replicator's and its backup's counters.
+fn cluster_stats(node: &crate::cluster::ClusterNode, v: &mut Vec<Stat<'static>>) {
+    let u = |name: &'static str, x: u64| Stat { name: Cow::Borrowed(name), value: StatValue::U64(x) };
+    let f = |name: &'static str, x: f64| Stat { name: Cow::Borrowed(name), value: StatValue::F64(x) };
+    let map = node.map();
+    let r = node.replicator.stats();
+    v.extend([
+        u("server_id", node.id.0),
+        u("log_id", node.log.0),
+        u("map_version", map.version),
+        u("replicas", u64::from(map.replicas)),
+        u("recovering", node.is_recovering() as u64),
+        u("replication_rounds", r.rounds),
+        f("replication_round_bytes_mean", r.round_bytes_mean),
+        u("replication_round_bytes_max", r.round_bytes_max),
+        f("replication_round_appends_mean", r.round_appends_mean),
+        u("replication_round_appends_max", r.round_appends_max),
+        u("bytes_replicated", r.bytes_replicated),
+        u("replicas_opened", r.replicas_opened),
+        u("replicas_closed", r.replicas_closed),
+        u("replicas_reopened", r.replicas_reopened),
+        u("replica_refusals", r.refusals),
+        u("open_replicas", r.open_replicas),
+        u("segments_freed_on_backups", r.segments_freed),
+        u("log_position", r.position),
+        u("durable_position", r.durable),
+        u("durable_lag", r.durable_lag),
+    ]);
+    let p = node.recovery.lock().clone();
+    if !p.logs.is_empty() {
+        v.extend([
+            u("restart_recovery_segments", p.segments),
+            u("restart_recovery_bytes", p.bytes),
+            u("restart_recovery_objects", p.objects),
+            u("restart_recovery_ms", p.elapsed_ms),
+            u("restart_recovery_done", p.done as u64),
+        ]);
+    }
+    if let Some(b) = node.backup_stats() {
+        v.extend([
+            u("backup_buffers_total", b.buffers_total as u64),
+            u("backup_buffers_in_use", b.buffers_in_use as u64),
+            u("backup_awaiting_flush", b.awaiting_flush as u64),
+            u("backup_segments_on_disk", b.segments_on_disk as u64),
+            u("backup_bytes_received", b.bytes_received),
+            u("backup_segments_opened", b.segments_opened),
+            u("backup_segments_closed", b.segments_closed),
+            u("backup_segments_flushed", b.segments_flushed),
+            u("backup_segments_freed", b.segments_freed),
+            u("backup_refusals", b.refusals),
+            u("backup_connections_active", b.connections_active),
+            u("backup_conventional_appends", b.conventional_appends),
+            u("backup_protocol_errors", b.protocol_errors),
+            u("backup_corrupt_replicas", b.corrupt_replicas),
+        ]);
+    }
 }

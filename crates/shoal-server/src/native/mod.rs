@@ -149,6 +149,7 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
                     execute(ctx, &h, body, &mut out, &mut scratch, limits.max_response);
                     pos += h.frame_len();
                     if out.len() >= limits.reply_buffer {
+                        settle(ctx, &mut scratch).await?;
                         flush(&mut stream, &mut out, ctx, limits.idle).await?;
                     }
                 }
@@ -175,6 +176,7 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
         if inbuf.is_empty() && inbuf.capacity() > 1 << 20 {
             inbuf = Vec::with_capacity(16 * 1024);
         }
+        settle(ctx, &mut scratch).await?;
         flush(&mut stream, &mut out, ctx, limits.idle).await?;
         if out.capacity() > limits.reply_buffer.max(1 << 20) {
             out = Vec::with_capacity(16 * 1024);
@@ -183,6 +185,19 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
             let _ = stream.shutdown().await;
             return Err(why);
         }
+    }
+}
+
+/// Before replies to writes go out: in a cluster, waits until the log is
+/// durable up to everything applied so far (group commit: every write of
+/// every connection applied meanwhile rides the same replication round).
+async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed> {
+    if !std::mem::take(&mut scratch.mutated) {
+        return Ok(());
+    }
+    match ctx.replication_target() {
+        Some(pos) if !ctx.wait_durable(pos).await => Err("replication stopped; writes not acknowledged".into()),
+        _ => Ok(()),
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::reply::ErrorReply;
-use shoal_engine::{EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
+use shoal_engine::{key_hash, EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
 use std::cell::Cell;
 
 /// Objects a SCAN examines per call into the store's enumeration.
@@ -93,10 +93,16 @@ impl<'a> Db<'a> {
         }
     }
 
-    fn table_for_write(&self) -> TableId {
+    /// The table, created if it was never written (in a cluster, by the
+    /// coordinator: a blocking call, made once per database).
+    pub fn table_for_write(&self) -> Result<TableId, ErrorReply> {
         match self.table() {
-            Some(t) => t,
-            None => self.ctx.tables.create(table_name(self.index)),
+            Some(t) => Ok(t),
+            None => self
+                .ctx
+                .tables
+                .create(table_name(self.index))
+                .map_err(|e| ErrorReply::owned(format!("TRYAGAIN cannot create the database's table: {e}"))),
         }
     }
 
@@ -131,7 +137,7 @@ impl<'a> Db<'a> {
 
     /// Writes `key` under `rules`; `Ok(false)` if a rule refused it.
     pub fn write(&self, key: &[u8], value: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
-        let t = self.table_for_write();
+        let t = self.table_for_write()?;
         match self.ctx.store.write(t, key, value, rules) {
             Ok(_) => Ok(true),
             Err(StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. }) => {
@@ -145,7 +151,7 @@ impl<'a> Db<'a> {
     /// the store can; the version of each written pair, `None` where a rule
     /// refused it. On an error, pairs before it may have been written.
     pub fn write_all(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<Vec<Option<Version>>, ErrorReply> {
-        let t = self.table_for_write();
+        let t = self.table_for_write()?;
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
         let mut written = Vec::with_capacity(ops.len());
         for r in self.ctx.store.multi_write(&ops) {
@@ -164,7 +170,7 @@ impl<'a> Db<'a> {
     /// nothing written, if `rules` refuse any pair. Keys must be distinct
     /// and at most [`shoal_engine::MAX_ATOMIC_BATCH`]; the caller checks both.
     pub fn write_all_or_nothing(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<bool, ErrorReply> {
-        let t = self.table_for_write();
+        let t = self.table_for_write()?;
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
         match self.ctx.store.multi_write_all_or_nothing(&ops) {
             Ok(_) => Ok(true),
@@ -214,18 +220,22 @@ impl<'a> Db<'a> {
         }
     }
 
-    /// The keys that `keep` accepts among those enumerated from `cursor` on,
-    /// and the cursor to continue from (`None`: the end). At least `count`
-    /// keys are examined unless the table ends (a few more may be), and no
-    /// more once about `max_bytes` of keys are kept. Only keys are copied.
+    /// The keys that `keep` accepts among those enumerated from `cursor` on
+    /// (a key-hash position) up to key hash `end` included, and the cursor
+    /// to continue from (`None`: the end of the table; `end + 1` once past
+    /// `end`). At least `count` keys are examined unless the range ends (a
+    /// few more may be), and no more once about `max_bytes` of keys are
+    /// kept. Only keys are copied.
     pub fn scan(
         &self,
         cursor: u64,
+        end: u64,
         count: usize,
         max_bytes: usize,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
         let Some(t) = self.table() else { return Ok((Vec::new(), None)) };
+        let bounded = end != u64::MAX;
         let mut keys = Vec::new();
         let (mut examined, mut bytes) = (0, 0);
         let mut next = Some(EnumCursor(cursor));
@@ -236,6 +246,9 @@ impl<'a> Db<'a> {
             }
             let step = (count - examined).min(SCAN_STEP);
             next = match self.ctx.store.enumerate_with(t, c, step, |key, _, _| {
+                if bounded && key_hash(t, key).0 > end {
+                    return;
+                }
                 examined += 1;
                 if keep(key) {
                     bytes += key.len();
@@ -246,6 +259,11 @@ impl<'a> Db<'a> {
                 Err(StoreError::UnknownTable(_)) => None,
                 Err(e) => return Err(store_error(e)),
             };
+            // The enumeration goes in key-hash order: past `end` is another tablet's.
+            if bounded && next.is_none_or(|c| c.0 > end) {
+                next = Some(EnumCursor(end + 1));
+                break;
+            }
         }
         Ok((keys, next.map(|c| c.0)))
     }

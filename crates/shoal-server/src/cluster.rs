@@ -1,0 +1,402 @@
+//! A server's life in a cluster: enlisting with the coordinator, keeping
+//! the cluster map current, deciding which keys it serves, replicating its
+//! log (through the replicator it hands the store as observer) and, after a
+//! restart, rebuilding its tablets from its earlier logs on the backups.
+//!
+//! Front ends ask [`ClusterNode::route`] where a key lives, and wait on
+//! [`ClusterNode::wait_durable`] before acknowledging a write. Everything
+//! else here runs on the server's own thread: the map watcher and the
+//! restart recovery.
+
+use crate::config::{ReplicationMode, ServerConfig};
+use parking_lot::{Mutex, RwLock};
+use shoal_cluster::control::call_blocking;
+use shoal_cluster::{ClusterMap, ControlClient, ControlError, ControlRequest, ControlResponse, ServerId, ServerState};
+use shoal_common::{KeyHash, LogId, TableId};
+use shoal_engine::Store;
+use shoal_replication::backup::{Backup, BackupConfig};
+use shoal_replication::master::{ReplicationMode as WireMode, Replicator, ReplicatorConfig};
+use shoal_replication::restore;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// How long a starting server keeps trying to reach the coordinator.
+const ENLIST_PATIENCE: Duration = Duration::from_secs(60);
+/// Timeout of one control call.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one map watch waits for a change before asking again.
+const WATCH_MS: u64 = 30_000;
+/// The file in the data directory that remembers the server's id.
+const ID_FILE: &str = "server-id";
+
+/// Where a key is served, as this server sees it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Here.
+    Local,
+    /// By another server: its native and Redis addresses.
+    Remote { native: SocketAddr, resp: SocketAddr },
+    /// Here, once the restart recovery has rebuilt this server's tablets.
+    Recovering,
+    /// No tablet holds the key (the table does not exist in the cluster).
+    NoTablet,
+}
+
+/// Progress of a restart recovery (for statistics).
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryProgress {
+    pub logs: Vec<LogId>,
+    pub phase: &'static str,
+    pub segments: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    pub elapsed_ms: u64,
+    pub done: bool,
+}
+
+/// This server's membership in a cluster.
+pub struct ClusterNode {
+    pub id: ServerId,
+    /// The log this incarnation writes.
+    pub log: LogId,
+    pub coordinator: SocketAddr,
+    pub replicator: Arc<Replicator>,
+    backup: Mutex<Option<Backup>>,
+    backup_addr: SocketAddr,
+    map: RwLock<Arc<ClusterMap>>,
+    /// Earlier logs of this server to replay before serving.
+    recover: Vec<LogId>,
+    recovering: AtomicBool,
+    pub recovery: Mutex<RecoveryProgress>,
+}
+
+/// Why a server could not join its cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("cannot start the backup on {addr}: {source}")]
+    Backup { addr: SocketAddr, source: std::io::Error },
+    #[error("data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot enlist with the coordinator at {addr}: {source}")]
+    Enlist { addr: SocketAddr, source: ControlError },
+    #[error("the coordinator answered enlistment with {0}")]
+    Unexpected(String),
+}
+
+impl ClusterNode {
+    /// Starts the backup, enlists with the coordinator (as the server this
+    /// data directory was before, if it was one) and starts the replicator.
+    /// `native` and `resp` are the bound front-end addresses.
+    pub fn join(config: &ServerConfig, native: SocketAddr, resp: SocketAddr) -> Result<ClusterNode, JoinError> {
+        let coordinator = config.coordinator.expect("join is for servers with a coordinator");
+        let dir = config.data_dir.clone().expect("validated: a cluster server has a data_dir");
+        std::fs::create_dir_all(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        let store_config = config.store_config();
+        let backup_config = BackupConfig {
+            listen: config.backup_addr(),
+            data_dir: dir.clone(),
+            segment_bytes: store_config.segment_bytes as u32,
+            buffers: config.backup_buffers,
+            flush_limit: (config.backup_buffers / 2).max(1),
+            sync_open: config.sync_open,
+            max_connections: 1024,
+        };
+        let backup =
+            Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;
+        let backup_addr = backup.local_addr();
+        let previous = read_id(&dir);
+        let req = ControlRequest::Enlist { previous, native, resp, backup: backup_addr };
+        let deadline = Instant::now() + ENLIST_PATIENCE;
+        let reply = loop {
+            match call_blocking(coordinator, &req, CONTROL_TIMEOUT) {
+                Ok(r) => break r,
+                Err(e @ ControlError::Refused { .. }) => {
+                    return Err(JoinError::Enlist { addr: coordinator, source: e });
+                }
+                Err(e) if Instant::now() >= deadline => return Err(JoinError::Enlist { addr: coordinator, source: e }),
+                Err(e) => {
+                    warn!("coordinator {coordinator} not reachable yet ({e}); retrying");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            }
+        };
+        let ControlResponse::Enlisted { server, log, recover, map } = reply else {
+            return Err(JoinError::Unexpected(format!("{reply:?}")));
+        };
+        write_id(&dir, server).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        info!(
+            "enlisted with {coordinator} as server {server}, writing log {}; {} earlier log(s) to recover",
+            log.0,
+            recover.len()
+        );
+        let replicator = Replicator::start(ReplicatorConfig {
+            master: server,
+            log,
+            log_version: 1,
+            segment_bytes: store_config.segment_bytes as u32,
+            mode: match config.replication {
+                ReplicationMode::Tailwind => WireMode::Tailwind,
+                ReplicationMode::Conventional => WireMode::Conventional,
+            },
+            replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
+        });
+        let node = ClusterNode {
+            id: server,
+            log,
+            coordinator,
+            replicator,
+            backup: Mutex::new(Some(backup)),
+            backup_addr,
+            map: RwLock::new(Arc::new(ClusterMap::default())),
+            recovering: AtomicBool::new(!recover.is_empty()),
+            recover,
+            recovery: Mutex::new(RecoveryProgress::default()),
+        };
+        node.set_map(map);
+        Ok(node)
+    }
+
+    /// The cluster map as last received.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.read().clone()
+    }
+
+    pub fn backup_addr(&self) -> SocketAddr {
+        self.backup_addr
+    }
+
+    /// The backup's statistics (None once stopped).
+    pub fn backup_stats(&self) -> Option<shoal_replication::backup::BackupStats> {
+        self.backup.lock().as_ref().map(|b| b.stats())
+    }
+
+    pub fn is_recovering(&self) -> bool {
+        self.recovering.load(Ordering::Acquire)
+    }
+
+    /// Installs `map` if it is newer than the one held; returns whether it was.
+    fn set_map(&self, map: ClusterMap) -> bool {
+        let mut held = self.map.write();
+        if map.version <= held.version && held.version != 0 {
+            return false;
+        }
+        let backups: Vec<(ServerId, SocketAddr)> =
+            map.live_servers().filter(|s| s.id != self.id).map(|s| (s.id, s.backup)).collect();
+        self.replicator.set_backups(backups, map.replicas);
+        *held = Arc::new(map);
+        true
+    }
+
+    /// Where `(table, hash)` is served.
+    pub fn route(&self, table: TableId, hash: KeyHash) -> Route {
+        let map = self.map.read();
+        let Some(t) = map.tablet(table, hash) else {
+            return Route::NoTablet;
+        };
+        if t.master == self.id {
+            return if self.is_recovering() { Route::Recovering } else { Route::Local };
+        }
+        match map.server(t.master) {
+            Some(s) if s.state != ServerState::Down => Route::Remote { native: s.native, resp: s.resp },
+            // Its master is gone; the coordinator will move it (crash recovery).
+            _ => Route::Recovering,
+        }
+    }
+
+    /// The local tablet holding `(table, hash)`: its last hash, or where
+    /// the tablet is served if not here.
+    pub fn local_tablet_end(&self, table: TableId, hash: KeyHash) -> Result<u64, Route> {
+        match self.route(table, hash) {
+            Route::Local => {}
+            other => return Err(other),
+        }
+        let map = self.map.read();
+        map.tablet(table, hash).map(|t| t.end_hash).ok_or(Route::NoTablet)
+    }
+
+    /// The current log position; a write applied before this call is
+    /// durable once [`ClusterNode::wait_durable`] of it returns.
+    pub fn position(&self) -> u64 {
+        self.replicator.position()
+    }
+
+    /// Waits until every byte before `pos` is on all its replicas.
+    pub async fn wait_durable(&self, pos: u64) -> bool {
+        if self.replicator.durable() >= pos {
+            return true;
+        }
+        self.replicator.wait_durable(pos).await.is_ok()
+    }
+
+    /// Keeps the map current until shutdown: long-polls the coordinator and
+    /// applies every newer map (`on_map` sees each one).
+    pub async fn watch_map(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        on_map: impl Fn(&ClusterMap),
+    ) {
+        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        on_map(&self.map());
+        loop {
+            let known = self.map.read().version;
+            let req = ControlRequest::WatchMap { known_version: known, timeout_ms: WATCH_MS };
+            let call = client.call(&req);
+            let reply = tokio::select! {
+                r = call => r,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match reply {
+                Ok(ControlResponse::Map { map }) => {
+                    if self.set_map(map) {
+                        on_map(&self.map());
+                    }
+                }
+                Ok(other) => warn!("coordinator answered a map watch with {other:?}"),
+                Err(e) => {
+                    warn!("cannot watch the cluster map: {e}; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rebuilds this server's tablets from its earlier logs (a restart):
+    /// finds each log on the backups, replays it into `store`, waits until
+    /// what was replayed is replicated in the current log, tells the
+    /// coordinator, frees the old replicas and starts serving. Waits (and
+    /// says so) while a segment of an earlier log is on no reachable backup.
+    pub async fn recover(self: Arc<Self>, store: Arc<Store>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        if self.recover.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        {
+            let mut p = self.recovery.lock();
+            p.logs = self.recover.clone();
+            p.phase = "finding replicas";
+        }
+        for &log in &self.recover {
+            let found = loop {
+                let backups: Vec<SocketAddr> = self.map().servers.iter().map(|s| s.backup).collect();
+                let attempt = tokio::select! {
+                    r = restore::find_log(&backups, log) => r,
+                    _ = shutdown.wait_for(|s| *s) => return,
+                };
+                match attempt {
+                    // A backup that did not answer might hold the only
+                    // replicas of a newer head: wait for every server.
+                    Ok(found) if !found.unreachable.is_empty() => {
+                        warn!("recovery of log {}: waiting for backups {:?} to answer", log.0, found.unreachable);
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = shutdown.wait_for(|s| *s) => return,
+                        }
+                    }
+                    Ok(found) => break found,
+                    Err(e) => {
+                        warn!("recovery of log {}: {e}; waiting for its backups", log.0);
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = shutdown.wait_for(|s| *s) => return,
+                        }
+                    }
+                }
+            };
+            let segments = found.segments.len() as u64;
+            info!("recovery of log {}: {} segments, {} bytes found; replaying", log.0, segments, found.bytes);
+            {
+                let mut p = self.recovery.lock();
+                p.phase = "replaying";
+                p.segments += segments;
+                p.bytes += found.bytes;
+            }
+            let s = store.clone();
+            let replayed = tokio::task::spawn_blocking(move || {
+                let views: Vec<&[u8]> = found.segments.iter().map(|(_, b)| b.as_slice()).collect();
+                s.replay(views.iter().copied())
+            })
+            .await;
+            match replayed {
+                Ok(Ok(report)) => {
+                    info!("recovery of log {}: {} objects replayed", log.0, report.objects_replayed);
+                    self.recovery.lock().objects += report.objects_replayed as u64;
+                }
+                Ok(Err(e)) => {
+                    warn!("recovery of log {} failed: {e}; this server's tablets stay unavailable", log.0);
+                    self.recovery.lock().phase = "failed";
+                    return;
+                }
+                Err(e) => {
+                    warn!("recovery of log {} failed: {e}", log.0);
+                    self.recovery.lock().phase = "failed";
+                    return;
+                }
+            }
+        }
+        self.recovery.lock().phase = "re-replicating";
+        if !self.wait_durable(self.position()).await {
+            return;
+        }
+        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        loop {
+            match client.call(&ControlRequest::Recovered { server: self.id, logs: self.recover.clone() }).await {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!("cannot report the recovery to the coordinator: {e}; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }
+        self.recovering.store(false, Ordering::Release);
+        let elapsed = started.elapsed();
+        {
+            let mut p = self.recovery.lock();
+            p.phase = "done";
+            p.done = true;
+            p.elapsed_ms = elapsed.as_millis() as u64;
+        }
+        info!("recovered {} earlier log(s) in {:.3} s; serving", self.recover.len(), elapsed.as_secs_f64());
+        let backups: Vec<SocketAddr> = self.map().servers.iter().map(|s| s.backup).collect();
+        for &log in &self.recover {
+            for &b in &backups {
+                if let Err(e) = restore::free_log(b, log).await {
+                    warn!("could not free log {} on backup {b}: {e}", log.0);
+                }
+            }
+        }
+    }
+
+    /// Stops the backup and the replicator.
+    pub fn stop(&self) {
+        self.replicator.shutdown();
+        if let Some(b) = self.backup.lock().take() {
+            b.shutdown();
+        }
+    }
+}
+
+fn read_id(dir: &Path) -> Option<ServerId> {
+    let text = std::fs::read_to_string(dir.join(ID_FILE)).ok()?;
+    text.trim().parse().ok().map(ServerId)
+}
+
+/// Writes the id atomically (temporary file, sync, rename).
+fn write_id(dir: &Path, id: ServerId) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{ID_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{}", id.0)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(ID_FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
