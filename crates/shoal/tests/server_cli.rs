@@ -71,8 +71,12 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 
 #[test]
 fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
+    let root = std::env::temp_dir().join(format!("shoal-local-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
     let mut child = Command::new(SHOAL)
-        .args(["local", "--resp-port", "0", "--native-port", "0", "--memory", "64MiB"])
+        .args(["local", "--servers", "2", "--coordinator-port", "0", "--resp-port", "0", "--native-port", "0"])
+        .args(["--backup-port", "0", "--memory", "64MiB", "--root"])
+        .arg(&root)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -86,6 +90,7 @@ fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
     signal(&child, "-INT");
     assert!(wait_exit(&mut child).success());
     wait_for(&out, "Shoal stopped.");
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
