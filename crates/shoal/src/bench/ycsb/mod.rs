@@ -13,6 +13,13 @@
 //! pipelined connection), the Redis protocol (GET/SET) and memcached's text
 //! protocol (get/set), so it measures Shoal and the stores it is compared
 //! with under identical load.
+//!
+//! With `--coordinator` the native clients talk to a cluster: the tablet
+//! map comes from the coordinator once, and each thread keeps a pipelined
+//! connection per server and sends each request straight to its key's
+//! master (a round's requests go to their masters together). A server that
+//! answers `UNKNOWN_TABLET` makes that thread fetch the map again and
+//! resend; the report counts those fetches.
 
 mod wire;
 mod workload;
@@ -23,11 +30,11 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use shoal_client::{blocking, ClientConfig, TableError, TableId};
+use shoal_client::{blocking, ClientConfig, CoordinatorMap, TableError, TableId, TabletMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use wire::{Memcached, Native, Reply, Req, Resp, Wire};
+use wire::{ClusterNative, Memcached, Native, Reply, Req, Resp, Wire};
 use workload::{record_key, Chooser, KeyDist, OpKind, Records, Workload};
 
 /// Which protocol the clients speak.
@@ -70,8 +77,13 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "A")]
     pub workload: Vec<Workload>,
     /// The server's address (default: the protocol's usual port on 127.0.0.1).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "coordinator")]
     pub server: Option<String>,
+    /// A cluster's coordinator (native protocol): requests go to each key's
+    /// master by the tablet map fetched from there, over one connection
+    /// per server and thread.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: Option<String>,
     /// Protocol spoken to the server.
     #[arg(long, value_enum, default_value = "native")]
     pub protocol: Protocol,
@@ -109,6 +121,11 @@ pub struct Args {
     /// library's own (50) when --threads is at most half the cores, else 0.
     #[arg(long, value_name = "MICROSECONDS")]
     pub spin_us: Option<u64>,
+    /// Redis protocol: follow each SET with `WAIT N 0`, so that a write
+    /// counts as done once N replicas acknowledged it (Redis replication's
+    /// synchronous mode; a write's latency includes its WAIT).
+    #[arg(long, value_name = "N")]
+    pub resp_wait: Option<u32>,
     /// Table of the records (native protocol; created by --load).
     #[arg(long, default_value = "ycsb")]
     pub table: String,
@@ -151,6 +168,12 @@ pub struct YcsbResult {
     pub errors: u64,
     /// The first refusal, or the failure that stopped a thread.
     pub error: Option<String>,
+    /// Servers the requests went to (1 unless --coordinator).
+    pub servers: usize,
+    /// Tablet map fetches after `UNKNOWN_TABLET` (cluster only).
+    pub map_refreshes: u64,
+    /// Replicas each Redis SET waited for (--resp-wait; 0 without).
+    pub resp_wait: u32,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -165,6 +188,8 @@ struct Tally {
     first_error: Option<String>,
     /// Why the thread stopped early (its connection failed).
     fatal: Option<String>,
+    /// Tablet map fetches after `UNKNOWN_TABLET`.
+    map_refreshes: u64,
 }
 
 impl Tally {
@@ -175,6 +200,7 @@ impl Tally {
             errors: [0; 4],
             first_error: None,
             fatal: None,
+            map_refreshes: 0,
         }
     }
 
@@ -188,6 +214,7 @@ impl Tally {
         }
         self.first_error = self.first_error.take().or(o.first_error);
         self.fatal = self.fatal.take().or(o.fatal);
+        self.map_refreshes += o.map_refreshes;
     }
 
     fn error(&mut self, kind: OpKind, message: String) {
@@ -268,6 +295,7 @@ fn drive(wire: &mut dyn Wire, shared: &Shared, pipeline: usize, seed: u64) -> Ta
             };
             if let Err(e) = wire.push(req) {
                 tally.fatal = Some(e);
+                tally.map_refreshes = wire.map_refreshes();
                 return tally;
             }
             round.push(op);
@@ -303,17 +331,47 @@ fn drive(wire: &mut dyn Wire, shared: &Shared, pipeline: usize, seed: u64) -> Ta
         };
         if let Err(e) = wire.exchange(&mut on_reply) {
             tally.fatal = Some(e);
-            return tally;
+            break;
         }
     }
+    tally.map_refreshes = wire.map_refreshes();
     tally
 }
 
+/// Where the clients send their requests.
+enum Target {
+    /// One server.
+    Server(SocketAddr),
+    /// A cluster: its coordinator and the tablet map fetched from it.
+    Cluster(CoordinatorMap, TabletMap),
+}
+
+impl Target {
+    /// Servers the map sends requests to.
+    fn servers(&self) -> usize {
+        match self {
+            Target::Server(_) => 1,
+            Target::Cluster(_, map) => {
+                let mut s: Vec<SocketAddr> = map.tablets().iter().map(|t| t.server).collect();
+                s.sort();
+                s.dedup();
+                s.len()
+            }
+        }
+    }
+}
+
 /// Connects one client of `protocol`.
-fn connect(args: &Args, addr: SocketAddr, table: TableId) -> Result<Box<dyn Wire>, String> {
+fn connect(args: &Args, target: &Target, table: TableId) -> Result<Box<dyn Wire>, String> {
+    let addr = match target {
+        Target::Server(addr) => *addr,
+        Target::Cluster(source, map) => {
+            return Ok(Box::new(ClusterNative::new(source.clone(), map.clone(), table, spin(args))));
+        }
+    };
     Ok(match args.protocol {
         Protocol::Native => Box::new(Native::connect(addr, table, spin(args))?),
-        Protocol::Resp => Box::new(Resp::connect(addr)?),
+        Protocol::Resp => Box::new(Resp::with_wait(addr, args.resp_wait)?),
         Protocol::Memcached => Box::new(Memcached::connect(addr)?),
     })
 }
@@ -340,8 +398,37 @@ fn native_table(addr: SocketAddr, name: &str, create: bool) -> Result<TableId, S
     })
 }
 
+/// The cluster's table: created (through any server) when loading, looked
+/// up otherwise; and the tablet map once it has the table's tablets.
+fn cluster_table(coordinator: SocketAddr, name: &str, create: bool) -> Result<(TableId, TabletMap), String> {
+    let config = ClientConfig { timeout: Some(wire::REPLY_TIMEOUT), ..ClientConfig::default() };
+    let mut c = blocking::Client::connect_cluster(coordinator, config)
+        .map_err(|e| format!("cannot reach the cluster of coordinator {coordinator}: {e}"))?;
+    let r = if create { c.create_table(name) } else { c.table_id(name) };
+    let table = r.map_err(|e| match e {
+        TableError::UnknownTableName => {
+            format!("no table '{name}' in the cluster: run with --load to create and fill it")
+        }
+        e => format!("table '{name}': {e}"),
+    })?;
+    // A created table's tablets appear in the map once the coordinator
+    // placed them: fetch the map again until they do (bounded).
+    let source = CoordinatorMap::new(coordinator);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let map = source.fetch().map_err(|e| format!("tablet map from {coordinator}: {e}"))?;
+        if map.tablets().iter().any(|t| t.table == Some(table)) {
+            return Ok((table, map));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("table '{name}' (id {}) has no tablets in the coordinator's map", table.0));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Writes records `0..n` from `threads` connections, `depth` at a time.
-fn load(args: &Args, addr: SocketAddr, table: TableId, depth: usize) -> Result<(Duration, Tally), String> {
+fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(Duration, Tally), String> {
     let next = AtomicU64::new(0);
     let started = Instant::now();
     let tallies: Vec<Tally> = std::thread::scope(|s| {
@@ -350,7 +437,7 @@ fn load(args: &Args, addr: SocketAddr, table: TableId, depth: usize) -> Result<(
                 let next = &next;
                 s.spawn(move || {
                     let mut tally = Tally::new();
-                    let mut wire = match connect(args, addr, table) {
+                    let mut wire = match connect(args, target, table) {
                         Ok(w) => w,
                         Err(e) => {
                             tally.fatal = Some(e);
@@ -385,6 +472,7 @@ fn load(args: &Args, addr: SocketAddr, table: TableId, depth: usize) -> Result<(
                             tally.fatal = Some(e);
                             return tally;
                         }
+                        tally.map_refreshes = wire.map_refreshes();
                     }
                 })
             })
@@ -435,6 +523,9 @@ fn result_line(
         not_found: 0,
         errors: 0,
         error: None,
+        servers: ctx.servers,
+        map_refreshes: 0,
+        resp_wait: args.resp_wait.unwrap_or(0),
     }
 }
 
@@ -443,6 +534,7 @@ struct Context {
     server: String,
     /// The key distribution's name ("-" for the load).
     dist: &'static str,
+    servers: usize,
 }
 
 /// The lines of one workload: each operation type it ran, then "all".
@@ -469,6 +561,7 @@ fn workload_lines(args: &Args, ctx: &Context, name: &str, tally: &Tally, secs: f
     total.ops += total.errors;
     total.ops_per_sec = if secs > 0.0 { total.ops as f64 / secs } else { 0.0 };
     total.error = tally.fatal.clone().or_else(|| tally.first_error.clone());
+    total.map_refreshes = tally.map_refreshes;
     lines.push(total);
     lines
 }
@@ -491,6 +584,12 @@ fn validate(args: &Args) -> Result<(), String> {
     if args.operations == Some(0) {
         return Err("--operations must be at least 1".into());
     }
+    if args.coordinator.is_some() && args.protocol != Protocol::Native {
+        return Err("--coordinator needs the native protocol (a Redis client goes to any server's --server)".into());
+    }
+    if args.resp_wait.is_some() && args.protocol != Protocol::Resp {
+        return Err("--resp-wait is for the Redis protocol".into());
+    }
     Ok(())
 }
 
@@ -498,15 +597,27 @@ fn validate(args: &Args) -> Result<(), String> {
 /// Returns whether every run completed without errors.
 pub fn run(args: &Args) -> Result<bool, String> {
     validate(args)?;
-    let server = args.server.clone().unwrap_or_else(|| args.protocol.default_server().to_string());
+    let (server, flag) = match &args.coordinator {
+        Some(c) => (c.clone(), "--coordinator"),
+        None => (args.server.clone().unwrap_or_else(|| args.protocol.default_server().to_string()), "--server"),
+    };
     let addr = server
         .to_socket_addrs()
-        .map_err(|e| format!("bad --server {server}: {e}"))?
+        .map_err(|e| format!("bad {flag} {server}: {e}"))?
         .next()
-        .ok_or_else(|| format!("--server {server} resolves to no address"))?;
-    let table = match args.protocol {
-        Protocol::Native => native_table(addr, &args.table, args.load)?,
-        _ => TableId(0),
+        .ok_or_else(|| format!("{flag} {server} resolves to no address"))?;
+    let (table, target) = match (args.protocol, args.coordinator.is_some()) {
+        (Protocol::Native, true) => {
+            let (table, map) = cluster_table(addr, &args.table, args.load)?;
+            (table, Target::Cluster(CoordinatorMap::new(addr), map))
+        }
+        (Protocol::Native, false) => (native_table(addr, &args.table, args.load)?, Target::Server(addr)),
+        _ => (TableId(0), Target::Server(addr)),
+    };
+    let servers = target.servers();
+    let server = match &target {
+        Target::Cluster(..) => format!("cluster of {server} ({servers} servers)"),
+        Target::Server(_) => server,
     };
     let limit = match (args.operations, args.duration) {
         (Some(n), _) => n,
@@ -524,14 +635,15 @@ pub fn run(args: &Args) -> Result<bool, String> {
             args.protocol.name()
         );
         let depth = args.pipeline.max(64);
-        let (elapsed, tally) = load(args, addr, table, depth)?;
-        let ctx = Context { server: server.clone(), dist: "-" };
+        let (elapsed, tally) = load(args, &target, table, depth)?;
+        let ctx = Context { server: server.clone(), dist: "-", servers };
         let h = &tally.hist[OpKind::Insert.index()];
         let mut line = result_line(args, &ctx, "load", "insert", h, elapsed.as_secs_f64());
         line.pipeline = depth;
         line.errors = tally.errors.iter().sum();
         line.ops += line.errors;
         line.error = tally.fatal.clone().or_else(|| tally.first_error.clone());
+        line.map_refreshes = tally.map_refreshes;
         lines.push(line);
     }
 
@@ -568,9 +680,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
         let tallies: Vec<Tally> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..args.threads)
                 .map(|t| {
-                    let shared = &shared;
+                    let (shared, target) = (&shared, &target);
                     let seed = args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (t as u64 + 1);
-                    s.spawn(move || match connect(args, addr, table) {
+                    s.spawn(move || match connect(args, target, table) {
                         Ok(mut wire) => drive(wire.as_mut(), shared, args.pipeline, seed),
                         Err(e) => Tally { fatal: Some(e), ..Tally::new() },
                     })
@@ -583,7 +695,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         for t in tallies {
             tally.merge(t);
         }
-        let ctx = Context { server: server.clone(), dist: dist.name() };
+        let ctx = Context { server: server.clone(), dist: dist.name(), servers };
         lines.extend(workload_lines(args, &ctx, w.name(), &tally, secs));
     }
 
@@ -600,8 +712,17 @@ pub fn run(args: &Args) -> Result<bool, String> {
 fn print_table(args: &Args, lines: &[YcsbResult]) {
     if let Some(l) = lines.first() {
         println!(
-            "ycsb over {} at {}: {} records, {}-byte values, {} threads x {} in flight",
-            l.protocol, l.server, l.records, l.value_bytes, args.threads, args.pipeline
+            "ycsb over {} at {}: {} records, {}-byte values, {} threads x {} in flight{}",
+            l.protocol,
+            l.server,
+            l.records,
+            l.value_bytes,
+            args.threads,
+            args.pipeline,
+            match args.resp_wait {
+                Some(n) => format!(", each SET followed by WAIT {n} 0"),
+                None => String::new(),
+            }
         );
     }
     let mut t = Table::new(
@@ -643,6 +764,9 @@ fn print_table(args: &Args, lines: &[YcsbResult]) {
     for l in lines {
         if let Some(e) = &l.error {
             println!("workload {} {}: {e}", l.workload, l.op);
+        }
+        if l.map_refreshes > 0 {
+            println!("workload {}: {} tablet map fetches after UNKNOWN_TABLET", l.workload, l.map_refreshes);
         }
     }
 }

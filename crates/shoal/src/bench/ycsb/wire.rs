@@ -6,10 +6,20 @@
 //!
 //! A [`Wire`] works in rounds: `push` queues requests, `exchange` sends
 //! them in one write and hands each reply to a callback as it is parsed.
+//!
+//! Against a cluster, [`ClusterNative`] keeps one pipelined connection per
+//! server and routes each request by the tablet map: a round's requests go
+//! to their masters together and the round ends when every master has
+//! answered. The Redis client can follow each SET with `WAIT n 0` (see
+//! [`Resp::with_wait`]) so that Redis acknowledges a write only once `n`
+//! replicas hold it.
 
-use shoal_client::{ClientConfig, Connection, ErrorStatus, RejectRules, Request, Response, TableId};
+use shoal_client::{
+    key_hash, ClientConfig, Connection, CoordinatorMap, ErrorStatus, RejectRules, Request, Response, TableId, TabletMap,
+};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::ops::Range;
 use std::time::Duration;
 
 /// A request of the benchmark: read a record or write it whole.
@@ -42,6 +52,12 @@ pub trait Wire: Send {
     /// error means the connection failed (or spoke something else) and
     /// cannot be used further.
     fn exchange(&mut self, on_reply: &mut dyn FnMut(usize, Reply)) -> Result<(), String>;
+
+    /// Times the tablet map was fetched again because a server answered
+    /// that it does not own a key (cluster only).
+    fn map_refreshes(&self) -> u64 {
+        0
+    }
 }
 
 /// Longest any reply may take before the connection counts as failed.
@@ -105,6 +121,184 @@ impl Wire for Native {
     }
 }
 
+/// Most times a request is sent again after `UNKNOWN_TABLET` (each time
+/// with a freshly fetched tablet map) before it counts as an error.
+const MAX_ROUTE_ATTEMPTS: u32 = 5;
+
+/// Shoal's native protocol against a cluster: one pipelined connection per
+/// server, each request sent to its key's master by the tablet map.
+///
+/// A server that answers `UNKNOWN_TABLET` (the map changed since it was
+/// fetched) makes the client fetch the map from the coordinator again and
+/// resend that request to its new master, within the same round (the
+/// operation's latency includes the detour); `RETRY` resends it after the
+/// server's delay. Both are bounded by [`MAX_ROUTE_ATTEMPTS`].
+pub struct ClusterNative {
+    source: CoordinatorMap,
+    map: TabletMap,
+    table: TableId,
+    config: ClientConfig,
+    /// One connection per server, opened on first use.
+    conns: Vec<Connection>,
+    /// Per connection: (request id, index in the round) of requests sent.
+    sent: Vec<Vec<(u64, usize)>>,
+    /// The round's requests, kept to be sent again: key and value ranges
+    /// in `bytes` (no value for a read).
+    reqs: Vec<(Range<usize>, Option<Range<usize>>)>,
+    bytes: Vec<u8>,
+    /// Requests answered without a server (no master in the map).
+    unrouted: Vec<(usize, Reply)>,
+    refreshes: u64,
+}
+
+impl ClusterNative {
+    /// `map`: the tablet map fetched from `source` (shared by the threads,
+    /// each refreshing its own copy). `spin`: the client library's spin.
+    pub fn new(source: CoordinatorMap, map: TabletMap, table: TableId, spin: Duration) -> ClusterNative {
+        ClusterNative {
+            source,
+            map,
+            table,
+            config: ClientConfig { timeout: Some(REPLY_TIMEOUT), spin, ..ClientConfig::default() },
+            conns: Vec::new(),
+            sent: Vec::new(),
+            reqs: Vec::new(),
+            bytes: Vec::new(),
+            unrouted: Vec::new(),
+            refreshes: 0,
+        }
+    }
+
+    /// The connection to `addr`'s index, connecting if needed.
+    fn conn(&mut self, addr: SocketAddr) -> Result<usize, String> {
+        if let Some(i) = self.conns.iter().position(|c| c.addr() == addr) {
+            return Ok(i);
+        }
+        let c = Connection::connect(addr, &self.config).map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        self.conns.push(c);
+        self.sent.push(Vec::new());
+        Ok(self.conns.len() - 1)
+    }
+
+    /// Sends the round's request `index` to its key's master.
+    fn send(&mut self, index: usize) -> Result<(), String> {
+        let (k, v) = self.reqs[index].clone();
+        let key = &self.bytes[k];
+        let Some(addr) = self.map.locate(self.table, key_hash(self.table, key)) else {
+            self.unrouted.push((index, Reply::Error(format!("no master for table {} in the map", self.table.0))));
+            return Ok(());
+        };
+        let c = self.conn(addr)?;
+        let (table, rules) = (self.table, RejectRules::default());
+        let key = &self.bytes[self.reqs[index].0.clone()];
+        let req = match v {
+            None => Request::Read { table, key, rules },
+            Some(v) => Request::Write { table, key, value: &self.bytes[v], rules },
+        };
+        let id = self.conns[c].send(&req).map_err(|e| format!("{addr}: {e}"))?;
+        self.sent[c].push((id, index));
+        Ok(())
+    }
+
+    /// Fetches the tablet map again (keeping the one held if the
+    /// coordinator cannot be reached).
+    fn refresh(&mut self) {
+        self.refreshes += 1;
+        if let Ok(m) = self.source.fetch() {
+            self.map = m;
+        }
+    }
+}
+
+impl Wire for ClusterNative {
+    fn push(&mut self, req: Req<'_>) -> Result<(), String> {
+        let at = self.bytes.len();
+        let (key, value) = match req {
+            Req::Get(key) => (key, None),
+            Req::Set(key, value) => (key, Some(value)),
+        };
+        self.bytes.extend_from_slice(key);
+        let k = at..self.bytes.len();
+        let v = value.map(|v| {
+            let at = self.bytes.len();
+            self.bytes.extend_from_slice(v);
+            at..self.bytes.len()
+        });
+        self.reqs.push((k, v));
+        if self.map.locate(self.table, key_hash(self.table, key)).is_none() {
+            // A table created since the map was fetched.
+            self.refresh();
+        }
+        self.send(self.reqs.len() - 1)
+    }
+
+    fn exchange(&mut self, on_reply: &mut dyn FnMut(usize, Reply)) -> Result<(), String> {
+        let mut again: Vec<usize> = Vec::new();
+        let mut attempt = 1;
+        loop {
+            for c in &mut self.conns {
+                if c.in_flight() > 0 {
+                    let addr = c.addr();
+                    c.flush().map_err(|e| format!("{addr}: {e}"))?;
+                }
+            }
+            let mut delay = Duration::ZERO;
+            let mut refresh = false;
+            for (c, sent) in self.conns.iter_mut().zip(&mut self.sent) {
+                for _ in 0..sent.len() {
+                    let addr = c.addr();
+                    let frame = c.recv().map_err(|e| format!("{addr}: {e}"))?;
+                    let index =
+                        sent.iter().find(|(id, _)| *id == frame.request_id).map(|&(_, i)| i).ok_or_else(|| {
+                            format!("{addr}: reply to request {} that was not sent", frame.request_id)
+                        })?;
+                    let reply = match frame.reply().map_err(|e| format!("{addr}: {e}"))? {
+                        Ok(Response::Read { .. }) => Reply::Found,
+                        Ok(Response::Write { .. }) => Reply::Stored,
+                        Ok(r) => return Err(format!("{addr}: unexpected response {:?}", r.opcode())),
+                        Err(ErrorStatus::ObjectDoesntExist) => Reply::NotFound,
+                        Err(ErrorStatus::UnknownTablet) if attempt < MAX_ROUTE_ATTEMPTS => {
+                            refresh = true;
+                            again.push(index);
+                            continue;
+                        }
+                        Err(ErrorStatus::Retry { after_us }) if attempt < MAX_ROUTE_ATTEMPTS => {
+                            delay = delay.max(Duration::from_micros(u64::from(after_us)).min(Duration::from_secs(1)));
+                            again.push(index);
+                            continue;
+                        }
+                        Err(status) => Reply::Error(status.to_string()),
+                    };
+                    on_reply(index, reply);
+                }
+                sent.clear();
+            }
+            for (index, reply) in self.unrouted.drain(..) {
+                on_reply(index, reply);
+            }
+            if again.is_empty() {
+                break;
+            }
+            attempt += 1;
+            if refresh {
+                self.refresh();
+            }
+            // Give the servers a moment to take up a changed map.
+            std::thread::sleep(delay.max(Duration::from_millis(if refresh { 5 } else { 0 })));
+            for index in std::mem::take(&mut again) {
+                self.send(index)?;
+            }
+        }
+        self.reqs.clear();
+        self.bytes.clear();
+        Ok(())
+    }
+
+    fn map_refreshes(&self) -> u64 {
+        self.refreshes
+    }
+}
+
 /// A blocking TCP stream with a receive buffer and a send buffer, for the
 /// text protocols.
 struct Stream {
@@ -131,19 +325,30 @@ impl Stream {
 
     /// Writes the queued requests, then parses `queued` replies with `parse`.
     fn exchange(&mut self, parse: Parse, on_reply: &mut dyn FnMut(usize, Reply)) -> Result<(), String> {
-        self.stream.write_all(&self.out).map_err(|e| format!("send: {e}"))?;
-        self.out.clear();
+        self.send()?;
         for i in 0..std::mem::take(&mut self.queued) {
-            loop {
-                if let Some((reply, used)) = parse(&self.buf[self.start..self.end])? {
-                    self.start += used;
-                    on_reply(i, reply);
-                    break;
-                }
-                self.fill()?;
-            }
+            let reply = self.next(parse)?;
+            on_reply(i, reply);
         }
         Ok(())
+    }
+
+    /// Writes the queued requests.
+    fn send(&mut self) -> Result<(), String> {
+        self.stream.write_all(&self.out).map_err(|e| format!("send: {e}"))?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// The next reply, parsed by `parse`, reading until it is whole.
+    fn next<T>(&mut self, parse: impl Fn(&[u8]) -> Result<Option<(T, usize)>, String>) -> Result<T, String> {
+        loop {
+            if let Some((reply, used)) = parse(&self.buf[self.start..self.end])? {
+                self.start += used;
+                return Ok(reply);
+            }
+            self.fill()?;
+        }
     }
 
     /// Reads more bytes (at least one), making room first.
@@ -193,12 +398,36 @@ fn number(b: &[u8]) -> Result<i64, String> {
         .ok_or_else(|| format!("bad number in reply: {:?}", String::from_utf8_lossy(b)))
 }
 
-/// The Redis protocol: GET and SET, replies in RESP2 or RESP3.
-pub struct Resp(Stream);
+/// What a `WAIT` answered: the replicas that acknowledged, or an error.
+pub type WaitReply = Result<i64, String>;
+
+/// The Redis protocol: GET and SET, replies in RESP2 or RESP3; with a
+/// wait, each SET is followed by `WAIT n 0`.
+pub struct Resp {
+    stream: Stream,
+    /// Replicas each SET waits for (`WAIT n 0` after it), if any.
+    wait: Option<u32>,
+    /// The queued requests: true for a SET followed by a WAIT.
+    waits: Vec<bool>,
+}
 
 impl Resp {
-    pub fn connect(addr: SocketAddr) -> Result<Resp, String> {
-        Stream::connect(addr).map(Resp)
+    /// A client that, with `wait`, follows each SET with `WAIT n 0` (no timeout: Redis
+    /// answers once `n` replicas acknowledged the write) and counts the SET
+    /// as done when the WAIT answers; a WAIT that reports fewer than `n`
+    /// replicas makes the SET an error.
+    pub fn with_wait(addr: SocketAddr, wait: Option<u32>) -> Result<Resp, String> {
+        Ok(Resp { stream: Stream::connect(addr)?, wait, waits: Vec::new() })
+    }
+
+    /// Parses the reply to `WAIT`: the number of replicas, or the error.
+    pub fn parse_wait(b: &[u8]) -> Result<Option<(WaitReply, usize)>, String> {
+        let Some((head, n)) = line(b)? else { return Ok(None) };
+        match head.split_first() {
+            Some((b':', rest)) => Ok(Some((Ok(number(rest)?), n))),
+            Some((b'-', rest)) => Ok(Some((Err(String::from_utf8_lossy(rest).into_owned()), n))),
+            _ => Err(format!("unexpected reply to WAIT: {:?}", String::from_utf8_lossy(head))),
+        }
     }
 
     /// Parses one reply: `+`, `-`, `:`, `$` (null or bulk) or `_`.
@@ -240,7 +469,8 @@ fn bulk(out: &mut Vec<u8>, b: &[u8]) {
 
 impl Wire for Resp {
     fn push(&mut self, req: Req<'_>) -> Result<(), String> {
-        let out = &mut self.0.out;
+        let out = &mut self.stream.out;
+        let mut wait = false;
         match req {
             Req::Get(key) => {
                 out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
@@ -250,14 +480,41 @@ impl Wire for Resp {
                 out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
                 bulk(out, key);
                 bulk(out, value);
+                if let Some(n) = self.wait {
+                    out.extend_from_slice(b"*3\r\n$4\r\nWAIT\r\n");
+                    bulk(out, n.to_string().as_bytes());
+                    bulk(out, b"0");
+                    wait = true;
+                }
             }
         }
-        self.0.queued += 1;
+        self.waits.push(wait);
         Ok(())
     }
 
     fn exchange(&mut self, on_reply: &mut dyn FnMut(usize, Reply)) -> Result<(), String> {
-        self.0.exchange(Resp::parse, on_reply)
+        self.stream.send()?;
+        for (i, wait) in std::mem::take(&mut self.waits).into_iter().enumerate() {
+            let mut reply = self.stream.next(Resp::parse)?;
+            if wait {
+                let want = i64::from(self.wait.unwrap_or(0));
+                match self.stream.next(Resp::parse_wait)? {
+                    Ok(got) if got >= want => {}
+                    Ok(got) => reply = reply_error(reply, format!("WAIT: {got} of {want} replicas acknowledged")),
+                    Err(e) => reply = reply_error(reply, format!("WAIT: {e}")),
+                }
+            }
+            on_reply(i, reply);
+        }
+        Ok(())
+    }
+}
+
+/// A SET's reply once its WAIT failed: the SET's own error if it had one.
+fn reply_error(reply: Reply, wait: String) -> Reply {
+    match reply {
+        Reply::Error(e) => Reply::Error(e),
+        _ => Reply::Error(wait),
     }
 }
 
@@ -354,6 +611,14 @@ mod tests {
         assert!(Resp::parse(b"$3\r\nabcde").is_err());
         assert!(Resp::parse(b"*1\r\n").is_err());
         assert!(Resp::parse(b"$99999999999\r\n").is_err());
+    }
+
+    #[test]
+    fn wait_replies_parse() {
+        assert_eq!(Resp::parse_wait(b":2\r\n+OK").unwrap(), Some((Ok(2), 4)));
+        assert_eq!(Resp::parse_wait(b"-ERR no\r\n").unwrap(), Some((Err("ERR no".into()), 9)));
+        assert_eq!(Resp::parse_wait(b":2").unwrap(), None);
+        assert!(Resp::parse_wait(b"+OK\r\n").is_err());
     }
 
     #[test]
