@@ -15,14 +15,32 @@
 //! error, then the connection closes, as in Redis. Reading and writing are
 //! concurrent, so a client that sends a long pipeline before reading
 //! anything is served (within the reply bound).
+//!
+//! In a cluster, two more things happen here, both without blocking the
+//! worker (each is one more branch of the connection's select loop):
+//! * Replies to writes wait until the log is durable. After a batch that
+//!   wrote, the replies it appended (and every reply after them) are held
+//!   back until the replicator reports the log durable up to the position
+//!   taken after the batch; earlier replies go out meanwhile, and requests
+//!   keep being executed. If replication stops (shutdown), the connection
+//!   closes without sending the held replies.
+//! * A command forwarded to other servers (see `routing`) is awaited before
+//!   the next request runs, so that replies stay in request order.
+//!
+//! A standalone server does neither, at the cost of a few untaken branches.
 
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::Connection;
+use crate::resp::forward;
 use crate::resp::frame::{self, Args, Limits};
 use crate::resp::reply::{ErrorReply, Reply};
-use crate::resp::session::Session;
+use crate::resp::routing::NO_TABLET_RETRY;
+use crate::resp::session::{Session, Step};
 use crate::spin;
 use bytes::{Buf, BufMut, BytesMut};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,8 +70,14 @@ enum End {
     ReplyOverflow,
     Idle,
     Shutdown,
+    /// Replication stopped before the replies' writes were durable.
+    NotDurable,
     Io(std::io::Error),
 }
+
+/// What a connection awaits in a cluster (owned, so the select loop may
+/// poll it beside reading and writing).
+type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
 
 pub(crate) async fn serve(stream: TcpStream, conn: Connection) {
     let id = conn.id;
@@ -80,6 +104,16 @@ struct Conn {
     read_chunk: usize,
     /// Whether to spin for the client's next request after answering.
     spin: spin::SpinPolicy,
+    /// Replies at the end of `output` not to send yet: per log position
+    /// they wait for, the number of bytes (oldest first; positions grow).
+    held: VecDeque<(u64, usize)>,
+    /// Sum of the bytes in `held`.
+    held_bytes: usize,
+    /// The wait for the first of `held` to be durable.
+    durable: Pending<bool>,
+    /// A forwarded command's reply (or the pause before retrying a
+    /// request); no request runs until it is in `output`.
+    forward: Pending<BytesMut>,
     _conn: Connection,
 }
 
@@ -101,6 +135,10 @@ impl Conn {
             more: false,
             read_chunk: READ_CHUNK,
             spin: spin::SpinPolicy::default(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            durable: None,
+            forward: None,
             ctx,
             _conn: conn,
         }
@@ -129,11 +167,18 @@ impl Conn {
         loop {
             // Requests left to run: also after the peer closed its side (it
             // may have sent a whole pipeline and shut down writing).
-            let draining = self.more && matches!(closing, None | Some((End::Closed, _)));
-            if closing.is_some() && self.output.is_empty() && !draining {
+            let draining = self.more && self.forward.is_none() && matches!(closing, None | Some((End::Closed, _)));
+            if closing.is_some() && self.output.is_empty() && !draining && self.forward.is_none() {
                 let _ = wr.shutdown().await;
                 return closing.map_or(End::Closed, |(end, _)| end);
             }
+            if self.durable.is_none() {
+                if let Some(&(pos, _)) = self.held.front() {
+                    let ctx = ctx.clone();
+                    self.durable = Some(Box::pin(async move { ctx.wait_durable(pos).await }));
+                }
+            }
+            let sendable = self.output.len() - self.held_bytes;
             let room = self.request_limit.saturating_sub(self.input.len());
             let can_read = closing.is_none() && room > 0;
             let spare = self.input.capacity() - self.input.len();
@@ -143,7 +188,12 @@ impl Conn {
             let offered = (self.input.capacity() - self.input.len()).min(room);
             // Spin for the next request only right after answering a client
             // that sends its requests back to back (see `spin`).
-            let spin_permit = if self.output.is_empty() && !draining && replied_at.is_some() && self.spin.spin_next() {
+            let spin_permit = if self.output.is_empty()
+                && !draining
+                && self.forward.is_none()
+                && replied_at.is_some()
+                && self.spin.spin_next()
+            {
                 let permit = ctx.spin.try_enter(&ctx.stats);
                 if permit.is_none() {
                     self.spin.not_spinning();
@@ -154,7 +204,7 @@ impl Conn {
             };
             tokio::select! {
                 biased;
-                r = wr.write(&self.output), if !self.output.is_empty() => match r {
+                r = wr.write(&self.output[..sendable]), if sendable > 0 => match r {
                     Ok(0) => return End::Closed,
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_out, n as u64);
@@ -197,7 +247,10 @@ impl Conn {
                         if n == offered {
                             self.read_chunk = (self.read_chunk * 2).min(MAX_READ_CHUNK);
                         }
-                        if let Some(end) = self.execute() {
+                        if self.forward.is_some() {
+                            // Run once the forwarded command is answered.
+                            self.more = true;
+                        } else if let Some(end) = self.execute() {
                             if matches!(end, End::ReplyOverflow) {
                                 return end;
                             }
@@ -217,6 +270,44 @@ impl Conn {
                         closing = Some((end, Instant::now() + CLOSE_GRACE));
                         timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
                     }
+                }
+                ok = async {
+                    match self.durable.as_mut() {
+                        Some(wait) => wait.await,
+                        None => std::future::pending().await,
+                    }
+                }, if self.durable.is_some() => {
+                    self.durable = None;
+                    if ok {
+                        if let Some((_, n)) = self.held.pop_front() {
+                            self.held_bytes -= n;
+                        }
+                    } else {
+                        // Never acknowledge writes that may be lost.
+                        self.output.truncate(self.output.len() - self.held_bytes);
+                        self.held.clear();
+                        self.held_bytes = 0;
+                        self.more = false;
+                        closing = Some((End::NotDurable, Instant::now() + CLOSE_GRACE));
+                        timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                    }
+                }
+                reply = async {
+                    match self.forward.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if self.forward.is_some() => {
+                    self.forward = None;
+                    let from = self.output.len();
+                    self.output.extend_from_slice(&reply);
+                    self.hold(from);
+                    if self.output.len() > self.reply_limit {
+                        ServerStats::add(&self.ctx.stats.reply_overflows, 1);
+                        return End::ReplyOverflow;
+                    }
+                    // The requests after it (if any) run next.
+                    self.more = true;
                 }
                 _ = &mut timer => {
                     let now = Instant::now();
@@ -247,6 +338,7 @@ impl Conn {
     fn execute(&mut self) -> Option<End> {
         let mut end = None;
         self.more = false;
+        let from = self.output.len();
         for done in 0.. {
             if done == MAX_BATCH {
                 self.more = true;
@@ -264,7 +356,21 @@ impl Conn {
                 Ok(data) => {
                     let args = Args::new(data, &self.spans);
                     if !args.is_empty() {
-                        self.session.execute(args, &mut self.output);
+                        match self.session.execute(args, &mut self.output) {
+                            Step::Done => {}
+                            Step::Forward(job) => {
+                                self.forward = Some(Box::pin(forward::run(job)));
+                                self.input.advance(n);
+                                break;
+                            }
+                            Step::Retry => {
+                                self.forward = Some(Box::pin(async {
+                                    tokio::time::sleep(NO_TABLET_RETRY).await;
+                                    BytesMut::new()
+                                }));
+                                break;
+                            }
+                        }
                     }
                 }
                 Err(e) => {
@@ -296,7 +402,24 @@ impl Conn {
         if self.inline.capacity() > KEEP_BUFFER {
             self.inline = Vec::new();
         }
+        self.hold(from);
         end
+    }
+
+    /// Replies were appended to `output` from offset `from` on: in a
+    /// cluster, holds them back if a command since the last call wrote
+    /// (until the log is durable up to now), or if replies before them are
+    /// held.
+    fn hold(&mut self, from: usize) {
+        let appended = self.output.len() - from;
+        let target = if std::mem::take(&mut self.session.mutated) { self.ctx.replication_target() } else { None };
+        match (target, self.held.back_mut()) {
+            (None, None) => return,
+            (Some(pos), Some(back)) if back.0 >= pos => back.1 += appended,
+            (Some(pos), _) => self.held.push_back((pos, appended)),
+            (None, Some(back)) => back.1 += appended,
+        }
+        self.held_bytes += appended;
     }
 
     fn protocol_error(&mut self, e: frame::FrameError) -> End {

@@ -6,14 +6,18 @@
 //! its limits), `session` (per-client state and dispatch), `cmd` (one file
 //! per command: parse, apply, reply), `db` (a Redis database over the
 //! store's public operations), `reply` (RESP2/RESP3 encoding), `glob`.
+//! In a cluster, `routing` decides where each command runs and `forward`
+//! runs it on other servers, over pooled RESP connections.
 //! Supported commands and options are listed in `docs/resp.md`.
 
 mod cmd;
 mod connection;
 mod db;
+mod forward;
 pub mod frame;
 mod glob;
 mod reply;
+mod routing;
 mod session;
 
 use crate::context::ServerContext;

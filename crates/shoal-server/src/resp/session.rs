@@ -1,14 +1,18 @@
 //! One client's state (selected database, protocol version, name) and the
-//! dispatch of its commands: look the name up, check the arity, run.
+//! dispatch of its commands: look the name up, check the arity, (in a
+//! cluster) route, run.
 
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};
+use crate::resp::forward::Job;
 use crate::resp::frame::Args;
 use crate::resp::reply::{Protocol, Reply};
+use crate::resp::routing::{self, Routed};
 use bytes::BytesMut;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub struct Session {
     pub ctx: Arc<ServerContext>,
@@ -27,12 +31,34 @@ pub struct Session {
     pub reply_limit: usize,
     /// A reusable buffer for values read from the store.
     pub scratch: Vec<u8>,
+    /// The server is part of a cluster: commands are routed first.
+    clustered: bool,
+    /// Set by SHOAL.LOCAL (on connections from other servers): run every
+    /// command here, never forward (see `routing`).
+    pub local_only: bool,
+    /// In a cluster: a command run since the connection last took this
+    /// flag may have written to the log, so its reply must wait until the
+    /// log is durable.
+    pub mutated: bool,
+    /// When the request being retried first found no tablet for its key.
+    pub no_tablet_since: Option<Instant>,
     tables: TableCache,
+}
+
+/// What became of one request.
+pub enum Step {
+    /// Its reply is in the output.
+    Done,
+    /// Its reply comes from running this job (the request is consumed).
+    Forward(Job),
+    /// Nothing was done: run the same request again after a short pause.
+    Retry,
 }
 
 impl Session {
     pub fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Session {
         let reply_limit = ctx.config.reply_buffer_size.0 as usize;
+        let clustered = ctx.cluster.is_some();
         Session {
             ctx,
             id,
@@ -45,6 +71,10 @@ impl Session {
             quit: false,
             reply_limit,
             scratch: Vec::new(),
+            clustered,
+            local_only: false,
+            mutated: false,
+            no_tablet_since: None,
             tables: TableCache::default(),
         }
     }
@@ -54,23 +84,45 @@ impl Session {
         Db::new(&self.ctx, self.db, &self.tables)
     }
 
-    /// Runs one command (a non-empty request) and appends its reply to `out`.
-    pub fn execute(&mut self, args: Args<'_>, out: &mut BytesMut) {
-        ServerStats::add(&self.ctx.stats.commands, 1);
+    /// Runs one command (a non-empty request): appends its reply to `out`,
+    /// or (in a cluster) says how else it is answered.
+    pub fn execute(&mut self, args: Args<'_>, out: &mut BytesMut) -> Step {
         let mut reply = Reply::new(out, self.proto);
         let Some(entry) = cmd::lookup(args.get(0)) else {
+            ServerStats::add(&self.ctx.stats.commands, 1);
             reply.error(&cmd::unknown_command(args));
-            return;
+            return Step::Done;
         };
         if !entry.spec.arity_ok(args.len()) {
+            ServerStats::add(&self.ctx.stats.commands, 1);
             reply.error(&cmd::wrong_arity(entry.spec.name));
-            return;
+            return Step::Done;
         }
+        if self.clustered {
+            match routing::route(self, entry, args) {
+                Routed::Local => {}
+                Routed::Wait => return Step::Retry,
+                Routed::Error(e) => {
+                    ServerStats::add(&self.ctx.stats.commands, 1);
+                    reply.error(&e);
+                    return Step::Done;
+                }
+                Routed::Forward(job) => {
+                    ServerStats::add(&self.ctx.stats.commands, 1);
+                    return Step::Forward(job);
+                }
+            }
+            if cmd::writes(entry.spec) {
+                self.mutated = true;
+            }
+        }
+        ServerStats::add(&self.ctx.stats.commands, 1);
         if let Err(e) = (entry.run)(args, self, &mut reply) {
             reply.error(&e);
         }
         if self.scratch.capacity() > 1 << 16 {
             self.scratch = Vec::new();
         }
+        Step::Done
     }
 }

@@ -1,16 +1,20 @@
 //! INFO [section ...]: "field:value" lines under "# Section" headers, as
 //! Redis writes them. Sections: server, clients, memory, persistence, stats,
 //! replication, keyspace, and shoal (the store's own statistics: memory
-//! and log utilisation, cleaner, write cost, ...). "default", "all" and
+//! and log utilisation, cleaner, write cost, ...). In a cluster,
+//! `replication` also has the server's place in the cluster, its log's
+//! replication and its backup's statistics. "default", "all" and
 //! "everything" name them all; unknown sections are left out. RESP3 sends
 //! the text as a verbatim string.
 
 use super::CommandSpec;
+use crate::cluster::ClusterNode;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::db::{table_name, DATABASES};
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use shoal_cluster::ServerState;
 use std::fmt::Write;
 
 pub static SPEC: CommandSpec = CommandSpec {
@@ -146,6 +150,9 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("# Replication");
             line!("role:master");
             line!("connected_slaves:0");
+            if let Some(node) = &ctx.cluster {
+                cluster_fields(node, t);
+            }
         }
         "keyspace" => {
             line!("# Keyspace");
@@ -191,6 +198,67 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("tables:{}", ctx.tables.list().len());
         }
         _ => {}
+    }
+}
+
+/// A cluster member's part of `# Replication`: who it is in the cluster,
+/// its log's replication to the backups and its own backup.
+fn cluster_fields(node: &ClusterNode, t: &mut String) {
+    macro_rules! line {
+        ($($arg:tt)*) => {{ let _ = write!(t, $($arg)*); t.push_str("\r\n"); }};
+    }
+    let map = node.map();
+    let up = map.servers.iter().filter(|s| s.state == ServerState::Up).count();
+    line!("shoal_cluster:1");
+    line!("server_id:{}", node.id);
+    line!("log_id:{}", node.log.0);
+    line!("coordinator:{}", node.coordinator);
+    line!("map_version:{}", map.version);
+    line!("cluster_servers:{}", map.servers.len());
+    line!("cluster_servers_up:{up}");
+    line!("cluster_tablets:{}", map.tablets.len());
+    line!("local_tablets:{}", map.tablets_of(node.id).count());
+    line!("replicas:{}", map.replicas);
+    line!("recovering:{}", node.is_recovering() as u8);
+    {
+        let r = node.recovery.lock();
+        if !r.logs.is_empty() {
+            line!("recovery_phase:{}", r.phase);
+            line!("recovery_logs:{}", r.logs.len());
+            line!("recovery_segments:{}", r.segments);
+            line!("recovery_bytes:{}", r.bytes);
+            line!("recovery_objects:{}", r.objects);
+            line!("recovery_ms:{}", r.elapsed_ms);
+        }
+    }
+    let r = node.replicator.stats();
+    line!("master_repl_offset:{}", r.position);
+    line!("repl_durable_offset:{}", r.durable);
+    line!("repl_durable_lag:{}", r.durable_lag);
+    line!("repl_rounds:{}", r.rounds);
+    line!("repl_round_bytes_mean:{:.1}", r.round_bytes_mean);
+    line!("repl_round_bytes_max:{}", r.round_bytes_max);
+    line!("repl_round_appends_mean:{:.2}", r.round_appends_mean);
+    line!("repl_round_appends_max:{}", r.round_appends_max);
+    line!("repl_bytes_replicated:{}", r.bytes_replicated);
+    line!("repl_replicas_opened:{}", r.replicas_opened);
+    line!("repl_replicas_closed:{}", r.replicas_closed);
+    line!("repl_replicas_reopened:{}", r.replicas_reopened);
+    line!("repl_refusals:{}", r.refusals);
+    line!("repl_open_replicas:{}", r.open_replicas);
+    line!("repl_segments_freed:{}", r.segments_freed);
+    if let Some(b) = node.backup_stats() {
+        line!("backup_buffers_total:{}", b.buffers_total);
+        line!("backup_buffers_in_use:{}", b.buffers_in_use);
+        line!("backup_awaiting_flush:{}", b.awaiting_flush);
+        line!("backup_segments_on_disk:{}", b.segments_on_disk);
+        line!("backup_bytes_received:{}", b.bytes_received);
+        line!("backup_segments_opened:{}", b.segments_opened);
+        line!("backup_segments_closed:{}", b.segments_closed);
+        line!("backup_segments_flushed:{}", b.segments_flushed);
+        line!("backup_segments_freed:{}", b.segments_freed);
+        line!("backup_refusals:{}", b.refusals);
+        line!("backup_connections_active:{}", b.connections_active);
     }
 }
 

@@ -35,7 +35,10 @@ mod scan;
 mod select;
 mod set;
 mod setnx;
+mod shoal_local;
 mod strlen;
+
+pub use scan::parse_cursor as scan_cursor;
 
 /// What COMMAND and COMMAND DOCS say about a command.
 pub struct CommandSpec {
@@ -122,7 +125,14 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &hello::SPEC, run: hello::run },
     Entry { spec: &command::SPEC, run: command::run },
     Entry { spec: &quit::SPEC, run: quit::run },
+    Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
 ];
+
+/// Whether the command may write (its reply then waits, in a cluster,
+/// until the log is durable).
+pub fn writes(spec: &CommandSpec) -> bool {
+    spec.flags.contains(&"write")
+}
 
 /// The entry for a command name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static Entry> {

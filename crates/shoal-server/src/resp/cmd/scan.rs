@@ -7,12 +7,20 @@
 //! hint, MATCH filters the keys examined (so a page may be empty before
 //! the end), and TYPE matches only "string". Pages are also cut at
 //! about 1 MiB of matching keys, so a reply stays small whatever COUNT says.
+//!
+//! In a cluster the cursor is still a key-hash position, now across the
+//! table's tablets: the server whose tablet holds it scans at most to the
+//! tablet's end and answers the tablet's end + 1 as the next cursor, which
+//! the routing sends to the next tablet's server (see `routing`).
 
 use super::{is, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
+use crate::cluster::Route;
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::routing;
 use crate::resp::session::Session;
+use shoal_engine::KeyHash;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "scan",
@@ -38,7 +46,7 @@ struct Scan<'a> {
 
 /// Redis's cursor parsing (`strtoul`): optional sign, decimal digits, no
 /// leading space; "" is 0 and "-n" wraps around, as C does.
-fn parse_cursor(s: &[u8]) -> Option<u64> {
+pub fn parse_cursor(s: &[u8]) -> Option<u64> {
     let (neg, digits) = match s {
         [b'-', rest @ ..] => (true, rest),
         [b'+', rest @ ..] => (false, rest),
@@ -83,7 +91,8 @@ impl<'a> Scan<'a> {
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
         let keep = |k: &[u8]| !self.other_type && self.pattern.is_none_or(|p| glob::matches(p, k));
-        let (keys, next) = session.db().scan(self.cursor, self.count, MAX_PAGE_BYTES, keep)?;
+        let end = tablet_end(session, self.cursor)?;
+        let (keys, next) = session.db().scan(self.cursor, end, self.count, MAX_PAGE_BYTES, keep)?;
         out.array(2);
         out.bulk(next.unwrap_or(0).to_string().as_bytes());
         out.array(keys.len());
@@ -91,6 +100,20 @@ impl<'a> Scan<'a> {
             out.bulk(k);
         }
         Ok(())
+    }
+}
+
+/// The last key hash this page may cover: in a cluster, the end of the
+/// local tablet holding `cursor` (the routing sent the SCAN here because
+/// it is local); otherwise the whole hash space.
+fn tablet_end(session: &Session, cursor: u64) -> Result<u64, ErrorReply> {
+    let (Some(node), Some(table)) = (&session.ctx.cluster, session.db().table()) else {
+        return Ok(u64::MAX);
+    };
+    match node.local_tablet_end(table, KeyHash(cursor)) {
+        Ok(end) => Ok(end),
+        Err(Route::Recovering) => Err(routing::RECOVERING),
+        Err(_) => Err(routing::NOT_HERE),
     }
 }
 

@@ -1,0 +1,372 @@
+//! The Redis front end in a cluster: one coordinator and three servers in
+//! this process, clients talking RESP to one server about keys mastered by
+//! all three.
+//!
+//! * Reads and writes of any key through any server (most are forwarded),
+//!   each key stored on exactly one master.
+//! * Multi-key commands across masters: MGET reassembled in order, DEL and
+//!   EXISTS summed, MSET split, MSETNX refused with CROSSSLOT.
+//! * DBSIZE, SCAN and FLUSHDB over the whole cluster; SCAN returns every
+//!   key exactly once.
+//! * Pipelines mixing local and forwarded commands are answered in order,
+//!   in RESP2 and RESP3, in another database.
+//! * A write's reply comes only once the log holding it is durable.
+
+mod common;
+
+use common::Client;
+use shoal_coordinator::{Coordinator, CoordinatorConfig};
+use shoal_server::{ByteSize, Server, ServerConfig};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// A temporary directory removed at the end (kept if the test failed).
+struct Root(PathBuf);
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+struct Cluster {
+    servers: Vec<Server>,
+    _coordinator: Coordinator,
+    _runtime: tokio::runtime::Runtime,
+    _root: Root,
+}
+
+impl Cluster {
+    fn start(name: &str, n: usize) -> Cluster {
+        let root = std::env::temp_dir().join(format!("shoal-resp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let coordinator = runtime
+            .block_on(Coordinator::start(CoordinatorConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                data_dir: root.join("coordinator"),
+                ..CoordinatorConfig::default()
+            }))
+            .expect("coordinator starts");
+        let servers = (0..n)
+            .map(|i| {
+                Server::start(ServerConfig {
+                    coordinator: Some(coordinator.local_addr()),
+                    data_dir: Some(root.join(format!("server{i}"))),
+                    native_port: 0,
+                    resp_port: 0,
+                    backup_port: 0,
+                    memory: ByteSize(64 << 20),
+                    log_level: "warn".into(),
+                    ..ServerConfig::default()
+                })
+                .expect("server starts")
+            })
+            .collect();
+        let c = Cluster { servers, _coordinator: coordinator, _runtime: runtime, _root: Root(root) };
+        // Every server knows every other before a table is created, so that
+        // the table gets one tablet per server.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for s in &c.servers {
+            loop {
+                let info = Client::connect(s.resp_addr()).call(&["INFO", "replication"]);
+                if info.contains(&format!("cluster_servers_up:{n}\r\n")) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "servers never all up: {info}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        c
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        self.servers[i].resp_addr()
+    }
+
+    /// A connection to server `i` that sees only that server's keys.
+    fn local(&self, i: usize) -> Client {
+        let mut c = Client::connect(self.addr(i));
+        assert_eq!(c.call(&["SHOAL.LOCAL"]), "+OK\r\n");
+        c
+    }
+}
+
+fn int(reply: &str) -> i64 {
+    reply.strip_prefix(':').and_then(|r| r.strip_suffix("\r\n")).and_then(|r| r.parse().ok()).expect(reply)
+}
+
+fn bulk(v: &str) -> String {
+    format!("${}\r\n{v}\r\n", v.len())
+}
+
+/// The keys of a whole SCAN iteration (each checked to come only once).
+fn scan_all(c: &mut Client, count: &str) -> (HashSet<String>, usize) {
+    let mut seen = HashSet::new();
+    let mut cursor = "0".to_string();
+    let mut pages = 0;
+    loop {
+        c.send(&[b"SCAN", cursor.as_bytes(), b"COUNT", count.as_bytes()]);
+        let reply = c.read_reply();
+        let lines: Vec<&str> = reply.split("\r\n").collect();
+        cursor = lines[2].to_string();
+        for k in lines[4..].iter().skip(1).step_by(2) {
+            if !k.is_empty() {
+                assert!(seen.insert(k.to_string()), "{k} returned twice");
+            }
+        }
+        pages += 1;
+        if cursor == "0" {
+            return (seen, pages);
+        }
+        assert!(pages < 10_000, "scan does not end");
+    }
+}
+
+#[test]
+fn any_server_serves_any_key() {
+    let cluster = Cluster::start("keys", 3);
+    let mut c = Client::connect(cluster.addr(0));
+    let keys: Vec<String> = (0..300).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, &format!("v-{k}")]), "+OK\r\n");
+    }
+    // Each key is on exactly one master, and every master has some.
+    let mut locals: Vec<Client> = (0..3).map(|i| cluster.local(i)).collect();
+    let mut per_server = [0; 3];
+    for k in &keys {
+        let holders: Vec<usize> = (0..3).filter(|&i| locals[i].call(&["GET", k]) == bulk(&format!("v-{k}"))).collect();
+        // A local-only connection refuses the keys it does not master.
+        for (i, l) in locals.iter_mut().enumerate() {
+            if !holders.contains(&i) {
+                assert!(l.call(&["GET", k]).starts_with("-TRYAGAIN"), "server {i} refuses {k}");
+            }
+        }
+        assert_eq!(holders.len(), 1, "{k} on {holders:?}");
+        per_server[holders[0]] += 1;
+    }
+    assert!(per_server.iter().all(|&n| n > 30), "keys spread over the masters: {per_server:?}");
+    let local_sizes: Vec<i64> = locals.iter_mut().map(|l| int(&l.call(&["DBSIZE"]))).collect();
+    assert_eq!(local_sizes, per_server.to_vec(), "local-only DBSIZE counts one server");
+
+    // Read back through the other servers.
+    for i in 1..3 {
+        let mut other = Client::connect(cluster.addr(i));
+        for k in &keys {
+            assert_eq!(other.call(&["GET", k]), bulk(&format!("v-{k}")));
+        }
+        assert_eq!(other.call(&["GET", "missing"]), "$-1\r\n");
+        assert_eq!(int(&other.call(&["DBSIZE"])), 300);
+    }
+
+    // Read-modify-write commands on remote keys are still atomic per key.
+    for _ in 0..20 {
+        assert!(c.call(&["INCR", "counter"]).starts_with(':'));
+    }
+    assert_eq!(c.call(&["APPEND", "counter", "0"]), ":3\r\n");
+    assert_eq!(Client::connect(cluster.addr(2)).call(&["GET", "counter"]), bulk("200"));
+    assert_eq!(c.call(&["GETSET", "counter", "x"]), bulk("200"));
+    assert_eq!(c.call(&["SETNX", "counter", "y"]), ":0\r\n");
+    assert_eq!(c.call(&["SET", "counter", "z", "XX", "GET"]), bulk("x"));
+    assert_eq!(c.call(&["STRLEN", "counter"]), ":1\r\n");
+    assert_eq!(c.call(&["INCR", "counter"]), "-ERR value is not an integer or out of range\r\n");
+}
+
+#[test]
+fn multi_key_commands_span_masters() {
+    let cluster = Cluster::start("multi", 3);
+    let mut c = Client::connect(cluster.addr(1));
+    let keys: Vec<String> = (0..40).map(|i| format!("m:{i}")).collect();
+    let mut mset: Vec<&str> = vec!["MSET"];
+    let values: Vec<String> = keys.iter().map(|k| format!("val-{k}")).collect();
+    for (k, v) in keys.iter().zip(&values) {
+        mset.push(k);
+        mset.push(v);
+    }
+    assert_eq!(c.call(&mset), "+OK\r\n");
+
+    // MGET in request order, missing keys null, from another server.
+    let mut other = Client::connect(cluster.addr(2));
+    let mut mget: Vec<&str> = vec!["MGET"];
+    let mut expected = format!("*{}\r\n", keys.len() + 2);
+    for (i, (k, v)) in keys.iter().zip(&values).enumerate().rev() {
+        mget.push(k);
+        expected.push_str(&bulk(v));
+        if i == 20 {
+            mget.push("nope");
+            expected.push_str("$-1\r\n");
+        }
+    }
+    mget.push(&keys[0]);
+    expected.push_str(&bulk(&values[0]));
+    assert_eq!(other.call(&mget), expected);
+
+    // EXISTS counts a repeated key twice, DEL once; both summed over masters.
+    let exists: Vec<&str> = ["EXISTS", "m:1", "m:2", "m:3", "m:1", "nope"].to_vec();
+    assert_eq!(int(&other.call(&exists)), 4);
+    let del: Vec<&str> = ["DEL", "m:1", "m:2", "m:3", "m:1", "nope", "m:4"].to_vec();
+    assert_eq!(int(&c.call(&del)), 4);
+    assert_eq!(int(&c.call(&["UNLINK", "m:5", "m:6", "m:5", "m:1"])), 2);
+    assert_eq!(int(&other.call(&["DBSIZE"])), 34);
+    assert_eq!(other.call(&["MGET", "m:1", "m:7"]), format!("*2\r\n$-1\r\n{}", bulk("val-m:7")));
+
+    // MSETNX across masters cannot be atomic: refused as Redis Cluster does.
+    let mut msetnx = vec!["MSETNX".to_string()];
+    for i in 0..10 {
+        msetnx.push(format!("nx:{i}"));
+        msetnx.push("v".into());
+    }
+    let msetnx: Vec<&str> = msetnx.iter().map(String::as_str).collect();
+    assert_eq!(c.call(&msetnx), "-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+    assert_eq!(int(&c.call(&["EXISTS", "nx:0", "nx:1", "nx:2"])), 0, "nothing written");
+    // On one key (one master, wherever it is) it works as ever.
+    assert_eq!(c.call(&["MSETNX", "nx:0", "a", "nx:0", "b"]), ":1\r\n");
+    assert_eq!(c.call(&["MSETNX", "nx:0", "c"]), ":0\r\n");
+    assert_eq!(other.call(&["GET", "nx:0"]), bulk("b"));
+
+    // A malformed MSET gets Redis's error, not a split.
+    assert_eq!(c.call(&["MSET", "a", "1", "b"]), "-ERR wrong number of arguments for 'mset' command\r\n");
+}
+
+#[test]
+fn scan_dbsize_and_flushdb_cover_the_cluster() {
+    let cluster = Cluster::start("scan", 3);
+    let mut c = Client::connect(cluster.addr(0));
+    let keys: HashSet<String> = (0..500).map(|i| format!("s:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, "v"]), "+OK\r\n");
+    }
+    for i in 0..3 {
+        let mut other = Client::connect(cluster.addr(i));
+        assert_eq!(int(&other.call(&["DBSIZE"])), 500);
+        let (seen, pages) = scan_all(&mut other, "37");
+        assert_eq!(seen, keys, "a SCAN through server {i} returns every key once");
+        assert!(pages >= 3, "one page per tablet at least: {pages}");
+    }
+    let (seen, _) = scan_all(&mut c, "100000");
+    assert_eq!(seen, keys);
+    // MATCH filters across servers.
+    c.send(&[b"SCAN", b"0", b"MATCH", b"nothing*"]);
+    let reply = c.read_reply();
+    assert!(reply.ends_with("*0\r\n"), "{reply}");
+
+    assert_eq!(c.call(&["FLUSHDB"]), "+OK\r\n");
+    for i in 0..3 {
+        let mut other = Client::connect(cluster.addr(i));
+        assert_eq!(int(&other.call(&["DBSIZE"])), 0);
+        assert_eq!(other.call(&["SCAN", "0"]).matches("\r\n").count(), 4, "no keys");
+        assert_eq!(int(&cluster.local(i).call(&["DBSIZE"])), 0);
+    }
+}
+
+#[test]
+fn pipelines_mixing_local_and_forwarded_commands_stay_in_order() {
+    let cluster = Cluster::start("pipeline", 3);
+    let mut c = Client::connect(cluster.addr(0));
+    let mut pipeline = Vec::new();
+    let mut expected = String::new();
+    for i in 0..200 {
+        let k = format!("p:{i}");
+        let v = format!("value-{i}");
+        pipeline.extend(common::encode(&[b"SET", k.as_bytes(), v.as_bytes()]));
+        expected.push_str("+OK\r\n");
+        pipeline.extend(common::encode(&[b"GET", k.as_bytes()]));
+        expected.push_str(&bulk(&v));
+        pipeline.extend(common::encode(&[b"PING"]));
+        expected.push_str("+PONG\r\n");
+        if i % 10 == 9 {
+            pipeline.extend(common::encode(&[b"MGET", format!("p:{}", i - 9).as_bytes(), k.as_bytes()]));
+            expected.push_str(&format!("*2\r\n{}{}", bulk(&format!("value-{}", i - 9)), bulk(&v)));
+            pipeline.extend(common::encode(&[b"DBSIZE"]));
+            expected.push_str(&format!(":{}\r\n", i + 1));
+        }
+    }
+    c.send_raw(&pipeline);
+    let mut got = String::new();
+    while got.len() < expected.len() {
+        got.push_str(&c.read_reply());
+    }
+    assert_eq!(got, expected);
+
+    // Another database, in RESP3: forwarded replies come in the client's protocol.
+    let mut r3 = Client::connect(cluster.addr(1));
+    assert!(r3.call(&["HELLO", "3"]).starts_with('%'));
+    assert_eq!(r3.call(&["SELECT", "5"]), "+OK\r\n");
+    for i in 0..30 {
+        assert_eq!(r3.call(&["SET", &format!("p:{i}"), "db5"]), "+OK\r\n");
+    }
+    assert_eq!(r3.call(&["GET", "p:3"]), bulk("db5"));
+    assert_eq!(r3.call(&["MGET", "p:1", "p:100", "p:2"]), format!("*3\r\n{}_\r\n{}", bulk("db5"), bulk("db5")));
+    assert_eq!(r3.call(&["GET", "p:100"]), "_\r\n");
+    assert_eq!(int(&r3.call(&["DBSIZE"])), 30);
+    // Database 0 is untouched.
+    assert_eq!(c.call(&["GET", "p:3"]), bulk("value-3"));
+    assert_eq!(int(&c.call(&["DBSIZE"])), 200);
+    // An inline command is forwarded too.
+    c.send_raw(b"GET p:7\r\n");
+    assert_eq!(c.read_reply(), bulk("value-7"));
+}
+
+#[test]
+fn replies_to_writes_wait_until_the_log_is_durable() {
+    let cluster = Cluster::start("durable", 3);
+    let mut c = Client::connect(cluster.addr(0));
+    // Some keys on every master (SET through server 0, so two thirds forwarded).
+    for round in 0..20 {
+        let mut pipeline = Vec::new();
+        for i in 0..10 {
+            pipeline.extend(common::encode(&[b"SET", format!("d:{round}:{i}").as_bytes(), &[b'x'; 1000]]));
+        }
+        c.send_raw(&pipeline);
+        for _ in 0..10 {
+            assert_eq!(c.read_reply(), "+OK\r\n");
+        }
+        // Nothing else writes: whoever applied those writes has replicated
+        // its log up to its end before answering.
+        for i in 0..3 {
+            let info = Client::connect(cluster.addr(i)).call(&["INFO", "replication"]);
+            let field = |name: &str| -> u64 {
+                let line = info.lines().find(|l| l.starts_with(&format!("{name}:"))).expect(name);
+                line[name.len() + 1..].trim_end().parse().unwrap()
+            };
+            assert_eq!(field("master_repl_offset"), field("repl_durable_offset"), "server {i}: {info}");
+        }
+    }
+    let info = Client::connect(cluster.addr(0)).call(&["INFO"]);
+    for field in ["shoal_cluster:1", "server_id:", "map_version:", "repl_rounds:", "backup_buffers_in_use:"] {
+        assert!(info.contains(field), "INFO has {field}: {info}");
+    }
+}
+
+#[test]
+fn redis_cli_works_against_any_server() {
+    if !common::have_tool("redis-cli", &["--version"]) {
+        return;
+    }
+    let cluster = Cluster::start("cli", 3);
+    let cli = |i: usize, args: &[&str]| -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &cluster.addr(i).port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for i in 0..30 {
+        assert_eq!(cli(i % 3, &["SET", &format!("cli:{i}"), &i.to_string()]), "OK");
+    }
+    for i in 0..30 {
+        assert_eq!(cli((i + 1) % 3, &["GET", &format!("cli:{i}")]), i.to_string());
+    }
+    assert_eq!(cli(2, &["DBSIZE"]), "30");
+    let scanned = cli(1, &["--scan"]);
+    let seen: HashSet<&str> = scanned.lines().collect();
+    assert_eq!(seen.len(), 30, "{scanned}");
+    assert_eq!(scanned.lines().count(), 30, "no key twice");
+}
