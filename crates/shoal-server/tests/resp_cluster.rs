@@ -337,6 +337,8 @@ fn replies_to_writes_wait_until_the_log_is_durable() {
             assert_eq!(field("master_repl_offset"), field("repl_durable_offset"), "server {i}: {info}");
         }
     }
+    // Acknowledged writes are on every replica already: WAIT answers R at once.
+    assert_eq!(c.call(&["WAIT", "2", "0"]), ":2\r\n");
     let info = Client::connect(cluster.addr(0)).call(&["INFO"]);
     for field in ["shoal_cluster:1", "server_id:", "map_version:", "repl_rounds:", "backup_buffers_in_use:"] {
         assert!(info.contains(field), "INFO has {field}: {info}");

@@ -37,6 +37,7 @@ mod set;
 mod setnx;
 mod shoal_local;
 mod strlen;
+mod wait;
 
 pub use scan::parse_cursor as scan_cursor;
 
@@ -125,6 +126,7 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &hello::SPEC, run: hello::run },
     Entry { spec: &command::SPEC, run: command::run },
     Entry { spec: &quit::SPEC, run: quit::run },
+    Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
 ];
 
