@@ -913,6 +913,18 @@ impl Store {
         &self,
         segments: impl IntoIterator<Item = &'a [u8]> + Clone,
     ) -> Result<ReplayReport, ReplayError> {
+        self.replay_filtered(segments, |_, _| true)
+    }
+
+    /// [`Store::replay`] of only the objects and tombstones for which
+    /// `keep(table, key)` holds (a recovery master's partition of a crashed
+    /// master's tablets). The safe version is still raised above every
+    /// version in the segments.
+    pub fn replay_filtered<'a>(
+        &self,
+        segments: impl IntoIterator<Item = &'a [u8]> + Clone,
+        keep: impl Fn(TableId, &[u8]) -> bool,
+    ) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
         let mut report = ReplayReport::default();
         let mut tombs: HashMap<(TableId, Vec<u8>), Version> = HashMap::new();
@@ -926,8 +938,11 @@ impl Store {
                 let (_, e) = e.map_err(|reason| ReplayError::Corrupt { segment: si, offset: 0, reason })?;
                 match e {
                     Entry::Tombstone(t) => {
-                        report.tombstones += 1;
                         safe = safe.max(t.version.0 + 1);
+                        if !keep(t.table, t.key) {
+                            continue;
+                        }
+                        report.tombstones += 1;
                         let v = tombs.entry((t.table, t.key.to_vec())).or_default();
                         *v = (*v).max(t.version);
                     }
@@ -944,6 +959,9 @@ impl Store {
             for e in format::EntryIter::new(&seg[..scan.verified_len]) {
                 let (_, e) = e.expect("verified in pass 1");
                 if let Entry::Object(o) = e {
+                    if !keep(o.table, o.key) {
+                        continue;
+                    }
                     if let Some(tv) = tombs.get(&(o.table, o.key.to_vec())) {
                         if o.version <= *tv {
                             report.objects_skipped += 1;

@@ -263,6 +263,37 @@ fn replay_honours_tombstones_across_segments_in_any_order() {
 }
 
 #[test]
+fn replay_filtered_keeps_only_its_partition_and_raises_the_safe_version() {
+    let cfg = common::small_config(512, false);
+    let store = Store::new(cfg.clone()).unwrap();
+    store.create_table(T);
+    for i in 0..200u32 {
+        store.write(T, format!("k{i}").as_bytes(), b"v", RejectRules::default()).unwrap();
+    }
+    for i in 0..50u32 {
+        store.remove(T, format!("k{i}").as_bytes(), RejectRules::default()).unwrap();
+    }
+    let segs = store.log_segments();
+    let mine = |key: &[u8]| shoal_engine::key_hash(T, key).0 < u64::MAX / 2;
+    let rebuilt = Store::new(cfg).unwrap();
+    let report = rebuilt.replay_filtered(segs.iter().map(|s| s.1.as_slice()), |_, k| mine(k)).unwrap();
+    let mut kept = 0;
+    for i in 0..200u32 {
+        let key = format!("k{i}");
+        let got = rebuilt.read(T, key.as_bytes(), RejectRules::default());
+        if mine(key.as_bytes()) && i >= 50 {
+            assert!(got.is_ok(), "{key}");
+            kept += 1;
+        } else {
+            assert_eq!(got, Err(StoreError::ObjectDoesntExist), "{key}");
+        }
+    }
+    assert_eq!(report.objects_replayed as u64, kept);
+    assert!(kept > 40 && kept < 110, "{kept}");
+    assert!(rebuilt.safe_version() >= store.safe_version());
+}
+
+#[test]
 fn replay_of_a_torn_head_keeps_only_verified_appends() {
     let cfg = common::small_config(512, false);
     let store = Store::new(cfg.clone()).unwrap();
