@@ -390,9 +390,9 @@ async fn fetch_best(
         let (info, mut bytes) = read;
         let v = verify_replica(&bytes);
         let whole = match info.state {
-            ReplicaState::Closed => v.len == bytes.len() && v.len == c.info.len as usize && {
-                v.last_checksum == c.info.checksum
-            },
+            ReplicaState::Closed => {
+                v.len == bytes.len() && v.len == c.info.len as usize && { v.last_checksum == c.info.checksum }
+            }
             ReplicaState::Open => true,
         };
         let named = v.header.is_some_and(|h| h.log == log && h.segment == segment);

@@ -273,7 +273,8 @@ mod tests {
     fn release_zeroes_what_was_written_and_keeps_the_file_size() {
         let dir = tempfile::tempdir().unwrap();
         let buf = Buffer::open(dir.path(), 0, 64 << 10).unwrap();
-        let meta = Meta { log: LogId(1), log_version: 1, segment: SegmentId(2), size: 64 << 10, state: MetaState::Open };
+        let meta =
+            Meta { log: LogId(1), log_version: 1, segment: SegmentId(2), size: 64 << 10, state: MetaState::Open };
         let mut g = buf.lock();
         g.assign(meta, 5, true).unwrap();
         g.data_mut(0, 10_000).fill(0xab);

@@ -114,13 +114,27 @@ enum Request {
 /// Where the next bytes from the socket go.
 #[derive(Clone, Copy)]
 enum Rx {
-    Header { got: usize },
+    Header {
+        got: usize,
+    },
     /// A whole (bounded) body into `Conn::body`.
-    Body { header: Header, got: usize },
+    Body {
+        header: Header,
+        got: usize,
+    },
     /// A DATA frame's offset.
-    Offset { segment: SegmentId, len: usize, got: usize, bytes: [u8; 4] },
+    Offset {
+        segment: SegmentId,
+        len: usize,
+        got: usize,
+        bytes: [u8; 4],
+    },
     /// A DATA frame's bytes, into the buffer at `pos..end`.
-    Data { segment: SegmentId, pos: usize, end: usize },
+    Data {
+        segment: SegmentId,
+        pos: usize,
+        end: usize,
+    },
 }
 
 /// What the HELLO established.
@@ -304,7 +318,11 @@ impl Conn {
                     o.received = pos + n;
                     self.shared.counters.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
                     if n > 0 {
-                        self.rx = if pos + n == end { Rx::Header { got: 0 } } else { Rx::Data { segment, pos: pos + n, end } };
+                        self.rx = if pos + n == end {
+                            Rx::Header { got: 0 }
+                        } else {
+                            Rx::Data { segment, pos: pos + n, end }
+                        };
                     }
                     n
                 }

@@ -144,7 +144,9 @@ pub(crate) fn scan_dir(dir: &Path) -> io::Result<Vec<(FileHeader, PathBuf)>> {
             Ok(h) if segment_path(dir, h.log, h.segment).file_name().and_then(|n| n.to_str()) == Some(&name) => {
                 found.push((h, path))
             }
-            Ok(_) => tracing::warn!(file = stem, "backup: skipping a segment file whose name does not match its header"),
+            Ok(_) => {
+                tracing::warn!(file = stem, "backup: skipping a segment file whose name does not match its header")
+            }
             Err(e) => tracing::warn!(file = stem, error = %e, "backup: skipping a corrupt segment file"),
         }
     }

@@ -26,7 +26,10 @@ type Key = (LogId, SegmentId);
 /// Work for the flusher thread.
 pub(crate) enum Job {
     /// Write the closed replica `key` (if its buffer is still at `gen`).
-    Flush { key: Key, gen: u64 },
+    Flush {
+        key: Key,
+        gen: u64,
+    },
     Stop,
 }
 
@@ -229,8 +232,10 @@ impl Shared {
         let mut t = self.table.lock();
         // Restart an open replica in place (if its buffer is large enough;
         // nesting the buffer's lock inside the table's is the allowed order).
-        if let Some(Replica::Open { buf, .. }) =
-            t.replicas.get(&key).filter(|r| matches!(r, Replica::Open { buf, .. } if buf.lock().capacity() >= size as usize))
+        if let Some(Replica::Open { buf, .. }) = t
+            .replicas
+            .get(&key)
+            .filter(|r| matches!(r, Replica::Open { buf, .. } if buf.lock().capacity() >= size as usize))
         {
             let buf = buf.clone();
             let gen = t.gen();
@@ -311,7 +316,8 @@ impl Shared {
     /// FREE_LOG: drops every replica of `log`.
     pub(crate) fn free_log(&self, log: LogId) {
         let mut t = self.table.lock();
-        let keys: Vec<Key> = t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, _)| *k).collect();
+        let keys: Vec<Key> =
+            t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, _)| *k).collect();
         let dropped: Vec<Arc<Buffer>> = keys.into_iter().filter_map(|k| self.remove_locked(&mut t, k)).collect();
         drop(t);
         for buf in dropped {
@@ -404,7 +410,11 @@ impl Shared {
     /// their length, ending with their checksum) and left out if they fail.
     pub(crate) fn list(&self, log: LogId) -> Vec<ReplicaInfo> {
         let replicas = self.replicas_of(log);
-        replicas.into_iter().filter_map(|(segment, r)| self.read_replica(log, segment, r, false)).map(|o| o.info).collect()
+        replicas
+            .into_iter()
+            .filter_map(|(segment, r)| self.read_replica(log, segment, r, false))
+            .map(|o| o.info)
+            .collect()
     }
 
     /// READ: one replica's bytes (an open one's verified prefix).
@@ -434,8 +444,13 @@ impl Shared {
                 }
                 let held = &g.data()[..g.received as usize];
                 let v = verify_replica(held);
-                let info =
-                    ReplicaInfo { segment, log_version: version, len: v.len as u32, checksum: 0, state: ReplicaState::Open };
+                let info = ReplicaInfo {
+                    segment,
+                    log_version: version,
+                    len: v.len as u32,
+                    checksum: 0,
+                    state: ReplicaState::Open,
+                };
                 Some(ReadOut { info, bytes: if bytes { held[..v.len].to_vec() } else { Vec::new() } })
             }
             Replica::Closed { buf, gen, version, len, checksum } => {

@@ -1,0 +1,268 @@
+//! Finding a log among backups: a real store's log (cleaned, so it has
+//! survivors and segments that left it) replicated to three real backups,
+//! then found again with `restore::find_log` and replayed into a new store.
+
+mod backup_support;
+
+use backup_support::*;
+use shoal_engine::{LogId, SegmentId, SegmentKind, Store, TableId};
+use shoal_replication::backup::Backup;
+use shoal_replication::restore::{self, RestoreError};
+use shoal_replication::wire::{Mode, ReplicaState};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+const LOG: LogId = LogId(11);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// An address nobody listens on.
+fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A log with survivors, cleaned segments and a head with data: 300 keys
+/// written, all overwritten, 50 removed, the cleaner run, more writes.
+fn cleaned_log() -> (Store, std::sync::Arc<Recorder>) {
+    let (store, rec) = store_with(LOG, 300, 400);
+    for i in 0..300 {
+        store.write(TableId(1), key(i).as_bytes(), &value(i, 1, 400), Default::default()).unwrap();
+    }
+    for i in 0..50 {
+        store.remove(TableId(1), key(i * 3).as_bytes(), Default::default()).unwrap();
+    }
+    assert!(store.clean_now(20, false) > 0, "the cleaner should free memory");
+    for i in 300..320 {
+        store.write(TableId(1), key(i).as_bytes(), &value(i, 0, 400), Default::default()).unwrap();
+    }
+    assert!(!rec.freed.lock().is_empty(), "some segments left the log");
+    assert!(rec.segments.lock().values().any(|s| s.kind == Some(SegmentKind::Survivor)));
+    (store, rec)
+}
+
+/// The head: the last head segment the log opened.
+fn head_of(rec: &Recorder) -> SegmentId {
+    let segments = rec.segments.lock();
+    *rec.order.lock().iter().rev().find(|s| segments[s].kind == Some(SegmentKind::Head)).unwrap()
+}
+
+/// Replicates every recorded segment, in the order the log opened them,
+/// to two of the backups (round robin), except where `place` says
+/// otherwise: it may return the bytes to send to backup `b` (a prefix) or
+/// `None` to skip it.
+fn replicate_log(
+    backups: &[&Backup],
+    rec: &Recorder,
+    place: impl Fn(SegmentId, usize, &SegmentRecord) -> Option<SegmentRecord>,
+) {
+    let mut peers: Vec<Peer> = backups.iter().map(|b| Peer::hello(b.local_addr(), Mode::Tailwind, LOG, 1)).collect();
+    let segments = rec.segments.lock().clone();
+    for (i, id) in rec.order.lock().iter().enumerate() {
+        for k in 0..2 {
+            let b = (i + k) % backups.len();
+            if let Some(r) = place(*id, b, &segments[id]) {
+                replicate(&mut peers[b], *id, &r);
+            }
+        }
+    }
+}
+
+/// Keeps the first `n` appends of an open segment.
+fn prefix(rec: &SegmentRecord, n: usize) -> SegmentRecord {
+    SegmentRecord { kind: rec.kind, appends: rec.appends[..n].to_vec(), closed: None }
+}
+
+#[test]
+fn find_log_rebuilds_a_cleaned_log_from_the_longest_prefixes() {
+    let (store, rec) = cleaned_log();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let refs: Vec<&Backup> = backups.iter().collect();
+    let head = head_of(&rec);
+    let head_rec = rec.segments.lock()[&head].clone();
+    assert!(head_rec.closed.is_none() && head_rec.appends.len() > 3);
+    // The head's first replica got everything, its second only a prefix.
+    let first_of_head = rec.order.lock().iter().position(|s| *s == head).unwrap() % 3;
+    replicate_log(
+        &refs,
+        &rec,
+        |id, b, r| {
+            if id == head && b != first_of_head {
+                Some(prefix(r, 2))
+            } else {
+                Some(r.clone())
+            }
+        },
+    );
+
+    let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    assert_eq!(found.head, Some(head));
+    assert!(found.unreachable.is_empty());
+    let members: Vec<SegmentId> = store.log_segments().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(found.segments.iter().map(|(id, _)| *id).collect::<Vec<_>>(), members, "exactly the digest's segments");
+    let freed = rec.freed.lock().clone();
+    assert!(found.segments.iter().all(|(id, _)| !freed.contains(id)));
+    let recorded = rec.segments.lock().clone();
+    for (id, bytes) in &found.segments {
+        assert_eq!(bytes, &recorded[id].bytes(), "segment {id}: the longest verified prefix");
+    }
+    assert_eq!(found.bytes, found.segments.iter().map(|(_, b)| b.len() as u64).sum::<u64>());
+
+    // Replayed, the found log holds exactly the store's objects.
+    let copy = Store::new(store_config(LogId(99))).unwrap();
+    copy.replay(found.segments.iter().map(|(_, b)| b.as_slice())).unwrap();
+    for i in 0..320 {
+        let want = store.read(TableId(1), key(i).as_bytes(), Default::default()).ok();
+        let got = copy.read(TableId(1), key(i).as_bytes(), Default::default()).ok();
+        assert_eq!(got, want, "key {i}");
+    }
+}
+
+#[test]
+fn find_log_reports_missing_members_and_unreachable_backups() {
+    let (store, rec) = cleaned_log();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let refs: Vec<&Backup> = backups.iter().collect();
+    let head = head_of(&rec);
+    // A closed member of the log that no backup got.
+    let lost = store.log_segments().into_iter().map(|(id, _)| id).find(|id| *id != head).unwrap();
+    replicate_log(&refs, &rec, |id, _, r| (id != lost).then(|| r.clone()));
+
+    let dead = dead_addr();
+    let mut addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    addrs.push(dead);
+    match rt().block_on(restore::find_log(&addrs, LOG)) {
+        Err(RestoreError::Incomplete { missing, unreachable }) => {
+            assert_eq!(missing, vec![lost]);
+            assert_eq!(unreachable, vec![dead]);
+        }
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    // Once the segment turns up (the caller retries), the log is complete.
+    let mut p = Peer::hello(backups[2].local_addr(), Mode::Tailwind, LOG, 1);
+    replicate(&mut p, lost, &rec.segments.lock()[&lost]);
+    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    assert!(found.segments.iter().any(|(id, _)| *id == lost));
+    assert_eq!(found.unreachable, vec![dead]);
+}
+
+#[test]
+fn find_log_of_an_empty_log_and_of_a_log_without_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let backup = start(dir.path());
+    let addrs = [backup.local_addr()];
+    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    assert_eq!((found.head, found.segments.len(), found.bytes), (None, 0, 0));
+    // With a backup unreachable, "no replica" proves nothing.
+    let dead = dead_addr();
+    match rt().block_on(restore::find_log(&[backup.local_addr(), dead], LOG)) {
+        Err(RestoreError::Incomplete { missing, unreachable }) => {
+            assert!(missing.is_empty());
+            assert_eq!(unreachable, vec![dead]);
+        }
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    // Only a survivor (no digest): data but no head.
+    let (_store, rec) = cleaned_log();
+    let (&survivor, seg) = rec
+        .segments
+        .lock()
+        .iter()
+        .find(|(_, s)| s.kind == Some(SegmentKind::Survivor))
+        .map(|(i, s)| (i, s.clone()))
+        .unwrap();
+    let mut p = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+    replicate(&mut p, survivor, &seg);
+    match rt().block_on(restore::find_log(&addrs, LOG)) {
+        Err(RestoreError::NoHead { segments }) => assert_eq!(segments, vec![survivor]),
+        other => panic!("expected NoHead, got {:?}", other.map(|f| f.head)),
+    }
+}
+
+#[test]
+fn find_log_uses_a_good_replica_when_another_is_corrupt() {
+    let (_store, rec) = cleaned_log();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let refs: Vec<&Backup> = backups.iter().collect();
+    replicate_log(&refs, &rec, |_, _, r| Some(r.clone()));
+    for b in &backups {
+        wait_stats(b, "flushes", |s| s.awaiting_flush == 0);
+    }
+    // Flip a bit in the middle of one file of every closed segment.
+    let mut flipped = BTreeMap::new();
+    for d in &dirs {
+        for entry in std::fs::read_dir(d.path().join("backup/segments")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+            let id = SegmentId(name.split_once('-').unwrap().1.parse().unwrap());
+            if flipped.contains_key(&id) {
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            let mid = 48 + (bytes.len() - 48) / 2;
+            bytes[mid] ^= 0x01;
+            std::fs::write(&path, &bytes).unwrap();
+            flipped.insert(id, path);
+        }
+    }
+    assert!(flipped.len() > 3);
+    let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    let recorded = rec.segments.lock().clone();
+    for (id, bytes) in &found.segments {
+        assert_eq!(bytes, &recorded[id].bytes(), "segment {id}");
+    }
+    assert!(backups.iter().map(|b| b.stats().corrupt_replicas).sum::<u64>() > 0);
+
+    // Both copies of a member corrupt: that member is missing.
+    let (&victim, _) = flipped.iter().find(|(id, _)| found.segments.iter().any(|(s, _)| s == *id)).unwrap();
+    for d in &dirs {
+        let path = d.path().join(format!("backup/segments/{}-{}.seg", LOG.0, victim.0));
+        if let Ok(mut bytes) = std::fs::read(&path) {
+            let n = bytes.len();
+            bytes[n - 2] ^= 0x40;
+            std::fs::write(&path, &bytes).unwrap();
+        }
+    }
+    match rt().block_on(restore::find_log(&addrs, LOG)) {
+        Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![victim]),
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+}
+
+#[test]
+fn list_read_and_free_log_through_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let backup = start(dir.path());
+    let addr = backup.local_addr();
+    let (seg, ends) = groups(LOG, SegmentId(4), 5);
+    let mut m = Peer::hello(addr, Mode::Tailwind, LOG, 2);
+    m.open_ok(SegmentId(4));
+    m.data(SegmentId(4), 0, &seg[..ends[3] + 2]);
+    m.wait_ack(SegmentId(4), ends[3] as u32 + 2);
+    let rt = rt();
+    let listed = rt.block_on(restore::list_replicas(addr, LOG)).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].segment, listed[0].len as usize, listed[0].state),
+        (SegmentId(4), ends[3], ReplicaState::Open)
+    );
+    let (info, bytes) = rt.block_on(restore::read_replica(addr, LOG, SegmentId(4))).unwrap();
+    assert_eq!(bytes, seg[..ends[3]].to_vec());
+    assert_eq!((info.log_version, info.len as usize), (2, ends[3]));
+    assert_eq!(info.checksum, shoal_engine::format::scan(&seg[..ends[3]]).last_checksum);
+    match rt.block_on(restore::read_replica(addr, LOG, SegmentId(5))) {
+        Err(RestoreError::Backup { message, .. }) => assert!(message.contains("no replica")),
+        other => panic!("expected an ERROR from the backup, got {:?}", other.map(|r| r.0)),
+    }
+    rt.block_on(restore::free_log(addr, LOG)).unwrap();
+    assert!(rt.block_on(restore::list_replicas(addr, LOG)).unwrap().is_empty());
+    assert_eq!(backup.stats().buffers_in_use, 0);
+    assert!(matches!(rt.block_on(restore::list_replicas(dead_addr(), LOG)), Err(RestoreError::Io { .. })));
+}
