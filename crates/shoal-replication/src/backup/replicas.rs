@@ -77,6 +77,14 @@ pub(crate) enum Opened {
     Refused(String),
 }
 
+/// What checking a replica for a reader found.
+enum Checked {
+    Ok(ReadOut),
+    Corrupt,
+    /// Its buffer changed hands (flushed, reset, freed): look it up again.
+    Moved,
+}
+
 /// A replica's bytes as a reader gets them.
 pub(crate) struct ReadOut {
     pub info: ReplicaInfo,
@@ -394,8 +402,8 @@ impl Shared {
                 t.replicas.insert(key, Replica::OnDisk { version, len, checksum, path });
                 t.awaiting_flush -= 1;
                 drop(t);
-                self.counters.segments_flushed.fetch_add(1, Ordering::Relaxed);
                 self.release(&buf);
+                self.counters.segments_flushed.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 // Dropped while we wrote: the file is no replica.
@@ -409,38 +417,45 @@ impl Shared {
     /// report their verified prefix; closed ones are checked (bytes scan to
     /// their length, ending with their checksum) and left out if they fail.
     pub(crate) fn list(&self, log: LogId) -> Vec<ReplicaInfo> {
-        let replicas = self.replicas_of(log);
-        replicas
-            .into_iter()
-            .filter_map(|(segment, r)| self.read_replica(log, segment, r, false))
-            .map(|o| o.info)
-            .collect()
+        let segments: Vec<SegmentId> = {
+            let t = self.table.lock();
+            t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, _)| k.1).collect()
+        };
+        segments.into_iter().filter_map(|segment| self.serve(log, segment, false)).map(|o| o.info).collect()
     }
 
     /// READ: one replica's bytes (an open one's verified prefix).
     pub(crate) fn read(&self, log: LogId, segment: SegmentId) -> Result<ReadOut, String> {
-        let r = self.table.lock().replicas.get(&(log, segment)).cloned();
-        let r = r.ok_or_else(|| format!("no replica of log {} segment {}", log.0, segment.0))?;
-        self.read_replica(log, segment, r, true)
-            .ok_or_else(|| format!("replica of log {} segment {} is corrupt or gone", log.0, segment.0))
+        self.serve(log, segment, true)
+            .ok_or_else(|| format!("no replica of log {} segment {} (or it is corrupt)", log.0, segment.0))
     }
 
-    fn replicas_of(&self, log: LogId) -> Vec<(SegmentId, Replica)> {
-        let t = self.table.lock();
-        t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, r)| (k.1, r.clone())).collect()
+    /// Checks the replica of `(log, segment)` and describes it, with its
+    /// bytes if `bytes`. A replica that moves while being looked at (its
+    /// buffer flushed and released, or reset) is looked up again.
+    fn serve(&self, log: LogId, segment: SegmentId, bytes: bool) -> Option<ReadOut> {
+        for _ in 0..16 {
+            let r = self.table.lock().replicas.get(&(log, segment)).cloned()?;
+            match self.check(log, segment, r, bytes) {
+                Checked::Ok(out) => return Some(out),
+                Checked::Corrupt => return None,
+                Checked::Moved => continue,
+            }
+        }
+        None
     }
 
-    /// Checks one replica and describes it, with its bytes if `bytes`.
-    fn read_replica(&self, log: LogId, segment: SegmentId, r: Replica, bytes: bool) -> Option<ReadOut> {
+    fn check(&self, log: LogId, segment: SegmentId, r: Replica, bytes: bool) -> Checked {
         let corrupt = |what: &str| {
             self.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(log = log.0, segment = segment.0, "backup: not serving a corrupt closed replica ({what})");
+            Checked::Corrupt
         };
         match r {
             Replica::Open { buf, gen, version } => {
                 let g = buf.lock();
                 if g.gen != gen {
-                    return None;
+                    return Checked::Moved;
                 }
                 let held = &g.data()[..g.received as usize];
                 let v = verify_replica(held);
@@ -451,38 +466,35 @@ impl Shared {
                     checksum: 0,
                     state: ReplicaState::Open,
                 };
-                Some(ReadOut { info, bytes: if bytes { held[..v.len].to_vec() } else { Vec::new() } })
+                Checked::Ok(ReadOut { info, bytes: if bytes { held[..v.len].to_vec() } else { Vec::new() } })
             }
             Replica::Closed { buf, gen, version, len, checksum } => {
                 let g = buf.lock();
                 if g.gen != gen {
-                    return None;
+                    return Checked::Moved;
                 }
                 let held = &g.data()[..len as usize];
                 let v = verify_replica(held);
                 if v.len != len as usize || v.last_checksum != checksum {
-                    corrupt("buffer");
-                    return None;
+                    return corrupt("buffer");
                 }
                 let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
-                Some(ReadOut { info, bytes: if bytes { held.to_vec() } else { Vec::new() } })
+                Checked::Ok(ReadOut { info, bytes: if bytes { held.to_vec() } else { Vec::new() } })
             }
             Replica::OnDisk { version, len, checksum, path } => {
                 let (h, data) = match files::read_segment(&path) {
                     Ok(x) => x,
-                    Err(e) => {
-                        corrupt(&e.to_string());
-                        return None;
-                    }
+                    // Freed (or replaced) meanwhile: look again.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Checked::Moved,
+                    Err(e) => return corrupt(&e.to_string()),
                 };
                 let v = verify_replica(&data);
                 let expect = FileHeader { log, log_version: version, segment, len, checksum };
                 if h != expect || v.len != len as usize || v.last_checksum != checksum {
-                    corrupt("file");
-                    return None;
+                    return corrupt("file");
                 }
                 let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
-                Some(ReadOut { info, bytes: if bytes { data } else { Vec::new() } })
+                Checked::Ok(ReadOut { info, bytes: if bytes { data } else { Vec::new() } })
             }
         }
     }
