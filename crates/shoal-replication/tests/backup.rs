@@ -346,9 +346,8 @@ fn killed_backup_keeps_what_it_received() {
     let mut tail = Vec::new();
     format::encode_object(&mut tail, shoal_engine::TableId(1), shoal_engine::Version(9999), b"torn", &[5; 100]);
     m.data(head, acked.len() as u32, &tail[..60]);
-    // Make sure the torn bytes arrived before the kill.
-    let mut r = Peer::hello(addr, Mode::Reader, LogId(0), 0);
-    r.list(LOG);
+    // The torn bytes are in the buffer before the kill.
+    m.wait_ack(head, acked.len() as u32 + 60);
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();
 
@@ -555,4 +554,29 @@ fn sync_open_acks_after_syncing() {
     let mut m = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
     replicate(&mut m, id, seg);
     assert_eq!(read(backup.local_addr(), LOG, id).unwrap().1, seg.bytes());
+}
+
+#[test]
+fn reopening_a_closed_replica_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let backup = start(dir.path());
+    let (seg, ends) = groups(LOG, SegmentId(2), 4);
+    let mut m = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+    m.open_ok(SegmentId(2));
+    m.data(SegmentId(2), 0, &seg);
+    m.close(SegmentId(2), seg.len() as u32, format::scan(&seg).last_checksum);
+    wait_stats(&backup, "the flush", |s| s.segments_flushed == 1);
+    let file = dir.path().join(format!("backup/segments/{}-2.seg", LOG.0));
+    assert!(file.exists());
+    // The master re-opens the segment (say, after its connection failed).
+    let mut again = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+    again.open_ok(SegmentId(2));
+    assert!(!file.exists(), "the old closed replica is gone");
+    let listed = list(backup.local_addr(), LOG);
+    assert_eq!((listed.len(), listed[0].state, listed[0].len), (1, ReplicaState::Open, 0));
+    again.data(SegmentId(2), 0, &seg[..ends[2]]);
+    again.wait_ack(SegmentId(2), ends[2] as u32);
+    assert_eq!(read(backup.local_addr(), LOG, SegmentId(2)).unwrap(), (ReplicaState::Open, seg[..ends[2]].to_vec()));
+    let s = backup.stats();
+    assert_eq!((s.segments_on_disk, s.buffers_in_use), (0, 1));
 }
