@@ -23,6 +23,7 @@ mod replicas;
 
 use parking_lot::Mutex;
 use replicas::{Job, Shared};
+use shoal_common::LogId;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -196,6 +197,18 @@ impl Backup {
             protocol_errors: get(&c.protocol_errors),
             corrupt_replicas: get(&c.corrupt_replicas),
         }
+    }
+
+    /// Fences `log` at `version`: from now on its master's connections with
+    /// a lower version are refused at HELLO and cut at their next frame (a
+    /// master declared dead cannot make another byte durable here).
+    pub fn fence(&self, log: LogId, version: u64) {
+        let _ = self.shared.hello(log, version);
+    }
+
+    /// Drops every replica of `log` held here (a log recovered elsewhere).
+    pub fn free_log(&self, log: LogId) {
+        self.shared.free_log(log);
     }
 
     /// Stops accepting, closes every connection and stops the flusher
