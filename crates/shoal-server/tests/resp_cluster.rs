@@ -42,6 +42,10 @@ struct Cluster {
 
 impl Cluster {
     fn start(name: &str, n: usize) -> Cluster {
+        Cluster::start_with(name, n, ServerConfig::default().idle_timeout_secs)
+    }
+
+    fn start_with(name: &str, n: usize, idle_timeout_secs: u64) -> Cluster {
         let root = std::env::temp_dir().join(format!("shoal-resp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
@@ -63,6 +67,7 @@ impl Cluster {
                     backup_port: 0,
                     memory: ByteSize(64 << 20),
                     log_level: "warn".into(),
+                    idle_timeout_secs,
                     ..ServerConfig::default()
                 })
                 .expect("server starts")
@@ -342,6 +347,21 @@ fn replies_to_writes_wait_until_the_log_is_durable() {
     let info = Client::connect(cluster.addr(0)).call(&["INFO"]);
     for field in ["shoal_cluster:1", "server_id:", "map_version:", "repl_rounds:", "backup_buffers_in_use:"] {
         assert!(info.contains(field), "INFO has {field}: {info}");
+    }
+}
+
+#[test]
+fn forwarding_survives_pooled_connections_closed_by_the_other_server() {
+    // Servers close connections idle for 1 s, pooled ones included.
+    let cluster = Cluster::start_with("idle", 3, 1);
+    let keys: Vec<String> = (0..30).map(|i| format!("i:{i}")).collect();
+    for round in 0..2 {
+        let mut c = Client::connect(cluster.addr(0));
+        for k in &keys {
+            assert_eq!(c.call(&["SET", k, &format!("{round}")]), "+OK\r\n");
+            assert_eq!(c.call(&["GET", k]), bulk(&format!("{round}")));
+        }
+        std::thread::sleep(Duration::from_millis(2500));
     }
 }
 
