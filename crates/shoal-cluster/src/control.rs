@@ -30,7 +30,14 @@ pub enum ControlRequest {
     GetMap,
     /// The map once its version exceeds `known_version`, or the current one
     /// after `timeout_ms`. Answered by `Map`.
-    WatchMap { known_version: u64, timeout_ms: u64 },
+    WatchMap {
+        known_version: u64,
+        timeout_ms: u64,
+        /// The watching server, if a server: the coordinator then knows
+        /// which map versions each server has applied (fencing waits for it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<ServerId>,
+    },
     /// Creates a table split into `span` tablets spread over the servers
     /// (idempotent by name: an existing table is returned as it is).
     /// Answered by `Table`.
@@ -45,6 +52,14 @@ pub enum ControlRequest {
     Recovered { server: ServerId, logs: Vec<LogId> },
     /// Coordinator statistics. Answered by `Stats`.
     Stats,
+    /// `reporter` could not reach `suspect` (failure detection): the
+    /// coordinator checks for itself and, if it is dead, declares it so and
+    /// starts its recovery. Answered by `Ok`.
+    Suspect { reporter: ServerId, suspect: ServerId },
+    /// A recovery master finished its partition: its objects are replayed and
+    /// durable in its own log. The coordinator gives it the partition's
+    /// tablets. Answered by `Ok`.
+    RecoveryDone { recovery: u64, partition: u32, server: ServerId, objects: u64, bytes: u64, replay_ms: u64 },
 }
 
 /// The coordinator's answer.

@@ -13,4 +13,7 @@ pub mod control;
 pub mod map;
 
 pub use control::{ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
-pub use map::{split_hash_space, ClusterMap, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo};
+pub use map::{
+    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ServerId, ServerInfo, ServerState, TableInfo,
+    TabletInfo,
+};

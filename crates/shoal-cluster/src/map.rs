@@ -79,6 +79,57 @@ pub struct ClusterMap {
     pub servers: Vec<ServerInfo>,
     pub tables: Vec<TableInfo>,
     pub tablets: Vec<TabletInfo>,
+    /// Crash recoveries in progress (`docs/recovery.md`).
+    #[serde(default)]
+    pub recoveries: Vec<Recovery>,
+    /// Logs no master may write any more (their master was declared dead),
+    /// with the version backups must hold them at: every backup refuses
+    /// appends below it. `free`: the log was recovered and its replicas
+    /// may be dropped.
+    #[serde(default)]
+    pub fenced: Vec<FencedLog>,
+}
+
+/// A log fenced at a version (see [`ClusterMap::fenced`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencedLog {
+    pub log: LogId,
+    pub version: u64,
+    pub free: bool,
+}
+
+/// The recovery of a crashed master: its tablets split into partitions,
+/// each replayed by one recovery master from the dead master's logs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// Unique per cluster, never reused.
+    pub id: u64,
+    pub dead: ServerId,
+    /// The logs to replay (the dead master's current log and any earlier
+    /// one it had not finished recovering), all fenced.
+    pub logs: Vec<LogId>,
+    /// The version the logs are fenced at; readers use it.
+    pub log_version: u64,
+    pub partitions: Vec<Partition>,
+    /// When the coordinator declared the master dead (ms since the Unix epoch).
+    pub started_unix_ms: u64,
+}
+
+/// Key-hash ranges of tablets handed to one recovery master. Each entry of
+/// `tablets` has `master` = the recovery master; they become its tablets
+/// when it reports the partition done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub master: ServerId,
+    pub tablets: Vec<TabletInfo>,
+    pub done: bool,
+}
+
+impl Partition {
+    /// Whether `(table, hash)` belongs to this partition.
+    pub fn contains(&self, table: TableId, hash: KeyHash) -> bool {
+        self.tablets.iter().any(|t| t.contains(table, hash))
+    }
 }
 
 impl ClusterMap {
@@ -151,6 +202,8 @@ mod tests {
             replicas: 0,
             servers: vec![server(1), server(2)],
             tables: vec![TableInfo { id: TableId(5), name: "t".into() }],
+            recoveries: Vec::new(),
+            fenced: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

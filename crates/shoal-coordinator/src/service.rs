@@ -94,14 +94,16 @@ impl Service {
         match req {
             ControlRequest::GetMap => ControlResponse::Map { map: (*self.map()).clone() },
             ControlRequest::GetTable { name } => state::get_table(&self.map(), &name),
-            ControlRequest::WatchMap { known_version, timeout_ms } => {
+            ControlRequest::WatchMap { known_version, timeout_ms, .. } => {
                 self.watch(known_version, Duration::from_millis(timeout_ms), shutdown).await
             }
             ControlRequest::Stats => self.stats().await,
             req @ (ControlRequest::Enlist { .. }
             | ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
-            | ControlRequest::Recovered { .. }) => self.change(req).await,
+            | ControlRequest::Recovered { .. }
+            | ControlRequest::Suspect { .. }
+            | ControlRequest::RecoveryDone { .. }) => self.change(req).await,
         }
     }
 
@@ -222,6 +224,8 @@ fn op_name(req: &ControlRequest) -> &'static str {
         ControlRequest::GetTable { .. } => "get_table",
         ControlRequest::Recovered { .. } => "recovered",
         ControlRequest::Stats => "stats",
+        ControlRequest::Suspect { .. } => "suspect",
+        ControlRequest::RecoveryDone { .. } => "recovery_done",
     }
 }
 
@@ -310,7 +314,12 @@ mod tests {
         let waiter = {
             let service = service.clone();
             tokio::spawn(async move {
-                service.handle(ControlRequest::WatchMap { known_version: version, timeout_ms: 50_000 }, &mut rx).await
+                service
+                    .handle(
+                        ControlRequest::WatchMap { known_version: version, timeout_ms: 50_000, server: None },
+                        &mut rx,
+                    )
+                    .await
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;

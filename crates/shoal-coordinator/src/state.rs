@@ -88,7 +88,15 @@ impl ClusterState {
     pub fn new(replicas_config: Option<u32>) -> ClusterState {
         let mut state = ClusterState {
             format: STATE_FORMAT,
-            map: ClusterMap { version: 1, replicas: 0, servers: Vec::new(), tables: Vec::new(), tablets: Vec::new() },
+            map: ClusterMap {
+                version: 1,
+                replicas: 0,
+                servers: Vec::new(),
+                tables: Vec::new(),
+                tablets: Vec::new(),
+                recoveries: Vec::new(),
+                fenced: Vec::new(),
+            },
             next_server: 1,
             next_table: 1,
             next_log: 1,
@@ -177,6 +185,13 @@ impl ClusterState {
             ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
             ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
             ControlRequest::Stats => Outcome::unchanged(ControlResponse::Stats { stats: self.stats() }),
+            // Failure detection and crash recovery (issue 5) are being built.
+            ControlRequest::Suspect { .. } | ControlRequest::RecoveryDone { .. } => {
+                Outcome::unchanged(ControlResponse::Error {
+                    code: ControlErrorCode::InvalidRequest,
+                    message: "crash recovery is not available in this coordinator yet".into(),
+                })
+            }
         }
     }
 

@@ -157,7 +157,7 @@ async fn replicas_flag_applies_to_a_resumed_cluster() {
 }
 
 async fn watch(c: &mut ControlClient, known_version: u64, timeout_ms: u64) -> ClusterMap {
-    match c.call(&ControlRequest::WatchMap { known_version, timeout_ms }).await.unwrap() {
+    match c.call(&ControlRequest::WatchMap { known_version, timeout_ms, server: None }).await.unwrap() {
         ControlResponse::Map { map } => map,
         other => panic!("{other:?}"),
     }

@@ -243,7 +243,7 @@ impl ClusterNode {
         on_map(&self.map());
         loop {
             let known = self.map.read().version;
-            let req = ControlRequest::WatchMap { known_version: known, timeout_ms: WATCH_MS };
+            let req = ControlRequest::WatchMap { known_version: known, timeout_ms: WATCH_MS, server: Some(self.id) };
             let call = client.call(&req);
             let reply = tokio::select! {
                 r = call => r,
