@@ -170,7 +170,7 @@ SHOAL="$ROOT/target/release/shoal"
 
 # snap.py KIND PID... : CPU seconds and counters of the processes, as JSON.
 #   KIND shoal: PID is shoal local; its `shoal server` children are measured
-#   (process CPU, backup threads' CPU and bytes read) and their native
+#   (process CPU, backup threads' CPU) and their native
 #   statistics summed (addresses in $WORK/servers).
 #   KIND procs: the CPU of the PIDs given.
 cat >"$WORK/snap.py" <<'EOF'
@@ -193,7 +193,7 @@ def children(pid):
 
 kind, pids = sys.argv[1], [int(p) for p in sys.argv[3:]]
 res = {"server_cpu": 0.0, "backup_cpu": 0.0, "backup_net_cpu": 0.0, "backup_flush_cpu": 0.0,
-       "backup_net_rchar": 0, "processes": 0}
+       "processes": 0}
 if kind == "shoal":
     procs = []
     for c in children(pids[0]):
@@ -219,9 +219,6 @@ for p in procs:
                 res["backup_cpu"] += c
                 if comm == "shoal-backup":
                     res["backup_net_cpu"] += c
-                    for line in open(f"{base}/io"):
-                        if line.startswith("rchar:"):
-                            res["backup_net_rchar"] += int(line.split()[1])
                 else:
                     res["backup_flush_cpu"] += c
             except OSError:
@@ -259,7 +256,7 @@ start_cluster() {
     LOCAL_PID=$!; PIDS+=("$LOCAL_PID")
     local ok=""
     for _ in $(seq 600); do
-        if grep -q "Shoal is running" "$root/out"; then ok=1; break; fi
+        if grep -qs "Shoal is running" "$root/out"; then ok=1; break; fi
         kill -0 "$LOCAL_PID" 2>/dev/null || break
         sleep 0.1
     done
@@ -311,7 +308,7 @@ for l in lines:
     l.update(step=step, config=config, run=int(run))
     if l["op"] == "all":
         l["writes"] = writes
-        for k in ["server_cpu", "backup_cpu", "backup_net_cpu", "backup_flush_cpu", "backup_net_rchar"]:
+        for k in ["server_cpu", "backup_cpu", "backup_net_cpu", "backup_flush_cpu"]:
             l[k] = a[k] - b[k]
         for k in ["bytes_replicated", "backup_bytes_received", "writes", "replication_rounds",
                   "backup_conventional_appends", "backup_segments_flushed"]:
@@ -458,7 +455,7 @@ def backup(config, w):
     """Backup CPU seconds per GB received by backups, per run, then the median."""
     vals, nets, subs = [], [], []
     for r in rows(config, w, "all"):
-        got = r.get("stat_backup_bytes_received") or r.get("backup_net_rchar")
+        got = r.get("stat_backup_bytes_received")
         if not got:
             continue
         vals.append(r["backup_cpu"] / (got / GB))
