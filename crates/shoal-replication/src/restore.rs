@@ -194,6 +194,20 @@ pub async fn read_replica(
     Reader::connect(backup).await?.read(log, segment).await
 }
 
+/// Fences `log` at `version` on `backup`: a master HELLO at that version,
+/// which raises the backup's fence for the log, then a clean close. The
+/// log's master, if it still runs with a lower version, is refused there
+/// from its next frame on (docs/recovery.md).
+pub async fn fence(backup: SocketAddr, log: LogId, version: u64) -> Result<(), RestoreError> {
+    let io_err = |source| RestoreError::Io { addr: backup, source };
+    let stream = TcpStream::connect(backup).await.map_err(io_err)?;
+    let _ = stream.set_nodelay(true);
+    let mut r = Reader { addr: backup, stream };
+    let mut out = Vec::new();
+    Hello { mode: Mode::Tailwind, master: ServerId(0), log, log_version: version }.encode(&mut out);
+    r.call(&out, Kind::HelloOk, "HELLO_OK").await.map(|_| ())
+}
+
 /// Drops every replica of `log` on `backup` (after recovery or restart no
 /// longer needs them).
 pub async fn free_log(backup: SocketAddr, log: LogId) -> Result<(), RestoreError> {

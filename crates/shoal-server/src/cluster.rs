@@ -17,6 +17,7 @@ use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
 use shoal_replication::master::{ReplicationMode as WireMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +31,12 @@ const ENLIST_PATIENCE: Duration = Duration::from_secs(60);
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one map watch waits for a change before asking again.
 const WATCH_MS: u64 = 30_000;
+/// How often a server pings a random peer (failure detection).
+pub const PING_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a ping may take before it counts as missed.
+pub const PING_TIMEOUT: Duration = Duration::from_millis(250);
+/// Missed pings in a row before a peer is reported.
+pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
 const ID_FILE: &str = "server-id";
 
@@ -72,6 +79,30 @@ pub struct ClusterNode {
     recover: Vec<LogId>,
     recovering: AtomicBool,
     pub recovery: Mutex<RecoveryProgress>,
+    /// Declared dead by the coordinator (this server is a zombie): it
+    /// serves nothing and stops.
+    dead: AtomicBool,
+    /// Crash-recovery partitions this server is replaying now, by
+    /// (recovery id, partition index).
+    replaying: Mutex<HashSet<(u64, u32)>>,
+    /// Partitions replayed by this server, with their progress (statistics).
+    pub partitions: Mutex<Vec<PartitionProgress>>,
+}
+
+/// One crash-recovery partition replayed by this server (statistics).
+#[derive(Clone, Debug, Default)]
+pub struct PartitionProgress {
+    pub recovery: u64,
+    pub partition: u32,
+    pub dead: ServerId,
+    pub phase: &'static str,
+    pub segments: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    pub find_ms: u64,
+    pub replay_ms: u64,
+    pub durable_ms: u64,
+    pub total_ms: u64,
 }
 
 /// Why a server could not join its cluster.
@@ -155,6 +186,9 @@ impl ClusterNode {
             recovering: AtomicBool::new(!recover.is_empty()),
             recover,
             recovery: Mutex::new(RecoveryProgress::default()),
+            dead: AtomicBool::new(false),
+            replaying: Mutex::new(HashSet::new()),
+            partitions: Mutex::new(Vec::new()),
         };
         node.set_map(map);
         Ok(node)
@@ -172,6 +206,11 @@ impl ClusterNode {
     /// The backup's statistics (None once stopped).
     pub fn backup_stats(&self) -> Option<shoal_replication::backup::BackupStats> {
         self.backup.lock().as_ref().map(|b| b.stats())
+    }
+
+    /// Whether the coordinator declared this server dead.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
     }
 
     pub fn is_recovering(&self) -> bool {
@@ -193,6 +232,9 @@ impl ClusterNode {
 
     /// Where `(table, hash)` is served.
     pub fn route(&self, table: TableId, hash: KeyHash) -> Route {
+        if self.is_dead() {
+            return Route::NoTablet;
+        }
         let map = self.map.read();
         let Some(t) = map.tablet(table, hash) else {
             return Route::NoTablet;
@@ -236,11 +278,14 @@ impl ClusterNode {
     /// applies every newer map (`on_map` sees each one).
     pub async fn watch_map(
         self: Arc<Self>,
+        store: Arc<Store>,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
         on_map: impl Fn(&ClusterMap),
+        on_dead: impl Fn(),
     ) {
         let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
         on_map(&self.map());
+        self.apply_map(&store, &shutdown, &on_dead);
         loop {
             let known = self.map.read().version;
             let req = ControlRequest::WatchMap { known_version: known, timeout_ms: WATCH_MS, server: Some(self.id) };
@@ -253,6 +298,10 @@ impl ClusterNode {
                 Ok(ControlResponse::Map { map }) => {
                     if self.set_map(map) {
                         on_map(&self.map());
+                        self.apply_map(&store, &shutdown, &on_dead);
+                        if self.is_dead() {
+                            return;
+                        }
                     }
                 }
                 Ok(other) => warn!("coordinator answered a map watch with {other:?}"),
@@ -263,6 +312,248 @@ impl ClusterNode {
                         _ = shutdown.wait_for(|s| *s) => return,
                     }
                 }
+            }
+        }
+    }
+
+    /// Acts on a new map: fences (and frees) logs on the local backup,
+    /// stops if this server was declared dead, and starts replaying every
+    /// crash-recovery partition assigned here.
+    fn apply_map(
+        self: &Arc<Self>,
+        store: &Arc<Store>,
+        shutdown: &tokio::sync::watch::Receiver<bool>,
+        on_dead: &impl Fn(),
+    ) {
+        let map = self.map();
+        if let Some(backup) = self.backup.lock().as_ref() {
+            for f in &map.fenced {
+                backup.fence(f.log, f.version);
+                if f.free {
+                    backup.free_log(f.log);
+                }
+            }
+        }
+        let me = map.server(self.id);
+        if me.is_some_and(|s| s.state == ServerState::Down) && !self.dead.swap(true, Ordering::AcqRel) {
+            warn!("the coordinator declared this server ({}) dead: serving nothing more and stopping", self.id);
+            // Writes waiting for replication are never acknowledged.
+            self.replicator.shutdown();
+            on_dead();
+            return;
+        }
+        for rec in &map.recoveries {
+            for (i, part) in rec.partitions.iter().enumerate() {
+                if part.master != self.id || part.done {
+                    continue;
+                }
+                if !self.replaying.lock().insert((rec.id, i as u32)) {
+                    continue;
+                }
+                let node = self.clone();
+                let (store, rec, shutdown) = (store.clone(), rec.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    node.clone().replay_partition(store, rec.clone(), i, shutdown).await;
+                    node.replaying.lock().remove(&(rec.id, i as u32));
+                });
+            }
+        }
+    }
+
+    /// Whether partition `index` of recovery `id` is still this server's to do.
+    fn still_mine(&self, id: u64, index: usize) -> bool {
+        let map = self.map();
+        map.recoveries
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.partitions.get(index))
+            .is_some_and(|p| p.master == self.id && !p.done)
+    }
+
+    /// Replays one partition of a crashed master's logs (docs/recovery.md,
+    /// phase 3): fences the logs on every backup, finds them, replays the
+    /// partition's keys, waits until they are durable in this server's log
+    /// and reports to the coordinator, which then hands over the tablets.
+    async fn replay_partition(
+        self: Arc<Self>,
+        store: Arc<Store>,
+        rec: shoal_cluster::Recovery,
+        index: usize,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let started = Instant::now();
+        let part = rec.partitions[index].clone();
+        info!(
+            "recovery {} of server {}: replaying partition {index} ({} tablet pieces) of logs {:?}",
+            rec.id,
+            rec.dead,
+            part.tablets.len(),
+            rec.logs.iter().map(|l| l.0).collect::<Vec<_>>()
+        );
+        let mut progress = PartitionProgress {
+            recovery: rec.id,
+            partition: index as u32,
+            dead: rec.dead,
+            phase: "fencing",
+            ..Default::default()
+        };
+        let publish = |p: &PartitionProgress| {
+            let mut all = self.partitions.lock();
+            match all.iter_mut().find(|x| x.recovery == p.recovery && x.partition == p.partition) {
+                Some(x) => *x = p.clone(),
+                None => all.push(p.clone()),
+            }
+        };
+        publish(&progress);
+        let mut found_logs = Vec::new();
+        for &log in &rec.logs {
+            let found = loop {
+                if *shutdown.borrow() || !self.still_mine(rec.id, index) {
+                    return;
+                }
+                let backups: Vec<SocketAddr> =
+                    self.map().servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
+                // Fence first: from here on the dead master (if it still
+                // runs) cannot make another byte durable on these backups.
+                let fences = backups.iter().map(|&b| restore::fence(b, log, rec.log_version));
+                for (b, r) in backups.iter().zip(futures_join_all(fences).await) {
+                    if let Err(e) = r {
+                        warn!("recovery {}: cannot fence log {} on backup {b}: {e}", rec.id, log.0);
+                    }
+                }
+                progress.phase = "finding replicas";
+                publish(&progress);
+                match restore::find_log(&backups, log).await {
+                    Ok(found) if found.unreachable.is_empty() => break found,
+                    Ok(found) => {
+                        warn!("recovery {}: log {}: waiting for backups {:?}", rec.id, log.0, found.unreachable)
+                    }
+                    Err(e) => warn!("recovery {}: log {}: {e}; waiting", rec.id, log.0),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+            };
+            progress.segments += found.segments.len() as u64;
+            progress.bytes += found.bytes;
+            found_logs.push(found);
+        }
+        progress.find_ms = started.elapsed().as_millis() as u64;
+        progress.phase = "replaying";
+        publish(&progress);
+        let replay_started = Instant::now();
+        let s = store.clone();
+        let keep_part = part.clone();
+        let replayed = tokio::task::spawn_blocking(move || {
+            let mut objects = 0u64;
+            for found in &found_logs {
+                let views: Vec<&[u8]> = found.segments.iter().map(|(_, b)| b.as_slice()).collect();
+                let report = s.replay_filtered(views.iter().copied(), |table, key| {
+                    keep_part.contains(table, shoal_common::key_hash(table, key))
+                })?;
+                objects += report.objects_replayed;
+            }
+            Ok::<u64, shoal_engine::ReplayError>(objects)
+        })
+        .await;
+        match replayed {
+            Ok(Ok(objects)) => progress.objects = objects,
+            Ok(Err(e)) => {
+                warn!("recovery {}: partition {index}: replay failed: {e}", rec.id);
+                progress.phase = "failed";
+                publish(&progress);
+                return;
+            }
+            Err(e) => {
+                warn!("recovery {}: partition {index}: replay task failed: {e}", rec.id);
+                progress.phase = "failed";
+                publish(&progress);
+                return;
+            }
+        }
+        progress.replay_ms = replay_started.elapsed().as_millis() as u64;
+        progress.phase = "re-replicating";
+        publish(&progress);
+        let durable_started = Instant::now();
+        if !self.wait_durable(self.position()).await {
+            return;
+        }
+        progress.durable_ms = durable_started.elapsed().as_millis() as u64;
+        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let done = ControlRequest::RecoveryDone {
+            recovery: rec.id,
+            partition: index as u32,
+            server: self.id,
+            objects: progress.objects,
+            bytes: progress.bytes,
+            replay_ms: progress.find_ms + progress.replay_ms + progress.durable_ms,
+        };
+        loop {
+            match client.call(&done).await {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!("recovery {}: cannot report partition {index} done: {e}; retrying", rec.id);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }
+        progress.total_ms = started.elapsed().as_millis() as u64;
+        progress.phase = "done";
+        publish(&progress);
+        info!(
+            "recovery {} of server {}: partition {index} done: {} objects, {} bytes in {} segments; find {} ms, \
+             replay {} ms, re-replication {} ms, total {} ms",
+            rec.id,
+            rec.dead,
+            progress.objects,
+            progress.bytes,
+            progress.segments,
+            progress.find_ms,
+            progress.replay_ms,
+            progress.durable_ms,
+            progress.total_ms
+        );
+    }
+
+    /// Failure detection (docs/recovery.md, phase 1): every
+    /// `PING_INTERVAL` pings a random live peer; a peer that misses
+    /// `PING_MISSES` pings in a row is reported to the coordinator.
+    pub async fn ping_peers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        use rand::seq::SliceRandom;
+        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let mut conns: HashMap<SocketAddr, tokio::net::TcpStream> = HashMap::new();
+        let mut ticker = tokio::time::interval(PING_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            if self.is_dead() {
+                return;
+            }
+            let map = self.map();
+            let peers: Vec<_> =
+                map.servers.iter().filter(|s| s.id != self.id && s.state != ServerState::Down).collect();
+            let Some(peer) = peers.choose(&mut rand::thread_rng()) else { continue };
+            let mut misses = 0;
+            while misses < PING_MISSES {
+                if ping(&mut conns, peer.native).await.is_ok() {
+                    break;
+                }
+                conns.remove(&peer.native);
+                misses += 1;
+            }
+            if misses < PING_MISSES {
+                continue;
+            }
+            warn!("server {} ({}) missed {misses} pings: reporting it to the coordinator", peer.id, peer.native);
+            if let Err(e) = client.call(&ControlRequest::Suspect { reporter: self.id, suspect: peer.id }).await {
+                warn!("cannot report server {} to the coordinator: {e}", peer.id);
             }
         }
     }
@@ -326,7 +617,7 @@ impl ClusterNode {
             match replayed {
                 Ok(Ok(report)) => {
                     info!("recovery of log {}: {} objects replayed", log.0, report.objects_replayed);
-                    self.recovery.lock().objects += report.objects_replayed as u64;
+                    self.recovery.lock().objects += report.objects_replayed;
                 }
                 Ok(Err(e)) => {
                     warn!("recovery of log {} failed: {e}; this server's tablets stay unavailable", log.0);
@@ -399,4 +690,53 @@ fn write_id(dir: &Path, id: ServerId) -> std::io::Result<()> {
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(ID_FILE))?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Runs futures concurrently on this task and returns their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in futs {
+        set.push(Box::pin(f));
+    }
+    let mut out = Vec::with_capacity(set.len());
+    for f in set {
+        out.push(f.await);
+    }
+    out
+}
+
+/// One native PING to `addr` over a cached connection, within `PING_TIMEOUT`.
+async fn ping(conns: &mut HashMap<SocketAddr, tokio::net::TcpStream>, addr: SocketAddr) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let s = match conns.entry(addr) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let s = tokio::net::TcpStream::connect(addr).await?;
+                s.set_nodelay(true)?;
+                e.insert(s)
+            }
+        };
+        let mut req = Vec::with_capacity(shoal_proto::HEADER_LEN);
+        shoal_proto::Request::Ping.encode(1, &mut req);
+        s.write_all(&req).await?;
+        let mut buf = Vec::with_capacity(64);
+        loop {
+            let mut chunk = [0u8; 64];
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            match shoal_proto::check_frame(&buf, 1024) {
+                Ok(Some(h)) if buf.len() >= h.frame_len() => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+    };
+    match tokio::time::timeout(PING_TIMEOUT, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+    }
 }

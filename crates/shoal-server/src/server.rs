@@ -210,7 +210,14 @@ async fn serve(
     };
     if let Some(node) = ctx.cluster.clone() {
         let c = ctx.clone();
-        tokio::spawn(node.clone().watch_map(ctx.shutdown_signal(), move |map| c.tables.sync(map)));
+        let c2 = ctx.clone();
+        tokio::spawn(node.clone().watch_map(
+            ctx.store.clone(),
+            ctx.shutdown_signal(),
+            move |map| c.tables.sync(map),
+            move || c2.shutdown(),
+        ));
+        tokio::spawn(node.clone().ping_peers(ctx.shutdown_signal()));
         tokio::spawn(node.recover(ctx.store.clone(), ctx.shutdown_signal()));
     }
     let acceptors = vec![
