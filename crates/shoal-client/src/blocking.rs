@@ -6,7 +6,9 @@
 
 use crate::conn::{ClientConfig, Connection};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
-use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS};
+use crate::ops::{
+    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+};
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
     key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version, WriteItem,
@@ -129,6 +131,17 @@ impl Client {
                 }
                 Err(e) => return Err(e.into()),
             };
+            // A server that cannot be reached (crashed, its tablets being
+            // recovered elsewhere): the request was never sent, so it is
+            // safe to refresh the map and send it again.
+            if let Err(e) = self.conn(addr) {
+                if matches!(route, Route::Admin) || attempt + 1 == MAX_ATTEMPTS {
+                    return Err(e.into());
+                }
+                std::thread::sleep(UNREACHABLE_DELAY);
+                self.refresh_map();
+                continue;
+            }
             let frame = self.call_on(addr, req)?;
             let status = match frame.reply()? {
                 Ok(r) => return conv(r).map_err(E::from),

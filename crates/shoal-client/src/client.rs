@@ -12,7 +12,9 @@
 use crate::blocking::{item_error, resolve, Route};
 use crate::conn::ClientConfig;
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
-use crate::ops::{conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS};
+use crate::ops::{
+    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+};
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
     check_frame, key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId,
@@ -313,7 +315,19 @@ impl Client {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let frame = self.channel(addr).await?.call(req).await?;
+            // A server that cannot be reached (crashed, its tablets being
+            // recovered elsewhere): the request was never sent, so it is
+            // safe to refresh the map and send it again.
+            let channel = match self.channel(addr).await {
+                Ok(c) => c,
+                Err(e) if matches!(route, Route::Admin) || attempt + 1 == MAX_ATTEMPTS => return Err(e.into()),
+                Err(_) => {
+                    tokio::time::sleep(UNREACHABLE_DELAY).await;
+                    self.refresh_map();
+                    continue;
+                }
+            };
+            let frame = channel.call(req).await?;
             let status = match frame.reply()? {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,

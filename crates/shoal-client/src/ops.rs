@@ -49,8 +49,11 @@ pub type Stats = Vec<(String, StatValue)>;
 /// How many times a request is sent before the client gives up on
 /// `UNKNOWN_TABLET`/`RETRY`, and the longest it sleeps between tries.
 /// Attempts of one operation before it gives up: with retry delays of up
-/// to `MAX_RETRY_DELAY`, a few seconds (a tablet being recovered).
-pub(crate) const MAX_ATTEMPTS: u32 = 64;
+/// to `MAX_RETRY_DELAY`, up to about 20 s (a tablet being recovered after
+/// its master crashed).
+pub(crate) const MAX_ATTEMPTS: u32 = 200;
+/// Wait before retrying a request whose server could not be reached.
+pub(crate) const UNREACHABLE_DELAY: Duration = Duration::from_millis(50);
 pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 /// What the client does with a status before the operation sees it.
