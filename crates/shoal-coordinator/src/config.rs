@@ -1,8 +1,10 @@
 //! The coordinator's command-line flags, configuration and errors.
 
+use crate::probe::ProbeConfig;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default address of the control protocol.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7600";
@@ -10,6 +12,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7600";
 pub const DEFAULT_DATA_DIR: &str = "./shoal-coordinator";
 /// Default bound on open control connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Default time a suspect has to answer one of the coordinator's PINGs.
+pub const DEFAULT_PROBE_TIMEOUT_MS: u64 = 250;
+/// Default number of PINGs a suspect may miss before it is declared dead.
+pub const DEFAULT_PROBE_ATTEMPTS: u32 = 2;
 
 /// Flags of `shoal coordinator`.
 #[derive(clap::Args, Clone, Debug)]
@@ -38,6 +44,18 @@ pub struct CoordinatorArgs {
     /// lines.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
+
+    /// When a server reports a peer unreachable, the coordinator PINGs the
+    /// peer's native port itself; each PING must be answered within this
+    /// many milliseconds. A process that accepts connections but does not
+    /// answer (stopped, wedged) counts as dead.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_PROBE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub probe_timeout_ms: u64,
+
+    /// PINGs a suspected server may leave unanswered, one after the other,
+    /// before it is declared dead and its tablets are recovered elsewhere.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PROBE_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub probe_attempts: u32,
 }
 
 /// Everything [`Coordinator::start`](crate::Coordinator::start) needs.
@@ -55,6 +73,8 @@ pub struct CoordinatorConfig {
     /// Open control connections beyond this are answered with an error and
     /// closed.
     pub max_connections: usize,
+    /// How a suspected server is checked before it is declared dead.
+    pub probe: ProbeConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -65,6 +85,10 @@ impl Default for CoordinatorConfig {
             replicas: None,
             log_level: "info".into(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            probe: ProbeConfig {
+                attempts: DEFAULT_PROBE_ATTEMPTS,
+                timeout: Duration::from_millis(DEFAULT_PROBE_TIMEOUT_MS),
+            },
         }
     }
 }
@@ -76,6 +100,7 @@ impl From<CoordinatorArgs> for CoordinatorConfig {
             data_dir: args.data_dir,
             replicas: args.replicas,
             log_level: args.log_level,
+            probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             ..CoordinatorConfig::default()
         }
     }
@@ -119,6 +144,7 @@ mod tests {
         assert_eq!(config.replicas, None);
         assert_eq!(config.log_level, "info");
         assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(config.probe, ProbeConfig::default());
 
         let cli = Cli::parse_from([
             "c",
@@ -130,12 +156,19 @@ mod tests {
             "2",
             "--log-level",
             "debug",
+            "--probe-timeout-ms",
+            "100",
+            "--probe-attempts",
+            "3",
         ]);
         let config = CoordinatorConfig::from(cli.args);
         assert_eq!(config.listen, "0.0.0.0:9".parse().unwrap());
         assert_eq!(config.data_dir, PathBuf::from("/x"));
         assert_eq!(config.replicas, Some(2));
         assert_eq!(config.log_level, "debug");
+        assert_eq!(config.probe, ProbeConfig { attempts: 3, timeout: Duration::from_millis(100) });
         assert!(Cli::try_parse_from(["c", "--replicas", "-1"]).is_err());
+        assert!(Cli::try_parse_from(["c", "--probe-timeout-ms", "0"]).is_err());
+        assert!(Cli::try_parse_from(["c", "--probe-attempts", "0"]).is_err());
     }
 }

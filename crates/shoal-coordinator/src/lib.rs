@@ -16,14 +16,16 @@
 //! * [`store`]: durability ([`StateStore`], [`DirStore`]).
 
 mod config;
+pub mod probe;
 mod server;
 mod service;
 pub mod state;
 pub mod store;
 
 pub use config::{CoordinatorArgs, CoordinatorConfig, CoordinatorError};
+pub use probe::ProbeConfig;
 pub use server::{Coordinator, FRAME_TIMEOUT, MAX_REQUEST_FRAME, SHUTDOWN_GRACE, WRITE_TIMEOUT};
-pub use service::MAX_WATCH;
+pub use service::{FINISHED_RECOVERIES_KEPT, MAX_WATCH};
 pub use state::ClusterState;
 pub use store::{DirStore, StateStore};
 

@@ -12,36 +12,85 @@
 //! Reads of the map (`get_map`, `get_table`, `watch_map`) take no lock:
 //! they read the last published map from a `watch` channel, which is also
 //! what wakes the long polls.
+//!
+//! Failure detection's last step lives here because it does I/O: a
+//! `suspect` is answered at once, and a task of its own probes the suspect
+//! ([`probe`]) outside the state lock; only its verdict, "dead", becomes a
+//! change ([`ClusterState::declare_dead`]), saved and published like any
+//! other. The times of each recovery's phases are kept in memory
+//! ([`RecoveryClock`]) for the log and `stats`.
 
 use crate::config::CoordinatorError;
+use crate::probe::{probe, ProbeConfig};
 use crate::state::{self, ClusterState, Outcome};
 use crate::store::StateStore;
-use shoal_cluster::map::ClusterMap;
+use shoal_cluster::map::{ClusterMap, Recovery, ServerId, ServerState};
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{watch, Mutex};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 /// Longest a `watch_map` waits, whatever it asks for.
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
+/// Finished recoveries `stats` remembers (since this process started).
+pub const FINISHED_RECOVERIES_KEPT: usize = 16;
 
 pub(crate) struct Service {
     state: Arc<Mutex<ClusterState>>,
     store: Arc<dyn StateStore>,
     map: watch::Sender<Arc<ClusterMap>>,
+    probe: ProbeConfig,
     started: Instant,
     requests: AtomicU64,
     enlistments: AtomicU64,
     /// Control connections open now (kept by the listener).
     pub(crate) connections: AtomicUsize,
+    detection: parking_lot::Mutex<Detection>,
+    clock: parking_lot::Mutex<RecoveryClock>,
+    /// Per server, the highest map version it said it holds (`watch_map`).
+    seen: parking_lot::Mutex<BTreeMap<ServerId, u64>>,
+}
+
+/// Suspects being checked, and when each was first reported.
+#[derive(Default)]
+struct Detection {
+    checking: BTreeSet<ServerId>,
+    first_suspect: BTreeMap<ServerId, Instant>,
+}
+
+/// What this process saw of each recovery: when its phases happened and
+/// what the recovery masters reported. Lost at a restart (a recovery that
+/// was under way then is timed from its `started_unix_ms`).
+#[derive(Default)]
+struct RecoveryClock {
+    running: BTreeMap<u64, Running>,
+    finished: VecDeque<serde_json::Value>,
+}
+
+struct Running {
+    dead: ServerId,
+    declared: Instant,
+    /// First `suspect` to declaration; `None` if not declared by detection.
+    detection: Option<Duration>,
+    objects: u64,
+    bytes: u64,
+    replay_ms: u64,
+    /// Per finished partition, the time from declaration to its report.
+    done_ms: BTreeMap<u32, u64>,
 }
 
 impl Service {
     /// Loads the state from `store` (a new cluster if it holds none), applies
-    /// `replicas`, and saves it if that changed anything.
-    pub(crate) async fn open(store: Arc<dyn StateStore>, replicas: Option<u32>) -> Result<Service, CoordinatorError> {
+    /// `replicas`, and saves it if that changed anything. Suspects are
+    /// checked as `probe` says.
+    pub(crate) async fn open(
+        store: Arc<dyn StateStore>,
+        replicas: Option<u32>,
+        probe: ProbeConfig,
+    ) -> Result<Service, CoordinatorError> {
         let loader = store.clone();
         let loaded = blocking(move || loader.load()).await.map_err(CoordinatorError::Load)?;
         let (state, save) = match loaded {
@@ -58,12 +107,13 @@ impl Service {
             info!("new cluster (map version {})", map.version);
         } else {
             info!(
-                "resumed cluster: {} servers, {} tables, {} tablets, map version {}, {} replicas",
+                "resumed cluster: {} servers, {} tables, {} tablets, map version {}, {} replicas, {} recoveries in progress",
                 map.servers.len(),
                 map.tables.len(),
                 map.tablets.len(),
                 map.version,
-                map.replicas
+                map.replicas,
+                map.recoveries.len()
             );
         }
         let (map, _) = watch::channel(Arc::new(map.clone()));
@@ -71,10 +121,14 @@ impl Service {
             state: Arc::new(Mutex::new(state)),
             store,
             map,
+            probe,
             started: Instant::now(),
             requests: AtomicU64::new(0),
             enlistments: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
+            detection: Default::default(),
+            clock: Default::default(),
+            seen: Default::default(),
         })
     }
 
@@ -84,7 +138,7 @@ impl Service {
     }
 
     /// Answers `req`. A `watch_map` returns early, with the current map,
-    /// once `shutdown` turns true.
+    /// once `shutdown` turns true; a suspect's check is dropped then.
     pub(crate) async fn handle(
         self: &Arc<Self>,
         req: ControlRequest,
@@ -94,15 +148,23 @@ impl Service {
         match req {
             ControlRequest::GetMap => ControlResponse::Map { map: (*self.map()).clone() },
             ControlRequest::GetTable { name } => state::get_table(&self.map(), &name),
-            ControlRequest::WatchMap { known_version, timeout_ms, .. } => {
+            ControlRequest::WatchMap { known_version, timeout_ms, server } => {
+                if let Some(server) = server {
+                    let mut seen = self.seen.lock();
+                    let v = seen.entry(server).or_default();
+                    *v = (*v).max(known_version);
+                }
                 self.watch(known_version, Duration::from_millis(timeout_ms), shutdown).await
             }
             ControlRequest::Stats => self.stats().await,
+            ControlRequest::Suspect { reporter, suspect } => {
+                self.suspect(reporter, suspect, shutdown.clone());
+                ControlResponse::Ok
+            }
             req @ (ControlRequest::Enlist { .. }
             | ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
             | ControlRequest::Recovered { .. }
-            | ControlRequest::Suspect { .. }
             | ControlRequest::RecoveryDone { .. }) => self.change(req).await,
         }
     }
@@ -128,33 +190,215 @@ impl Service {
         stats["requests"] = self.requests.load(Ordering::Relaxed).into();
         stats["enlistments"] = self.enlistments.load(Ordering::Relaxed).into();
         stats["connections"] = self.connections.load(Ordering::Relaxed).into();
+        {
+            let seen = self.seen.lock();
+            if let Some(servers) = stats["servers"].as_array_mut() {
+                for s in servers {
+                    let id = ServerId(s["id"].as_u64().unwrap_or(0));
+                    s["map_version_seen"] = seen.get(&id).copied().into();
+                }
+            }
+        }
+        let clock = self.clock.lock();
+        if let Some(recoveries) = stats["recoveries"].as_array_mut() {
+            let now = unix_ms();
+            for r in recoveries {
+                let id = r["id"].as_u64().unwrap_or(0);
+                let started = r["started_unix_ms"].as_u64().unwrap_or(now);
+                match clock.running.get(&id) {
+                    Some(run) => {
+                        r["elapsed_ms"] = millis(run.declared.elapsed()).into();
+                        r["detection_ms"] = run.detection.map(millis).into();
+                        r["objects"] = run.objects.into();
+                        r["bytes"] = run.bytes.into();
+                        if let Some(parts) = r["partitions"].as_array_mut() {
+                            for (i, p) in parts.iter_mut().enumerate() {
+                                p["done_after_ms"] = run.done_ms.get(&(i as u32)).copied().into();
+                            }
+                        }
+                    }
+                    None => r["elapsed_ms"] = now.saturating_sub(started).into(),
+                }
+            }
+        }
+        stats["finished_recoveries"] = clock.finished.iter().cloned().collect::<Vec<_>>().into();
         ControlResponse::Stats { stats }
+    }
+
+    /// `reporter` cannot reach `suspect`: unless it is unknown, already
+    /// down, or being checked, check it in the background and declare it
+    /// dead if it answers no PING.
+    fn suspect(self: &Arc<Self>, reporter: ServerId, suspect: ServerId, shutdown: watch::Receiver<bool>) {
+        let map = self.map();
+        let native = match map.server(suspect) {
+            None => return debug!("server {reporter} suspects server {suspect}, which is unknown; ignored"),
+            Some(s) if s.state == ServerState::Down => {
+                return debug!("server {reporter} suspects server {suspect}, which is already down; ignored")
+            }
+            Some(s) => s.native,
+        };
+        {
+            let mut d = self.detection.lock();
+            if !d.checking.insert(suspect) {
+                return debug!("server {reporter} suspects server {suspect}, which is being checked already");
+            }
+            d.first_suspect.entry(suspect).or_insert_with(Instant::now);
+        }
+        info!("server {reporter} cannot reach server {suspect}; pinging it at {native}");
+        let this = self.clone();
+        tokio::spawn(async move {
+            let verdict = probe(native, this.probe).await;
+            match verdict {
+                Ok(()) => {
+                    info!("server {suspect} answers a ping; it stays up");
+                    this.detection.lock().first_suspect.remove(&suspect);
+                }
+                Err(_) if *shutdown.borrow() => {}
+                Err(why) => {
+                    warn!(
+                        "server {suspect} at {native} answered none of {} pings ({why}); declaring it dead",
+                        this.probe.attempts
+                    );
+                    let declare = move |s: &mut ClusterState, now| Outcome {
+                        response: ControlResponse::Ok,
+                        changed: s.declare_dead(suspect, now),
+                    };
+                    let resp = this.commit("declare_dead", declare, |_, _, _| {});
+                    if let ControlResponse::Error { message, .. } = resp.await {
+                        error!("server {suspect} could not be declared dead: {message}");
+                        this.detection.lock().first_suspect.remove(&suspect);
+                    }
+                }
+            }
+            this.detection.lock().checking.remove(&suspect);
+        });
     }
 
     /// Decides `req`, saves the result if it changed, then publishes it.
     async fn change(self: &Arc<Self>, req: ControlRequest) -> ControlResponse {
+        let (name, logged) = (op_name(&req), req.clone());
+        self.commit(
+            name,
+            move |state, now| state.apply(&req, now),
+            move |this, out, state| this.log(&logged, out, state),
+        )
+        .await
+    }
+
+    /// Runs `decide` on a copy of the state (with the time now); if it
+    /// changed the copy, saves it, makes it current and publishes its map.
+    /// Then `after` sees the outcome and the current state, and what
+    /// happened to recoveries is logged. Returns `decide`'s response, or
+    /// `internal` if the change could not be saved (then `after` is not
+    /// called).
+    async fn commit<F, A>(self: &Arc<Self>, what: &'static str, decide: F, after: A) -> ControlResponse
+    where
+        F: FnOnce(&mut ClusterState, u64) -> Outcome + Send + 'static,
+        A: FnOnce(&Service, &Outcome, &ClusterState) + Send + 'static,
+    {
         let mut current = self.state.clone().lock_owned().await;
         let this = self.clone();
         let step = blocking(move || {
             let mut next = current.clone();
-            let out = next.apply(&req);
+            let out = decide(&mut next, unix_ms());
             if out.changed {
                 if let Err(e) = this.store.save(&next.encode()) {
-                    error!("cannot save the coordinator's state; refusing {}: {e}", op_name(&req));
+                    error!("cannot save the coordinator's state; refusing {what}: {e}");
                     return Ok(ControlResponse::Error {
                         code: ControlErrorCode::Internal,
                         message: format!("the coordinator cannot save its state: {e}"),
                     });
                 }
-                *current = next;
+                let before = std::mem::replace(&mut *current, next);
                 this.map.send_replace(Arc::new(current.map().clone()));
+                after(&this, &out, &current);
+                this.track_recoveries(before.map(), current.map());
+            } else {
+                after(&this, &out, &current);
             }
-            this.log(&req, &out, &current);
             Ok(out.response)
         });
         match step.await {
             Ok(response) => response,
             Err(e) => ControlResponse::Error { code: ControlErrorCode::Internal, message: e.to_string() },
+        }
+    }
+
+    /// Logs and times what a saved change did to recoveries: declared,
+    /// (re)assigned, finished.
+    fn track_recoveries(&self, before: &ClusterMap, after: &ClusterMap) {
+        let mut clock = self.clock.lock();
+        for r in &after.recoveries {
+            let old = before.recoveries.iter().find(|o| o.id == r.id);
+            if old.is_none() {
+                let detection = self.detection.lock().first_suspect.remove(&r.dead).map(|t| t.elapsed());
+                info!(
+                    "server {} declared dead{}: recovery {} of logs {:?}, fenced at version {}",
+                    r.dead,
+                    detection.map_or(String::new(), |d| format!(" {} ms after it was first suspected", millis(d))),
+                    r.id,
+                    r.logs.iter().map(|l| l.0).collect::<Vec<_>>(),
+                    r.log_version
+                );
+                clock.running.insert(
+                    r.id,
+                    Running {
+                        dead: r.dead,
+                        declared: Instant::now(),
+                        detection,
+                        objects: 0,
+                        bytes: 0,
+                        replay_ms: 0,
+                        done_ms: BTreeMap::new(),
+                    },
+                );
+            }
+            if old.map_or(true, |o| o.partitions.is_empty()) {
+                if r.partitions.is_empty() {
+                    warn!("recovery {}: no server is up to recover server {}; waiting for one", r.id, r.dead);
+                } else {
+                    info!("recovery {}: {}", r.id, describe_partitions(r));
+                }
+            }
+            if let Some(old) = old {
+                for (i, (p, q)) in old.partitions.iter().zip(&r.partitions).enumerate() {
+                    if q.done && !p.done {
+                        if let Some(run) = clock.running.get_mut(&r.id) {
+                            run.done_ms.insert(i as u32, millis(run.declared.elapsed()));
+                        }
+                        info!("recovery {}: server {} finished partition {i}", r.id, q.master);
+                    }
+                }
+            }
+        }
+        for r in before.recoveries.iter().filter(|r| !after.recoveries.iter().any(|a| a.id == r.id)) {
+            let run = clock.running.remove(&r.id);
+            let finished = finish_record(r, run.as_ref());
+            info!(
+                "recovery {} of server {} finished: detection {} ms, replay {} ms, total {} ms, {} objects, {} bytes, {} partitions",
+                r.id,
+                r.dead,
+                finished["detection_ms"],
+                finished["replay_ms"],
+                finished["total_ms"],
+                finished["objects"],
+                finished["bytes"],
+                r.partitions.len()
+            );
+            clock.finished.push_back(finished);
+            while clock.finished.len() > FINISHED_RECOVERIES_KEPT {
+                clock.finished.pop_front();
+            }
+        }
+        for s in &after.servers {
+            let was = before.server(s.id).map(|b| b.state);
+            if s.state == ServerState::Down && was.is_some_and(|w| w != ServerState::Down) {
+                if !after.recoveries.iter().any(|r| r.dead == s.id) && !before.recoveries.iter().any(|r| r.dead == s.id)
+                {
+                    info!("server {} declared dead; it had no tablets, its logs are free", s.id);
+                }
+                self.detection.lock().first_suspect.remove(&s.id);
+            }
         }
     }
 
@@ -198,12 +442,64 @@ impl Service {
                     left.len()
                 );
             }
+            (
+                ControlRequest::RecoveryDone { recovery, partition, server, objects, bytes, replay_ms },
+                ControlResponse::Ok,
+            ) if out.changed => {
+                info!(
+                    "recovery {recovery}: server {server} replayed partition {partition}: {objects} objects, {bytes} bytes in {replay_ms} ms"
+                );
+                if let Some(run) = self.clock.lock().running.get_mut(recovery) {
+                    run.objects += objects;
+                    run.bytes += bytes;
+                    run.replay_ms = run.replay_ms.max(*replay_ms);
+                }
+            }
             (_, ControlResponse::Error { code, message }) => {
                 debug!("{} refused: {code:?}: {message}", op_name(req));
             }
             _ => {}
         }
     }
+}
+
+/// "partition 0: server 2, 3 tablets; ..."
+fn describe_partitions(r: &Recovery) -> String {
+    let parts: Vec<String> = r
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("partition {i}: server {}, {} tablets", p.master, p.tablets.len()))
+        .collect();
+    format!("{} partitions of server {}'s tablets: {}", r.partitions.len(), r.dead, parts.join("; "))
+}
+
+/// What `stats` keeps of a finished recovery.
+fn finish_record(r: &Recovery, run: Option<&Running>) -> serde_json::Value {
+    let total = match run {
+        Some(run) => millis(run.declared.elapsed()),
+        None => unix_ms().saturating_sub(r.started_unix_ms),
+    };
+    serde_json::json!({
+        "id": r.id,
+        "dead": run.map_or(r.dead, |run| run.dead),
+        "partitions": r.partitions.len(),
+        "detection_ms": run.and_then(|run| run.detection.map(millis)),
+        "replay_ms": run.map(|run| run.replay_ms),
+        "total_ms": total,
+        "objects": run.map(|run| run.objects),
+        "bytes": run.map(|run| run.bytes),
+        "started_unix_ms": r.started_unix_ms,
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, millis)
 }
 
 /// Runs `f` on the blocking pool; a panic in it becomes an error.
@@ -265,7 +561,7 @@ mod tests {
     #[tokio::test]
     async fn change_is_saved_before_it_is_published() {
         let store = Arc::new(FlakyStore::default());
-        let service = Arc::new(Service::open(store.clone(), None).await.unwrap());
+        let service = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
         let (_tx, mut rx) = watch::channel(false);
         let saved = store.bytes.lock().clone().unwrap();
         assert_eq!(ClusterState::decode(&saved, None).unwrap().0.map(), &*service.map());
@@ -280,7 +576,7 @@ mod tests {
     #[tokio::test]
     async fn change_that_cannot_be_saved_is_refused_and_forgotten() {
         let store = Arc::new(FlakyStore::default());
-        let service = Arc::new(Service::open(store.clone(), None).await.unwrap());
+        let service = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
         let (_tx, mut rx) = watch::channel(false);
         service.handle(enlist(), &mut rx).await;
         let before = service.map();
@@ -303,12 +599,13 @@ mod tests {
     async fn open_refuses_a_corrupt_state() {
         let store = Arc::new(FlakyStore::default());
         *store.bytes.lock() = Some(b"{\"format\":1}".to_vec());
-        assert!(matches!(Service::open(store, None).await, Err(CoordinatorError::Corrupt(_))));
+        assert!(matches!(Service::open(store, None, ProbeConfig::default()).await, Err(CoordinatorError::Corrupt(_))));
     }
 
     #[tokio::test]
     async fn watch_returns_at_shutdown() {
-        let service = Arc::new(Service::open(Arc::new(FlakyStore::default()), None).await.unwrap());
+        let service =
+            Arc::new(Service::open(Arc::new(FlakyStore::default()), None, ProbeConfig::default()).await.unwrap());
         let (tx, mut rx) = watch::channel(false);
         let version = service.map().version;
         let waiter = {

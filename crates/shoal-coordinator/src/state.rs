@@ -16,13 +16,24 @@
 //! * every server's current log and every log in a recover list has a
 //!   replica version (`log_versions`);
 //! * `map.replicas` follows the replica rule ([`ClusterState::effective_replicas`])
-//!   and `map.version` grew by one at every change.
+//!   and `map.version` grew by one at every change;
+//! * crash recovery (`docs/recovery.md`): each recovery's dead server is
+//!   down and has no other recovery; its logs are fenced at the recovery's
+//!   `log_version` and not free; the dead server's tablets in the map are
+//!   exactly the pieces of the unfinished partitions (a piece is a map
+//!   tablet, still mastered by the dead server); a finished partition's
+//!   pieces are mastered by its recovery master (unless that one died
+//!   since); an unfinished partition's master is up, and a recovery has no
+//!   partitions only while no server is up.
 
 use serde::{Deserialize, Serialize};
-use shoal_cluster::map::{split_hash_space, ClusterMap, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo};
+use shoal_cluster::map::{
+    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ServerId, ServerInfo, ServerState, TableInfo,
+    TabletInfo,
+};
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::{LogId, TableId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 /// Version of the saved state's layout (`format` in `coordinator.json`).
@@ -78,6 +89,10 @@ pub struct ClusterState {
     /// Per server, the logs of its earlier incarnations it must still
     /// replay, oldest first. A server with an empty list has no entry.
     recover: BTreeMap<ServerId, Vec<LogId>>,
+    /// The next crash recovery's id (`map.recoveries`); ids start at 1.
+    /// Absent from files written before crash recovery existed.
+    #[serde(default = "first_id")]
+    next_recovery: u64,
     /// `--replicas`: configuration, not state, so not saved.
     #[serde(skip)]
     replicas_config: Option<u32>,
@@ -103,6 +118,7 @@ impl ClusterState {
             next_slot: 0,
             log_versions: BTreeMap::new(),
             recover: BTreeMap::new(),
+            next_recovery: 1,
             replicas_config,
         };
         state.map.replicas = state.effective_replicas();
@@ -169,13 +185,16 @@ impl ClusterState {
         }
     }
 
-    /// Decides `req`. `WatchMap` is answered with the current map (the
-    /// caller does the waiting) and `Stats` with the state's part of the
-    /// statistics (the caller adds its counters).
-    pub fn apply(&mut self, req: &ControlRequest) -> Outcome {
+    /// Decides `req` at `now_unix_ms` (ms since the Unix epoch, the time a
+    /// recovery started if this one starts any). `WatchMap` is answered with
+    /// the current map (the caller does the waiting), `Stats` with the
+    /// state's part of the statistics (the caller adds its counters), and
+    /// `Suspect` with `Ok` (the caller probes the suspect and, if it is dead,
+    /// calls [`declare_dead`](Self::declare_dead)).
+    pub fn apply(&mut self, req: &ControlRequest, now_unix_ms: u64) -> Outcome {
         match req {
             ControlRequest::Enlist { previous, native, resp, backup } => {
-                Outcome::changed(self.enlist(*previous, *native, *resp, *backup))
+                Outcome::changed(self.enlist(*previous, *native, *resp, *backup, now_unix_ms))
             }
             ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
                 Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
@@ -185,34 +204,38 @@ impl ClusterState {
             ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
             ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
             ControlRequest::Stats => Outcome::unchanged(ControlResponse::Stats { stats: self.stats() }),
-            // Failure detection and crash recovery (issue 5) are being built.
-            ControlRequest::Suspect { .. } | ControlRequest::RecoveryDone { .. } => {
-                Outcome::unchanged(ControlResponse::Error {
-                    code: ControlErrorCode::InvalidRequest,
-                    message: "crash recovery is not available in this coordinator yet".into(),
-                })
+            ControlRequest::Suspect { .. } => Outcome::unchanged(ControlResponse::Ok),
+            ControlRequest::RecoveryDone { recovery, partition, server, .. } => {
+                self.recovery_done(*recovery, *partition, *server)
             }
         }
     }
 
-    /// Enlists a server. A `previous` id that is known keeps its id and
-    /// tablets, gets a new log, and must replay its earlier log(s) first
-    /// (state `Recovering`); anything else is a new server, `Up` at once.
-    /// Another live server that claims the same native address is gone (two
-    /// processes cannot listen on one address) and is marked down.
+    /// Enlists a server. A `previous` id that is known and not down keeps
+    /// its id and tablets, gets a new log, and must replay its earlier
+    /// log(s) first (state `Recovering`); anything else is a new server, `Up`
+    /// at once (a server declared dead never comes back: its tablets went
+    /// to others). Another live server that claims the same native address
+    /// is gone (two processes cannot listen on one address) and is declared
+    /// dead. Recoveries waiting for a recovery master get one.
     fn enlist(
         &mut self,
         previous: Option<ServerId>,
         native: SocketAddr,
         resp: SocketAddr,
         backup: SocketAddr,
+        now_unix_ms: u64,
     ) -> ControlResponse {
         let log = LogId(self.next_log);
         self.next_log += 1;
         self.log_versions.insert(log, 1);
-        let known = previous.filter(|p| self.map.server(*p).is_some());
-        if let (Some(p), None) = (previous, known) {
-            tracing::warn!("server {p} is unknown here; enlisting it as a new server");
+        let known = previous.filter(|p| self.map.server(*p).is_some_and(|s| s.state != ServerState::Down));
+        match (previous, known) {
+            (Some(p), None) if self.map.server(p).is_some() => {
+                tracing::warn!("server {p} was declared dead; rejoining as a new server");
+            }
+            (Some(p), None) => tracing::warn!("server {p} is unknown here; enlisting it as a new server"),
+            _ => {}
         }
         let id = match known {
             Some(id) => {
@@ -236,13 +259,19 @@ impl ClusterState {
             }
         };
         if !native.ip().is_unspecified() {
-            for s in self.map.servers.iter_mut() {
-                if s.id != id && s.native == native && s.state != ServerState::Down {
-                    tracing::warn!("server {} had address {native}, now taken by server {id}: marking it down", s.id);
-                    s.state = ServerState::Down;
-                }
+            let gone: Vec<ServerId> = self
+                .map
+                .servers
+                .iter()
+                .filter(|s| s.id != id && s.native == native && s.state != ServerState::Down)
+                .map(|s| s.id)
+                .collect();
+            for old in gone {
+                tracing::warn!("server {old} had address {native}, now taken by server {id}: declaring it dead");
+                self.declare(old, now_unix_ms);
             }
         }
+        self.assign_recoveries();
         self.bump();
         ControlResponse::Enlisted { server: id, log, recover: self.recover_list(id).to_vec(), map: self.map.clone() }
     }
@@ -289,17 +318,27 @@ impl ClusterState {
         };
         let table = self.map.tables.remove(pos);
         self.map.tablets.retain(|t| t.table != table.id);
+        // Recoveries no longer replay it (a partition may end up empty; its
+        // master still reports it done).
+        for r in self.map.recoveries.iter_mut() {
+            for p in r.partitions.iter_mut() {
+                p.tablets.retain(|t| t.table != table.id);
+            }
+        }
         self.bump();
         Outcome::changed(ControlResponse::Ok)
     }
 
     /// `server` replayed `logs`: they leave its recover list and their
     /// replica versions are forgotten. With nothing left to replay a
-    /// recovering server is up. Logs not in the list are ignored, so a
-    /// repeated report is harmless.
+    /// recovering server is up (and may become a recovery master). Logs not
+    /// in the list are ignored, so a repeated report is harmless; a down
+    /// server's report is ignored (it never comes back).
     fn recovered(&mut self, server: ServerId, logs: &[LogId]) -> Outcome {
-        if self.map.server(server).is_none() {
-            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        match self.map.server(server) {
+            None => return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}"))),
+            Some(s) if s.state == ServerState::Down => return Outcome::unchanged(ControlResponse::Ok),
+            Some(_) => {}
         }
         let mut changed = false;
         if let Some(list) = self.recover.get_mut(&server) {
@@ -319,6 +358,7 @@ impl ClusterState {
         if s.state == ServerState::Recovering && !self.recover.contains_key(&server) {
             s.state = ServerState::Up;
             changed = true;
+            self.assign_recoveries();
         }
         if changed {
             self.bump();
@@ -326,19 +366,213 @@ impl ClusterState {
         Outcome { response: ControlResponse::Ok, changed }
     }
 
-    /// Declares `server` down (failure detection's verdict): it no longer
-    /// counts for the replica rule or takes new tablets; its tablets stay
-    /// with it until recovery moves them. Returns whether anything changed
-    /// (false for an unknown or already down server).
-    pub fn mark_down(&mut self, server: ServerId) -> bool {
-        match self.map.servers.iter_mut().find(|s| s.id == server) {
-            Some(s) if s.state != ServerState::Down => {
-                s.state = ServerState::Down;
-                self.bump();
-                true
-            }
-            _ => false,
+    /// Declares `server` dead (failure detection's verdict, at
+    /// `now_unix_ms`) and starts its crash recovery (`docs/recovery.md`,
+    /// "Declaration"): it is down; its logs (current and not yet recovered)
+    /// are fenced at one new version; its tablets are split into pieces
+    /// over partitions, one per up server; a recovery master that dies
+    /// hands its unfinished partitions to others. Returns whether anything
+    /// changed (false for an unknown or already down server).
+    pub fn declare_dead(&mut self, server: ServerId, now_unix_ms: u64) -> bool {
+        if !self.declare(server, now_unix_ms) {
+            return false;
         }
+        self.assign_recoveries();
+        self.bump();
+        true
+    }
+
+    /// [`declare_dead`](Self::declare_dead) without assigning recovery
+    /// masters or bumping the version (the caller does both).
+    fn declare(&mut self, server: ServerId, now_unix_ms: u64) -> bool {
+        let Some(s) = self.map.servers.iter_mut().find(|s| s.id == server) else {
+            return false;
+        };
+        if s.state == ServerState::Down {
+            return false;
+        }
+        s.state = ServerState::Down;
+        let current = s.log;
+        let mut logs = self.recover.remove(&server).unwrap_or_default();
+        if !logs.contains(&current) {
+            logs.push(current);
+        }
+        // One version for all its logs, above each one's current version.
+        let version = logs.iter().map(|l| self.log_versions.get(l).map_or(1, |v| v + 1)).max().unwrap_or(1);
+        for l in &logs {
+            self.log_versions.insert(*l, version);
+            self.fence(*l, version);
+        }
+        if self.map.tablets_of(server).next().is_none() {
+            // Nothing to serve again: the logs can go at once.
+            self.free_logs(&logs);
+            return true;
+        }
+        let id = self.next_recovery;
+        self.next_recovery += 1;
+        self.map.recoveries.push(Recovery {
+            id,
+            dead: server,
+            logs,
+            log_version: version,
+            partitions: Vec::new(),
+            started_unix_ms: now_unix_ms,
+        });
+        true
+    }
+
+    /// Lists `log` in `map.fenced` at `version`, not free.
+    fn fence(&mut self, log: LogId, version: u64) {
+        match self.map.fenced.iter_mut().find(|f| f.log == log) {
+            Some(f) => {
+                f.version = version;
+                f.free = false;
+            }
+            None => self.map.fenced.push(FencedLog { log, version, free: false }),
+        }
+    }
+
+    /// Marks fenced `logs` free (their replicas may be dropped) and forgets
+    /// their replica versions.
+    fn free_logs(&mut self, logs: &[LogId]) {
+        for f in self.map.fenced.iter_mut().filter(|f| logs.contains(&f.log)) {
+            f.free = true;
+        }
+        for l in logs {
+            self.log_versions.remove(l);
+        }
+    }
+
+    /// Gives every recovery its recovery masters, if any server is up:
+    /// plans the partitions of recoveries that have none yet, and moves
+    /// each unfinished partition whose master is no longer up to the up
+    /// server with the fewest unfinished partitions (lowest id on ties).
+    fn assign_recoveries(&mut self) {
+        let up: Vec<ServerId> = self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        if up.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.map.recoveries.len() {
+            if self.map.recoveries[i].partitions.is_empty() && !self.plan(i, &up) {
+                continue; // nothing to recover: it was finished and removed
+            }
+            i += 1;
+        }
+        let mut load: BTreeMap<ServerId, usize> = up.iter().map(|s| (*s, 0)).collect();
+        for p in self.map.recoveries.iter().flat_map(|r| &r.partitions).filter(|p| !p.done) {
+            if let Some(n) = load.get_mut(&p.master) {
+                *n += 1;
+            }
+        }
+        for r in self.map.recoveries.iter_mut() {
+            for (index, p) in r.partitions.iter_mut().enumerate() {
+                if p.done || load.contains_key(&p.master) {
+                    continue;
+                }
+                let (&to, n) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)).expect("some server is up");
+                *n += 1;
+                tracing::info!(
+                    "recovery {}: partition {index} ({} tablets) moves from server {} to server {to}",
+                    r.id,
+                    p.tablets.len(),
+                    p.master
+                );
+                p.master = to;
+                for t in p.tablets.iter_mut() {
+                    t.master = to;
+                }
+            }
+        }
+    }
+
+    /// Splits the tablets of recovery `index`'s dead server into pieces
+    /// over one partition per server of `up` (not empty). Each tablet is
+    /// split into `up.len()` pieces of nearly equal hash ranges (fewer if
+    /// its range is tiny or the cluster's tablet limit is near); the
+    /// pieces replace the tablet in the map, still mastered by the dead
+    /// server, and are dealt to the partitions in turn, so every partition
+    /// gets a piece of every big tablet. The first partition's master
+    /// rotates with the recovery id, spreading successive recoveries.
+    /// Returns false if the dead server had no tablets left: the recovery
+    /// is then finished and removed.
+    fn plan(&mut self, index: usize, up: &[ServerId]) -> bool {
+        let (id, dead) = (self.map.recoveries[index].id, self.map.recoveries[index].dead);
+        let (old, mut tablets): (Vec<TabletInfo>, Vec<TabletInfo>) =
+            std::mem::take(&mut self.map.tablets).into_iter().partition(|t| t.master == dead);
+        if old.is_empty() {
+            self.map.tablets = tablets;
+            let r = self.map.recoveries.remove(index);
+            self.free_logs(&r.logs);
+            return false;
+        }
+        let n = up.len();
+        let room = MAX_TABLETS.saturating_sub(tablets.len() + old.len());
+        let per_tablet = n.min(1 + room / old.len()).max(1);
+        let rotate = (id % n as u64) as usize;
+        let mut partitions: Vec<Partition> =
+            (0..n).map(|i| Partition { master: up[(i + rotate) % n], tablets: Vec::new(), done: false }).collect();
+        let mut dealt = 0;
+        for t in &old {
+            for (start_hash, end_hash) in split_range(t.start_hash, t.end_hash, per_tablet as u64) {
+                let piece = TabletInfo { table: t.table, start_hash, end_hash, master: dead };
+                let p = &mut partitions[dealt % n];
+                p.tablets.push(TabletInfo { master: p.master, ..piece.clone() });
+                tablets.push(piece);
+                dealt += 1;
+            }
+        }
+        partitions.retain(|p| !p.tablets.is_empty());
+        self.map.tablets = tablets;
+        self.map.recoveries[index].partitions = partitions;
+        true
+    }
+
+    /// A recovery master reports `partition` of `recovery` replayed and
+    /// durable: its pieces become `server`'s tablets. When every partition
+    /// is done the recovery leaves the map and its logs are free. Repeated
+    /// reports (also after the recovery finished) are `Ok` and change
+    /// nothing. Errors: `not_found` for a recovery that never existed,
+    /// `invalid_request` for a partition it does not have or that is
+    /// assigned to another server (it was moved: `server` was declared
+    /// dead or restarted).
+    fn recovery_done(&mut self, recovery: u64, partition: u32, server: ServerId) -> Outcome {
+        let Some(ri) = self.map.recoveries.iter().position(|r| r.id == recovery) else {
+            if recovery >= 1 && recovery < self.next_recovery {
+                return Outcome::unchanged(ControlResponse::Ok); // finished already
+            }
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no recovery {recovery}")));
+        };
+        let r = &mut self.map.recoveries[ri];
+        let dead = r.dead;
+        let count = r.partitions.len();
+        let Some(p) = r.partitions.get_mut(partition as usize) else {
+            return Outcome::unchanged(invalid(format!(
+                "recovery {recovery} has {count} partitions, not a partition {partition}"
+            )));
+        };
+        if p.master != server {
+            return Outcome::unchanged(invalid(format!(
+                "partition {partition} of recovery {recovery} is assigned to server {}, not {server}",
+                p.master
+            )));
+        }
+        if p.done {
+            return Outcome::unchanged(ControlResponse::Ok);
+        }
+        p.done = true;
+        let pieces: BTreeSet<RangeKey> = p.tablets.iter().map(range_key).collect();
+        for t in self.map.tablets.iter_mut() {
+            if t.master == dead && pieces.contains(&range_key(t)) {
+                t.master = server;
+            }
+        }
+        if self.map.recoveries[ri].partitions.iter().all(|p| p.done) {
+            let r = self.map.recoveries.remove(ri);
+            self.free_logs(&r.logs);
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
     }
 
     /// Bumps the replica version of `log` (fencing: replicas written under
@@ -367,12 +601,35 @@ impl ClusterState {
                 })
             })
             .collect();
+        let recoveries: Vec<serde_json::Value> = self
+            .map
+            .recoveries
+            .iter()
+            .map(|r| {
+                let partitions: Vec<serde_json::Value> = r
+                    .partitions
+                    .iter()
+                    .map(|p| serde_json::json!({"master": p.master, "tablets": p.tablets.len(), "done": p.done}))
+                    .collect();
+                serde_json::json!({
+                    "id": r.id,
+                    "dead": r.dead,
+                    "logs": r.logs,
+                    "log_version": r.log_version,
+                    "started_unix_ms": r.started_unix_ms,
+                    "partitions_done": r.partitions.iter().filter(|p| p.done).count(),
+                    "partitions": partitions,
+                })
+            })
+            .collect();
         serde_json::json!({
             "map_version": self.map.version,
             "replicas": self.map.replicas,
             "servers": servers,
             "tables": self.map.tables.len(),
             "tablets": self.map.tablets.len(),
+            "recoveries": recoveries,
+            "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
         })
     }
 
@@ -398,7 +655,8 @@ impl ClusterState {
                 return Err(format!("servers not in increasing id order at {}", s.id));
             }
             last = Some(s.id);
-            if !self.log_versions.contains_key(&s.log) {
+            // A down server's log is recovered (then forgotten) or being recovered.
+            if s.state != ServerState::Down && !self.log_versions.contains_key(&s.log) {
                 return Err(format!("server {} writes log {} that has no replica version", s.id, s.log.0));
             }
         }
@@ -448,8 +706,107 @@ impl ClusterState {
                 return Err(format!("tablet of table {} held by unknown server {}", x.table.0, x.master));
             }
         }
+        self.check_recoveries()
+    }
+
+    /// The crash recovery invariants of the module comment.
+    fn check_recoveries(&self) -> Result<(), String> {
+        let mut fenced = BTreeSet::new();
+        for f in &self.map.fenced {
+            if f.log.0 == 0 || f.log.0 >= self.next_log || !fenced.insert(f.log) {
+                return Err(format!("fenced log {} unknown or listed twice", f.log.0));
+            }
+        }
+        let any_up = self.map.servers.iter().any(|s| s.state == ServerState::Up);
+        let masters: BTreeMap<RangeKey, ServerId> = self.map.tablets.iter().map(|t| (range_key(t), t.master)).collect();
+        let mut ids = BTreeSet::new();
+        let mut dead = BTreeSet::new();
+        for r in &self.map.recoveries {
+            let id = r.id;
+            if id == 0 || id >= self.next_recovery || !ids.insert(id) {
+                return Err(format!("recovery id {id} outside 1..{} or used twice", self.next_recovery));
+            }
+            if self.map.server(r.dead).map(|s| s.state) != Some(ServerState::Down) || !dead.insert(r.dead) {
+                return Err(format!("recovery {id}: server {} is not down or has two recoveries", r.dead));
+            }
+            if r.logs.is_empty() {
+                return Err(format!("recovery {id} has no logs"));
+            }
+            for l in &r.logs {
+                let f = self.map.fenced.iter().find(|f| f.log == *l);
+                if f.map(|f| (f.version, f.free)) != Some((r.log_version, false))
+                    || self.log_versions.get(l) != Some(&r.log_version)
+                {
+                    return Err(format!("recovery {id}: log {} is not fenced at version {}", l.0, r.log_version));
+                }
+            }
+            if r.partitions.is_empty() {
+                if any_up {
+                    return Err(format!("recovery {id} has no partitions while servers are up"));
+                }
+                continue;
+            }
+            // The dead server's tablets are exactly the unfinished pieces.
+            let mut owned: BTreeSet<RangeKey> = self.map.tablets_of(r.dead).map(range_key).collect();
+            for (i, p) in r.partitions.iter().enumerate() {
+                let master = self.map.server(p.master).map(|s| s.state);
+                if master.is_none() {
+                    return Err(format!("recovery {id}: partition {i} has unknown master {}", p.master));
+                }
+                if !p.done && master != Some(ServerState::Up) && any_up {
+                    return Err(format!("recovery {id}: unfinished partition {i} has master {} not up", p.master));
+                }
+                for t in &p.tablets {
+                    if t.master != p.master {
+                        return Err(format!("recovery {id}: a piece of partition {i} names master {}", t.master));
+                    }
+                    if p.done {
+                        let moved = masters.get(&range_key(t)) == Some(&p.master);
+                        if master != Some(ServerState::Down) && !moved {
+                            return Err(format!("recovery {id}: finished partition {i} has a piece not at its master"));
+                        }
+                    } else if !owned.remove(&range_key(t)) {
+                        return Err(format!("recovery {id}: partition {i} has a piece the dead server does not own"));
+                    }
+                }
+            }
+            if let Some((table, start, end)) = owned.first() {
+                return Err(format!(
+                    "recovery {id}: tablet {}:{start:#x}..{end:#x} of the dead server is in no unfinished partition",
+                    table.0
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Splits the inclusive hash range `[start, end]` into `n` contiguous
+/// ranges of nearly equal size, covering it exactly once; fewer (one per
+/// hash) if the range holds fewer than `n` hashes, and at least one.
+/// `split_range(0, u64::MAX, n)` is [`split_hash_space`]`(n)`.
+pub fn split_range(start: u64, end: u64, n: u64) -> Vec<(u64, u64)> {
+    assert!(start <= end, "empty range {start}..={end}");
+    let size = (end - start) as u128 + 1;
+    let n = (n as u128).clamp(1, size);
+    (0..n)
+        .map(|i| {
+            let first = start as u128 + size * i / n;
+            let last = start as u128 + size * (i + 1) / n - 1;
+            (first as u64, last as u64)
+        })
+        .collect()
+}
+
+/// A tablet's table and hash range: what identifies a piece in the map.
+type RangeKey = (TableId, u64, u64);
+
+fn range_key(t: &TabletInfo) -> RangeKey {
+    (t.table, t.start_hash, t.end_hash)
+}
+
+fn first_id() -> u64 {
+    1
 }
 
 /// The answer to `GetTable { name }` from `map`.
@@ -496,11 +853,14 @@ mod tests {
         }
     }
 
+    /// The clock of these tests (ms since the Unix epoch).
+    const NOW: u64 = 1_700_000_000_000;
+
     /// Applies `req`, checks the invariants and the version rule, and
     /// returns the response.
     fn apply(state: &mut ClusterState, req: ControlRequest) -> ControlResponse {
         let before = state.map.version;
-        let out = state.apply(&req);
+        let out = state.apply(&req, NOW);
         state.check().unwrap();
         assert_eq!(state.map.replicas, state.effective_replicas());
         assert_eq!(state.map.version, before + out.changed as u64, "{req:?}");
@@ -515,6 +875,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Declares `server` dead, checking the invariants and the version rule.
+    fn down(state: &mut ClusterState, server: u64) -> bool {
+        let before = state.map.version;
+        let changed = state.declare_dead(ServerId(server), NOW);
+        state.check().unwrap();
+        assert_eq!(state.map.replicas, state.effective_replicas());
+        assert_eq!(state.map.version, before + changed as u64);
+        changed
     }
 
     fn create(state: &mut ClusterState, name: &str, span: u32) -> TableInfo {
@@ -658,9 +1028,9 @@ mod tests {
     fn recovered_does_not_revive_a_down_server() {
         let mut s = cluster(2);
         let (_, _, r) = enlist(&mut s, Some(1), 1000);
-        assert!(s.mark_down(ServerId(1)));
-        assert!(!s.mark_down(ServerId(1)));
-        assert!(!s.mark_down(ServerId(9)));
+        assert!(down(&mut s, 1));
+        assert!(!down(&mut s, 1));
+        assert!(!down(&mut s, 9));
         apply(&mut s, ControlRequest::Recovered { server: ServerId(1), logs: r });
         assert_eq!(s.map().server(ServerId(1)).unwrap().state, ServerState::Down);
     }
@@ -715,7 +1085,7 @@ mod tests {
         let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         enlist(&mut s, None, 1000);
-        s.mark_down(ServerId(1));
+        down(&mut s, 1);
         let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         assert!(s.map().tables.is_empty());
@@ -754,7 +1124,7 @@ mod tests {
     #[test]
     fn create_table_span_zero_is_one_tablet_per_live_server() {
         let mut s = cluster(4);
-        s.mark_down(ServerId(3));
+        down(&mut s, 3);
         let t = create(&mut s, "t", 0);
         let mut masters: Vec<ServerId> = s.map().tablets.iter().filter(|x| x.table == t.id).map(|x| x.master).collect();
         masters.sort();
@@ -785,8 +1155,8 @@ mod tests {
             seen.push(s.map().replicas);
         }
         assert_eq!(seen, vec![0, 0, 1, 2, 3, 3]);
-        s.mark_down(ServerId(1));
-        s.mark_down(ServerId(2));
+        down(&mut s, 1);
+        down(&mut s, 2);
         assert_eq!(s.map().replicas, 2);
         // Re-enlisting a known server does not count it twice.
         enlist(&mut s, Some(3), 1020);

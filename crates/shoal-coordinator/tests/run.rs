@@ -15,6 +15,8 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         data_dir: dir.path().join("state"),
         replicas: Some(0),
         log_level: "warn".into(),
+        probe_timeout_ms: 250,
+        probe_attempts: 2,
     };
     let running = tokio::spawn(run(args.clone()));
 
