@@ -62,8 +62,9 @@ struct Detection {
 }
 
 /// What this process saw of each recovery: when its phases happened and
-/// what the recovery masters reported. Lost at a restart (a recovery that
-/// was under way then is timed from its `started_unix_ms`).
+/// what the recovery masters reported. Lost at a restart: a recovery that
+/// was under way then is timed from its `started_unix_ms`, and counts only
+/// the reports that came after.
 #[derive(Default)]
 struct RecoveryClock {
     running: BTreeMap<u64, Running>,
@@ -116,6 +117,24 @@ impl Service {
                 map.recoveries.len()
             );
         }
+        // Recoveries under way are timed from when they started.
+        let mut clock = RecoveryClock::default();
+        let (now_ms, now) = (unix_ms(), Instant::now());
+        for r in &map.recoveries {
+            let age = Duration::from_millis(now_ms.saturating_sub(r.started_unix_ms));
+            clock.running.insert(
+                r.id,
+                Running {
+                    dead: r.dead,
+                    declared: now.checked_sub(age).unwrap_or(now),
+                    detection: None,
+                    objects: 0,
+                    bytes: 0,
+                    replay_ms: 0,
+                    done_ms: BTreeMap::new(),
+                },
+            );
+        }
         let (map, _) = watch::channel(Arc::new(map.clone()));
         Ok(Service {
             state: Arc::new(Mutex::new(state)),
@@ -127,7 +146,7 @@ impl Service {
             enlistments: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
             detection: Default::default(),
-            clock: Default::default(),
+            clock: parking_lot::Mutex::new(clock),
             seen: Default::default(),
         })
     }
@@ -353,7 +372,7 @@ impl Service {
                     },
                 );
             }
-            if old.map_or(true, |o| o.partitions.is_empty()) {
+            if old.is_none_or(|o| o.partitions.is_empty()) {
                 if r.partitions.is_empty() {
                     warn!("recovery {}: no server is up to recover server {}; waiting for one", r.id, r.dead);
                 } else {
@@ -366,7 +385,6 @@ impl Service {
                         if let Some(run) = clock.running.get_mut(&r.id) {
                             run.done_ms.insert(i as u32, millis(run.declared.elapsed()));
                         }
-                        info!("recovery {}: server {} finished partition {i}", r.id, q.master);
                     }
                 }
             }
@@ -374,13 +392,14 @@ impl Service {
         for r in before.recoveries.iter().filter(|r| !after.recoveries.iter().any(|a| a.id == r.id)) {
             let run = clock.running.remove(&r.id);
             let finished = finish_record(r, run.as_ref());
+            let ms = |v: &serde_json::Value| v.as_u64().map_or("unknown".to_string(), |v| format!("{v} ms"));
             info!(
-                "recovery {} of server {} finished: detection {} ms, replay {} ms, total {} ms, {} objects, {} bytes, {} partitions",
+                "recovery {} of server {} finished: detection {}, replay {}, total {} (declaration to last partition), {} objects, {} bytes, {} partitions",
                 r.id,
                 r.dead,
-                finished["detection_ms"],
-                finished["replay_ms"],
-                finished["total_ms"],
+                ms(&finished["detection_ms"]),
+                ms(&finished["replay_ms"]),
+                ms(&finished["total_ms"]),
                 finished["objects"],
                 finished["bytes"],
                 r.partitions.len()

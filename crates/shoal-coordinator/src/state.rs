@@ -533,9 +533,9 @@ impl ClusterState {
     /// is done the recovery leaves the map and its logs are free. Repeated
     /// reports (also after the recovery finished) are `Ok` and change
     /// nothing. Errors: `not_found` for a recovery that never existed,
-    /// `invalid_request` for a partition it does not have or that is
+    /// `invalid_request` for a partition it does not have, that is
     /// assigned to another server (it was moved: `server` was declared
-    /// dead or restarted).
+    /// dead or restarted), or when `server` was declared dead.
     fn recovery_done(&mut self, recovery: u64, partition: u32, server: ServerId) -> Outcome {
         let Some(ri) = self.map.recoveries.iter().position(|r| r.id == recovery) else {
             if recovery >= 1 && recovery < self.next_recovery {
@@ -560,6 +560,11 @@ impl ClusterState {
         if p.done {
             return Outcome::unchanged(ControlResponse::Ok);
         }
+        // Only while no server is up can a dead one still hold a partition.
+        if self.map.server(server).map(|s| s.state) == Some(ServerState::Down) {
+            return Outcome::unchanged(invalid(format!("server {server} was declared dead")));
+        }
+        let p = &mut self.map.recoveries[ri].partitions[partition as usize];
         p.done = true;
         let pieces: BTreeSet<RangeKey> = p.tablets.iter().map(range_key).collect();
         for t in self.map.tablets.iter_mut() {
@@ -1241,5 +1246,487 @@ mod tests {
         assert_eq!(stats["servers"][0]["state"], "recovering");
         assert_eq!(stats["servers"][0]["recover"].as_array().unwrap().len(), 1);
         assert_eq!(stats["servers"][1]["state"], "up");
+    }
+
+    // ---- crash recovery ----
+
+    fn recovery(state: &ClusterState, dead: u64) -> Recovery {
+        state.map().recoveries.iter().find(|r| r.dead == ServerId(dead)).cloned().expect("a recovery")
+    }
+
+    fn done(state: &mut ClusterState, recovery: u64, partition: u32, server: ServerId) -> ControlResponse {
+        let req = ControlRequest::RecoveryDone { recovery, partition, server, objects: 10, bytes: 1000, replay_ms: 5 };
+        apply(state, req)
+    }
+
+    /// Reports every unfinished partition of `dead`'s recovery done.
+    fn finish(state: &mut ClusterState, dead: u64) {
+        let r = recovery(state, dead);
+        for (i, p) in r.partitions.iter().enumerate().filter(|(_, p)| !p.done) {
+            assert_eq!(done(state, r.id, i as u32, p.master), ControlResponse::Ok);
+        }
+        assert!(state.map().recoveries.iter().all(|x| x.id != r.id));
+    }
+
+    #[test]
+    fn split_range_covers_the_range_once_without_empty_pieces() {
+        for n in [1u32, 2, 3, 7, 64] {
+            assert_eq!(split_range(0, u64::MAX, n as u64), split_hash_space(n));
+        }
+        for (start, end, n) in [(0, 0, 3), (5, 6, 3), (10, 12, 3), (100, 1099, 7), (u64::MAX - 2, u64::MAX, 2)] {
+            let r = split_range(start, end, n);
+            assert_eq!(r.len() as u64, n.min(end - start + 1), "{start}..={end} / {n}");
+            assert_eq!((r[0].0, r.last().unwrap().1), (start, end));
+            assert!(r.iter().all(|(a, b)| a <= b));
+            for w in r.windows(2) {
+                assert_eq!(w[0].1 + 1, w[1].0);
+            }
+            let sizes: Vec<u64> = r.iter().map(|(a, b)| b - a + 1).collect();
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
+        }
+        assert_eq!(split_range(7, 7, 0), vec![(7, 7)]);
+    }
+
+    #[test]
+    fn declare_dead_splits_tablets_into_pieces_over_the_up_servers() {
+        let mut s = cluster(4);
+        create(&mut s, "t", 4);
+        create(&mut s, "u", 8);
+        let old: Vec<TabletInfo> = s.map().tablets_of(ServerId(1)).cloned().collect();
+        assert_eq!(old.len(), 3);
+        let log = s.map().server(ServerId(1)).unwrap().log;
+
+        assert!(down(&mut s, 1));
+        assert_eq!(s.map().server(ServerId(1)).unwrap().state, ServerState::Down);
+        assert_eq!(s.map().replicas, 2);
+        let r = recovery(&s, 1);
+        assert_eq!((r.id, r.logs.clone(), r.log_version, r.started_unix_ms), (1, vec![log], 2, NOW));
+        assert_eq!(s.map().fenced, vec![FencedLog { log, version: 2, free: false }]);
+        assert_eq!(s.log_version(log), Some(2));
+
+        // One partition per up server, each with its own master.
+        let mut masters: Vec<ServerId> = r.partitions.iter().map(|p| p.master).collect();
+        masters.sort();
+        assert_eq!(masters, vec![ServerId(2), ServerId(3), ServerId(4)]);
+        // Each old tablet became 3 pieces covering exactly its range, one per partition,
+        // still held by the dead server.
+        for t in &old {
+            let mut pieces: Vec<&TabletInfo> = s
+                .map()
+                .tablets
+                .iter()
+                .filter(|x| x.table == t.table && x.start_hash >= t.start_hash && x.end_hash <= t.end_hash)
+                .collect();
+            pieces.sort_by_key(|x| x.start_hash);
+            assert_eq!(pieces.len(), 3);
+            assert!(pieces.iter().all(|x| x.master == ServerId(1)));
+            assert_eq!((pieces[0].start_hash, pieces[2].end_hash), (t.start_hash, t.end_hash));
+            for p in &r.partitions {
+                let mine: Vec<&TabletInfo> = p.tablets.iter().filter(|x| pieces.iter().any(|y| same(x, y))).collect();
+                assert_eq!(mine.len(), 1);
+                assert_eq!(mine[0].master, p.master);
+            }
+        }
+        assert_eq!(s.map().tablets.len(), 12 - 3 + 9);
+        // Nothing else moved.
+        for id in 2..=4 {
+            assert_eq!(s.map().tablets_of(ServerId(id)).count(), 3);
+        }
+    }
+
+    fn same(a: &TabletInfo, b: &TabletInfo) -> bool {
+        range_key(a) == range_key(b)
+    }
+
+    #[test]
+    fn successive_recoveries_start_on_different_servers() {
+        let mut firsts = Vec::new();
+        for dead in 1..=3 {
+            let mut s = cluster(4);
+            create(&mut s, "t", 8);
+            // Burn recovery ids so that each run's recovery has another id.
+            for extra in 0..dead - 1 {
+                let (id, _, _) = enlist(&mut s, None, 5000 + 10 * extra as u16);
+                create(&mut s, &format!("x{extra}"), 0);
+                down(&mut s, id.0);
+                finish(&mut s, id.0);
+            }
+            down(&mut s, 4);
+            let r = recovery(&s, 4);
+            assert_eq!(r.id, dead);
+            firsts.push(r.partitions[0].master);
+        }
+        firsts.dedup();
+        assert_eq!(firsts.len(), 3, "{firsts:?}");
+    }
+
+    #[test]
+    fn declare_dead_fences_every_log_at_one_bumped_version() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        let (_, current, earlier) = enlist(&mut s, Some(1), 1000);
+        assert_eq!(s.bump_log_version(earlier[0]), Some(2));
+        down(&mut s, 1);
+        let r = recovery(&s, 1);
+        assert_eq!(r.logs, vec![earlier[0], current]);
+        assert_eq!(r.log_version, 3);
+        assert_eq!(s.log_version(earlier[0]), Some(3));
+        assert_eq!(s.log_version(current), Some(3));
+        assert!(s.map().fenced.iter().all(|f| f.version == 3 && !f.free));
+        assert_eq!(s.map().fenced.len(), 2);
+        assert!(s.recover_list(ServerId(1)).is_empty());
+    }
+
+    #[test]
+    fn recovery_done_hands_pieces_over_and_finishes() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 6);
+        let log = s.map().server(ServerId(1)).unwrap().log;
+        down(&mut s, 1);
+        let r = recovery(&s, 1);
+        assert_eq!(r.partitions.len(), 2);
+        let (p0, p1) = (&r.partitions[0], &r.partitions[1]);
+
+        // Refusals change nothing.
+        assert_eq!(error_code(done(&mut s, 99, 0, p0.master)), ControlErrorCode::NotFound);
+        assert_eq!(error_code(done(&mut s, 0, 0, p0.master)), ControlErrorCode::NotFound);
+        assert_eq!(error_code(done(&mut s, r.id, 2, p0.master)), ControlErrorCode::InvalidRequest);
+        assert_eq!(error_code(done(&mut s, r.id, 0, p1.master)), ControlErrorCode::InvalidRequest);
+        assert_eq!(error_code(done(&mut s, r.id, 0, ServerId(1))), ControlErrorCode::InvalidRequest);
+
+        let v = s.map().version;
+        assert_eq!(done(&mut s, r.id, 0, p0.master), ControlResponse::Ok);
+        assert_eq!(s.map().version, v + 1);
+        for piece in &p0.tablets {
+            let t = s.map().tablets.iter().find(|t| same(t, piece)).unwrap();
+            assert_eq!(t.master, p0.master);
+        }
+        for piece in &p1.tablets {
+            assert_eq!(s.map().tablets.iter().find(|t| same(t, piece)).unwrap().master, ServerId(1));
+        }
+        assert!(recovery(&s, 1).partitions[0].done);
+        // A repeated report is harmless.
+        assert_eq!(done(&mut s, r.id, 0, p0.master), ControlResponse::Ok);
+        assert_eq!(s.map().version, v + 1);
+
+        assert_eq!(done(&mut s, r.id, 1, p1.master), ControlResponse::Ok);
+        assert!(s.map().recoveries.is_empty());
+        assert_eq!(s.map().tablets_of(ServerId(1)).count(), 0);
+        assert_eq!(s.map().fenced, vec![FencedLog { log, version: 2, free: true }]);
+        assert_eq!(s.log_version(log), None);
+        // Reports after the end are still harmless.
+        let v = s.map().version;
+        assert_eq!(done(&mut s, r.id, 1, p1.master), ControlResponse::Ok);
+        assert_eq!(s.map().version, v);
+    }
+
+    #[test]
+    fn a_recovery_master_that_dies_hands_its_unfinished_partitions_on() {
+        let mut s = cluster(4);
+        create(&mut s, "t", 12);
+        down(&mut s, 1);
+        let r1 = recovery(&s, 1);
+        assert_eq!(r1.partitions.len(), 3);
+        let at = |r: &Recovery, m: u64| r.partitions.iter().position(|p| p.master == ServerId(m)).unwrap() as u32;
+        // Server 3 finishes its partition; server 2 dies before finishing its own.
+        let (p2, p3) = (at(&r1, 2), at(&r1, 3));
+        done(&mut s, r1.id, p3, ServerId(3));
+        let own2: Vec<TabletInfo> = s.map().tablets_of(ServerId(2)).cloned().collect();
+        down(&mut s, 2);
+
+        let r1 = recovery(&s, 1);
+        let moved = &r1.partitions[p2 as usize];
+        assert!(!moved.done);
+        assert!(moved.master == ServerId(3) || moved.master == ServerId(4), "{moved:?}");
+        assert!(moved.tablets.iter().all(|t| t.master == moved.master));
+        // Server 2's own recovery covers its tablets only (not the pieces it was replaying).
+        let r2 = recovery(&s, 2);
+        assert_eq!(r2.id, r1.id + 1);
+        let pieces2: usize = r2.partitions.iter().map(|p| p.tablets.len()).sum();
+        assert_eq!(pieces2, own2.len() * 2);
+        // Its report for the partition it lost is refused.
+        assert_eq!(error_code(done(&mut s, r1.id, p2, ServerId(2))), ControlErrorCode::InvalidRequest);
+
+        // Server 3, which finished a partition of recovery 1, dies too: the
+        // pieces it received are its tablets and are recovered with the rest.
+        let own3 = s.map().tablets_of(ServerId(3)).count();
+        assert_eq!(own3, 3 + r1.partitions[p3 as usize].tablets.len());
+        down(&mut s, 3);
+        let r3 = recovery(&s, 3);
+        assert_eq!(r3.partitions.len(), 1);
+        assert_eq!(r3.partitions[0].tablets.len(), own3);
+        // Everything unfinished now lands on server 4, the only one up.
+        for r in &s.map().recoveries {
+            assert!(r.partitions.iter().all(|p| p.done || p.master == ServerId(4)), "{r:?}");
+        }
+        for dead in [1, 2, 3] {
+            finish(&mut s, dead);
+        }
+        assert!(s.map().tablets.iter().all(|t| t.master == ServerId(4)));
+        assert!(s.map().fenced.iter().all(|f| f.free));
+        assert_eq!(s.map().fenced.len(), 3);
+    }
+
+    #[test]
+    fn a_server_declared_dead_rejoins_as_a_new_server() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 2);
+        down(&mut s, 1);
+        let (id, log, recover) = enlist(&mut s, Some(1), 1000);
+        assert_eq!(id, ServerId(3));
+        assert!(recover.is_empty());
+        assert_eq!(s.map().server(id).unwrap().state, ServerState::Up);
+        assert_eq!(s.map().server(ServerId(1)).unwrap().state, ServerState::Down);
+        assert_eq!(s.log_version(log), Some(1));
+        // Still down for `recovered`, too.
+        assert_eq!(apply(&mut s, ControlRequest::Recovered { server: ServerId(1), logs: vec![] }), ControlResponse::Ok);
+        assert_eq!(s.map().server(ServerId(1)).unwrap().state, ServerState::Down);
+        // The running recovery keeps its masters.
+        assert!(recovery(&s, 1).partitions.iter().all(|p| p.master == ServerId(2)));
+    }
+
+    #[test]
+    fn without_up_servers_partitions_are_planned_when_one_comes() {
+        let mut s = cluster(1);
+        create(&mut s, "t", 2);
+        down(&mut s, 1);
+        let r = recovery(&s, 1);
+        assert!(r.partitions.is_empty());
+        assert_eq!(s.map().tablets_of(ServerId(1)).count(), 2);
+        let (id, _, _) = enlist(&mut s, None, 2000);
+        let r = recovery(&s, 1);
+        assert_eq!(r.partitions.len(), 1);
+        assert_eq!(r.partitions[0].master, id);
+        assert_eq!(r.partitions[0].tablets.len(), 2);
+        finish(&mut s, 1);
+        assert_eq!(s.map().tablets_of(id).count(), 2);
+
+        // A server that only recovers its own logs is not up yet: it waits
+        // until it reports `recovered`.
+        let mut s = cluster(2);
+        create(&mut s, "t", 4);
+        let (_, _, earlier) = enlist(&mut s, Some(2), 1010);
+        down(&mut s, 1);
+        assert!(recovery(&s, 1).partitions.is_empty());
+        apply(&mut s, ControlRequest::Recovered { server: ServerId(2), logs: earlier });
+        let r = recovery(&s, 1);
+        assert_eq!(r.partitions.len(), 1);
+        assert_eq!(r.partitions[0].master, ServerId(2));
+    }
+
+    #[test]
+    fn a_recovery_master_that_restarts_loses_its_partition() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        down(&mut s, 1);
+        let r = recovery(&s, 1);
+        let i = r.partitions.iter().position(|p| p.master == ServerId(2)).unwrap();
+        enlist(&mut s, Some(2), 1010); // recovering: cannot take new work
+        assert_eq!(recovery(&s, 1).partitions[i].master, ServerId(3));
+    }
+
+    #[test]
+    fn a_dead_server_without_tablets_needs_no_recovery() {
+        let mut s = cluster(2);
+        let log = s.map().server(ServerId(1)).unwrap().log;
+        down(&mut s, 1);
+        assert!(s.map().recoveries.is_empty());
+        assert_eq!(s.map().fenced, vec![FencedLog { log, version: 2, free: true }]);
+        assert_eq!(s.log_version(log), None);
+        // No recovery id was used.
+        create(&mut s, "t", 1);
+        down(&mut s, 2);
+        assert_eq!(recovery(&s, 2).id, 1);
+    }
+
+    #[test]
+    fn dropping_a_table_during_recovery_drops_its_pieces() {
+        let mut s = cluster(3);
+        create(&mut s, "a", 3);
+        create(&mut s, "b", 3);
+        down(&mut s, 1);
+        apply(&mut s, ControlRequest::DropTable { name: "a".into() });
+        let r = recovery(&s, 1);
+        let b = s.map().table_by_name("b").unwrap().id;
+        assert!(r.partitions.iter().flat_map(|p| &p.tablets).all(|t| t.table == b));
+        finish(&mut s, 1);
+        // Dropping the last table leaves empty partitions, still reported.
+        down(&mut s, 2);
+        apply(&mut s, ControlRequest::DropTable { name: "b".into() });
+        assert!(recovery(&s, 2).partitions.iter().all(|p| p.tablets.is_empty()));
+        finish(&mut s, 2);
+    }
+
+    #[test]
+    fn enlist_at_a_taken_address_starts_the_old_servers_recovery() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        let (id, _, _) = enlist(&mut s, None, 1010);
+        assert_eq!(s.map().server(ServerId(2)).unwrap().state, ServerState::Down);
+        let r = recovery(&s, 2);
+        assert_eq!(r.partitions.len(), 3);
+        assert!(r.partitions.iter().any(|p| p.master == id));
+    }
+
+    #[test]
+    fn recovery_splits_less_near_the_tablet_limit() {
+        let mut s = cluster(3);
+        let full = MAX_TABLETS / MAX_SPAN as usize - 1;
+        for i in 0..full {
+            create(&mut s, &format!("t{i}"), MAX_SPAN);
+        }
+        let before = s.map().tablets.len();
+        let owned = s.map().tablets_of(ServerId(1)).count();
+        down(&mut s, 1);
+        // No room to split each of its tablets in two: they are dealt whole.
+        assert!(MAX_TABLETS - before < owned);
+        assert_eq!(s.map().tablets.len(), before);
+        let r = recovery(&s, 1);
+        let sizes: Vec<usize> = r.partitions.iter().map(|p| p.tablets.len()).collect();
+        assert_eq!(sizes.len(), 2);
+        assert!(sizes[0].abs_diff(sizes[1]) <= 1, "{sizes:?}");
+    }
+
+    #[test]
+    fn recoveries_survive_encoding_and_old_files_decode() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        down(&mut s, 1);
+        let bytes = s.encode();
+        let (back, _) = ClusterState::decode(&bytes, None).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.next_recovery, 2);
+
+        // A file from before crash recovery: no counter, no recoveries.
+        let mut v: serde_json::Value = serde_json::from_slice(&cluster(2).encode()).unwrap();
+        v.as_object_mut().unwrap().remove("next_recovery");
+        v["map"].as_object_mut().unwrap().remove("recoveries");
+        v["map"].as_object_mut().unwrap().remove("fenced");
+        let (old, _) = ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap();
+        assert_eq!(old.next_recovery, 1);
+    }
+
+    #[test]
+    fn check_refuses_damaged_recoveries() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        down(&mut s, 1);
+        let good: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        let refused = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err()
+        };
+        refused(&|v| v["next_recovery"] = 1.into());
+        refused(&|v| {
+            v["map"]["recoveries"][0]["partitions"][0]["tablets"].as_array_mut().unwrap().pop();
+        });
+        refused(&|v| v["map"]["recoveries"][0]["partitions"][0]["master"] = 1.into());
+        refused(&|v| v["map"]["fenced"][0]["free"] = true.into());
+        refused(&|v| v["map"]["recoveries"][0]["log_version"] = 7.into());
+        refused(&|v| v["map"]["recoveries"][0]["dead"] = 2.into());
+        refused(&|v| v["map"]["recoveries"][0]["partitions"] = serde_json::json!([]));
+        let msg = refused(&|v| v["map"]["recoveries"][0]["partitions"][0]["done"] = true.into());
+        assert!(msg.contains("not at its master"), "{msg}");
+    }
+
+    #[test]
+    fn stats_show_recoveries_in_progress() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        down(&mut s, 1);
+        let master = recovery(&s, 1).partitions[0].master;
+        done(&mut s, 1, 0, master);
+        let stats = s.stats();
+        let r = &stats["recoveries"][0];
+        assert_eq!(r["id"], 1);
+        assert_eq!(r["dead"], 1);
+        assert_eq!(r["started_unix_ms"], NOW);
+        assert_eq!(r["partitions_done"], 1);
+        assert_eq!(r["partitions"][0]["done"], true);
+        assert_eq!(r["partitions"][1]["done"], false);
+        assert_eq!(stats["fenced_logs"], 1);
+    }
+
+    /// Random sequences of events keep every invariant, and every dead
+    /// server's tablets end up on live servers once the recoveries finish.
+    #[test]
+    fn random_failures_keep_the_invariants() {
+        let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut recoveries = 0;
+        for _ in 0..30 {
+            let mut s = cluster(3);
+            create(&mut s, "t", 8);
+            let mut port = 3000;
+            for step in 0..40 {
+                let servers: Vec<ServerId> = s.map().servers.iter().map(|x| x.id).collect();
+                let pick = servers[next(servers.len() as u64) as usize];
+                match next(6) {
+                    0 => {
+                        down(&mut s, pick.0);
+                    }
+                    1 => {
+                        port += 10;
+                        enlist(&mut s, None, port);
+                    }
+                    2 => {
+                        enlist(&mut s, Some(pick.0), 9000 + pick.0 as u16 * 10);
+                    }
+                    3 => {
+                        let logs = s.recover_list(pick).to_vec();
+                        apply(&mut s, ControlRequest::Recovered { server: pick, logs });
+                    }
+                    4 => {
+                        create(&mut s, &format!("x{step}"), 1 + next(4) as u32);
+                    }
+                    _ => {
+                        let map = s.map().clone();
+                        let open: Vec<(u64, u32, ServerId)> = map
+                            .recoveries
+                            .iter()
+                            .flat_map(|r| {
+                                r.partitions
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|(_, p)| !p.done)
+                                    .map(|(i, p)| (r.id, i as u32, p.master))
+                            })
+                            .collect();
+                        if !open.is_empty() {
+                            let (r, i, m) = open[next(open.len() as u64) as usize];
+                            let resp = done(&mut s, r, i, m);
+                            if map.server(m).unwrap().state == ServerState::Down {
+                                assert_eq!(error_code(resp), ControlErrorCode::InvalidRequest);
+                            } else {
+                                assert_eq!(resp, ControlResponse::Ok);
+                            }
+                        }
+                    }
+                }
+            }
+            // Bring every server up, then finish all recoveries.
+            for id in s.map().servers.iter().map(|x| x.id).collect::<Vec<_>>() {
+                let logs = s.recover_list(id).to_vec();
+                apply(&mut s, ControlRequest::Recovered { server: id, logs });
+            }
+            if s.map().servers.iter().all(|x| x.state != ServerState::Up) {
+                enlist(&mut s, None, 8888);
+            }
+            for dead in s.map().recoveries.iter().map(|r| r.dead.0).collect::<Vec<_>>() {
+                finish(&mut s, dead);
+            }
+            for t in &s.map().tablets {
+                assert_ne!(s.map().server(t.master).unwrap().state, ServerState::Down, "{t:?}");
+            }
+            assert!(s.map().fenced.iter().all(|f| f.free));
+            recoveries += s.next_recovery - 1;
+        }
+        assert!(recoveries >= 60, "only {recoveries} recoveries");
     }
 }
