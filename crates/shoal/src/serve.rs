@@ -167,18 +167,16 @@ fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))
 }
 
-/// The coordinator's address, from the line it logs when ready.
-fn coordinator_addr(log: &Path, deadline: Instant, child: &mut Child) -> Result<SocketAddr, String> {
+/// Waits until the coordinator at `addr` answers.
+fn wait_for_coordinator(addr: SocketAddr, log: &Path, deadline: Instant, child: &mut Child) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
     loop {
-        if let Ok(text) = std::fs::read_to_string(log) {
-            let found = text.lines().rev().find_map(|l| {
-                let marker = "control protocol on ";
-                let at = l.find(marker)?;
-                l[at + marker.len()..].split([',', ' ']).next()?.parse().ok()
-            });
-            if let Some(addr) = found {
-                return Ok(addr);
-            }
+        let mut c = ControlClient::new(addr).with_timeout(Duration::from_millis(500));
+        if runtime.block_on(c.get_map()).is_ok() {
+            return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("the coordinator exited ({status}); see {}", log.display()));
@@ -188,6 +186,15 @@ fn coordinator_addr(log: &Path, deadline: Instant, child: &mut Child) -> Result<
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `port`, or a free port of 127.0.0.1 if it is 0.
+fn pick_port(port: u16) -> Result<u16, String> {
+    if port != 0 {
+        return Ok(port);
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| format!("cannot find a free port: {e}"))
 }
 
 pub fn local(cmd: &LocalCommand) -> ExitCode {
@@ -214,10 +221,13 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let cdir = root.join("coordinator");
     let log = cdir.join("log");
     let _ = std::fs::remove_file(&log);
+    let coordinator: SocketAddr = format!("127.0.0.1:{}", pick_port(cmd.coordinator_port)?)
+        .parse()
+        .map_err(|e| format!("bad coordinator address: {e}"))?;
     let mut args = vec![
         "coordinator".to_string(),
         "--listen".into(),
-        format!("127.0.0.1:{}", cmd.coordinator_port),
+        coordinator.to_string(),
         "--data-dir".into(),
         cdir.join("state").display().to_string(),
         "--log-level".into(),
@@ -228,7 +238,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     }
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
-    let coordinator = coordinator_addr(&log, deadline, &mut procs.0[0].1)?;
+    wait_for_coordinator(coordinator, &log, deadline, &mut procs.0[0].1)?;
 
     for i in 0..cmd.servers {
         let dir = root.join(format!("server-{i}"));

@@ -1,5 +1,4 @@
-//! A real cluster on 127.0.0.1: `shoal coordinator` and `shoal server`
-//! processes with data directories in a temporary root.
+//! A real cluster on 127.0.0.1 (see `common`):
 //!
 //! * Writes through the cluster client land on their keys' masters and are
 //!   read back from any client.
@@ -10,148 +9,14 @@
 //!   the other masters re-open their replicas elsewhere and their writes go
 //!   on.
 
+mod common;
+
+use common::*;
 use shoal_client::blocking::Client;
-use shoal_client::{ClientConfig, TableId};
-use shoal_cluster::{ClusterMap, ControlClient, ServerState};
-use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A temporary root removed at the end (kept if the test failed, for its logs).
-struct Root(PathBuf);
-
-impl Root {
-    fn new(name: &str) -> Root {
-        let p = std::env::temp_dir().join(format!("shoal-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Root(p)
-    }
-}
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-/// Processes killed (SIGKILL) when dropped.
-struct Cluster {
-    coordinator: SocketAddr,
-    coordinator_proc: Option<Child>,
-    servers: Vec<Child>,
-    root: PathBuf,
-    replicas: u32,
-}
-
-fn log_file(dir: &Path) -> std::fs::File {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("log")).unwrap()
-}
-
-impl Cluster {
-    /// Starts a coordinator on `port` (a fresh one if 0) and `n` servers.
-    fn start(root: &Path, n: usize, replicas: u32, port: u16) -> Cluster {
-        let port = if port == 0 { free_port() } else { port };
-        let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut c = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.into(), replicas };
-        c.start_coordinator();
-        for i in 0..n {
-            let s = c.spawn_server(i);
-            c.servers.push(s);
-        }
-        c.wait_up(n);
-        c
-    }
-
-    fn start_coordinator(&mut self) {
-        let dir = self.root.join("coordinator");
-        let child = Command::new(SHOAL)
-            .args(["coordinator", "--listen", &self.coordinator.to_string(), "--log-level", "info"])
-            .args(["--replicas", &self.replicas.to_string()])
-            .arg("--data-dir")
-            .arg(dir.join("state"))
-            .stdout(Stdio::null())
-            .stderr(log_file(&dir))
-            .spawn()
-            .unwrap();
-        self.coordinator_proc = Some(child);
-    }
-
-    fn spawn_server(&self, i: usize) -> Child {
-        let dir = self.root.join(format!("server-{i}"));
-        Command::new(SHOAL)
-            .args(["server", "--coordinator", &self.coordinator.to_string()])
-            .args(["--native-port", "0", "--resp-port", "0", "--backup-port", "0"])
-            .args(["--memory", "64MiB", "--backup-buffers", "8", "--replica-timeout-ms", "1000"])
-            .args(["--log-level", "info"])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .stdout(Stdio::null())
-            .stderr(log_file(&dir))
-            .spawn()
-            .unwrap()
-    }
-
-    fn map(&self) -> Option<ClusterMap> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(ControlClient::new(self.coordinator).with_timeout(Duration::from_secs(2)).get_map()).ok()
-    }
-
-    /// Waits until `n` servers are up (after a restart: recovered).
-    fn wait_up(&self, n: usize) -> ClusterMap {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(map) = self.map() {
-                if map.servers.iter().filter(|s| s.state == ServerState::Up).count() >= n {
-                    return map;
-                }
-            }
-            assert!(Instant::now() < deadline, "cluster not up in time; logs under {}", self.root.display());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::connect_cluster(self.coordinator, ClientConfig::default()).expect("cluster client")
-    }
-
-    fn kill_all(&mut self) {
-        for mut c in self.servers.drain(..).chain(self.coordinator_proc.take()) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.kill_all();
-    }
-}
-
-fn stat(stats: &shoal_client::Stats, name: &str) -> Option<u64> {
-    stats.iter().find(|(n, _)| n == name).and_then(|(_, v)| match v {
-        shoal_client::StatValue::U64(v) => Some(*v),
-        _ => None,
-    })
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
-}
 
 #[test]
 fn cluster_routes_writes_to_masters_and_reads_them_back() {
@@ -170,7 +35,7 @@ fn cluster_routes_writes_to_masters_and_reads_them_back() {
     }
     // The table's tablets are spread over the three masters, and each holds some keys.
     let map = cluster.map().unwrap();
-    let masters: std::collections::HashSet<_> = map.tablets.iter().filter(|x| x.table == t).map(|x| x.master).collect();
+    let masters: HashSet<_> = map.tablets.iter().filter(|x| x.table == t).map(|x| x.master).collect();
     assert_eq!(masters.len(), 3, "{map:?}");
     let mut per_server = Vec::new();
     for s in &map.servers {
@@ -180,74 +45,6 @@ fn cluster_routes_writes_to_masters_and_reads_them_back() {
     }
     assert_eq!(per_server.iter().sum::<u64>(), 2000, "{per_server:?}");
     assert!(per_server.iter().all(|&n| n > 300), "{per_server:?}");
-}
-
-/// Writes by `threads` clients until `stop`; each acknowledged (key, value)
-/// goes into the ledger (the last acknowledged value per key wins).
-fn write_load(
-    coordinator: SocketAddr,
-    table: TableId,
-    threads: usize,
-    stop: Arc<AtomicBool>,
-    keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
-) -> (Vec<std::thread::JoinHandle<()>>, Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>>, Arc<AtomicU64>) {
-    let ledger = Arc::new(Mutex::new(HashMap::new()));
-    let acks = Arc::new(AtomicU64::new(0));
-    let keys = Arc::new(keys);
-    let handles = (0..threads)
-        .map(|t| {
-            let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
-            std::thread::spawn(move || {
-                let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
-                    n += 1;
-                    let Some(key) = keys(t, n) else { continue };
-                    let value = format!("t{t}-n{n}").into_bytes();
-                    match c.write(table, &key, &value) {
-                        Ok(_) => {
-                            ledger.lock().unwrap().insert(key, value);
-                            acks.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // The cluster is being killed: unacknowledged, so not in the ledger.
-                        Err(_) => {
-                            if stop.load(Ordering::Relaxed) {
-                                break;
-                            }
-                            std::thread::sleep(Duration::from_millis(5));
-                            if let Ok(fresh) = Client::connect_cluster(coordinator, ClientConfig::default()) {
-                                c = fresh;
-                            }
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    (handles, ledger, acks)
-}
-
-fn check_ledger(c: &mut Client, table: TableId, ledger: &HashMap<Vec<u8>, Vec<u8>>) {
-    let mut missing = 0;
-    for (k, v) in ledger {
-        match c.read(table, k) {
-            Ok(got) if &got.0 == v => {}
-            Ok(got) => {
-                // A later write of the same key may have reached the store but
-                // not been acknowledged before the kill; it must be newer.
-                let older = String::from_utf8_lossy(v);
-                let newer = String::from_utf8_lossy(&got.0);
-                let n = |s: &str| s.rsplit('n').next().unwrap().parse::<u64>().unwrap();
-                let same_thread = older.split('-').next() == newer.split('-').next();
-                assert!(same_thread && n(&newer) > n(&older), "key {k:?}: acknowledged {older}, found {newer}");
-            }
-            Err(e) => {
-                missing += 1;
-                eprintln!("key {:?}: {e}", String::from_utf8_lossy(k));
-            }
-        }
-    }
-    assert_eq!(missing, 0, "{missing} of {} acknowledged writes lost", ledger.len());
 }
 
 #[test]

@@ -1,0 +1,217 @@
+//! A real cluster on 127.0.0.1 for the integration tests: `shoal
+//! coordinator` and `shoal server` processes with data directories in a
+//! temporary root, a write load that keeps a ledger of acknowledged writes,
+//! and the check of a ledger against what the cluster returns.
+
+#![allow(dead_code)]
+
+use shoal_client::blocking::Client;
+use shoal_client::{ClientConfig, TableId};
+use shoal_cluster::{ClusterMap, ControlClient, ServerState};
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A temporary root removed at the end (kept if the test failed, for its logs).
+pub struct Root(pub PathBuf);
+
+impl Root {
+    pub fn new(name: &str) -> Root {
+        let p = std::env::temp_dir().join(format!("shoal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Root(p)
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Processes killed (SIGKILL) when dropped.
+pub struct Cluster {
+    pub coordinator: SocketAddr,
+    pub coordinator_proc: Option<Child>,
+    pub servers: Vec<Child>,
+    pub root: PathBuf,
+    pub replicas: u32,
+}
+
+pub fn log_file(dir: &Path) -> std::fs::File {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("log")).unwrap()
+}
+
+impl Cluster {
+    /// Starts a coordinator on `port` (a fresh one if 0) and `n` servers.
+    pub fn start(root: &Path, n: usize, replicas: u32, port: u16) -> Cluster {
+        let port = if port == 0 { free_port() } else { port };
+        let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut c = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.into(), replicas };
+        c.start_coordinator();
+        for i in 0..n {
+            let s = c.spawn_server(i);
+            c.servers.push(s);
+        }
+        c.wait_up(n);
+        c
+    }
+
+    pub fn start_coordinator(&mut self) {
+        let dir = self.root.join("coordinator");
+        let child = Command::new(SHOAL)
+            .args(["coordinator", "--listen", &self.coordinator.to_string(), "--log-level", "info"])
+            .args(["--replicas", &self.replicas.to_string()])
+            .arg("--data-dir")
+            .arg(dir.join("state"))
+            .stdout(Stdio::null())
+            .stderr(log_file(&dir))
+            .spawn()
+            .unwrap();
+        self.coordinator_proc = Some(child);
+    }
+
+    pub fn spawn_server(&self, i: usize) -> Child {
+        let dir = self.root.join(format!("server-{i}"));
+        Command::new(SHOAL)
+            .args(["server", "--coordinator", &self.coordinator.to_string()])
+            .args(["--native-port", "0", "--resp-port", "0", "--backup-port", "0"])
+            .args(["--memory", "64MiB", "--backup-buffers", "8", "--replica-timeout-ms", "1000"])
+            .args(["--log-level", "info"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(log_file(&dir))
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn map(&self) -> Option<ClusterMap> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(ControlClient::new(self.coordinator).with_timeout(Duration::from_secs(2)).get_map()).ok()
+    }
+
+    /// Waits until `n` servers are up (after a restart: recovered).
+    pub fn wait_up(&self, n: usize) -> ClusterMap {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(map) = self.map() {
+                if map.servers.iter().filter(|s| s.state == ServerState::Up).count() >= n {
+                    return map;
+                }
+            }
+            assert!(Instant::now() < deadline, "cluster not up in time; logs under {}", self.root.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect_cluster(self.coordinator, ClientConfig::default()).expect("cluster client")
+    }
+
+    pub fn kill_all(&mut self) {
+        for mut c in self.servers.drain(..).chain(self.coordinator_proc.take()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+pub fn stat(stats: &shoal_client::Stats, name: &str) -> Option<u64> {
+    stats.iter().find(|(n, _)| n == name).and_then(|(_, v)| match v {
+        shoal_client::StatValue::U64(v) => Some(*v),
+        _ => None,
+    })
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+}
+
+/// Writes by `threads` clients until `stop`; each acknowledged (key, value)
+/// goes into the ledger (the last acknowledged value per key wins).
+pub fn write_load(
+    coordinator: SocketAddr,
+    table: TableId,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+    keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
+) -> (Vec<std::thread::JoinHandle<()>>, Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>>, Arc<AtomicU64>) {
+    let ledger = Arc::new(Mutex::new(HashMap::new()));
+    let acks = Arc::new(AtomicU64::new(0));
+    let keys = Arc::new(keys);
+    let handles = (0..threads)
+        .map(|t| {
+            let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
+                    n += 1;
+                    let Some(key) = keys(t, n) else { continue };
+                    let value = format!("t{t}-n{n}").into_bytes();
+                    match c.write(table, &key, &value) {
+                        Ok(_) => {
+                            ledger.lock().unwrap().insert(key, value);
+                            acks.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // The cluster is being killed: unacknowledged, so not in the ledger.
+                        Err(_) => {
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                            if let Ok(fresh) = Client::connect_cluster(coordinator, ClientConfig::default()) {
+                                c = fresh;
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    (handles, ledger, acks)
+}
+
+pub fn check_ledger(c: &mut Client, table: TableId, ledger: &HashMap<Vec<u8>, Vec<u8>>) {
+    let mut missing = 0;
+    for (k, v) in ledger {
+        match c.read(table, k) {
+            Ok(got) if &got.0 == v => {}
+            Ok(got) => {
+                // A later write of the same key may have reached the store but
+                // not been acknowledged before the kill; it must be newer.
+                let older = String::from_utf8_lossy(v);
+                let newer = String::from_utf8_lossy(&got.0);
+                let n = |s: &str| s.rsplit('n').next().unwrap().parse::<u64>().unwrap();
+                let same_thread = older.split('-').next() == newer.split('-').next();
+                assert!(same_thread && n(&newer) > n(&older), "key {k:?}: acknowledged {older}, found {newer}");
+            }
+            Err(e) => {
+                missing += 1;
+                eprintln!("key {:?}: {e}", String::from_utf8_lossy(k));
+            }
+        }
+    }
+    assert_eq!(missing, 0, "{missing} of {} acknowledged writes lost", ledger.len());
+}

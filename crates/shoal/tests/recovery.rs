@@ -1,0 +1,275 @@
+//! Crash recovery on a real cluster (see `common`): servers killed with
+//! SIGKILL (or stopped with SIGSTOP) under a write load from several
+//! clients. Each test keeps a ledger of acknowledged writes and checks
+//! every one against what the cluster returns at the end.
+
+mod common;
+
+use common::*;
+use shoal_client::blocking::Client;
+use shoal_client::{ClientConfig, Connection, Request, TableId};
+use shoal_cluster::{ClusterMap, ServerId, ServerState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The index (in `cluster.servers`) of the process of server `id`.
+fn process_of(root: &std::path::Path, cluster: &Cluster, id: ServerId) -> usize {
+    (0..cluster.servers.len())
+        .find(|i| {
+            std::fs::read_to_string(root.join(format!("server-{i}/data/server-id")))
+                .is_ok_and(|s| s.trim() == id.0.to_string())
+        })
+        .expect("a process for the server")
+}
+
+/// SIGKILLs server process `idx` and reaps it (it stays in the list).
+fn kill(cluster: &mut Cluster, idx: usize) {
+    let p = &mut cluster.servers[idx];
+    p.kill().unwrap();
+    p.wait().unwrap();
+}
+
+/// Waits until `f(map)` holds; returns that map.
+fn wait_map(cluster: &Cluster, what: &str, secs: u64, f: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(m) = cluster.map() {
+            if f(&m) {
+                return m;
+            }
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; logs under {}", cluster.root.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A table's map once its tablets exist.
+fn table_map(cluster: &Cluster, table: TableId) -> ClusterMap {
+    wait_map(cluster, "the table's tablets", 10, |m| m.tablets.iter().any(|t| t.table == table))
+}
+
+fn owner(map: &ClusterMap, table: TableId, key: &[u8]) -> ServerId {
+    map.tablet(table, shoal_client::key_hash(table, key)).expect("a tablet").master
+}
+
+/// The server owning the most tablets of `table` (the one to kill).
+fn busiest(map: &ClusterMap, table: TableId) -> ServerId {
+    let mut best = (0, ServerId(0));
+    for s in &map.servers {
+        let n = map.tablets.iter().filter(|t| t.table == table && t.master == s.id).count();
+        if n > best.0 {
+            best = (n, s.id);
+        }
+    }
+    best.1
+}
+
+fn recovered(map: &ClusterMap, dead: ServerId) -> bool {
+    map.server(dead).is_some_and(|s| s.state == ServerState::Down)
+        && map.recoveries.is_empty()
+        && map.tablets.iter().all(|t| t.master != dead)
+}
+
+#[test]
+fn a_killed_master_is_recovered_and_no_acknowledged_write_is_lost() {
+    let root = Root::new("recovery-kill-master");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    let victim = busiest(&map, table);
+    let old_key = (0..10_000).map(|i| format!("v{i}").into_bytes()).find(|k| owner(&map, table, k) == victim).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, ledger, acks) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
+        Some(format!("t{t}-k{}", n % 2000).into_bytes())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let idx = process_of(&root.0, &cluster, victim);
+    let before = acks.load(Ordering::Relaxed);
+    let killed = Instant::now();
+    kill(&mut cluster, idx);
+    // Writes to the dead master's keys come back once its tablets are recovered.
+    wait_map(&cluster, "the recovery", 30, |m| recovered(m, victim));
+    let recovered_in = killed.elapsed();
+    let mut c = cluster.client();
+    let first_write = Instant::now();
+    // A key that was the victim's: served by a recovery master now.
+    c.write(table, &old_key, b"after").unwrap();
+    let write_after = first_write.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let after = acks.load(Ordering::Relaxed);
+    assert!(after > before + 100, "writes did not go on: {before} then {after}");
+    eprintln!("recovered in {recovered_in:?}; a write after it took {write_after:?}");
+    assert!(recovered_in < Duration::from_secs(20), "recovery took {recovered_in:?}");
+    let mut ledger = ledger.lock().unwrap().clone();
+    ledger.insert(old_key, b"after".to_vec());
+    check_ledger(&mut c, table, &ledger);
+    cluster.kill_all();
+}
+
+#[test]
+fn two_masters_killed_one_during_the_others_recovery() {
+    let root = Root::new("recovery-two");
+    let mut cluster = Cluster::start(&root.0, 5, 2, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    let first = busiest(&map, table);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, ledger, _) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
+        Some(format!("t{t}-k{}", n % 2000).into_bytes())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let idx = process_of(&root.0, &cluster, first);
+    kill(&mut cluster, idx);
+    // As soon as the first recovery is planned, kill one of its recovery masters.
+    let during = wait_map(&cluster, "the first recovery", 20, |m| !m.recoveries.is_empty());
+    let second = during.recoveries[0].partitions[0].master;
+    let idx = process_of(&root.0, &cluster, second);
+    kill(&mut cluster, idx);
+    wait_map(&cluster, "both recoveries", 40, |m| recovered(m, first) && recovered(m, second));
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let ledger = ledger.lock().unwrap().clone();
+    assert!(ledger.len() > 500, "only {} keys written", ledger.len());
+    check_ledger(&mut cluster.client(), table, &ledger);
+    cluster.kill_all();
+}
+
+#[test]
+fn a_master_and_one_of_its_backups_killed_at_once_with_three_replicas() {
+    let root = Root::new("recovery-master-and-backup");
+    // Six servers: after two are gone, each master still has three others for R=3.
+    let mut cluster = Cluster::start(&root.0, 6, 3, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    let master = busiest(&map, table);
+    let other = map.servers.iter().map(|s| s.id).find(|&id| id != master).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, ledger, _) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
+        Some(format!("t{t}-k{}", n % 2000).into_bytes())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for id in [master, other] {
+        let idx = process_of(&root.0, &cluster, id);
+        kill(&mut cluster, idx);
+    }
+    wait_map(&cluster, "both recoveries", 40, |m| recovered(m, master) && recovered(m, other));
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let ledger = ledger.lock().unwrap().clone();
+    check_ledger(&mut cluster.client(), table, &ledger);
+    cluster.kill_all();
+}
+
+#[test]
+fn a_zombie_master_acknowledges_nothing_after_its_tablets_moved() {
+    let root = Root::new("recovery-zombie");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    let zombie = busiest(&map, table);
+    let zombie_addr = map.server(zombie).unwrap().native;
+    // Keys of the zombie's tablets, written before it stops.
+    let keys: Vec<Vec<u8>> =
+        (0..5000).map(|i| format!("z{i}").into_bytes()).filter(|k| owner(&map, table, k) == zombie).take(200).collect();
+    let mut c = cluster.client();
+    for k in &keys {
+        c.write(table, k, b"before").unwrap();
+    }
+    let idx = process_of(&root.0, &cluster, zombie);
+    let pid = cluster.servers[idx].id();
+    signal(pid, "-STOP");
+    wait_map(&cluster, "the zombie's recovery", 30, |m| recovered(m, zombie));
+    // Open a connection while it is stopped (the kernel accepts it), send
+    // writes, then let it run: none of them may be acknowledged.
+    let config = ClientConfig { timeout: Some(Duration::from_secs(3)), ..ClientConfig::default() };
+    let mut conn = Connection::connect(zombie_addr, &config).ok();
+    if let Some(conn) = conn.as_mut() {
+        for k in keys.iter().take(20) {
+            let _ = conn.send(&Request::Write { table, key: k, value: b"zombie", rules: Default::default() });
+        }
+    }
+    signal(pid, "-CONT");
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    if let Some(mut conn) = conn {
+        for _ in 0..20 {
+            match conn.recv() {
+                Ok(frame) => {
+                    if matches!(frame.reply(), Ok(Ok(_))) {
+                        acknowledged.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    assert_eq!(acknowledged.load(Ordering::Relaxed), 0, "the zombie acknowledged writes");
+    // The zombie stops on its own once it learns it was declared dead.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(_)) = cluster.servers[idx].try_wait() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the zombie did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The recovered values are the acknowledged ones.
+    let mut c = cluster.client();
+    for k in &keys {
+        assert_eq!(c.read(table, k).unwrap().0, b"before");
+    }
+    cluster.kill_all();
+}
+
+#[test]
+fn a_returning_server_does_not_resurrect_deleted_or_overwritten_objects() {
+    let root = Root::new("recovery-return");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    let victim = busiest(&map, table);
+    let keys: Vec<Vec<u8>> =
+        (0..5000).map(|i| format!("r{i}").into_bytes()).filter(|k| owner(&map, table, k) == victim).take(300).collect();
+    let mut c = cluster.client();
+    for k in &keys {
+        c.write(table, k, b"old").unwrap();
+    }
+    let idx = process_of(&root.0, &cluster, victim);
+    kill(&mut cluster, idx);
+    wait_map(&cluster, "the recovery", 30, |m| recovered(m, victim));
+    let mut c = cluster.client();
+    for (i, k) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            c.remove(table, k).unwrap();
+        } else {
+            c.write(table, k, b"new").unwrap();
+        }
+    }
+    // The old server comes back with its old data directory.
+    cluster.servers[idx] = cluster.spawn_server(idx);
+    let map = wait_map(&cluster, "the returning server", 30, |m| {
+        m.servers.iter().filter(|s| s.state == ServerState::Up).count() == 4
+    });
+    assert!(map.server(victim).is_some_and(|s| s.state == ServerState::Down), "it came back under its old id");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut c = Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let got = c.read(table, k);
+        if i % 2 == 0 {
+            assert!(got.is_err(), "deleted key {:?} came back", String::from_utf8_lossy(k));
+        } else {
+            assert_eq!(got.unwrap().0, b"new");
+        }
+    }
+    cluster.kill_all();
+}
