@@ -1,18 +1,20 @@
 //! Shoal's coordinator: the keeper of the cluster's configuration.
 //!
 //! It enlists servers, creates and drops tables, assigns their tablets to
-//! masters, and hands out the versioned cluster map over the control
-//! protocol (`shoal_cluster::control`, `docs/coordinator.md`). It is never
-//! on the read or write path. Its state survives restarts: every change is
+//! masters, declares failed servers dead and plans their crash recovery
+//! (`docs/recovery.md`), and hands out the versioned cluster map over the
+//! control protocol (`shoal_cluster::control`, `docs/coordinator.md`). It
+//! is never on the read or write path. Its state survives restarts: every change is
 //! saved through a [`StateStore`] before it is answered.
 //!
 //! Layers, each seeing only the one below:
 //! * [`Coordinator`] / [`run`] (`server.rs`): the control listener, one
 //!   task per connection, shutdown;
 //! * `service.rs`: answers requests, saves every change before publishing
-//!   it, wakes long polls;
+//!   it, wakes long polls, checks suspected servers ([`probe`]) and times
+//!   crash recoveries;
 //! * [`state`]: the decision-making core, a pure state machine with no
-//!   I/O ([`ClusterState`]);
+//!   I/O ([`ClusterState`]), crash recovery planning included;
 //! * [`store`]: durability ([`StateStore`], [`DirStore`]).
 
 mod config;
