@@ -464,6 +464,32 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         }
         ClientCommand::Stats(_) => {
             let t = Target { server, table: "", key: None };
+            if let Some(coordinator) = common.coordinator {
+                // The cluster's view first: servers, tables, recoveries in progress.
+                let req = shoal_cluster::ControlRequest::Stats;
+                let timeout = Duration::from_secs_f64(common.timeout);
+                match shoal_cluster::control::call_blocking(coordinator, &req, timeout) {
+                    Ok(shoal_cluster::ControlResponse::Stats { stats }) => {
+                        if json {
+                            out!("{}", json!({ "coordinator": stats }));
+                        } else {
+                            out!("cluster (coordinator {coordinator}):");
+                            out!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+                            out!("server {}:", c.tablet_map().admin());
+                        }
+                    }
+                    Ok(other) => {
+                        return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}")))
+                    }
+                    Err(e) => {
+                        return Err(CliError {
+                            kind: "connection",
+                            message: format!("cannot reach the coordinator at {coordinator}: {e}"),
+                            code: UNREACHABLE,
+                        })
+                    }
+                }
+            }
             let stats = c.stats().map_err(|e| t.client(e))?;
             print_stats(&stats, json)?;
         }
