@@ -18,6 +18,7 @@
 
 mod conn;
 mod state;
+mod waiters;
 
 use parking_lot::Mutex;
 use shoal_cluster::ServerId;
@@ -25,7 +26,7 @@ use shoal_common::{LogId, SegmentId};
 use shoal_engine::{LogObserver, SegmentKind};
 use state::{Settings, State};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -121,12 +122,21 @@ pub(crate) struct Inner {
     durable: AtomicU64,
     durable_tx: Mutex<Option<watch::Sender<u64>>>,
     durable_rx: watch::Receiver<u64>,
+    /// Set (before the watch's sender goes) once the replicator stopped.
+    closed: AtomicBool,
+    waiters: waiters::Waiters,
     replica_timeout: Duration,
 }
 
 impl Inner {
+    /// Waiters see the shutdown once the sender is gone.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.durable_tx.lock().take();
+    }
+
     fn publish(&self, durable: u64) {
-        self.durable.fetch_max(durable, Ordering::AcqRel);
+        self.durable.fetch_max(durable, Ordering::SeqCst);
         if let Some(tx) = self.durable_tx.lock().as_ref() {
             tx.send_if_modified(|d| {
                 let moved = durable > *d;
@@ -166,6 +176,8 @@ impl Replicator {
             durable: AtomicU64::new(0),
             durable_tx: Mutex::new(Some(tx)),
             durable_rx: rx,
+            closed: AtomicBool::new(false),
+            waiters: Default::default(),
             replica_timeout: config.replica_timeout,
         });
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("replicator runtime");
@@ -174,8 +186,7 @@ impl Replicator {
             .name("shoal-replicator".into())
             .spawn(move || {
                 rt.block_on(conn::drive(i.clone()));
-                // Waiters see the shutdown once the sender is gone.
-                i.durable_tx.lock().take();
+                i.close();
             })
             .expect("spawn the replicator thread");
         Arc::new(Replicator { inner, thread: Mutex::new(Some(thread)) })
@@ -205,15 +216,21 @@ impl Replicator {
     /// Completes once the durable position reaches `pos`. Works from any
     /// runtime. Errors only if the replicator shut down first.
     pub async fn wait_durable(&self, pos: u64) -> Result<(), ReplicationError> {
-        if self.durable() >= pos {
+        if self.inner.durable.load(Ordering::SeqCst) >= pos {
             return Ok(());
         }
-        let mut rx = self.inner.durable_rx.clone();
-        let reached = rx.wait_for(|d| *d >= pos).await.is_ok();
-        if reached {
-            Ok(())
-        } else {
-            Err(ReplicationError::Shutdown)
+        match tokio::runtime::Handle::try_current() {
+            // One wake per runtime per advance (see `waiters`).
+            Ok(handle) => waiters::Wait::new(&self.inner, pos, handle).await,
+            Err(_) => {
+                let mut rx = self.inner.durable_rx.clone();
+                let reached = rx.wait_for(|d| *d >= pos).await.is_ok();
+                if reached {
+                    Ok(())
+                } else {
+                    Err(ReplicationError::Shutdown)
+                }
+            }
         }
     }
 
@@ -232,7 +249,7 @@ impl Replicator {
                 let _ = t.join();
             }
         }
-        self.inner.durable_tx.lock().take();
+        self.inner.close();
     }
 }
 

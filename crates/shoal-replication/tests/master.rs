@@ -585,3 +585,56 @@ fn a_lower_r_from_a_shrunken_cluster_lets_open_segments_finish() {
     assert!(s.wait_all(10));
     s.check_replicas(2, &[0, 1]);
 }
+
+#[test]
+fn many_waiters_on_several_runtimes_all_complete_in_order() {
+    let s = setup(2, ReplicationMode::Tailwind, 2000);
+    s.write(1, 50, 100, 16);
+    // Waiters on a runtime that is dropped before they complete.
+    let early = s.rep.position();
+    {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let r = rt.block_on(async {
+            let rep = s.rep.clone();
+            let h = tokio::spawn(async move { rep.wait_durable(early).await });
+            tokio::time::timeout(Duration::from_millis(100), h).await
+        });
+        assert!(r.is_err(), "durable before any backup was known");
+    }
+    s.rep.set_backups(s.list(&[0, 1]), 2);
+    let current = |threads: usize| -> tokio::runtime::Runtime {
+        if threads == 1 {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+        } else {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap()
+        }
+    };
+    std::thread::scope(|sc| {
+        for threads in [1, 1, 2] {
+            let s = &s;
+            sc.spawn(move || {
+                let rt = current(threads);
+                rt.block_on(async {
+                    let mut tasks = Vec::new();
+                    for w in 0..64 {
+                        let rep = s.rep.clone();
+                        let store = &s.store;
+                        store
+                            .write(TableId(1), format!("w{threads}-{w}").as_bytes(), &[1; 300], RejectRules::default())
+                            .unwrap();
+                        let pos = rep.position();
+                        tasks.push(tokio::spawn(async move {
+                            rep.wait_durable(pos).await.unwrap();
+                            assert!(rep.durable() >= pos);
+                        }));
+                    }
+                    for t in tasks {
+                        tokio::time::timeout(Duration::from_secs(10), t).await.unwrap().unwrap();
+                    }
+                });
+            });
+        }
+    });
+    assert!(wait(&s.rep, early, 1));
+    s.check_replicas(2, &[0, 1]);
+}
