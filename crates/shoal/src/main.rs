@@ -91,6 +91,15 @@ enum BenchCommand {
     /// redis-server) or memcached's; throughput and p50/p99/p99.9 latency
     /// per operation type. --load fills the records first.
     Ycsb(bench::ycsb::Args),
+    /// Crash recovery on real processes: a master filled with --sizes MB,
+    /// killed with SIGKILL.
+    ///
+    /// Time from the kill until its tablets are served again, with each
+    /// phase (detection, replica collection, replay, re-replication);
+    /// GB/s recovered (target >= 1), linearity in the size, availability of
+    /// one of its keys, and (--impact-runs) throughput and p99 of clients of
+    /// the other masters during the recovery (target >= 70% kept).
+    Recovery(bench::recovery::Args),
 }
 
 fn main() -> ExitCode {
@@ -106,6 +115,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => bench::overhead::run(args),
         Command::Bench(BenchCommand::Ops(args)) => bench::ops::run(args),
         Command::Bench(BenchCommand::Ycsb(args)) => bench::ycsb::run(args),
+        Command::Bench(BenchCommand::Recovery(args)) => bench::recovery::run(args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

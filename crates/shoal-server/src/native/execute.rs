@@ -407,6 +407,27 @@ fn cluster_stats(node: &crate::cluster::ClusterNode, v: &mut Vec<Stat<'static>>)
             u("restart_recovery_done", p.done as u64),
         ]);
     }
+    // Crash-recovery partitions this server replayed (or is replaying), one
+    // group of stats each: recovery_<id>_partition_<i>_<what>.
+    let parts = node.partitions.lock().clone();
+    v.push(u("recovery_partitions", parts.len() as u64));
+    for p in &parts {
+        let n = |what: &str, x: u64| Stat {
+            name: Cow::Owned(format!("recovery_{}_partition_{}_{what}", p.recovery, p.partition)),
+            value: StatValue::U64(x),
+        };
+        v.extend([
+            n("dead", p.dead.0),
+            n("done", (p.phase == "done") as u64),
+            n("segments", p.segments),
+            n("bytes", p.bytes),
+            n("objects", p.objects),
+            n("find_ms", p.find_ms),
+            n("replay_ms", p.replay_ms),
+            n("durable_ms", p.durable_ms),
+            n("total_ms", p.total_ms),
+        ]);
+    }
     if let Some(b) = node.backup_stats() {
         v.extend([
             u("backup_buffers_total", b.buffers_total as u64),

@@ -6,6 +6,7 @@
 pub mod memory;
 pub mod ops;
 pub mod overhead;
+pub mod recovery;
 pub mod utilization;
 pub mod ycsb;
 pub mod zipf;
