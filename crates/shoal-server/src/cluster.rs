@@ -492,6 +492,15 @@ impl ClusterNode {
         loop {
             match client.call(&done).await {
                 Ok(_) => break,
+                // The partition is no longer ours (the coordinator gave it to
+                // another server meanwhile): what was replayed here is never
+                // served, since the tablets are not ours.
+                Err(e @ ControlError::Refused { .. }) => {
+                    warn!("recovery {}: partition {index} done but refused: {e}", rec.id);
+                    progress.phase = "refused";
+                    publish(&progress);
+                    return;
+                }
                 Err(e) => {
                     warn!("recovery {}: cannot report partition {index} done: {e}; retrying", rec.id);
                     tokio::select! {
