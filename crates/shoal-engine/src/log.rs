@@ -377,6 +377,11 @@ impl Log {
         self.head.lock().members.iter().map(|(k, v)| (*k, *v)).collect()
     }
 
+    /// The slot of segment `id` if it is in the log now.
+    pub(crate) fn slot_of(&self, id: SegmentId) -> Option<u32> {
+        self.head.lock().members.get(&id).copied()
+    }
+
     /// Opens a segment for the cleaner (a survivor, or a compaction target
     /// reusing `reuse_id`). It is not part of the log until spliced.
     /// Its first seglet comes from `spare` (the pass's reservation) when

@@ -899,6 +899,27 @@ impl Store {
         self.inner.log.members().into_iter().map(|(id, slot)| (id, self.inner.segs.copy_segment(slot))).collect()
     }
 
+    /// A copy of the current in-memory bytes of segment `id`, or None if it
+    /// is not in the log (the cleaner freed it, or it is a survivor not yet
+    /// spliced in). For a re-replication of a closed segment whose replicas
+    /// were lost (`docs/replication.md`, backup failure).
+    ///
+    /// The bytes may differ from what backups were sent when the segment
+    /// closed: a compacted segment keeps its id but holds only its live
+    /// entries, sealed with a checksum of its own. They are still a whole,
+    /// verifiable segment (`format::scan` verifies all of them), so a replica
+    /// re-created from them may be the compacted form.
+    ///
+    /// Safe against the cleaner without pausing it: an epoch is pinned
+    /// before the slot is looked up, so a slot the cleaner replaces or frees
+    /// meanwhile is not reused until the copy is done. Costs one lock of the
+    /// log's head (the lookup) and the copy.
+    pub fn segment_copy(&self, id: SegmentId) -> Option<Vec<u8>> {
+        let _g = self.inner.epochs.pin();
+        let slot = self.inner.log.slot_of(id)?;
+        Some(self.inner.segs.copy_segment(slot))
+    }
+
     /// The current safe version: every new object gets at least this.
     pub fn safe_version(&self) -> Version {
         Version(self.inner.log.safe_version.load(Ordering::Acquire))

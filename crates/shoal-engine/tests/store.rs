@@ -455,3 +455,102 @@ fn multi_write_all_or_nothing_writes_all_or_none() {
     assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
     store.check_invariants().unwrap();
 }
+
+/// The segment named in a segment's header entry, if its bytes start with one.
+fn header_segment(bytes: &[u8]) -> Option<SegmentId> {
+    match format::decode(bytes) {
+        Ok((format::Entry::SegmentHeader(h), _)) => Some(h.segment),
+        _ => None,
+    }
+}
+
+#[test]
+fn segment_copy_is_the_segment_as_sent_or_its_compacted_form() {
+    let mirror = Arc::new(Mirror::default());
+    let store =
+        Store::with_observer(common::small_config(256, false), Some(mirror.clone() as Arc<dyn LogObserver>)).unwrap();
+    store.create_table(T);
+    // Combined cleaning (segments leave the log), then more writes and
+    // compaction only (segments keep their ids with fewer bytes).
+    for round in 0..2u32 {
+        for i in 0..3000u32 {
+            let k = (i % 50).to_le_bytes();
+            if i % 7 == 0 {
+                store.remove(T, &k, RejectRules::default()).unwrap();
+            } else {
+                let len = (i as usize * 13 + round as usize) % 900;
+                store.write(T, &k, &vec![i as u8; len], RejectRules::default()).unwrap();
+            }
+        }
+        store.clean_now(3, round == 0);
+    }
+    let s = store.stats();
+    assert!(s.compactions > 0 && s.combined_passes > 0, "{s:?}");
+    let segments = mirror.segments.lock().unwrap();
+    let closed = mirror.closed.lock().unwrap();
+    let (mut same, mut compacted) = (0, 0);
+    for (id, bytes) in store.log_segments() {
+        let copy = store.segment_copy(id).expect("a segment of the log");
+        assert_eq!(copy, bytes, "segment {id}");
+        // Whole and verifiable, and it says which segment it is.
+        assert_eq!(format::scan(&copy).verified_len, copy.len(), "segment {id}");
+        assert_eq!(header_segment(&copy), Some(id));
+        if copy == segments[&id] {
+            same += 1;
+        } else {
+            // Compacted: shorter than what the observer saw close, with a
+            // checksum of its own.
+            let (len, _) = closed[&id];
+            assert!(copy.len() < len as usize, "segment {id}: {} bytes, closed at {len}", copy.len());
+            compacted += 1;
+        }
+    }
+    assert!(same > 0 && compacted > 0, "{same} as sent, {compacted} compacted");
+    // Segments that left the log, and ids never used, have no copy.
+    let freed = mirror.freed.lock().unwrap();
+    assert!(!freed.is_empty());
+    for id in freed.iter() {
+        assert_eq!(store.segment_copy(*id), None, "freed segment {id}");
+    }
+    assert_eq!(store.segment_copy(SegmentId(u64::MAX)), None);
+}
+
+/// Copies taken while writers and the cleaner thread run are always whole
+/// segments of the log (never a slot the cleaner freed and reused).
+#[test]
+fn segment_copy_is_safe_against_the_cleaner() {
+    let store = Arc::new(Store::new(common::small_config(256, true)).unwrap());
+    store.create_table(T);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let k = (i % 60).to_le_bytes();
+                store.write(T, &k, &vec![i as u8; (i as usize * 31) % 1500], RejectRules::default()).unwrap();
+                i += 1;
+            }
+        })
+    };
+    let (mut copies, mut gone) = (0u64, 0u64);
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        let ids: Vec<SegmentId> = store.log_segments().into_iter().map(|(id, _)| id).collect();
+        for id in ids {
+            match store.segment_copy(id) {
+                Some(copy) => {
+                    assert_eq!(format::scan(&copy).verified_len, copy.len(), "segment {id}");
+                    assert_eq!(header_segment(&copy), Some(id));
+                    copies += 1;
+                }
+                None => gone += 1,
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let s = store.stats();
+    assert!(s.compactions + s.combined_passes > 10, "{s:?}");
+    assert!(copies > 100, "{copies} copies, {gone} gone");
+}
