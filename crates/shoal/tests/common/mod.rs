@@ -148,6 +148,9 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
 }
 
+/// Acknowledged writes: the last acknowledged value of each key.
+pub type Ledger = Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>>;
+
 /// Writes by `threads` clients until `stop`; each acknowledged (key, value)
 /// goes into the ledger (the last acknowledged value per key wins).
 pub fn write_load(
@@ -156,7 +159,7 @@ pub fn write_load(
     threads: usize,
     stop: Arc<AtomicBool>,
     keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
-) -> (Vec<std::thread::JoinHandle<()>>, Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>>, Arc<AtomicU64>) {
+) -> (Vec<std::thread::JoinHandle<()>>, Ledger, Arc<AtomicU64>) {
     let ledger = Arc::new(Mutex::new(HashMap::new()));
     let acks = Arc::new(AtomicU64::new(0));
     let keys = Arc::new(keys);
