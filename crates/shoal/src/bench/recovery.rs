@@ -121,6 +121,9 @@ pub struct Args {
     /// Print one JSON object per result instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Also append the JSON objects to this file (with the tables on stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
 }
 
 /// One recovery master's partition, from its STATS.
@@ -303,9 +306,13 @@ pub fn run(args: &Args) -> Result<bool, String> {
         if args.json {
             emit_json(&r);
         }
+        append_json(args, &r)?;
         results.push(r);
     }
     let summaries = summarise(&results, &args.sizes);
+    for s in &summaries {
+        append_json(args, s)?;
+    }
     if args.json {
         for s in &summaries {
             emit_json(s);
@@ -314,6 +321,18 @@ pub fn run(args: &Args) -> Result<bool, String> {
         print_tables(&results, &summaries);
     }
     Ok(results.iter().all(|r| r.error.is_none() && r.lost == 0))
+}
+
+fn append_json(args: &Args, v: &impl Serialize) -> Result<(), String> {
+    use std::io::Write;
+    let Some(path) = &args.json_out else { return Ok(()) };
+    let line = serde_json::to_string(v).map_err(|e| e.to_string())?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| writeln!(f, "{line}"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn fmt_f(x: Option<f64>, digits: usize) -> String {
@@ -562,6 +581,7 @@ impl Cluster {
             "info".into(),
         ];
         c.procs.push(("coordinator".into(), Some(spawn(exe, &args, &cdir)?)));
+        c.note_pid()?;
         for i in 0..servers {
             let dir = root.join(format!("server-{i}"));
             let args: Vec<String> = vec![
@@ -582,6 +602,7 @@ impl Cluster {
                 "info".into(),
             ];
             c.procs.push((format!("server-{i}"), Some(spawn(exe, &args, &dir)?)));
+            c.note_pid()?;
         }
         loop {
             if let Some(map) = c.map() {
@@ -601,6 +622,19 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Appends the newest process's PID to `<root>/pids` (for a script that
+    /// must stop them if this program is killed).
+    fn note_pid(&self) -> Result<(), String> {
+        use std::io::Write;
+        let Some((_, Some(child))) = self.procs.last() else { return Ok(()) };
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join("pids"))
+            .and_then(|mut f| writeln!(f, "{}", child.id()))
+            .map_err(|e| format!("cannot write {}: {e}", self.root.join("pids").display()))
     }
 
     fn map(&self) -> Option<ClusterMap> {
@@ -740,6 +774,20 @@ fn measure(
         other => return Err(format!("cannot create the table: {other:?}")),
     };
     let map = cluster.map().ok_or("no map from the coordinator")?;
+    // Every server must know the table before the first write.
+    let deadline = Instant::now() + timeout;
+    for s in &map.servers {
+        loop {
+            let seen = server_stats(s.native).and_then(|st| stat_u64(&st, "map_version")).unwrap_or(0);
+            if seen >= map.version {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("server {} did not learn the table's map in time", s.id.0));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let victim = map.tablets.iter().find(|t| t.table == table).ok_or("the table has no tablet")?.master;
     r.victim = victim.0;
     let victim_tablets: Vec<TabletInfo> =
@@ -972,7 +1020,7 @@ fn fill(
                     let k = key_of('k', i);
                     i += threads;
                     if in_any(&tablets, table, &k) {
-                        if (done + keys.len() as u64) % SAMPLE_EVERY == 0 {
+                        if (done + keys.len() as u64).is_multiple_of(SAMPLE_EVERY) {
                             samples.push(k.clone());
                         }
                         values.push(value_of(&k, vs));
@@ -1085,7 +1133,7 @@ fn other_load(
     let values: Vec<Vec<u8>> = keys.iter().map(|k| value_of(k, value_size)).collect();
     // Bounded: by the stop flag, the time limit and a count.
     for n in 0..u64::MAX {
-        if n % 64 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= limit) {
+        if n.is_multiple_of(64) && (stop.load(Ordering::Relaxed) || Instant::now() >= limit) {
             break;
         }
         let i = rng.gen_range(0..keys.len());
