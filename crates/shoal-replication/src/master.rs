@@ -7,7 +7,9 @@
 //! tokio runtime). That thread keeps one TCP connection per backup, sends
 //! each round everything appended since the previous one (group commit)
 //! without waiting for the previous round's acknowledgements (pipelining),
-//! re-opens replicas of failed backups elsewhere, and publishes the durable
+//! re-opens replicas of failed backups elsewhere, copies closed segments
+//! whose replica was lost to new backups (from the store's memory, see
+//! [`Replicator::set_segment_source`]), and publishes the durable
 //! position, which writers on any runtime await with
 //! [`Replicator::wait_durable`].
 //!
@@ -107,6 +109,14 @@ pub struct ReplicationStats {
     pub open_replicas: u64,
     /// Segments freed on their backups (FREE sent).
     pub segments_freed: u64,
+    /// Closed segments copied from the store to new backups after one of
+    /// their replicas was lost (a backup died), and back to R replicas.
+    pub segments_rereplicated: u64,
+    /// Segment bytes sent for those copies, summed over replicas.
+    pub rereplication_bytes: u64,
+    /// Closed segments with fewer than R replicas now (waiting for their
+    /// copy or being copied).
+    pub closed_segments_below_r: u64,
     pub position: u64,
     pub durable: u64,
     /// `position - durable`.
@@ -126,7 +136,14 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     waiters: waiters::Waiters,
     replica_timeout: Duration,
+    /// Where closed segments' bytes come from when they must be copied
+    /// again (see [`Replicator::set_segment_source`]).
+    source: Mutex<Option<SegmentSource>>,
 }
+
+/// The current bytes of a segment of the master's log, or None if it left
+/// the log (normally `Store::segment_copy`).
+pub type SegmentSource = Arc<dyn Fn(SegmentId) -> Option<Vec<u8>> + Send + Sync>;
 
 impl Inner {
     /// Waiters see the shutdown once the sender is gone.
@@ -179,6 +196,7 @@ impl Replicator {
             closed: AtomicBool::new(false),
             waiters: Default::default(),
             replica_timeout: config.replica_timeout,
+            source: Mutex::new(None),
         });
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("replicator runtime");
         let i = inner.clone();
@@ -199,6 +217,18 @@ impl Replicator {
         let mut st = self.inner.state.lock();
         st.set_backups(candidates, replicas, Instant::now());
         drop(st);
+        self.inner.notify.notify_one();
+    }
+
+    /// Where the bytes of closed segments come from when a backup holding
+    /// one of their replicas is lost: the replicator keeps only the bytes of
+    /// segments not yet closed on every replica, so it asks the store
+    /// (`Store::segment_copy`; the closure should hold the store weakly, as
+    /// the store holds the replicator). Until this is set, such segments
+    /// stay below R (`closed_segments_below_r`). Called on a blocking
+    /// thread, never under the replicator's lock.
+    pub fn set_segment_source(&self, source: SegmentSource) {
+        *self.inner.source.lock() = Some(source);
         self.inner.notify.notify_one();
     }
 

@@ -7,6 +7,7 @@ use super::state::State;
 use super::Inner;
 use crate::wire::{Header, Kind, HEADER_LEN};
 use shoal_cluster::ServerId;
+use shoal_common::SegmentId;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,10 +51,13 @@ pub(super) fn step(inner: &Arc<Inner>) {
     if st.shut {
         return;
     }
-    let moved = st.pump(Instant::now());
+    let now = Instant::now();
+    let moved = st.pump(now);
     spawn_and_wake(inner, &mut st);
     let killed = std::mem::take(&mut st.killed);
     let durable = st.durable;
+    let source = inner.source.lock().clone();
+    let fetches = st.take_fetches(now, source.is_some());
     drop(st);
     for k in killed {
         k.abort();
@@ -61,6 +65,19 @@ pub(super) fn step(inner: &Arc<Inner>) {
     if moved {
         inner.publish(durable);
     }
+    if let Some(source) = source {
+        for id in fetches {
+            tokio::spawn(fetch(inner.clone(), source.clone(), id));
+        }
+    }
+}
+
+/// Gets a closed segment's bytes from the store (on a blocking thread: a
+/// copy of up to a segment, and the log's lock) and starts its copy.
+async fn fetch(inner: Arc<Inner>, source: super::SegmentSource, id: SegmentId) {
+    let bytes = tokio::task::spawn_blocking(move || source(id)).await.unwrap_or(None);
+    inner.state.lock().copy_ready(id, bytes, Instant::now());
+    step(&inner);
 }
 
 fn spawn_and_wake(inner: &Arc<Inner>, st: &mut State) {

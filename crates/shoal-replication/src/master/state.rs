@@ -14,11 +14,11 @@ use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, EntryType};
 use shoal_engine::SegmentKind;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
-use tracing::warn;
+use tracing::{debug, info, warn};
 
 /// How long a backup whose connection failed is passed over.
 const DOWN_BACKOFF: Duration = Duration::from_millis(500);
@@ -27,6 +27,17 @@ const DOWN_BACKOFF: Duration = Duration::from_millis(500);
 const PLACE_BACKOFF: Duration = Duration::from_millis(50);
 /// Segment buffers kept for reuse (each up to a segment's size).
 const SPARE_BUFFERS: usize = 4;
+/// Closed segments being re-replicated at once (fetched or being sent):
+/// bounds the master's memory for copies to this many segments.
+const MAX_COPIES: usize = 2;
+/// A copy's DATA goes out in pieces of this size, with at most
+/// `COPY_WINDOW` bytes unacknowledged, so that the head's DATA on the same
+/// connection never queues behind a whole segment.
+const COPY_CHUNK: u32 = 512 << 10;
+const COPY_WINDOW: u32 = 2 << 20;
+/// A closed segment whose bytes could not be had (not in the log, and not
+/// freed either: a survivor not yet spliced in) is asked for again after this.
+const FETCH_BACKOFF: Duration = Duration::from_millis(200);
 
 /// The settings the core needs.
 pub(crate) struct Settings {
@@ -83,6 +94,15 @@ struct Seg {
     barrier: Vec<SegmentId>,
     /// The cleaner freed it before its replicas were all closed.
     freed: bool,
+    /// A re-replication of a closed segment (since when its replica was
+    /// lost): its bytes came from the store, its close item is long past,
+    /// so it holds back neither the durable position nor a head's OPEN.
+    copy: Option<Instant>,
+    /// A copy's replicas that survived elsewhere (closed, counted toward R).
+    kept: Vec<ServerId>,
+    /// Backups that held a replica and were lost (still sent FREE, if they
+    /// are listed again, so a replica left behind there is dropped).
+    stale: Vec<ServerId>,
 }
 
 impl Seg {
@@ -100,10 +120,38 @@ impl Seg {
         match self.r {
             None => false,
             Some(r) => {
-                self.closed.is_some() && self.replicas.len() == r as usize && self.replicas.iter().all(|x| x.closed)
+                self.closed.is_some()
+                    && self.replicas.len() + self.kept.len() >= r as usize
+                    && self.replicas.iter().all(|x| x.closed)
             }
         }
     }
+
+    /// Replicas to place on new backups (R less the copies kept elsewhere).
+    fn wanted(&self, r: u32) -> usize {
+        (r as usize).saturating_sub(self.kept.len())
+    }
+}
+
+/// Where the replicas of a segment closed on all of them are.
+struct Done {
+    holders: Vec<ServerId>,
+    /// Backups that were holders once and were lost (FREE goes there too).
+    stale: Vec<ServerId>,
+}
+
+/// A closed segment that lost a replica and waits for its bytes (from the
+/// store) to be copied to a new backup.
+struct Pending {
+    /// Backups still holding a closed replica.
+    holders: Vec<ServerId>,
+    stale: Vec<ServerId>,
+    /// Its bytes are being fetched from the store.
+    fetching: bool,
+    /// Not fetched before this (the store did not have it last time).
+    retry_at: Option<Instant>,
+    /// When the replica was lost.
+    since: Instant,
 }
 
 /// One stretch of the log position, in observer order.
@@ -146,6 +194,8 @@ struct Counters {
     replicas_reopened: u64,
     refusals: u64,
     segments_freed: u64,
+    segments_rereplicated: u64,
+    rereplication_bytes: u64,
 }
 
 /// Everything the replicator knows; behind one mutex shared by the
@@ -158,7 +208,10 @@ pub(crate) struct State {
     segs: HashMap<SegmentId, Seg>,
     /// Segments closed on all their replicas, with the backups holding them
     /// (kept until the cleaner frees them).
-    done: HashMap<SegmentId, Vec<ServerId>>,
+    done: HashMap<SegmentId, Done>,
+    /// Closed segments that lost a replica, waiting to be copied (in id
+    /// order; at most `MAX_COPIES` are fetched or in `segs` at once).
+    pending: BTreeMap<SegmentId, Pending>,
     items: VecDeque<Item>,
     /// Freed segments, with the log position their FREE waits for.
     frees: VecDeque<(u64, Vec<SegmentId>)>,
@@ -186,6 +239,7 @@ impl State {
             candidates: Vec::new(),
             segs: HashMap::new(),
             done: HashMap::new(),
+            pending: BTreeMap::new(),
             items: VecDeque::new(),
             frees: VecDeque::new(),
             position: 0,
@@ -208,7 +262,11 @@ impl State {
 
     pub fn opened(&mut self, id: SegmentId, kind: SegmentKind) {
         let barrier = match kind {
-            SegmentKind::Head => self.segs.iter().filter(|(_, s)| s.closed.is_some()).map(|(id, _)| *id).collect(),
+            SegmentKind::Head => {
+                // Copies of closed segments are no barrier: writes wait
+                // only for the head.
+                self.segs.iter().filter(|(_, s)| s.closed.is_some() && s.copy.is_none()).map(|(id, _)| *id).collect()
+            }
             SegmentKind::Survivor => Vec::new(),
         };
         let cap = self.settings.segment_bytes as usize;
@@ -223,6 +281,9 @@ impl State {
             retry_at: None,
             barrier,
             freed: false,
+            copy: None,
+            kept: Vec::new(),
+            stale: Vec::new(),
         };
         self.segs.insert(id, seg);
     }
@@ -301,10 +362,11 @@ impl State {
                 continue;
             }
             seg.r = Some(replicas);
-            if seg.replicas.len() > replicas as usize {
+            let want = seg.wanted(replicas);
+            if seg.replicas.len() > want {
                 // Keep the most advanced replicas; free the others.
                 seg.replicas.sort_by_key(|x| std::cmp::Reverse((x.closed, x.acked)));
-                for x in seg.replicas.drain(replicas as usize..) {
+                for x in seg.replicas.drain(want..) {
                     extra.push((x.backup, x.gen, *id));
                 }
             }
@@ -331,6 +393,147 @@ impl State {
         for (id, gen) in moved {
             self.fail_conn(id, gen, "the backup moved to another address", now);
         }
+        // Closed segments with a replica on a backup no longer listed (with
+        // or without a connection to it) need a new one.
+        let mut holders: Vec<ServerId> = self
+            .done
+            .values()
+            .flat_map(|d| d.holders.iter())
+            .chain(self.pending.values().flat_map(|p| p.holders.iter()))
+            .chain(self.segs.values().flat_map(|s| s.kept.iter()))
+            .copied()
+            .filter(|b| !self.candidates.iter().any(|c| c.0 == *b))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for b in holders {
+            self.lose_closed(b, "the backup left the cluster", now);
+        }
+    }
+
+    /// Backup `b` is gone, or may be (its connection failed): every closed
+    /// segment with a replica there needs a new one. Its other replicas
+    /// are kept and counted; `b` gets FREE if it is ever listed again.
+    fn lose_closed(&mut self, b: ServerId, why: &str, now: Instant) {
+        let hit: Vec<SegmentId> = self.done.iter().filter(|(_, d)| d.holders.contains(&b)).map(|(id, _)| *id).collect();
+        let mut n = hit.len();
+        for id in hit {
+            let mut d = self.done.remove(&id).expect("listed");
+            d.holders.retain(|h| *h != b);
+            d.stale.push(b);
+            let p = Pending { holders: d.holders, stale: d.stale, fetching: false, retry_at: None, since: now };
+            self.pending.insert(id, p);
+        }
+        for p in self.pending.values_mut().filter(|p| p.holders.contains(&b)) {
+            p.holders.retain(|h| *h != b);
+            p.stale.push(b);
+            n += 1;
+        }
+        for seg in self.segs.values_mut().filter(|s| s.kept.contains(&b)) {
+            seg.kept.retain(|h| *h != b);
+            seg.stale.push(b);
+            n += 1;
+        }
+        if n > 0 {
+            warn!("backup {b} lost ({why}): {n} closed segment(s) had a replica there; re-replicating them");
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Re-replication of closed segments (the shell fetches their bytes).
+
+    /// Closed segments whose bytes the shell should fetch from the store
+    /// now (marked as being fetched). None while there is no source.
+    pub fn take_fetches(&mut self, now: Instant, have_source: bool) -> Vec<SegmentId> {
+        let Some(r) = self.replicas else { return Vec::new() };
+        // Enough replicas left after all (R went down): nothing to copy.
+        let enough: Vec<SegmentId> =
+            self.pending.iter().filter(|(_, p)| p.holders.len() >= r as usize).map(|(id, _)| *id).collect();
+        for id in enough {
+            let p = self.pending.remove(&id).expect("listed");
+            self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+        }
+        if !have_source {
+            return Vec::new();
+        }
+        let mut busy = self.segs.values().filter(|s| s.copy.is_some()).count()
+            + self.pending.values().filter(|p| p.fetching).count();
+        let mut out = Vec::new();
+        for (id, p) in self.pending.iter_mut() {
+            if busy >= MAX_COPIES {
+                break;
+            }
+            if p.fetching || p.retry_at.is_some_and(|t| now < t) {
+                continue;
+            }
+            p.fetching = true;
+            p.retry_at = None;
+            busy += 1;
+            out.push(*id);
+        }
+        out
+    }
+
+    /// The store's answer for a fetched segment: its bytes (start copying
+    /// them), or None (it is not in the log).
+    pub fn copy_ready(&mut self, id: SegmentId, bytes: Option<Vec<u8>>, now: Instant) {
+        // Freed (FREE sent) while it was fetched: nothing to copy.
+        if !self.pending.get(&id).is_some_and(|p| p.fetching) {
+            return;
+        }
+        let p = self.pending.remove(&id).expect("listed");
+        let Some(mut bytes) = bytes else {
+            if self.frees.iter().any(|(_, ids)| ids.contains(&id)) {
+                // It left the log; its FREE is on the way: just forget it.
+                debug!("segment {} left the log before its re-replication", id.0);
+                self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+            } else {
+                // Not in the log yet (a survivor before its splice).
+                let retry_at = Some(now + FETCH_BACKOFF);
+                self.pending.insert(id, Pending { fetching: false, retry_at, ..p });
+            }
+            return;
+        };
+        let scan = format::scan(&bytes);
+        if scan.verified_len < bytes.len() {
+            warn!(
+                "segment {} verifies to {} of its {} bytes in memory; copying the verified part",
+                id.0,
+                scan.verified_len,
+                bytes.len()
+            );
+            bytes.truncate(scan.verified_len);
+        }
+        if bytes.is_empty() {
+            warn!("segment {} has no verified bytes in memory; not re-replicated", id.0);
+            self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+            return;
+        }
+        info!(
+            "re-replicating closed segment {} ({} bytes, replicas left on {:?})",
+            id.0,
+            bytes.len(),
+            p.holders.iter().map(|h| h.0).collect::<Vec<_>>()
+        );
+        let closed = Some((bytes.len() as u32, scan.last_checksum));
+        self.segs.insert(
+            id,
+            Seg {
+                // Not a head (the flag is informational for the backup).
+                kind: SegmentKind::Survivor,
+                bytes,
+                closed,
+                r: self.replicas,
+                replicas: Vec::new(),
+                tried: Vec::new(),
+                retry_at: None,
+                barrier: Vec::new(),
+                freed: false,
+                copy: Some(p.since),
+                kept: p.holders,
+                stale: p.stale,
+            },
+        );
     }
 
     // ----------------------------------------------------------------------
@@ -435,6 +638,7 @@ impl State {
             self.killed.push(t);
         }
         self.down.insert(id, now + DOWN_BACKOFF);
+        self.lose_closed(id, why, now);
         for (sid, seg) in self.segs.iter_mut() {
             let before = seg.replicas.len();
             seg.replicas.retain(|r| !(r.backup == id && r.gen == gen));
@@ -464,7 +668,7 @@ impl State {
         loop {
             for &id in &ids {
                 let Some(seg) = self.segs.get(&id) else { continue };
-                if !seg.barrier.iter().all(|b| !self.segs.contains_key(b)) {
+                if !seg.barrier.iter().all(|b| self.segs.get(b).is_none_or(|s| s.copy.is_some())) {
                     continue;
                 }
                 self.segs.get_mut(&id).expect("listed").barrier.clear();
@@ -510,8 +714,9 @@ impl State {
             seg.r = replicas;
         }
         let Some(r) = seg.r else { return };
-        if seg.replicas.len() < r as usize {
-            self.place(id, r as usize, now);
+        let want = seg.wanted(r);
+        if seg.replicas.len() < want {
+            self.place(id, want, now);
         }
         let mode = self.settings.mode;
         let timeout = self.settings.replica_timeout;
@@ -529,6 +734,14 @@ impl State {
             let len = seg.bytes.len() as u32;
             let from = rep.sent;
             let upto = match mode {
+                // A copy goes in windowed pieces (see COPY_CHUNK).
+                ReplicationMode::Tailwind if seg.copy.is_some() => {
+                    if from - rep.acked >= COPY_WINDOW {
+                        from
+                    } else {
+                        len.min(from + COPY_CHUNK)
+                    }
+                }
                 ReplicationMode::Tailwind => len,
                 ReplicationMode::Conventional if rep.acked == rep.sent => next_group_end(&seg.bytes, from),
                 ReplicationMode::Conventional => from,
@@ -547,6 +760,9 @@ impl State {
                 conn.dirty = true;
                 rep.sent = upto;
                 self.counters.bytes_replicated += body.len() as u64;
+                if seg.copy.is_some() {
+                    self.counters.rereplication_bytes += body.len() as u64;
+                }
             }
             if let Some((clen, ck)) = seg.closed {
                 let all_sent = rep.sent == clen;
@@ -586,7 +802,10 @@ impl State {
             }
             eligible.clear();
             eligible.extend(self.candidates.iter().copied().filter(|(b, _)| {
-                !seg.replicas.iter().any(|x| x.backup == *b) && !seg.tried.contains(b) && !self.down.contains_key(b)
+                !seg.replicas.iter().any(|x| x.backup == *b)
+                    && !seg.kept.contains(b)
+                    && !seg.tried.contains(b)
+                    && !self.down.contains_key(b)
             }));
             let Some(&(backup, addr)) = eligible.choose(&mut rng) else {
                 seg.retry_at = Some(now + PLACE_BACKOFF);
@@ -616,15 +835,29 @@ impl State {
     /// where its replicas are.
     fn retire(&mut self, id: SegmentId) {
         let mut seg = self.segs.remove(&id).expect("listed");
-        let holders: Vec<ServerId> = seg.replicas.iter().map(|r| r.backup).collect();
+        let holders: Vec<ServerId> = seg.replicas.iter().map(|r| r.backup).chain(seg.kept.iter().copied()).collect();
+        let mut stale = std::mem::take(&mut seg.stale);
+        stale.retain(|b| !holders.contains(b));
+        stale.sort_unstable();
+        stale.dedup();
+        if let Some(since) = seg.copy {
+            self.counters.segments_rereplicated += 1;
+            info!(
+                "closed segment {} back to {} replicas ({:?}) {:?} after one was lost",
+                id.0,
+                holders.len(),
+                holders.iter().map(|h| h.0).collect::<Vec<_>>(),
+                since.elapsed()
+            );
+        }
         if seg.bytes.capacity() <= self.settings.segment_bytes as usize && self.spare_bufs.len() < SPARE_BUFFERS {
             seg.bytes.clear();
             self.spare_bufs.push(std::mem::take(&mut seg.bytes));
         }
         if seg.freed {
-            self.free_on(id, &holders);
-        } else if !holders.is_empty() {
-            self.done.insert(id, holders);
+            self.free_on(id, &holders, &stale);
+        } else if !holders.is_empty() || !stale.is_empty() {
+            self.done.insert(id, Done { holders, stale });
         }
     }
 
@@ -635,7 +868,8 @@ impl State {
         while let Some(item) = self.items.front().copied() {
             match item {
                 Item::Bytes { seg, start, end, pos_end } => {
-                    let acked = self.segs.get(&seg).map_or(u32::MAX, |s| s.acked_all());
+                    // A copy (re-replication) holds nothing back.
+                    let acked = self.segs.get(&seg).filter(|s| s.copy.is_none()).map_or(u32::MAX, |s| s.acked_all());
                     if acked >= end {
                         d = d.max(pos_end);
                         self.items.pop_front();
@@ -647,7 +881,7 @@ impl State {
                     break;
                 }
                 Item::Close { seg, pos } => {
-                    if self.segs.get(&seg).is_none_or(|s| s.fully_closed()) {
+                    if self.segs.get(&seg).is_none_or(|s| s.copy.is_some() || s.fully_closed()) {
                         d = d.max(pos);
                         self.items.pop_front();
                         continue;
@@ -674,8 +908,24 @@ impl State {
         while self.frees.front().is_some_and(|(pos, _)| *pos <= self.durable) {
             let (_, ids) = self.frees.pop_front().expect("front");
             for id in ids {
-                if let Some(holders) = self.done.remove(&id) {
-                    self.free_on(id, &holders);
+                if let Some(d) = self.done.remove(&id) {
+                    self.free_on(id, &d.holders, &d.stale);
+                } else if let Some(p) = self.pending.remove(&id) {
+                    info!("segment {} was cleaned before its re-replication: not copied", id.0);
+                    self.free_on(id, &p.holders, &p.stale);
+                } else if self.segs.get(&id).is_some_and(|s| s.copy.is_some()) {
+                    // A copy under way: stop it and free every replica.
+                    info!("segment {} was cleaned during its re-replication: copy dropped", id.0);
+                    let seg = self.segs.remove(&id).expect("listed");
+                    for r in &seg.replicas {
+                        if let Some(c) = self.conns.get_mut(&r.backup).filter(|c| c.gen == r.gen) {
+                            wire::encode_empty(Kind::Free, id, &mut c.out);
+                            c.dirty = true;
+                        }
+                    }
+                    let mut stale = seg.stale;
+                    stale.retain(|b| !seg.replicas.iter().any(|r| r.backup == *b));
+                    self.free_on(id, &seg.kept, &stale);
                 } else if let Some(seg) = self.segs.get_mut(&id) {
                     seg.freed = true;
                 }
@@ -683,8 +933,8 @@ impl State {
         }
     }
 
-    fn free_on(&mut self, id: SegmentId, holders: &[ServerId]) {
-        for b in holders {
+    fn free_on(&mut self, id: SegmentId, holders: &[ServerId], stale: &[ServerId]) {
+        for b in holders.iter().chain(stale.iter().filter(|s| !holders.contains(s))) {
             // A backup no longer listed is gone: nothing to free there.
             let Some(&(_, addr)) = self.candidates.iter().find(|c| c.0 == *b) else { continue };
             let conn = self.conn(*b, addr);
@@ -727,6 +977,10 @@ impl State {
             refusals: c.refusals,
             open_replicas: self.segs.values().map(|s| s.replicas.iter().filter(|r| !r.closed).count() as u64).sum(),
             segments_freed: c.segments_freed,
+            segments_rereplicated: c.segments_rereplicated,
+            rereplication_bytes: c.rereplication_bytes,
+            closed_segments_below_r: (self.pending.len() + self.segs.values().filter(|s| s.copy.is_some()).count())
+                as u64,
             position: self.position,
             durable: self.durable,
             durable_lag: self.position - self.durable,
