@@ -58,6 +58,12 @@ impl ServerContext {
             None => None,
         };
         let store = Arc::new(Store::with_observer(store_config, observer)?);
+        if let Some(node) = &cluster {
+            // Closed segments re-replicated after a backup failure come from
+            // the store (held weakly: the store holds the replicator).
+            let weak = Arc::downgrade(&store);
+            node.replicator.set_segment_source(Arc::new(move |id| weak.upgrade()?.segment_copy(id)));
+        }
         let tables = TableRegistry::new(store.clone(), cluster.as_ref().map(|c| c.coordinator));
         if let Some(node) = &cluster {
             tables.sync(&node.map());
