@@ -273,3 +273,110 @@ fn a_returning_server_does_not_resurrect_deleted_or_overwritten_objects() {
     }
     cluster.kill_all();
 }
+
+/// The STATS of every server in `ids`, by id (None for one that did not answer).
+fn stats_of(map: &ClusterMap, ids: &[ServerId]) -> Vec<(ServerId, Option<shoal_client::Stats>)> {
+    ids.iter()
+        .map(|id| {
+            let addr = map.server(*id).unwrap().native;
+            (*id, Client::connect(addr).ok().and_then(|mut c| c.stats().ok()))
+        })
+        .collect()
+}
+
+/// Closed replicas of `log` on the backup at `addr`.
+fn closed_replicas(addr: std::net::SocketAddr, log: shoal_common::LogId) -> Vec<u64> {
+    use shoal_replication::wire::ReplicaState;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let list = rt.block_on(shoal_replication::restore::list_replicas(addr, log)).unwrap_or_default();
+    list.into_iter().filter(|r| r.state == ReplicaState::Closed).map(|r| r.segment.0).collect()
+}
+
+#[test]
+fn a_killed_backup_s_segments_get_back_to_r_replicas_and_writes_go_on() {
+    let root = Root::new("recovery-kill-backup");
+    let mut cluster = Cluster::start(&root.0, 5, 2, 0);
+    let table = cluster.client().create_table("ledger").unwrap();
+    let map = table_map(&cluster, table);
+    // Big values first, so that every master closes segments (8 MiB each)
+    // whose replicas are spread over the other backups.
+    let fill = |i: usize| vec![(i % 251) as u8; 16 << 10];
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let coordinator = cluster.coordinator;
+            s.spawn(move || {
+                let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
+                for i in (t..6000).step_by(4) {
+                    c.write(table, format!("fill{i}").as_bytes(), &fill(i)).unwrap();
+                }
+            });
+        }
+    });
+    let victim = busiest(&map, table);
+    let survivors: Vec<ServerId> = map.servers.iter().map(|s| s.id).filter(|id| *id != victim).collect();
+    // What the victim's backup holds of the survivors' logs: each must be
+    // copied elsewhere.
+    let victim_backup = map.server(victim).unwrap().backup;
+    let held: Vec<(ServerId, Vec<u64>)> =
+        survivors.iter().map(|id| (*id, closed_replicas(victim_backup, map.server(*id).unwrap().log))).collect();
+    let held_total: usize = held.iter().map(|h| h.1.len()).sum();
+    eprintln!("the victim's backup holds closed replicas {held:?}");
+    assert!(held_total > 0, "the victim holds no closed replica of the others' logs");
+    for (id, st) in stats_of(&map, &survivors) {
+        assert_eq!(stat(&st.unwrap(), "closed_segments_below_r"), Some(0), "server {id} before the kill");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, ledger, acks) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
+        Some(format!("t{t}-k{}", n % 2000).into_bytes())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let idx = process_of(&root.0, &cluster, victim);
+    let killed = Instant::now();
+    kill(&mut cluster, idx);
+    // Every survivor gets its closed segments back to R replicas.
+    let deadline = killed + Duration::from_secs(15);
+    let mut copied;
+    loop {
+        let all = stats_of(&map, &survivors);
+        let below: Vec<(ServerId, Option<u64>)> =
+            all.iter().map(|(id, s)| (*id, s.as_ref().and_then(|s| stat(s, "closed_segments_below_r")))).collect();
+        copied = all.iter().filter_map(|(_, s)| s.as_ref().and_then(|s| stat(s, "segments_rereplicated"))).sum::<u64>();
+        if below.iter().all(|b| b.1 == Some(0)) && copied >= held_total as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "closed segments below R 15 s after the kill: {below:?}, {copied} copied of {held_total}; logs under {}",
+            root.0.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("{copied} closed segments back to R replicas {:?} after the kill", killed.elapsed());
+    // Each segment the victim held is closed on R live backups now (or was
+    // cleaned since, and is on none).
+    let live = wait_map(&cluster, "the recovery", 30, |m| recovered(m, victim));
+    for (id, segs) in &held {
+        let log = map.server(*id).unwrap().log;
+        let on: Vec<Vec<u64>> =
+            survivors.iter().map(|b| closed_replicas(live.server(*b).unwrap().backup, log)).collect();
+        for seg in segs {
+            let n = on.iter().filter(|l| l.contains(seg)).count();
+            assert!(n == 0 || n >= 2, "segment {seg} of server {id}: closed on {n} live backups");
+        }
+    }
+    let before = acks.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let after = acks.load(Ordering::Relaxed);
+    assert!(after > before + 100, "writes did not go on: {before} then {after}");
+    let ledger = ledger.lock().unwrap().clone();
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..6000 {
+        assert_eq!(c.read(table, format!("fill{i}").as_bytes()).unwrap().0, fill(i), "fill{i}");
+    }
+    cluster.kill_all();
+}
