@@ -352,14 +352,21 @@ pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions
             segments.push((segment, bytes));
             continue;
         }
-        if !candidates.contains_key(&segment) {
+        // Every member but the head was closed on all its replicas before
+        // the head was opened (docs/replication.md), so only closed replicas
+        // count: an open one is a partial copy (a re-replication cut short).
+        let closed: Vec<Candidate> = candidates
+            .get(&segment)
+            .map(|list| list.iter().filter(|c| c.info.state == ReplicaState::Closed).cloned().collect())
+            .unwrap_or_default();
+        if closed.is_empty() {
             missing.push(segment);
             continue;
         }
-        let (candidates, limit) = (candidates.clone(), limit.clone());
+        let limit = limit.clone();
         reads.spawn(async move {
             let _permit = limit.acquire().await.ok();
-            let found = fetch_best(log, segment, &candidates[&segment], opts.read_timeout).await;
+            let found = fetch_best(log, segment, &closed, opts.read_timeout).await;
             (segment, found.map(|(bytes, _)| bytes))
         });
     }

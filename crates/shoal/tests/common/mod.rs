@@ -123,9 +123,15 @@ impl Cluster {
         Client::connect_cluster(self.coordinator, ClientConfig::default()).expect("cluster client")
     }
 
+    /// SIGKILLs every process, the coordinator first: a whole cluster
+    /// losing power at once, with no server declared dead by the others
+    /// while the rest are being killed one by one.
     pub fn kill_all(&mut self) {
-        for mut c in self.servers.drain(..).chain(self.coordinator_proc.take()) {
+        let mut all: Vec<Child> = self.coordinator_proc.take().into_iter().chain(self.servers.drain(..)).collect();
+        for c in &mut all {
             let _ = c.kill();
+        }
+        for c in &mut all {
             let _ = c.wait();
         }
     }
