@@ -584,7 +584,11 @@ impl ClusterNode {
         }
         for &log in &self.recover {
             let found = loop {
-                let backups: Vec<SocketAddr> = self.map().servers.iter().map(|s| s.backup).collect();
+                // Servers declared dead are not waited for: their logs are
+                // fenced and recovered elsewhere, and with R >= 2 every
+                // segment has a replica on another backup.
+                let backups: Vec<SocketAddr> =
+                    self.map().servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
                 let attempt = tokio::select! {
                     r = restore::find_log(&backups, log) => r,
                     _ = shutdown.wait_for(|s| *s) => return,
