@@ -131,6 +131,8 @@ pub struct Args {
 pub struct PartitionResult {
     pub server: u64,
     pub partition: u64,
+    /// Replayed, durable and reported to the coordinator.
+    pub done: bool,
     pub segments: u64,
     /// Log bytes this recovery master read from the backups (the whole log).
     pub bytes_read: u64,
@@ -661,6 +663,38 @@ impl Cluster {
     }
 }
 
+/// The partitions of the recovery of `victim`, from the live servers' STATS.
+fn partition_stats(cluster: &Cluster, victim: ServerId) -> Result<Vec<PartitionResult>, String> {
+    let map = cluster.map().ok_or("no map from the coordinator")?;
+    let mut out = Vec::new();
+    for s in map.servers.iter().filter(|s| s.state != ServerState::Down) {
+        let Some(stats) = server_stats(s.native) else { continue };
+        for (name, _) in stats.iter() {
+            let Some(rest) = name.strip_prefix("recovery_") else { continue };
+            let Some((rec, tail)) = rest.split_once("_partition_") else { continue };
+            let Some(part) = tail.strip_suffix("_dead") else { continue };
+            let p = |what: &str| stat_u64(&stats, &format!("recovery_{rec}_partition_{part}_{what}")).unwrap_or(0);
+            if p("dead") != victim.0 {
+                continue;
+            }
+            out.push(PartitionResult {
+                server: s.id.0,
+                partition: part.parse().unwrap_or(0),
+                done: p("done") == 1,
+                segments: p("segments"),
+                bytes_read: p("bytes"),
+                objects: p("objects"),
+                find_ms: p("find_ms"),
+                replay_ms: p("replay_ms"),
+                rereplication_ms: p("durable_ms"),
+                total_ms: p("total_ms"),
+            });
+        }
+    }
+    out.sort_by_key(|p| p.partition);
+    Ok(out)
+}
+
 fn client(coordinator: SocketAddr) -> Result<Client, String> {
     let config = ClientConfig { spin: Duration::ZERO, ..ClientConfig::default() };
     Client::connect_cluster(coordinator, config).map_err(|e| format!("cannot connect to the cluster: {e}"))
@@ -878,7 +912,18 @@ fn measure(
     }
     r.detection_ms = down_at.map(|d| d.as_secs_f64() * 1e3);
     let Some(recovered_at) = recovered_at else {
-        return Err(format!("not recovered within {:.0} s", timeout.as_secs_f64()));
+        // Say how far it got: partitions done, and those still collecting
+        // replicas (no segment found yet).
+        let parts = partition_stats(&cluster, victim).unwrap_or_default();
+        let done = parts.iter().filter(|p| p.done).count();
+        let finding = parts.iter().filter(|p| !p.done && p.segments == 0).count();
+        r.partitions = parts;
+        r.recovery_masters = r.partitions.len();
+        return Err(format!(
+            "not recovered within {:.0} s: {done} of {} partitions done, {finding} still collecting replicas",
+            timeout.as_secs_f64(),
+            r.recovery_masters
+        ));
     };
     r.map_recovered_ms = Some(recovered_at.as_secs_f64() * 1e3);
     // A victim key served again (a new client: the map is fetched now).
@@ -928,31 +973,7 @@ fn measure(
     }
 
     // Phases, from the recovery masters and the coordinator.
-    let map = cluster.map().ok_or("no map after the recovery")?;
-    for s in map.servers.iter().filter(|s| s.state != ServerState::Down) {
-        let Some(stats) = server_stats(s.native) else { continue };
-        for (name, _) in stats.iter() {
-            let Some(rest) = name.strip_prefix("recovery_") else { continue };
-            let Some((rec, tail)) = rest.split_once("_partition_") else { continue };
-            let Some(part) = tail.strip_suffix("_dead") else { continue };
-            let p = |what: &str| stat_u64(&stats, &format!("recovery_{rec}_partition_{part}_{what}")).unwrap_or(0);
-            if p("dead") != victim.0 {
-                continue;
-            }
-            r.partitions.push(PartitionResult {
-                server: s.id.0,
-                partition: part.parse().unwrap_or(0),
-                segments: p("segments"),
-                bytes_read: p("bytes"),
-                objects: p("objects"),
-                find_ms: p("find_ms"),
-                replay_ms: p("replay_ms"),
-                rereplication_ms: p("durable_ms"),
-                total_ms: p("total_ms"),
-            });
-        }
-    }
-    r.partitions.sort_by_key(|p| p.partition);
+    r.partitions = partition_stats(&cluster, victim)?;
     r.recovery_masters = r.partitions.len();
     r.bytes_read = r.partitions.iter().map(|p| p.bytes_read).sum();
     r.find_ms = r.partitions.iter().map(|p| p.find_ms).max();
