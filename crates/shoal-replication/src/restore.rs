@@ -155,14 +155,26 @@ impl Reader {
     }
 
     async fn read(&mut self, log: LogId, segment: SegmentId) -> Result<(ReplicaInfo, Vec<u8>), RestoreError> {
+        let (mut info, body) = self.read_unverified(log, segment).await?;
+        if !body.is_empty() {
+            info.checksum = verify_replica(&body).last_checksum;
+        }
+        Ok((info, body))
+    }
+
+    /// A replica's bytes as the backup sent them (`checksum` left 0): for
+    /// callers that verify them themselves.
+    async fn read_unverified(
+        &mut self,
+        log: LogId,
+        segment: SegmentId,
+    ) -> Result<(ReplicaInfo, Vec<u8>), RestoreError> {
         let mut out = Vec::new();
         wire::encode_u64(Kind::Read, segment, log.0, &mut out);
         let mut body = self.call(&out, Kind::Segment, "SEGMENT").await?;
         let (log_version, state, bytes) =
             wire::decode_segment(&body).map_err(|source| RestoreError::Protocol { addr: self.addr, source })?;
-        let len = bytes.len();
-        let checksum = if len == 0 { 0 } else { verify_replica(bytes).last_checksum };
-        let info = ReplicaInfo { segment, log_version, len: len as u32, checksum, state };
+        let info = ReplicaInfo { segment, log_version, len: bytes.len() as u32, checksum: 0, state };
         body.drain(..wire::SEGMENT_PREFIX);
         Ok((info, body))
     }
@@ -397,7 +409,8 @@ async fn fetch_best(
     timeout: Duration,
 ) -> Option<(Vec<u8>, Verified)> {
     for c in candidates {
-        let read = match tokio::time::timeout(timeout, read_replica(c.addr, log, segment)).await {
+        let read = async { Reader::connect(c.addr).await?.read_unverified(log, segment).await };
+        let read = match tokio::time::timeout(timeout, read).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::warn!(backup = %c.addr, segment = segment.0, error = %e, "restore: reading a replica failed");

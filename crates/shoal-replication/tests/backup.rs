@@ -388,8 +388,11 @@ fn a_flipped_bit_in_a_closed_file_is_detected() {
     bad[48 + ends[4] - 10] ^= 0x04;
     assert_eq!(format::scan(&bad[48..]).verified_len, seg.len());
     std::fs::write(&path, &bad).unwrap();
+    // LIST answers from what the CLOSE recorded (it reads no file); READ
+    // verifies every byte and refuses the corrupt replica.
     let listed = list(backup.local_addr(), LOG);
-    assert_eq!(listed.iter().map(|r| r.segment).collect::<Vec<_>>(), vec![SegmentId(6)]);
+    assert_eq!(listed.iter().map(|r| r.segment).collect::<Vec<_>>(), vec![SegmentId(5), SegmentId(6)]);
+    assert!(read(backup.local_addr(), LOG, SegmentId(5)).is_err());
     assert!(read(backup.local_addr(), LOG, SegmentId(5)).is_err());
     assert!(backup.stats().corrupt_replicas >= 2);
     // A bit in the last checksum entry.

@@ -218,7 +218,12 @@ fn find_log_uses_a_good_replica_when_another_is_corrupt() {
     for (id, bytes) in &found.segments {
         assert_eq!(bytes, &recorded[id].bytes(), "segment {id}");
     }
-    assert!(backups.iter().map(|b| b.stats().corrupt_replicas).sum::<u64>() > 0);
+    // Each flipped copy is refused when read (LIST does not read files).
+    for (id, path) in &flipped {
+        let i = dirs.iter().position(|d| path.starts_with(d.path())).unwrap();
+        assert!(rt().block_on(restore::read_replica(addrs[i], LOG, *id)).is_err(), "segment {id}");
+    }
+    assert!(backups.iter().map(|b| b.stats().corrupt_replicas).sum::<u64>() >= flipped.len() as u64);
 
     // Both copies of a member corrupt: that member is missing.
     let (&victim, _) = flipped.iter().find(|(id, _)| found.segments.iter().any(|(s, _)| s == *id)).unwrap();

@@ -417,11 +417,34 @@ impl Shared {
     /// report their verified prefix; closed ones are checked (bytes scan to
     /// their length, ending with their checksum) and left out if they fail.
     pub(crate) fn list(&self, log: LogId) -> Vec<ReplicaInfo> {
-        let segments: Vec<SegmentId> = {
+        // Closed replicas are listed from what their CLOSE recorded, without
+        // reading them: a LIST of a large log must stay quick (recovery
+        // lists every backup at once). READ verifies every byte before it
+        // serves them, so a corrupt one is refused there and the reader
+        // takes another replica.
+        let mut closed = Vec::new();
+        let open: Vec<SegmentId> = {
             let t = self.table.lock();
-            t.replicas.range((log, SegmentId(0))..=(log, SegmentId(u64::MAX))).map(|(k, _)| k.1).collect()
+            t.replicas
+                .range((log, SegmentId(0))..=(log, SegmentId(u64::MAX)))
+                .filter_map(|(k, r)| match r {
+                    Replica::Closed { version, len, checksum, .. } | Replica::OnDisk { version, len, checksum, .. } => {
+                        closed.push(ReplicaInfo {
+                            segment: k.1,
+                            log_version: *version,
+                            len: *len,
+                            checksum: *checksum,
+                            state: ReplicaState::Closed,
+                        });
+                        None
+                    }
+                    Replica::Open { .. } => Some(k.1),
+                })
+                .collect()
         };
-        segments.into_iter().filter_map(|segment| self.serve(log, segment, false)).map(|o| o.info).collect()
+        closed.extend(open.into_iter().filter_map(|segment| self.serve(log, segment, false)).map(|o| o.info));
+        closed.sort_by_key(|r| r.segment);
+        closed
     }
 
     /// READ: one replica's bytes (an open one's verified prefix).
