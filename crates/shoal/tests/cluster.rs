@@ -14,8 +14,6 @@ mod common;
 use common::*;
 use shoal_client::blocking::Client;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -53,18 +51,11 @@ fn whole_cluster_sigkill_and_restart_keeps_every_acknowledged_write() {
     let mut cluster = Cluster::start(&root.0, 4, 2, 0);
     let port = cluster.coordinator.port();
     let table = cluster.client().create_table("ledger").unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
     // Each thread writes its own keys, so the ledger's last value is the newest.
-    let (handles, ledger, _) = write_load(cluster.coordinator, table, 4, stop.clone(), |t, n| {
-        Some(format!("t{t}-k{}", n % 5000).into_bytes())
-    });
+    let load = WriteLoad::start(cluster.coordinator, table, 4, |t, n| Some(format!("t{t}-k{}", n % 5000).into_bytes()));
     std::thread::sleep(Duration::from_secs(3));
     cluster.kill_all();
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let ledger = ledger.lock().unwrap().clone();
+    let (ledger, _) = load.finish();
     assert!(ledger.len() > 1000, "only {} writes acknowledged", ledger.len());
 
     // Same directories, same coordinator port.
@@ -107,24 +98,19 @@ fn a_stalled_backup_is_replaced_and_writes_to_other_masters_go_on() {
             map.tablet(table, h).map(|t| t.master) == Some(victim.id)
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
     let keys = move |t: usize, n: u64| {
         let k = format!("t{t}-k{}", n % 3000).into_bytes();
         (!owned_by_victim(&k)).then_some(k)
     };
-    let (handles, ledger, acks) = write_load(cluster.coordinator, table, 3, stop.clone(), keys);
+    let load = WriteLoad::start(cluster.coordinator, table, 3, keys);
     std::thread::sleep(Duration::from_secs(1));
     signal(pid, "-STOP");
-    let stalled_at = acks.load(Ordering::Relaxed);
+    let stalled_at = load.acks();
     std::thread::sleep(Duration::from_secs(5));
-    let after = acks.load(Ordering::Relaxed);
+    let after = load.acks();
     signal(pid, "-CONT");
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
+    let (ledger, _) = load.finish();
     assert!(after > stalled_at + 100, "writes stopped with a stalled backup: {stalled_at} then {after}");
-    let ledger = ledger.lock().unwrap().clone();
     let mut c = cluster.client();
     check_ledger(&mut c, table, &ledger);
     // The masters say they re-opened replicas.

@@ -9,7 +9,7 @@ use common::*;
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, Connection, Request, TableId};
 use shoal_cluster::{ClusterMap, ServerId, ServerState};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,13 +79,10 @@ fn a_killed_master_is_recovered_and_no_acknowledged_write_is_lost() {
     let map = table_map(&cluster, table);
     let victim = busiest(&map, table);
     let old_key = (0..10_000).map(|i| format!("v{i}").into_bytes()).find(|k| owner(&map, table, k) == victim).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (handles, ledger, acks) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
-        Some(format!("t{t}-k{}", n % 2000).into_bytes())
-    });
+    let load = WriteLoad::start(cluster.coordinator, table, 3, |t, n| Some(format!("t{t}-k{}", n % 2000).into_bytes()));
     std::thread::sleep(Duration::from_secs(2));
     let idx = process_of(&root.0, &cluster, victim);
-    let before = acks.load(Ordering::Relaxed);
+    let before = load.acks();
     let killed = Instant::now();
     kill(&mut cluster, idx);
     // Writes to the dead master's keys come back once its tablets are recovered.
@@ -97,15 +94,11 @@ fn a_killed_master_is_recovered_and_no_acknowledged_write_is_lost() {
     c.write(table, &old_key, b"after").unwrap();
     let write_after = first_write.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let after = acks.load(Ordering::Relaxed);
+    let (ledger, after) = load.finish();
     assert!(after > before + 100, "writes did not go on: {before} then {after}");
     eprintln!("recovered in {recovered_in:?}; a write after it took {write_after:?}");
     assert!(recovered_in < Duration::from_secs(20), "recovery took {recovered_in:?}");
-    let mut ledger = ledger.lock().unwrap().clone();
+    let mut ledger = ledger;
     ledger.insert(old_key, b"after".to_vec());
     check_ledger(&mut c, table, &ledger);
     cluster.kill_all();
@@ -118,10 +111,7 @@ fn two_masters_killed_one_during_the_others_recovery() {
     let table = cluster.client().create_table("ledger").unwrap();
     let map = table_map(&cluster, table);
     let first = busiest(&map, table);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (handles, ledger, _) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
-        Some(format!("t{t}-k{}", n % 2000).into_bytes())
-    });
+    let load = WriteLoad::start(cluster.coordinator, table, 3, |t, n| Some(format!("t{t}-k{}", n % 2000).into_bytes()));
     std::thread::sleep(Duration::from_secs(2));
     let idx = process_of(&root.0, &cluster, first);
     kill(&mut cluster, idx);
@@ -132,11 +122,7 @@ fn two_masters_killed_one_during_the_others_recovery() {
     kill(&mut cluster, idx);
     wait_map(&cluster, "both recoveries", 40, |m| recovered(m, first) && recovered(m, second));
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let ledger = ledger.lock().unwrap().clone();
+    let (ledger, _) = load.finish();
     assert!(ledger.len() > 500, "only {} keys written", ledger.len());
     check_ledger(&mut cluster.client(), table, &ledger);
     cluster.kill_all();
@@ -151,10 +137,7 @@ fn a_master_and_one_of_its_backups_killed_at_once_with_three_replicas() {
     let map = table_map(&cluster, table);
     let master = busiest(&map, table);
     let other = map.servers.iter().map(|s| s.id).find(|&id| id != master).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (handles, ledger, _) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
-        Some(format!("t{t}-k{}", n % 2000).into_bytes())
-    });
+    let load = WriteLoad::start(cluster.coordinator, table, 3, |t, n| Some(format!("t{t}-k{}", n % 2000).into_bytes()));
     std::thread::sleep(Duration::from_secs(2));
     for id in [master, other] {
         let idx = process_of(&root.0, &cluster, id);
@@ -162,11 +145,7 @@ fn a_master_and_one_of_its_backups_killed_at_once_with_three_replicas() {
     }
     wait_map(&cluster, "both recoveries", 40, |m| recovered(m, master) && recovered(m, other));
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let ledger = ledger.lock().unwrap().clone();
+    let (ledger, _) = load.finish();
     check_ledger(&mut cluster.client(), table, &ledger);
     cluster.kill_all();
 }
@@ -325,10 +304,7 @@ fn a_killed_backup_s_segments_get_back_to_r_replicas_and_writes_go_on() {
     for (id, st) in stats_of(&map, &survivors) {
         assert_eq!(stat(&st.unwrap(), "closed_segments_below_r"), Some(0), "server {id} before the kill");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let (handles, ledger, acks) = write_load(cluster.coordinator, table, 3, stop.clone(), |t, n| {
-        Some(format!("t{t}-k{}", n % 2000).into_bytes())
-    });
+    let load = WriteLoad::start(cluster.coordinator, table, 3, |t, n| Some(format!("t{t}-k{}", n % 2000).into_bytes()));
     std::thread::sleep(Duration::from_secs(1));
     let idx = process_of(&root.0, &cluster, victim);
     let killed = Instant::now();
@@ -364,15 +340,10 @@ fn a_killed_backup_s_segments_get_back_to_r_replicas_and_writes_go_on() {
             assert!(n == 0 || n >= 2, "segment {seg} of server {id}: closed on {n} live backups");
         }
     }
-    let before = acks.load(Ordering::Relaxed);
+    let before = load.acks();
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let after = acks.load(Ordering::Relaxed);
+    let (ledger, after) = load.finish();
     assert!(after > before + 100, "writes did not go on: {before} then {after}");
-    let ledger = ledger.lock().unwrap().clone();
     let mut c = cluster.client();
     check_ledger(&mut c, table, &ledger);
     for i in 0..6000 {

@@ -157,49 +157,75 @@ pub fn signal(pid: u32, sig: &str) {
 /// Acknowledged writes: the last acknowledged value of each key.
 pub type Ledger = Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>>;
 
-/// Writes by `threads` clients until `stop`; each acknowledged (key, value)
-/// goes into the ledger (the last acknowledged value per key wins).
-pub fn write_load(
-    coordinator: SocketAddr,
-    table: TableId,
-    threads: usize,
+/// A write load from several cluster clients that keeps a ledger of
+/// acknowledged writes (the last acknowledged value per key wins).
+pub struct WriteLoad {
     stop: Arc<AtomicBool>,
-    keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
-) -> (Vec<std::thread::JoinHandle<()>>, Ledger, Arc<AtomicU64>) {
-    let ledger = Arc::new(Mutex::new(HashMap::new()));
-    let acks = Arc::new(AtomicU64::new(0));
-    let keys = Arc::new(keys);
-    let handles = (0..threads)
-        .map(|t| {
-            let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
-            std::thread::spawn(move || {
-                let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
-                    n += 1;
-                    let Some(key) = keys(t, n) else { continue };
-                    let value = format!("t{t}-n{n}").into_bytes();
-                    match c.write(table, &key, &value) {
-                        Ok(_) => {
-                            ledger.lock().unwrap().insert(key, value);
-                            acks.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // The cluster is being killed: unacknowledged, so not in the ledger.
-                        Err(_) => {
-                            if stop.load(Ordering::Relaxed) {
-                                break;
+    handles: Vec<std::thread::JoinHandle<()>>,
+    ledger: Ledger,
+    acks: Arc<AtomicU64>,
+}
+
+impl WriteLoad {
+    /// Starts `threads` clients; client t writes `keys(t, n)` for n = 1, 2,
+    /// ... (skipping `None`) until [`WriteLoad::finish`] or a million writes.
+    pub fn start(
+        coordinator: SocketAddr,
+        table: TableId,
+        threads: usize,
+        keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> WriteLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ledger: Ledger = Arc::new(Mutex::new(HashMap::new()));
+        let acks = Arc::new(AtomicU64::new(0));
+        let keys = Arc::new(keys);
+        let handles = (0..threads)
+            .map(|t| {
+                let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
+                std::thread::spawn(move || {
+                    let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
+                        n += 1;
+                        let Some(key) = keys(t, n) else { continue };
+                        let value = format!("t{t}-n{n}").into_bytes();
+                        match c.write(table, &key, &value) {
+                            Ok(_) => {
+                                ledger.lock().unwrap().insert(key, value);
+                                acks.fetch_add(1, Ordering::Relaxed);
                             }
-                            std::thread::sleep(Duration::from_millis(5));
-                            if let Ok(fresh) = Client::connect_cluster(coordinator, ClientConfig::default()) {
-                                c = fresh;
+                            // Not acknowledged, so not in the ledger.
+                            Err(_) => {
+                                if stop.load(Ordering::Relaxed) {
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(5));
+                                if let Ok(fresh) = Client::connect_cluster(coordinator, ClientConfig::default()) {
+                                    c = fresh;
+                                }
                             }
                         }
                     }
-                }
+                })
             })
-        })
-        .collect();
-    (handles, ledger, acks)
+            .collect();
+        WriteLoad { stop, handles, ledger, acks }
+    }
+
+    /// Writes acknowledged so far.
+    pub fn acks(&self) -> u64 {
+        self.acks.load(Ordering::Relaxed)
+    }
+
+    /// Stops the clients and returns the ledger and the acknowledged count.
+    pub fn finish(self) -> (HashMap<Vec<u8>, Vec<u8>>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+        let ledger = self.ledger.lock().unwrap().clone();
+        (ledger, self.acks.load(Ordering::Relaxed))
+    }
 }
 
 pub fn check_ledger(c: &mut Client, table: TableId, ledger: &HashMap<Vec<u8>, Vec<u8>>) {
