@@ -290,7 +290,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         println!("  native protocol: {}", s.native);
         println!("  Redis protocol:  {}    try: redis-cli -p {} set hello world", s.resp, s.resp.port());
     }
-    println!("  shoal CLI:       shoal put greetings hello world --coordinator {coordinator}");
+    println!(
+        "  shoal CLI:       shoal create-table greetings --coordinator {coordinator}; shoal put greetings hello world \
+         --coordinator {coordinator}"
+    );
     println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
 
     // Run until a signal; report servers that exit on their own.
