@@ -35,6 +35,8 @@ const WATCH_MS: u64 = 30_000;
 pub const PING_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a ping may take before it counts as missed.
 pub const PING_TIMEOUT: Duration = Duration::from_millis(250);
+/// Longest a recovery master waits for one backup to take a fence.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Missed pings in a row before a peer is reported.
 pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
@@ -415,10 +417,21 @@ impl ClusterNode {
                     self.map().servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
                 // Fence first: from here on the dead master (if it still
                 // runs) cannot make another byte durable on these backups.
-                let fences = backups.iter().map(|&b| restore::fence(b, log, rec.log_version));
-                for (b, r) in backups.iter().zip(futures_join_all(fences).await) {
-                    if let Err(e) = r {
-                        warn!("recovery {}: cannot fence log {} on backup {b}: {e}", rec.id, log.0);
+                // All backups at once.
+                let mut fences = tokio::task::JoinSet::new();
+                for &b in &backups {
+                    let version = rec.log_version;
+                    fences.spawn(async move {
+                        (b, tokio::time::timeout(FENCE_TIMEOUT, restore::fence(b, log, version)).await)
+                    });
+                }
+                while let Some(done) = fences.join_next().await {
+                    match done {
+                        Ok((b, Ok(Err(e)))) => {
+                            warn!("recovery {}: cannot fence log {} on backup {b}: {e}", rec.id, log.0)
+                        }
+                        Ok((b, Err(_))) => warn!("recovery {}: fencing log {} on backup {b} timed out", rec.id, log.0),
+                        _ => {}
                     }
                 }
                 progress.phase = "finding replicas";
@@ -703,19 +716,6 @@ fn write_id(dir: &Path, id: ServerId) -> std::io::Result<()> {
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(ID_FILE))?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// Runs futures concurrently on this task and returns their outputs in order.
-async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut set = Vec::new();
-    for f in futs {
-        set.push(Box::pin(f));
-    }
-    let mut out = Vec::with_capacity(set.len());
-    for f in set {
-        out.push(f.await);
-    }
-    out
 }
 
 /// One native PING to `addr` over a cached connection, within `PING_TIMEOUT`.
