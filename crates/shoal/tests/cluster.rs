@@ -81,8 +81,17 @@ fn a_stalled_backup_is_replaced_and_writes_to_other_masters_go_on() {
         }
     };
     // Stop one server: its backup stalls (and its own keys are not written).
+    // The victim is a server whose backup holds a replica of another
+    // master's open head (every head is replicated from its first bytes).
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let holds_others = |s: &shoal_cluster::ServerInfo| {
+        map.servers.iter().filter(|m| m.id != s.id).any(|m| {
+            rt.block_on(shoal_replication::restore::list_replicas(s.backup, m.log))
+                .is_ok_and(|l| l.iter().any(|r| r.state == shoal_replication::wire::ReplicaState::Open))
+        })
+    };
+    let victim = map.servers.iter().find(|s| holds_others(s)).expect("a backup holding an open replica").clone();
     // Servers enlist in any order, so find its process by its data directory's id.
-    let victim = map.servers.iter().max_by_key(|s| s.id).unwrap().clone();
     let victim_idx = (0..cluster.servers.len())
         .find(|i| {
             let id = std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id"))).unwrap();
@@ -113,11 +122,13 @@ fn a_stalled_backup_is_replaced_and_writes_to_other_masters_go_on() {
     assert!(after > stalled_at + 100, "writes stopped with a stalled backup: {stalled_at} then {after}");
     let mut c = cluster.client();
     check_ledger(&mut c, table, &ledger);
-    // The masters say they re-opened replicas.
+    // The masters say they re-opened replicas (open segments) or copied
+    // them (closed ones, once the stopped server was declared dead).
     let mut reopened = 0;
     for s in map.servers.iter().filter(|s| s.id != victim_id) {
         let mut one = Client::connect(s.native).unwrap();
-        reopened += stat(&one.stats().unwrap(), "replicas_reopened").unwrap();
+        let st = one.stats().unwrap();
+        reopened += stat(&st, "replicas_reopened").unwrap() + stat(&st, "segments_rereplicated").unwrap();
     }
     assert!(reopened > 0, "no replica was re-opened");
 }
