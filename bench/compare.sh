@@ -115,19 +115,8 @@ stop() {
     kill -9 "$pid" 2>/dev/null || true
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_port() {
-    local port="$1" name="$2"
-    for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "compare.sh: $name did not listen on port $port within 10 s" >&2
-    exit 1
-}
+# free_port, wait_port
+source "$ROOT/bench/lib.sh"
 
 # CPU seconds (user + system) a process has used.
 cpu_secs() {

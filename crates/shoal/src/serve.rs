@@ -150,8 +150,9 @@ fn port(base: u16, i: usize) -> String {
     }
 }
 
-/// Spawns `shoal <args>` with its stderr in `<dir>/log`.
-fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
+/// Spawns `shoal <args>` with its stderr in `<dir>/log` (also used by
+/// `shoal bench recovery`).
+pub(crate) fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -189,7 +190,7 @@ fn wait_for_coordinator(addr: SocketAddr, log: &Path, deadline: Instant, child: 
 }
 
 /// `port`, or a free port of 127.0.0.1 if it is 0.
-fn pick_port(port: u16) -> Result<u16, String> {
+pub(crate) fn pick_port(port: u16) -> Result<u16, String> {
     if port != 0 {
         return Ok(port);
     }

@@ -41,6 +41,7 @@
 //! run ends, whatever happened.
 
 use super::{emit_json, Table};
+use crate::serve::{pick_port, spawn};
 use clap::Args as ClapArgs;
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
@@ -53,7 +54,7 @@ use shoal_cluster::{ClusterMap, ControlRequest, ControlResponse, ServerId, Serve
 use shoal_server::ByteSize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -537,27 +538,6 @@ impl Drop for Cluster {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| format!("cannot find a free port: {e}"))
-}
-
-fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("log"))
-        .map_err(|e| format!("cannot open the log in {}: {e}", dir.display()))?;
-    Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))
-}
-
 impl Cluster {
     fn start(
         exe: &Path,
@@ -568,7 +548,7 @@ impl Cluster {
         deadline: Instant,
     ) -> Result<Cluster, String> {
         let _ = std::fs::remove_dir_all(root);
-        let coordinator: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse().map_err(|e| format!("{e}"))?;
+        let coordinator: SocketAddr = format!("127.0.0.1:{}", pick_port(0)?).parse().map_err(|e| format!("{e}"))?;
         let mut c = Cluster { coordinator, procs: Vec::new(), root: root.to_path_buf() };
         let cdir = root.join("coordinator");
         let args: Vec<String> = vec![
