@@ -593,6 +593,62 @@ impl<'a> Iterator for EntryIter<'a> {
     }
 }
 
+/// What [`filter_entries`] kept, and the safe version of everything it saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filtered {
+    /// One above the highest version of any object or tombstone in the
+    /// buffer, or the highest safe-version entry if that is higher: what a
+    /// replay of the buffer must raise the safe version to, whichever
+    /// entries were kept.
+    pub safe_version: u64,
+    /// Object entries kept.
+    pub objects: u32,
+    /// Tombstone entries kept.
+    pub tombstones: u32,
+}
+
+/// Copies, byte for byte and in order, the object and tombstone entries of
+/// `buf` for which `keep(table, key)` holds to the end of `out`: a
+/// partition's share of a segment for recovery. Every entry's own CRC is
+/// checked (an entry whose key bytes were damaged must not be sorted into
+/// the wrong partition unnoticed), so `buf` should be a prefix that
+/// [`scan`] verified. Stops with the first entry that does not decode.
+pub fn filter_entries(
+    buf: &[u8],
+    mut keep: impl FnMut(TableId, &[u8]) -> bool,
+    out: &mut Vec<u8>,
+) -> Result<Filtered, FormatError> {
+    let mut f = Filtered::default();
+    let mut pos = 0;
+    while pos < buf.len() {
+        let (entry, len) = decode(&buf[pos..])?;
+        let kept = match entry {
+            Entry::Object(o) => {
+                f.safe_version = f.safe_version.max(o.version.0 + 1);
+                let k = keep(o.table, o.key);
+                f.objects += k as u32;
+                k
+            }
+            Entry::Tombstone(t) => {
+                f.safe_version = f.safe_version.max(t.version.0 + 1);
+                let k = keep(t.table, t.key);
+                f.tombstones += k as u32;
+                k
+            }
+            Entry::SafeVersion(v) => {
+                f.safe_version = f.safe_version.max(v.0);
+                false
+            }
+            Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => false,
+        };
+        if kept {
+            out.extend_from_slice(&buf[pos..pos + len]);
+        }
+        pos += len;
+    }
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

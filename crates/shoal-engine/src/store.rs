@@ -92,7 +92,10 @@ impl std::error::Error for StoreError {}
 /// A failure to replay segments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReplayError {
-    /// An entry in the verified prefix failed its own checksum.
+    /// An entry in the verified prefix failed its own checksum (`segment`
+    /// is the index of the input segment, 0 for [`Store::replay_entries`];
+    /// `offset` is where in the segment or batch the entry starts, 0 when
+    /// unknown).
     Corrupt {
         segment: usize,
         offset: usize,
@@ -113,6 +116,16 @@ impl std::fmt::Display for ReplayError {
 }
 
 impl std::error::Error for ReplayError {}
+
+impl ReplayError {
+    /// The same error, naming segment `index` of a replay's input.
+    fn in_segment(self, index: usize) -> ReplayError {
+        match self {
+            ReplayError::Corrupt { offset, reason, .. } => ReplayError::Corrupt { segment: index, offset, reason },
+            other => other,
+        }
+    }
+}
 
 /// One write of a multi-write.
 #[derive(Clone, Debug)]
@@ -148,6 +161,18 @@ pub struct ReplayReport {
     pub objects_replayed: u64,
     pub objects_skipped: u64,
     pub tombstones: u64,
+    /// Objects removed at the end by a tombstone of the replay: replayed
+    /// before their tombstone arrived, or held by the store before.
+    pub objects_removed: u64,
+}
+
+/// A replay in progress ([`Store::replay_entries`]): the tombstones seen so
+/// far and what was done.
+#[derive(Debug, Default)]
+pub struct Replay {
+    tombs: HashMap<(TableId, Vec<u8>), Version>,
+    tables: HashSet<TableId>,
+    pub report: ReplayReport,
 }
 
 /// A point-in-time view of the store's statistics. Cheap to take.
@@ -944,64 +969,82 @@ impl Store {
     pub fn replay_filtered<'a>(
         &self,
         segments: impl IntoIterator<Item = &'a [u8]> + Clone,
-        keep: impl Fn(TableId, &[u8]) -> bool,
+        mut keep: impl FnMut(TableId, &[u8]) -> bool,
     ) -> Result<ReplayReport, ReplayError> {
-        let inner = &self.inner;
-        let mut report = ReplayReport::default();
-        let mut tombs: HashMap<(TableId, Vec<u8>), Version> = HashMap::new();
-        let mut safe = 0u64;
-        // The verified length of each segment, found in pass 1.
-        let mut verified = Vec::new();
-        // Pass 1: verify, collect tombstones and safe versions.
-        for (si, seg) in segments.clone().into_iter().enumerate() {
-            let scan = format::scan(seg);
-            verified.push(scan.verified_len);
-            report.segments += 1;
-            report.bytes_scanned += scan.verified_len;
-            for e in format::EntryIter::new(&seg[..scan.verified_len]) {
-                let (_, e) = e.map_err(|reason| ReplayError::Corrupt { segment: si, offset: 0, reason })?;
-                match e {
-                    Entry::Tombstone(t) => {
-                        safe = safe.max(t.version.0 + 1);
-                        if !keep(t.table, t.key) {
-                            continue;
-                        }
-                        report.tombstones += 1;
-                        let v = tombs.entry((t.table, t.key.to_vec())).or_default();
-                        *v = (*v).max(t.version);
-                    }
-                    Entry::SafeVersion(v) => safe = safe.max(v.0),
-                    Entry::Object(o) => safe = safe.max(o.version.0 + 1),
-                    Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
-                }
-            }
+        let mut replay = Replay::default();
+        let mut kept = Vec::new();
+        for (si, seg) in segments.into_iter().enumerate() {
+            let verified = &seg[..format::scan(seg).verified_len];
+            kept.clear();
+            let f = format::filter_entries(verified, &mut keep, &mut kept).map_err(|reason| ReplayError::Corrupt {
+                segment: si,
+                offset: 0,
+                reason,
+            })?;
+            replay.report.segments += 1;
+            replay.report.bytes_scanned += verified.len();
+            self.replay_entries(&mut replay, &kept, Version(f.safe_version)).map_err(|e| e.in_segment(si))?;
         }
-        inner.log.raise_safe_version(Version(safe));
-        // Pass 2: objects newer than every tombstone for their key.
-        for (seg, len) in segments.into_iter().zip(verified) {
-            // Every entry's CRC was checked in pass 1.
-            for e in format::EntryIter::trusted(&seg[..len]) {
-                let (_, e) = e.expect("verified in pass 1");
-                if let Entry::Object(o) = e {
-                    if !keep(o.table, o.key) {
-                        continue;
-                    }
-                    if let Some(tv) = tombs.get(&(o.table, o.key.to_vec())) {
+        self.finish_replay(replay)
+    }
+
+    /// Replays one batch of a replay: `entries` are whole object and
+    /// tombstone entries back to back (a partition's share of one segment,
+    /// as `format::filter_entries` or a backup cut it), each checked against
+    /// its own CRC; the safe version is raised to `safe` first. An object
+    /// is installed unless the store holds the key at a version at least as
+    /// new, or a tombstone seen so far in this replay kills it; tombstones
+    /// are remembered for the rest of the replay. Batches may come in any
+    /// order: [`Store::finish_replay`] applies the tombstones to objects
+    /// replayed before them.
+    pub fn replay_entries(&self, replay: &mut Replay, entries: &[u8], safe: Version) -> Result<(), ReplayError> {
+        let inner = &self.inner;
+        inner.log.raise_safe_version(safe);
+        let mut pos = 0;
+        while pos < entries.len() {
+            let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
+                segment: 0,
+                offset: pos,
+                reason,
+            })?;
+            pos += len;
+            match e {
+                Entry::Object(o) => {
+                    if let Some(tv) = replay.tombs.get(&(o.table, o.key.to_vec())) {
                         if o.version <= *tv {
-                            report.objects_skipped += 1;
+                            replay.report.objects_skipped += 1;
                             continue;
                         }
                     }
-                    self.create_table(o.table);
+                    if !replay.tables.contains(&o.table) {
+                        self.create_table(o.table);
+                        replay.tables.insert(o.table);
+                    }
                     inner
                         .put(o.table, o.key, o.value, RejectRules::default(), Some(o.version))
                         .map_err(ReplayError::Store)?;
-                    report.objects_replayed += 1;
+                    replay.report.objects_replayed += 1;
                 }
+                Entry::Tombstone(t) => {
+                    replay.report.tombstones += 1;
+                    let v = replay.tombs.entry((t.table, t.key.to_vec())).or_default();
+                    *v = (*v).max(t.version);
+                }
+                // Not what a filter keeps; harmless if a caller passes them.
+                Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
+                Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
             }
         }
-        // Objects already here that a replayed tombstone kills.
-        for ((table, key), tv) in tombs {
+        Ok(())
+    }
+
+    /// Ends a replay: removes every object the store holds that a replayed
+    /// tombstone kills (it was replayed before its tombstone arrived, or
+    /// was here already).
+    pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
+        let inner = &self.inner;
+        let mut report = replay.report;
+        for ((table, key), tv) in replay.tombs {
             if !self.has_table(table) {
                 continue;
             }
@@ -1013,6 +1056,7 @@ impl Store {
             if let Some(v) = live {
                 if v <= tv {
                     inner.remove(table, &key, RejectRules::default()).map_err(ReplayError::Store)?;
+                    report.objects_removed += 1;
                 }
             }
         }

@@ -9,7 +9,9 @@
 //! wrong. A closed replica must verify to exactly its recorded length and
 //! last checksum; an open one counts for its verified prefix.
 
-use crate::wire::{self, Header, Hello, Kind, Mode, ReplicaInfo, ReplicaState, WireError, HEADER_LEN};
+use crate::wire::{
+    self, Header, Hello, KeyRange, Kind, Mode, PartInfo, ReplicaInfo, ReplicaState, WireError, HEADER_LEN,
+};
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, SegmentHeaderView};
@@ -61,6 +63,12 @@ pub enum RestoreError {
     /// head's replicas are all lost.
     #[error("no replica of the log's head: segments {segments:?} hold data but no log digest")]
     NoHead { segments: Vec<SegmentId> },
+    /// A verified replica's entries do not decode.
+    #[error("segment {segment}: {message}")]
+    Corrupt { segment: SegmentId, message: String },
+    /// The consumer of a streamed read went away.
+    #[error("the replay stopped")]
+    Closed,
 }
 
 // ---------------------------------------------------------------------------
@@ -179,6 +187,22 @@ impl Reader {
         Ok((info, body))
     }
 
+    /// One replica's entries of the keys in `ranges`, as the backup cut them.
+    async fn read_part(
+        &mut self,
+        log: LogId,
+        segment: SegmentId,
+        ranges: &[KeyRange],
+    ) -> Result<(PartInfo, Vec<u8>), RestoreError> {
+        let mut out = Vec::new();
+        wire::encode_read_part(log, segment, ranges, &mut out);
+        let mut body = self.call(&out, Kind::Part, "PART").await?;
+        let (info, _) =
+            wire::decode_part(&body).map_err(|source| RestoreError::Protocol { addr: self.addr, source })?;
+        body.drain(..wire::PART_PREFIX);
+        Ok((info, body))
+    }
+
     async fn free_log(&mut self, log: LogId) -> Result<(), RestoreError> {
         let mut out = Vec::new();
         wire::encode_u64(Kind::FreeLog, SegmentId(0), log.0, &mut out);
@@ -289,6 +313,57 @@ struct Candidate {
 /// on reachable backups, all of them answering, is empty: `Ok` with no
 /// segments.
 pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions) -> Result<FoundLog, RestoreError> {
+    let (candidates, unreachable) = list_all(backups, log, opts).await;
+    let Some(Head { head, members, mut fetched }) = find_head(log, &candidates, &unreachable, opts).await? else {
+        return Ok(FoundLog { unreachable, ..FoundLog::default() });
+    };
+
+    // The digest's other members, in parallel.
+    let limit = Arc::new(tokio::sync::Semaphore::new(opts.parallel_reads.max(1)));
+    let mut reads = tokio::task::JoinSet::new();
+    let mut segments = Vec::new();
+    let mut missing = Vec::new();
+    for &segment in &members {
+        if let Some(bytes) = fetched.remove(&segment) {
+            segments.push((segment, bytes));
+            continue;
+        }
+        let closed = closed_candidates(&candidates, segment);
+        if closed.is_empty() {
+            missing.push(segment);
+            continue;
+        }
+        let limit = limit.clone();
+        reads.spawn(async move {
+            let _permit = limit.acquire().await.ok();
+            let found = fetch_best(log, segment, &closed, opts.read_timeout).await;
+            (segment, found.map(|(bytes, _)| bytes))
+        });
+    }
+    while let Some(joined) = reads.join_next().await {
+        match joined {
+            Ok((segment, Some(bytes))) => segments.push((segment, bytes)),
+            Ok((segment, None)) => missing.push(segment),
+            Err(e) => return Err(RestoreError::Io { addr: backups[0], source: io::Error::other(e.to_string()) }),
+        }
+    }
+    if !missing.is_empty() {
+        missing.sort();
+        return Err(RestoreError::Incomplete { missing, unreachable });
+    }
+    segments.sort_by_key(|(s, _)| *s);
+    let bytes = segments.iter().map(|(_, b)| b.len() as u64).sum();
+    Ok(FoundLog { segments, head: Some(head), bytes, unreachable })
+}
+
+/// The replicas of every segment of `log` on `backups`, best first (closed,
+/// then the longest prefix, then the newest version), and the backups that
+/// did not answer (sorted). Every backup is asked at once.
+async fn list_all(
+    backups: &[SocketAddr],
+    log: LogId,
+    opts: FindOptions,
+) -> (BTreeMap<SegmentId, Vec<Candidate>>, Vec<SocketAddr>) {
     let mut listing = tokio::task::JoinSet::new();
     for &addr in backups {
         listing.spawn(async move {
@@ -318,16 +393,34 @@ pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions
     }
     unreachable.sort();
     for list in candidates.values_mut() {
-        // Closed first, then the longest prefix, then the newest version.
         list.sort_by_key(|c| {
             (c.info.state != ReplicaState::Closed, std::cmp::Reverse(c.info.len), std::cmp::Reverse(c.info.log_version))
         });
     }
-    let candidates = Arc::new(candidates);
+    (candidates, unreachable)
+}
 
-    // The head: the highest segment whose best replica holds a digest.
-    let mut fetched: HashMap<SegmentId, Vec<u8>> = HashMap::new();
-    let mut head = None;
+/// A log's head as [`find_head`] found it.
+struct Head {
+    head: SegmentId,
+    /// The head's digest: the segments of the log.
+    members: Vec<SegmentId>,
+    /// Verified bytes of the segments read while looking (the head and any
+    /// above it without a digest).
+    fetched: HashMap<SegmentId, Vec<u8>>,
+}
+
+/// The head: the highest segment whose best replica holds a digest.
+/// `Ok(None)` for a log with no replica anywhere, every backup answering.
+/// Errors: `Incomplete` if no head was found while some backup was
+/// unreachable, `NoHead` if replicas hold data but none a digest.
+async fn find_head(
+    log: LogId,
+    candidates: &BTreeMap<SegmentId, Vec<Candidate>>,
+    unreachable: &[SocketAddr],
+    opts: FindOptions,
+) -> Result<Option<Head>, RestoreError> {
+    let mut fetched = HashMap::new();
     let mut with_data = Vec::new();
     for (&segment, list) in candidates.iter().rev() {
         if list.iter().all(|c| c.info.len == 0) {
@@ -335,67 +428,196 @@ pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions
         }
         if let Some((bytes, v)) = fetch_best(log, segment, list, opts.read_timeout).await {
             with_data.push(segment);
-            let digest = v.digest.clone();
             fetched.insert(segment, bytes);
-            if let Some(members) = digest {
-                head = Some((segment, members));
-                break;
+            if let Some(members) = v.digest {
+                return Ok(Some(Head { head: segment, members, fetched }));
             }
         }
     }
-    let Some((head, members)) = head else {
-        if !unreachable.is_empty() {
-            return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable });
-        }
-        if !with_data.is_empty() {
-            with_data.sort();
-            return Err(RestoreError::NoHead { segments: with_data });
-        }
-        return Ok(FoundLog { unreachable, ..FoundLog::default() });
-    };
+    if !unreachable.is_empty() {
+        return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable: unreachable.to_vec() });
+    }
+    if !with_data.is_empty() {
+        with_data.sort();
+        return Err(RestoreError::NoHead { segments: with_data });
+    }
+    Ok(None)
+}
 
-    // The digest's other members, in parallel.
-    let limit = Arc::new(tokio::sync::Semaphore::new(opts.parallel_reads.max(1)));
-    let mut reads = tokio::task::JoinSet::new();
-    let mut segments = Vec::new();
+/// The closed replicas of `segment`. Every member of a log but the head
+/// was closed on all its replicas before the head was opened
+/// (docs/replication.md), so only closed replicas count for them: an open
+/// one is a partial copy (a re-replication cut short).
+fn closed_candidates(candidates: &BTreeMap<SegmentId, Vec<Candidate>>, segment: SegmentId) -> Vec<Candidate> {
+    candidates
+        .get(&segment)
+        .map(|list| list.iter().filter(|c| c.info.state == ReplicaState::Closed).cloned().collect())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------
+// Reading one partition of a log
+
+/// One segment's share of a partition, as a backup cut it: object and
+/// tombstone entries back to back, for `Store::replay_entries`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartSegment {
+    pub segment: SegmentId,
+    pub entries: Vec<u8>,
+    /// What the replay must raise the safe version to.
+    pub safe_version: u64,
+    /// Verified bytes of the replica it was cut from.
+    pub replica_len: u32,
+}
+
+/// What [`read_partition`] read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRead {
+    /// The head (`None`: the log has no replica anywhere).
+    pub head: Option<SegmentId>,
+    /// Segments of the log (the head's digest).
+    pub segments: usize,
+    /// Bytes of those segments' replicas (what was filtered).
+    pub replica_bytes: u64,
+    /// Bytes of the partition's entries received.
+    pub entry_bytes: u64,
+}
+
+/// Reads the entries of one partition (`ranges`) of `log` from the
+/// backups and sends them, a segment at a time, to `sink` as they arrive,
+/// for a replay that runs meanwhile.
+///
+/// The log is found as [`find_log_with`] finds it (every backup listed, the
+/// head read whole and filtered here, its digest naming the segments), but
+/// no other segment crosses the network whole: each is asked of one backup
+/// holding a closed replica, which verifies it and sends only the
+/// partition's entries (READ_PART). `spread` picks which replica first
+/// (recovery masters pass their partition index, so that the masters
+/// reading one segment ask different backups). Reads run in parallel
+/// (`opts.parallel_reads`) over kept connections, and wait while `sink` is
+/// full, so at most that many segments' entries are in memory.
+///
+/// Nothing is read unless the whole log can be: every backup answered the
+/// listing (else `Incomplete` with the unreachable ones) and every member
+/// has a closed replica (else `Incomplete` with the missing ones). A
+/// member whose replicas all fail to read ends with `Incomplete` too,
+/// after the segments read so far were sent: the caller retries, and a
+/// replay of the same entries twice is harmless. `Closed` if the sink is
+/// gone.
+pub async fn read_partition(
+    backups: &[SocketAddr],
+    log: LogId,
+    ranges: Arc<Vec<KeyRange>>,
+    spread: usize,
+    opts: FindOptions,
+    sink: tokio::sync::mpsc::Sender<PartSegment>,
+) -> Result<PartitionRead, RestoreError> {
+    let (candidates, unreachable) = list_all(backups, log, opts).await;
+    if !unreachable.is_empty() {
+        return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable });
+    }
+    let Some(Head { head, members, mut fetched }) = find_head(log, &candidates, &unreachable, opts).await? else {
+        return Ok(PartitionRead::default());
+    };
+    let mut plan = Vec::new();
     let mut missing = Vec::new();
     for &segment in &members {
-        if let Some(bytes) = fetched.remove(&segment) {
-            segments.push((segment, bytes));
+        if fetched.contains_key(&segment) {
             continue;
         }
-        // Every member but the head was closed on all its replicas before
-        // the head was opened (docs/replication.md), so only closed replicas
-        // count: an open one is a partial copy (a re-replication cut short).
-        let closed: Vec<Candidate> = candidates
-            .get(&segment)
-            .map(|list| list.iter().filter(|c| c.info.state == ReplicaState::Closed).cloned().collect())
-            .unwrap_or_default();
+        let mut closed = closed_candidates(&candidates, segment);
         if closed.is_empty() {
             missing.push(segment);
             continue;
         }
-        let limit = limit.clone();
+        let first = (segment.0 as usize).wrapping_add(spread) % closed.len();
+        closed.rotate_left(first);
+        plan.push((segment, closed));
+    }
+    if !missing.is_empty() {
+        return Err(RestoreError::Incomplete { missing, unreachable });
+    }
+    let mut read = PartitionRead { head: Some(head), segments: members.len(), ..Default::default() };
+
+    // Members read while looking for the head: cut here.
+    for &segment in &members {
+        let Some(bytes) = fetched.remove(&segment) else { continue };
+        let mut entries = Vec::new();
+        let f = format::filter_entries(&bytes, |table, key| wire::in_ranges(&ranges, table, key), &mut entries)
+            .map_err(|e| RestoreError::Corrupt { segment, message: e.to_string() })?;
+        read.replica_bytes += bytes.len() as u64;
+        read.entry_bytes += entries.len() as u64;
+        let part = PartSegment { segment, entries, safe_version: f.safe_version, replica_len: bytes.len() as u32 };
+        sink.send(part).await.map_err(|_| RestoreError::Closed)?;
+    }
+
+    let pool: Arc<parking_lot::Mutex<HashMap<SocketAddr, Vec<Reader>>>> = Default::default();
+    let limit = Arc::new(tokio::sync::Semaphore::new(opts.parallel_reads.max(1)));
+    let mut reads = tokio::task::JoinSet::new();
+    for (segment, closed) in plan {
+        let (limit, pool, ranges, sink) = (limit.clone(), pool.clone(), ranges.clone(), sink.clone());
         reads.spawn(async move {
             let _permit = limit.acquire().await.ok();
-            let found = fetch_best(log, segment, &closed, opts.read_timeout).await;
-            (segment, found.map(|(bytes, _)| bytes))
+            for c in &closed {
+                let pooled = pool.lock().get_mut(&c.addr).and_then(|v| v.pop());
+                let attempt = async {
+                    let mut reader = match pooled {
+                        Some(r) => r,
+                        None => Reader::connect(c.addr).await?,
+                    };
+                    let (info, entries) = reader.read_part(log, segment, &ranges).await?;
+                    Ok::<_, RestoreError>((reader, info, entries))
+                };
+                let (reader, info, entries) = match tokio::time::timeout(opts.read_timeout, attempt).await {
+                    Ok(Ok(x)) => x,
+                    Ok(Err(e)) => {
+                        tracing::warn!(backup = %c.addr, segment = segment.0, error = %e, "restore: reading a partition of a replica failed");
+                        continue;
+                    }
+                    Err(_) => {
+                        tracing::warn!(backup = %c.addr, segment = segment.0, "restore: reading a partition of a replica timed out");
+                        continue;
+                    }
+                };
+                // The backup verified the replica against what it recorded
+                // at CLOSE; it must also be what it listed.
+                if !info.closed || info.replica_len != c.info.len || info.checksum != c.info.checksum {
+                    tracing::warn!(backup = %c.addr, segment = segment.0, "restore: a replica changed since it was listed; trying another");
+                    continue;
+                }
+                pool.lock().entry(c.addr).or_default().push(reader);
+                let n = entries.len() as u64;
+                let part =
+                    PartSegment { segment, entries, safe_version: info.safe_version, replica_len: info.replica_len };
+                return match sink.send(part).await {
+                    Ok(()) => Ok((info.replica_len as u64, n)),
+                    Err(_) => Err(RestoreError::Closed),
+                };
+            }
+            Err(RestoreError::Incomplete { missing: vec![segment], unreachable: Vec::new() })
         });
     }
+    let mut failed = Vec::new();
+    let mut closed = false;
     while let Some(joined) = reads.join_next().await {
         match joined {
-            Ok((segment, Some(bytes))) => segments.push((segment, bytes)),
-            Ok((segment, None)) => missing.push(segment),
+            Ok(Ok((replica, entries))) => {
+                read.replica_bytes += replica;
+                read.entry_bytes += entries;
+            }
+            Ok(Err(RestoreError::Incomplete { missing, .. })) => failed.extend(missing),
+            Ok(Err(_)) => closed = true,
             Err(e) => return Err(RestoreError::Io { addr: backups[0], source: io::Error::other(e.to_string()) }),
         }
     }
-    if !missing.is_empty() {
-        missing.sort();
-        return Err(RestoreError::Incomplete { missing, unreachable });
+    if closed {
+        return Err(RestoreError::Closed);
     }
-    segments.sort_by_key(|(s, _)| *s);
-    let bytes = segments.iter().map(|(_, b)| b.len() as u64).sum();
-    Ok(FoundLog { segments, head: Some(head), bytes, unreachable })
+    if !failed.is_empty() {
+        failed.sort();
+        return Err(RestoreError::Incomplete { missing: failed, unreachable: Vec::new() });
+    }
+    Ok(read)
 }
 
 /// Reads the replicas of `segment` in order of preference until one is

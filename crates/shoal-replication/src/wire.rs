@@ -12,7 +12,7 @@
 //! looks at per frame, whatever the number of records inside.
 
 use shoal_cluster::ServerId;
-use shoal_common::{LogId, SegmentId};
+use shoal_common::{key_hash, LogId, SegmentId, TableId};
 
 /// Bytes of every frame header.
 pub const HEADER_LEN: usize = 16;
@@ -28,6 +28,15 @@ pub const REPLICA_INFO_LEN: usize = 32;
 pub const SEGMENT_PREFIX: usize = 16;
 /// Bytes of a HELLO body.
 pub const HELLO_LEN: usize = 32;
+/// Bytes of a READ_PART body before its key ranges: log id, range count,
+/// reserved.
+pub const READ_PART_PREFIX: usize = 16;
+/// Bytes of one key range in a READ_PART body.
+pub const KEY_RANGE_LEN: usize = 24;
+/// Most key ranges one READ_PART may carry.
+pub const MAX_KEY_RANGES: usize = 4096;
+/// Bytes of a PART body before the entries.
+pub const PART_PREFIX: usize = 40;
 
 const KIND_AT: usize = 0;
 const FLAGS_AT: usize = 1;
@@ -58,6 +67,9 @@ pub enum Kind {
     Read = 0x08,
     /// Drop every replica of a log.
     FreeLog = 0x09,
+    /// Send the entries of one replica whose keys fall in the given key
+    /// ranges (a recovery master's partition).
+    ReadPart = 0x0a,
     HelloOk = 0x80,
     /// Cumulative bytes of the segment received.
     Ack = 0x81,
@@ -70,6 +82,8 @@ pub enum Kind {
     Listing = 0x86,
     Segment = 0x87,
     Freed = 0x88,
+    /// A replica's entries of one partition (the answer to READ_PART).
+    Part = 0x89,
     /// A fatal error; the connection closes after it.
     Error = 0x8f,
 }
@@ -87,6 +101,7 @@ impl Kind {
             0x07 => List,
             0x08 => Read,
             0x09 => FreeLog,
+            0x0a => ReadPart,
             0x80 => HelloOk,
             0x81 => Ack,
             0x82 => Opened,
@@ -96,6 +111,7 @@ impl Kind {
             0x86 => Listing,
             0x87 => Segment,
             0x88 => Freed,
+            0x89 => Part,
             0x8f => Error,
             _ => return None,
         })
@@ -387,6 +403,117 @@ pub fn decode_segment(body: &[u8]) -> Result<(u64, ReplicaState, &[u8]), WireErr
     Ok((get_u64(body, 0), state, &body[SEGMENT_PREFIX..]))
 }
 
+/// Keys of one table whose key hashes lie in `start..=end` (a tablet, or
+/// a piece of one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRange {
+    pub table: TableId,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl KeyRange {
+    pub fn contains(&self, table: TableId, hash: u64) -> bool {
+        self.table == table && self.start <= hash && hash <= self.end
+    }
+}
+
+/// Whether any of `ranges` holds `key` of `table`.
+pub fn in_ranges(ranges: &[KeyRange], table: TableId, key: &[u8]) -> bool {
+    let hash = key_hash(table, key).0;
+    ranges.iter().any(|r| r.contains(table, hash))
+}
+
+pub fn encode_read_part(log: LogId, segment: SegmentId, ranges: &[KeyRange], out: &mut Vec<u8>) {
+    Header::encode(Kind::ReadPart, segment, READ_PART_PREFIX + ranges.len() * KEY_RANGE_LEN, out);
+    out.extend_from_slice(&log.0.to_le_bytes());
+    out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    for r in ranges {
+        out.extend_from_slice(&r.table.0.to_le_bytes());
+        out.extend_from_slice(&r.start.to_le_bytes());
+        out.extend_from_slice(&r.end.to_le_bytes());
+    }
+}
+
+/// Whether a READ_PART body of `len` bytes can be well formed (checked on
+/// the header, before the body is read).
+pub fn read_part_len_ok(len: usize) -> bool {
+    len >= READ_PART_PREFIX
+        && (len - READ_PART_PREFIX) % KEY_RANGE_LEN == 0
+        && (len - READ_PART_PREFIX) / KEY_RANGE_LEN <= MAX_KEY_RANGES
+}
+
+pub fn decode_read_part(body: &[u8]) -> Result<(LogId, Vec<KeyRange>), WireError> {
+    let bad = || WireError::Malformed("READ_PART");
+    if !read_part_len_ok(body.len()) || body[12..16] != [0; 4] {
+        return Err(bad());
+    }
+    let n = get_u32(body, 8) as usize;
+    if body.len() != READ_PART_PREFIX + n * KEY_RANGE_LEN {
+        return Err(bad());
+    }
+    let ranges = body[READ_PART_PREFIX..]
+        .chunks_exact(KEY_RANGE_LEN)
+        .map(|r| KeyRange { table: TableId(get_u64(r, 0)), start: get_u64(r, 8), end: get_u64(r, 16) })
+        .collect();
+    Ok((LogId(get_u64(body, 0)), ranges))
+}
+
+/// What a PART answer says of the replica it was cut from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartInfo {
+    pub log_version: u64,
+    /// 1 open, 2 closed (as [`ReplicaState`]).
+    pub closed: bool,
+    /// The replica's verified length (all of it for a closed one).
+    pub replica_len: u32,
+    /// The replica's last verified checksum.
+    pub checksum: u32,
+    /// Object and tombstone entries in the answer.
+    pub objects: u32,
+    pub tombstones: u32,
+    /// What a replay must raise the safe version to (over every entry of the
+    /// replica, kept or not).
+    pub safe_version: u64,
+}
+
+pub fn encode_part_prefix(segment: SegmentId, info: &PartInfo, entries_len: usize, out: &mut Vec<u8>) {
+    Header::encode(Kind::Part, segment, PART_PREFIX + entries_len, out);
+    out.extend_from_slice(&info.log_version.to_le_bytes());
+    let state = if info.closed { ReplicaState::Closed } else { ReplicaState::Open };
+    out.extend_from_slice(&[state as u8, 0, 0, 0]);
+    out.extend_from_slice(&info.replica_len.to_le_bytes());
+    out.extend_from_slice(&info.checksum.to_le_bytes());
+    out.extend_from_slice(&info.objects.to_le_bytes());
+    out.extend_from_slice(&info.tombstones.to_le_bytes());
+    out.extend_from_slice(&info.safe_version.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+}
+
+/// A PART body: what it says of the replica, and the entries.
+pub fn decode_part(body: &[u8]) -> Result<(PartInfo, &[u8]), WireError> {
+    let bad = || WireError::Malformed("PART");
+    if body.len() < PART_PREFIX || body[9..12] != [0; 3] || body[36..40] != [0; 4] {
+        return Err(bad());
+    }
+    let closed = match body[8] {
+        1 => false,
+        2 => true,
+        _ => return Err(bad()),
+    };
+    let info = PartInfo {
+        log_version: get_u64(body, 0),
+        closed,
+        replica_len: get_u32(body, 12),
+        checksum: get_u32(body, 16),
+        objects: get_u32(body, 20),
+        tombstones: get_u32(body, 24),
+        safe_version: get_u64(body, 28),
+    };
+    Ok((info, &body[PART_PREFIX..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,6 +568,48 @@ mod tests {
         assert_eq!((v, s, bytes), (2, ReplicaState::Open, &b"abc"[..]));
     }
 
+    #[test]
+    fn read_part_and_part_round_trip_and_check_lengths() {
+        let ranges = vec![
+            KeyRange { table: TableId(1), start: 0, end: 99 },
+            KeyRange { table: TableId(2), start: 5, end: u64::MAX },
+        ];
+        let mut out = Vec::new();
+        encode_read_part(LogId(7), SegmentId(3), &ranges, &mut out);
+        let h = header(&out);
+        assert_eq!((h.kind, h.segment), (Kind::ReadPart, SegmentId(3)));
+        assert!(read_part_len_ok(h.body_len));
+        assert_eq!(decode_read_part(&out[HEADER_LEN..]).unwrap(), (LogId(7), ranges.clone()));
+        assert!(decode_read_part(&out[HEADER_LEN..out.len() - 1]).is_err());
+        let mut lying = out[HEADER_LEN..].to_vec();
+        lying[8] = 3;
+        assert!(decode_read_part(&lying).is_err());
+        assert!(!read_part_len_ok(READ_PART_PREFIX + (MAX_KEY_RANGES + 1) * KEY_RANGE_LEN));
+
+        let info = PartInfo {
+            log_version: 4,
+            closed: true,
+            replica_len: 1000,
+            checksum: 0xdead_beef,
+            objects: 3,
+            tombstones: 1,
+            safe_version: 77,
+        };
+        let mut out = Vec::new();
+        encode_part_prefix(SegmentId(3), &info, 5, &mut out);
+        out.extend_from_slice(b"12345");
+        assert_eq!(header(&out).body_len, PART_PREFIX + 5);
+        assert_eq!(decode_part(&out[HEADER_LEN..]).unwrap(), (info, &b"12345"[..]));
+        let mut bad = out[HEADER_LEN..].to_vec();
+        bad[8] = 3;
+        assert!(decode_part(&bad).is_err());
+        let h = key_hash(TableId(2), b"anything").0;
+        assert_eq!(in_ranges(&ranges, TableId(2), b"anything"), h >= 5);
+        let h = key_hash(TableId(1), b"anything").0;
+        assert_eq!(in_ranges(&ranges, TableId(1), b"anything"), h <= 99);
+        assert!(!in_ranges(&ranges, TableId(3), b"x"));
+    }
+
     proptest::proptest! {
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
@@ -454,6 +623,8 @@ mod tests {
             let _ = decode_segment(&bytes);
             let _ = decode_u32(&bytes, "x");
             let _ = decode_u64(&bytes, "x");
+            let _ = decode_read_part(&bytes);
+            let _ = decode_part(&bytes);
         }
     }
 }

@@ -17,6 +17,7 @@ use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
 use shoal_replication::master::{ReplicationMode as WireMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
+use shoal_replication::wire::KeyRange;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,11 @@ pub const PING_INTERVAL: Duration = Duration::from_millis(100);
 pub const PING_TIMEOUT: Duration = Duration::from_millis(250);
 /// Longest a recovery master waits for one backup to take a fence.
 const FENCE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Segments a recovery master asks of backups at once (READ_PART).
+const PARALLEL_PART_READS: usize = 8;
+/// Segments' entries received and waiting for the replay: with the reads
+/// in flight, what bounds a recovery master's memory beyond its store.
+const PART_QUEUE: usize = 8;
 /// Missed pings in a row before a peer is reported.
 pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
@@ -407,9 +413,23 @@ impl ClusterNode {
             }
         };
         publish(&progress);
-        let mut found_logs = Vec::new();
+        // The replay runs on a thread of its own while the backups' answers
+        // arrive (each a segment's share of this partition, cut by the
+        // backup), so reading and replaying overlap.
+        let ranges: Arc<Vec<KeyRange>> = Arc::new(
+            part.tablets.iter().map(|t| KeyRange { table: t.table, start: t.start_hash, end: t.end_hash }).collect(),
+        );
+        let (sink, mut arrivals) = tokio::sync::mpsc::channel::<restore::PartSegment>(PART_QUEUE);
+        let s = store.clone();
+        let replayer = tokio::task::spawn_blocking(move || {
+            let mut replay = shoal_engine::Replay::default();
+            while let Some(p) = arrivals.blocking_recv() {
+                s.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version))?;
+            }
+            s.finish_replay(replay)
+        });
         for &log in &rec.logs {
-            let found = loop {
+            let read = loop {
                 if *shutdown.borrow() || !self.still_mine(rec.id, index) {
                     return;
                 }
@@ -434,13 +454,13 @@ impl ClusterNode {
                         _ => {}
                     }
                 }
-                progress.phase = "finding replicas";
+                progress.phase = "reading replicas";
                 publish(&progress);
-                match restore::find_log(&backups, log).await {
-                    Ok(found) if found.unreachable.is_empty() => break found,
-                    Ok(found) => {
-                        warn!("recovery {}: log {}: waiting for backups {:?}", rec.id, log.0, found.unreachable)
-                    }
+                let opts = restore::FindOptions { parallel_reads: PARALLEL_PART_READS, ..Default::default() };
+                match restore::read_partition(&backups, log, ranges.clone(), index, opts, sink.clone()).await {
+                    Ok(read) => break read,
+                    // The replay failed: its error is reported below.
+                    Err(restore::RestoreError::Closed) => break restore::PartitionRead::default(),
                     Err(e) => warn!("recovery {}: log {}: {e}; waiting", rec.id, log.0),
                 }
                 tokio::select! {
@@ -448,30 +468,16 @@ impl ClusterNode {
                     _ = shutdown.wait_for(|s| *s) => return,
                 }
             };
-            progress.segments += found.segments.len() as u64;
-            progress.bytes += found.bytes;
-            found_logs.push(found);
+            progress.segments += read.segments as u64;
+            progress.bytes += read.entry_bytes;
         }
+        drop(sink);
         progress.find_ms = started.elapsed().as_millis() as u64;
         progress.phase = "replaying";
         publish(&progress);
         let replay_started = Instant::now();
-        let s = store.clone();
-        let keep_part = part.clone();
-        let replayed = tokio::task::spawn_blocking(move || {
-            let mut objects = 0u64;
-            for found in &found_logs {
-                let views: Vec<&[u8]> = found.segments.iter().map(|(_, b)| b.as_slice()).collect();
-                let report = s.replay_filtered(views.iter().copied(), |table, key| {
-                    keep_part.contains(table, shoal_common::key_hash(table, key))
-                })?;
-                objects += report.objects_replayed;
-            }
-            Ok::<u64, shoal_engine::ReplayError>(objects)
-        })
-        .await;
-        match replayed {
-            Ok(Ok(objects)) => progress.objects = objects,
+        match replayer.await {
+            Ok(Ok(report)) => progress.objects = report.objects_replayed - report.objects_removed,
             Ok(Err(e)) => {
                 warn!("recovery {}: partition {index}: replay failed: {e}", rec.id);
                 progress.phase = "failed";

@@ -10,7 +10,7 @@
 //! input ends the connection with an ERROR; nothing here panics on input.
 
 use super::buffers::Buffer;
-use super::replicas::{Opened, ReadOut, Shared};
+use super::replicas::{Opened, PartOut, ReadOut, Shared};
 use crate::wire::{self, Header, Hello, Kind, Mode, DATA_PREFIX, HEADER_LEN, HELLO_LEN};
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, HeaderCrc};
@@ -108,6 +108,7 @@ enum Drained {
 enum Request {
     List(LogId),
     Read(LogId, SegmentId),
+    ReadPart(LogId, SegmentId, Vec<wire::KeyRange>),
     FreeLog(LogId),
 }
 
@@ -349,7 +350,7 @@ impl Conn {
                 let allowed = match s.mode {
                     Mode::Tailwind => matches!(h.kind, Kind::Open | Kind::Data | Kind::Close | Kind::Free),
                     Mode::Conventional => matches!(h.kind, Kind::Open | Kind::Append | Kind::Close | Kind::Free),
-                    Mode::Reader => matches!(h.kind, Kind::List | Kind::Read | Kind::FreeLog),
+                    Mode::Reader => matches!(h.kind, Kind::List | Kind::Read | Kind::ReadPart | Kind::FreeLog),
                 };
                 if !allowed {
                     return Err(bad(format!("{:?} is not allowed on a {:?} connection", h.kind, s.mode)));
@@ -366,6 +367,7 @@ impl Conn {
             Kind::Hello => h.body_len == HELLO_LEN,
             Kind::Open | Kind::Close | Kind::List | Kind::Read | Kind::FreeLog => h.body_len == 8,
             Kind::Free => h.body_len == 0,
+            Kind::ReadPart => wire::read_part_len_ok(h.body_len),
             Kind::Data | Kind::Append => {
                 h.body_len >= DATA_PREFIX && h.body_len - DATA_PREFIX <= self.shared.config.segment_bytes as usize
             }
@@ -462,6 +464,10 @@ impl Conn {
             Kind::Append => self.append(h.segment)?,
             Kind::List => return Ok(Some(Request::List(self.log_in_body("LIST")?))),
             Kind::Read => return Ok(Some(Request::Read(self.log_in_body("READ")?, h.segment))),
+            Kind::ReadPart => {
+                let (log, ranges) = wire::decode_read_part(&self.body).map_err(|e| bad(e.to_string()))?;
+                return Ok(Some(Request::ReadPart(log, h.segment, ranges)));
+            }
             Kind::FreeLog => return Ok(Some(Request::FreeLog(self.log_in_body("FREE_LOG")?))),
             _ => return Err(bad(format!("{:?} is not a request", h.kind))),
         }
@@ -575,12 +581,14 @@ impl Conn {
         enum Answer {
             Listing(Vec<wire::ReplicaInfo>),
             Segment(SegmentId, Result<ReadOut, String>),
+            Part(SegmentId, Result<PartOut, String>),
             Freed,
         }
         let shared = self.shared.clone();
         let answer = tokio::task::spawn_blocking(move || match request {
             Request::List(log) => Answer::Listing(shared.list(log)),
             Request::Read(log, segment) => Answer::Segment(segment, shared.read(log, segment)),
+            Request::ReadPart(log, segment, ranges) => Answer::Part(segment, shared.read_part(log, segment, &ranges)),
             Request::FreeLog(log) => {
                 shared.free_log(log);
                 Answer::Freed
@@ -594,7 +602,11 @@ impl Conn {
                 wire::encode_segment_prefix(segment, r.info.log_version, r.info.state, r.info.len, &mut self.out);
                 self.out.extend_from_slice(&r.bytes);
             }
-            Answer::Segment(_, Err(msg)) => return Err(Stop::Answer(msg)),
+            Answer::Part(segment, Ok(p)) => {
+                wire::encode_part_prefix(segment, &p.info, p.entries.len(), &mut self.out);
+                self.out.extend_from_slice(&p.entries);
+            }
+            Answer::Segment(_, Err(msg)) | Answer::Part(_, Err(msg)) => return Err(Stop::Answer(msg)),
             Answer::Freed => wire::encode_empty(Kind::Freed, SegmentId(0), &mut self.out),
         }
         Ok(())

@@ -11,9 +11,10 @@ use super::buffers::{Buffer, Meta, MetaState};
 use super::files::{self, FileHeader};
 use super::{BackupConfig, Counters};
 use crate::restore::verify_replica;
-use crate::wire::{ReplicaInfo, ReplicaState};
+use crate::wire::{self, KeyRange, PartInfo, ReplicaInfo, ReplicaState};
 use parking_lot::Mutex;
 use shoal_common::{LogId, SegmentId};
+use shoal_engine::format::{self, Entry};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::PathBuf;
@@ -83,6 +84,12 @@ enum Checked {
     Corrupt,
     /// Its buffer changed hands (flushed, reset, freed): look it up again.
     Moved,
+}
+
+/// One replica's entries of a partition, as a reader gets them.
+pub(crate) struct PartOut {
+    pub info: PartInfo,
+    pub entries: Vec<u8>,
 }
 
 /// A replica's bytes as a reader gets them.
@@ -451,6 +458,38 @@ impl Shared {
     pub(crate) fn read(&self, log: LogId, segment: SegmentId) -> Result<ReadOut, String> {
         self.serve(log, segment, true)
             .ok_or_else(|| format!("no replica of log {} segment {} (or it is corrupt)", log.0, segment.0))
+    }
+
+    /// READ_PART: the entries of one replica whose keys fall in `ranges`,
+    /// byte for byte (`format::filter_entries`), cut from its verified
+    /// bytes; the replica's segment header must name `log` and `segment`.
+    /// The filtering is the backup's share of a recovery: each recovery
+    /// master receives only its partition's objects, so every object
+    /// crosses the network once (DXRAM's recovery; RAMCloud's backups
+    /// likewise split segments by partition).
+    pub(crate) fn read_part(&self, log: LogId, segment: SegmentId, ranges: &[KeyRange]) -> Result<PartOut, String> {
+        let r = self.read(log, segment)?;
+        let named = match format::decode(&r.bytes) {
+            Ok((Entry::SegmentHeader(h), _)) => h.log == log && h.segment == segment,
+            _ => r.bytes.is_empty(),
+        };
+        if !named {
+            self.counters.corrupt_replicas.fetch_add(1, Ordering::Relaxed);
+            return Err(format!("replica of log {} segment {} names another segment", log.0, segment.0));
+        }
+        let mut entries = Vec::with_capacity(r.bytes.len() / 2);
+        let f = format::filter_entries(&r.bytes, |table, key| wire::in_ranges(ranges, table, key), &mut entries)
+            .map_err(|e| format!("replica of log {} segment {}: {e}", log.0, segment.0))?;
+        let info = PartInfo {
+            log_version: r.info.log_version,
+            closed: r.info.state == ReplicaState::Closed,
+            replica_len: r.info.len,
+            checksum: r.info.checksum,
+            objects: f.objects,
+            tombstones: f.tombstones,
+            safe_version: f.safe_version,
+        };
+        Ok(PartOut { info, entries })
     }
 
     /// Checks the replica of `(log, segment)` and describes it, with its
