@@ -83,6 +83,26 @@ impl Pool {
         }
     }
 
+    /// Bytes of the whole pool.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes `len` bytes of the pool from `offset` resident (writable pages
+    /// faulted in, contents untouched, so safe while the store runs).
+    /// Errors where the kernel lacks `MADV_POPULATE_WRITE` (before 5.14).
+    pub fn populate(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        assert!(offset <= self.len && len <= self.len - offset);
+        // SAFETY: the range lies within the mapping (asserted); populating
+        // does not change any byte of it.
+        let r = unsafe { libc::madvise(self.base.as_ptr().add(offset).cast(), len, libc::MADV_POPULATE_WRITE) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     pub fn seglet_bytes(&self) -> usize {
         self.seglet_bytes
     }

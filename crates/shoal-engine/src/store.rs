@@ -262,6 +262,7 @@ pub(crate) struct Inner {
 pub struct Store {
     inner: Arc<Inner>,
     cleaner: Option<JoinHandle<()>>,
+    prefault: Option<JoinHandle<()>>,
 }
 
 thread_local! {
@@ -589,7 +590,18 @@ impl Store {
         } else {
             None
         };
-        Ok(Store { inner, cleaner })
+        let prefault = if inner.config.prefault {
+            let i = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("shoal-prefault".into())
+                    .spawn(move || prefault(&i))
+                    .expect("spawn prefault"),
+            )
+        } else {
+            None
+        };
+        Ok(Store { inner, cleaner, prefault })
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -1185,11 +1197,32 @@ impl Store {
     }
 }
 
+/// Makes the pool resident (`StoreConfig::prefault`), a chunk at a time so
+/// that a store dropped meanwhile is not held up.
+fn prefault(inner: &Inner) {
+    const CHUNK: usize = 32 << 20;
+    let pool = &inner.segs.pool;
+    let started = Instant::now();
+    let mut at = 0;
+    while at < pool.len() && !inner.shutdown.load(Ordering::Acquire) {
+        let len = CHUNK.min(pool.len() - at);
+        if let Err(e) = pool.populate(at, len) {
+            tracing::warn!("cannot prefault the memory pool ({e}); pages are faulted in as they are first written");
+            return;
+        }
+        at += len;
+    }
+    tracing::info!("memory pool resident: {} MiB in {} ms", at >> 20, started.elapsed().as_millis());
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::Release);
         cleaner::request(&self.inner);
         if let Some(h) = self.cleaner.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.prefault.take() {
             let _ = h.join();
         }
     }

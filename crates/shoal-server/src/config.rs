@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// Milliseconds a backup may leave appended bytes unacknowledged before its
     /// replica is re-opened on another backup.
     pub replica_timeout_ms: u64,
+    /// Make all of `memory` resident at start (in the background), so that no
+    /// write, and no recovery replaying into this server, pays for faulting
+    /// in fresh pages; resident memory is then `memory` from the start.
+    pub prefault_memory: bool,
 }
 
 /// The replication data path (see [`ServerConfig::replication`]).
@@ -112,6 +116,7 @@ impl Default for ServerConfig {
             sync_open: false,
             replication: ReplicationMode::Tailwind,
             replica_timeout_ms: 2000,
+            prefault_memory: false,
         }
     }
 }
@@ -162,6 +167,7 @@ impl ServerConfig {
         StoreConfig {
             memory_bytes: self.memory.0 as usize,
             max_value_bytes: self.max_value_size.0 as usize,
+            prefault: self.prefault_memory,
             ..StoreConfig::default()
         }
     }
@@ -266,7 +272,8 @@ pub struct ServerArgs {
     /// resp_port, memory, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
-    /// backup_buffers, sync_open, replication, replica_timeout_ms (sizes as numbers of bytes or
+    /// backup_buffers, sync_open, replication, replica_timeout_ms,
+    /// prefault_memory (sizes as numbers of bytes or
     /// strings like "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -341,6 +348,12 @@ pub struct ServerArgs {
     /// replica is re-opened on another backup [default: 2000].
     #[arg(long, value_name = "MS")]
     pub replica_timeout_ms: Option<u64>,
+    /// Make all of --memory resident at start, in the background (as
+    /// RAMCloud reserves its memory): writes and recoveries into this
+    /// server never pay for faulting in fresh pages, at the cost of
+    /// resident memory the size of --memory from the start.
+    #[arg(long)]
+    pub prefault_memory: bool,
 }
 
 impl ServerArgs {
@@ -370,6 +383,9 @@ impl ServerArgs {
         }
         if self.sync_open {
             c.sync_open = true;
+        }
+        if self.prefault_memory {
+            c.prefault_memory = true;
         }
         c.validate()?;
         Ok(c)

@@ -96,6 +96,10 @@ pub struct Args {
     /// Client threads filling the victim.
     #[arg(long, default_value_t = 2)]
     pub fill_threads: usize,
+    /// Start the servers without --prefault-memory: recovery masters then
+    /// fault in fresh pages as they replay (about 1 GB/s per core here).
+    #[arg(long)]
+    pub no_prefault: bool,
     /// Extra runs with clients on the other masters' keys (impact of a
     /// recovery on the rest of the cluster).
     #[arg(long, default_value_t = 0)]
@@ -135,7 +139,8 @@ pub struct PartitionResult {
     /// Replayed, durable and reported to the coordinator.
     pub done: bool,
     pub segments: u64,
-    /// Log bytes this recovery master read from the backups (the whole log).
+    /// Bytes of its partition's entries this recovery master received from
+    /// the backups (each backup sends only the partition's entries).
     pub bytes_read: u64,
     pub objects: u64,
     pub find_ms: u64,
@@ -259,12 +264,13 @@ pub fn run(args: &Args) -> Result<bool, String> {
     if !args.json {
         println!(
             "crash recovery: {} servers (coordinator + servers as processes), R={}, {} recovery masters, \
-             {}-byte values, {} MiB of object memory per server, {} run(s) per size, {} impact run(s) of {} MB",
+             {}-byte values, {} MiB of object memory per server{}, {} run(s) per size, {} impact run(s) of {} MB",
             args.servers,
             args.replicas,
             args.servers - 1,
             args.value_size,
             memory >> 20,
+            if args.no_prefault { "" } else { " (prefaulted)" },
             args.runs,
             args.impact_runs,
             impact_size
@@ -545,6 +551,7 @@ impl Cluster {
         servers: usize,
         replicas: u32,
         memory: u64,
+        prefault: bool,
         deadline: Instant,
     ) -> Result<Cluster, String> {
         let _ = std::fs::remove_dir_all(root);
@@ -566,7 +573,7 @@ impl Cluster {
         c.note_pid()?;
         for i in 0..servers {
             let dir = root.join(format!("server-{i}"));
-            let args: Vec<String> = vec![
+            let mut args: Vec<String> = vec![
                 "server".into(),
                 "--coordinator".into(),
                 coordinator.to_string(),
@@ -583,6 +590,9 @@ impl Cluster {
                 "--log-level".into(),
                 "info".into(),
             ];
+            if prefault {
+                args.push("--prefault-memory".into());
+            }
             c.procs.push((format!("server-{i}"), Some(spawn(exe, &args, &dir)?)));
             c.note_pid()?;
         }
@@ -777,7 +787,8 @@ fn measure(
     r: &mut RecoveryResult,
 ) -> Result<(), String> {
     let timeout = Duration::from_secs_f64(args.timeout_secs);
-    let mut cluster = Cluster::start(exe, dir, args.servers, args.replicas, memory, Instant::now() + timeout)?;
+    let mut cluster =
+        Cluster::start(exe, dir, args.servers, args.replicas, memory, !args.no_prefault, Instant::now() + timeout)?;
     let coordinator = cluster.coordinator;
     let table = match call_blocking(
         coordinator,
