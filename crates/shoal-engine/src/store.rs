@@ -166,6 +166,9 @@ pub struct ReplayReport {
     pub objects_removed: u64,
 }
 
+/// Most objects a replay writes as one append group.
+const REPLAY_GROUP: usize = 256;
+
 /// A replay in progress ([`Store::replay_entries`]): the tombstones seen so
 /// far and what was done.
 #[derive(Debug, Default)]
@@ -709,7 +712,7 @@ impl Store {
                 }
                 end += 1;
             }
-            self.write_group(items, &todo[start..end], &mut results, false);
+            self.write_group(items, &todo[start..end], &mut results, false, None);
             start = end;
         }
         results.into_iter().map(|r| r.expect("every item answered")).collect()
@@ -731,7 +734,7 @@ impl Store {
         }
         let idx: Vec<usize> = (0..items.len()).collect();
         let mut results = vec![None; items.len()];
-        self.write_group(items, &idx, &mut results, true);
+        self.write_group(items, &idx, &mut results, true, None);
         if let Some((i, Some(Err(e)))) = results.iter().enumerate().find(|(_, r)| matches!(r, Some(Err(_)))) {
             return Err((i, e.clone()));
         }
@@ -740,12 +743,16 @@ impl Store {
 
     /// Appends the writes `idx` of `items` as one group under their stripe
     /// locks. With `all_or_nothing`, one refused item refuses them all.
+    /// With `forced` (a replay), item `i` is written at version `forced[i]`
+    /// unless the store holds its key at that version or newer, in which
+    /// case it is left alone and answered with the version held.
     fn write_group(
         &self,
         items: &[WriteOp<'_>],
         idx: &[usize],
         results: &mut [Option<Result<Version, StoreError>>],
         all_or_nothing: bool,
+        forced: Option<&[Version]>,
     ) {
         let inner = &self.inner;
         let hashes: Vec<u64> = idx.iter().map(|&i| key_hash(items[i].table, items[i].key).0).collect();
@@ -767,7 +774,14 @@ impl Store {
                     results[i] = Some(Err(e));
                     continue;
                 }
-                let version = inner.next_version(found.map(|f| f.version));
+                let version = match (forced, found) {
+                    (Some(v), Some(f)) if f.version >= v[i] => {
+                        results[i] = Some(Ok(f.version));
+                        continue;
+                    }
+                    (Some(v), _) => v[i],
+                    (None, _) => inner.next_version(found.map(|f| f.version)),
+                };
                 format::encode_object(&mut b.buf, op.table, version, op.key, op.value);
                 b.mark();
                 let obj = b.ends.len() - 1;
@@ -1012,13 +1026,15 @@ impl Store {
     pub fn replay_entries(&self, replay: &mut Replay, entries: &[u8], safe: Version) -> Result<(), ReplayError> {
         let inner = &self.inner;
         inner.log.raise_safe_version(safe);
+        // Objects are written in append groups of up to REPLAY_GROUP
+        // distinct keys (one log append, one replication hand-off each).
+        let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(REPLAY_GROUP);
+        let mut versions: Vec<Version> = Vec::with_capacity(REPLAY_GROUP);
+        let mut keys: HashSet<(TableId, &[u8])> = HashSet::with_capacity(REPLAY_GROUP);
         let mut pos = 0;
         while pos < entries.len() {
-            let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
-                segment: 0,
-                offset: pos,
-                reason,
-            })?;
+            let (e, len) = format::decode(&entries[pos..])
+                .map_err(|reason| ReplayError::Corrupt { segment: 0, offset: pos, reason })?;
             pos += len;
             match e {
                 Entry::Object(o) => {
@@ -1032,10 +1048,16 @@ impl Store {
                         self.create_table(o.table);
                         replay.tables.insert(o.table);
                     }
-                    inner
-                        .put(o.table, o.key, o.value, RejectRules::default(), Some(o.version))
-                        .map_err(ReplayError::Store)?;
-                    replay.report.objects_replayed += 1;
+                    if ops.len() == REPLAY_GROUP || keys.contains(&(o.table, o.key)) {
+                        self.replay_group(replay, &ops, &versions)?;
+                        ops.clear();
+                        versions.clear();
+                        keys.clear();
+                    }
+                    inner.check_sizes(o.key, Some(o.value)).map_err(ReplayError::Store)?;
+                    keys.insert((o.table, o.key));
+                    ops.push(WriteOp { table: o.table, key: o.key, value: o.value, rules: RejectRules::default() });
+                    versions.push(o.version);
                 }
                 Entry::Tombstone(t) => {
                     replay.report.tombstones += 1;
@@ -1045,6 +1067,24 @@ impl Store {
                 // Not what a filter keeps; harmless if a caller passes them.
                 Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
+            }
+        }
+        self.replay_group(replay, &ops, &versions)
+    }
+
+    /// Writes one group of a replay at the versions given (distinct keys).
+    fn replay_group(&self, replay: &mut Replay, ops: &[WriteOp<'_>], versions: &[Version]) -> Result<(), ReplayError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let idx: Vec<usize> = (0..ops.len()).collect();
+        let mut results = vec![None; ops.len()];
+        self.write_group(ops, &idx, &mut results, false, Some(versions));
+        for r in results {
+            match r {
+                Some(Ok(_)) => replay.report.objects_replayed += 1,
+                Some(Err(e)) => return Err(ReplayError::Store(e)),
+                None => unreachable!("write_group answers every item"),
             }
         }
         Ok(())
