@@ -3,8 +3,11 @@
 //!
 //! Invariant: a free buffer's data is all zeros, so whatever prefix of a
 //! segment has arrived is followed by zeros and `format::scan` finds where
-//! the complete appends end. Data is zeroed when a buffer is released (hole
-//! punched, or written with zeros where the file system cannot punch).
+//! the complete appends end. Data is zeroed when a buffer is released, by
+//! writing zeros through the mapping over what may have been written. The
+//! pages stay resident for the next replica: punching a hole instead would
+//! free them, and on some machines the first write to a fresh page costs
+//! far more than the zeroing (`docs/replication.md`).
 //!
 //! The metadata block (all integers little-endian):
 //!
@@ -18,7 +21,7 @@
 //! It is written at OPEN, rewritten at CLOSE and cleared when the buffer is
 //! released. A block whose magic or CRC does not check reads as free.
 
-use super::mmap::{self, Mapping};
+use super::mmap::Mapping;
 use parking_lot::{Mutex, MutexGuard};
 use shoal_common::{LogId, SegmentId};
 use std::fs::{File, OpenOptions};
@@ -233,15 +236,8 @@ impl BufInner {
     }
 
     fn zero_data(&mut self) {
-        if self.dirty == 0 {
-            return;
-        }
-        let page = META_BYTES; // the data starts page aligned
-        let len = self.dirty.div_ceil(page) * page;
-        let len = len.min(self.capacity());
-        if !mmap::punch_hole(&self.file, META_BYTES as u64, len as u64) {
-            self.map.bytes_mut()[META_BYTES..META_BYTES + len].fill(0);
-        }
+        let dirty = self.dirty.min(self.capacity());
+        self.map.bytes_mut()[META_BYTES..META_BYTES + dirty].fill(0);
         self.dirty = 0;
     }
 }

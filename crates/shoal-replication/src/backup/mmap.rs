@@ -1,5 +1,6 @@
-//! A file mapped into memory `MAP_SHARED`: the only file of the backup with
-//! `unsafe`.
+//! Memory the backup manages itself: a file mapped into memory
+//! `MAP_SHARED` ([`Mapping`]) and heap blocks aligned for O_DIRECT
+//! ([`AlignedBuf`]). The only file of the backup with `unsafe`.
 //!
 //! Bytes written through the mapping are the file's page cache, so they
 //! survive the process being killed. A [`Mapping`] owns its mapping for its
@@ -8,10 +9,19 @@
 //! file (the backup owns its data directory) and the file is never shrunk
 //! while mapped (callers unmap before resizing; see `buffers.rs`).
 
+use std::alloc::{self, Layout};
 use std::fs::File;
 use std::io;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
+
+/// The alignment of [`AlignedBuf`] and the unit of O_DIRECT I/O: buffer
+/// addresses, file offsets and lengths are multiples of it. 4096 is a
+/// multiple of every common logical block size (512 and 4096); a device
+/// with larger blocks refuses such I/O with EINVAL and callers fall back to
+/// buffered I/O.
+pub(crate) const BLOCK: usize = 4096;
 
 /// `len` bytes of a file, mapped read-write and shared.
 pub(crate) struct Mapping {
@@ -96,26 +106,6 @@ impl Drop for Mapping {
     }
 }
 
-/// Deallocates `offset..offset+len` of `file` keeping its size, so the range
-/// reads as zeros (mapped pages included). Returns false when the file
-/// system cannot punch holes; the caller then writes zeros itself.
-pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> bool {
-    if len == 0 {
-        return true;
-    }
-    // SAFETY: a plain system call on a descriptor we own; it takes no
-    // pointers.
-    let r = unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            offset as libc::off_t,
-            len as libc::off_t,
-        )
-    };
-    r == 0
-}
-
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -123,5 +113,58 @@ fn page_size() -> usize {
         p as usize
     } else {
         4096
+    }
+}
+
+/// Zeroed heap memory whose address and length are multiples of [`BLOCK`],
+/// to read and write files with O_DIRECT. Derefs to its bytes.
+pub(crate) struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the allocation is plain memory owned by this value alone; shared
+// access is `&self` reads only and writes need `&mut self`.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` bytes rounded up to whole blocks (at least one), all zero.
+    /// Errors (rather than aborting) if the memory cannot be had.
+    pub(crate) fn zeroed(len: usize) -> io::Result<AlignedBuf> {
+        let size = len.max(1).checked_next_multiple_of(BLOCK);
+        let layout = size
+            .and_then(|size| Layout::from_size_align(size, BLOCK).ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "aligned buffer too large"))?;
+        // SAFETY: the layout's size is nonzero (at least one block).
+        let p = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "aligned buffer"))?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `layout.size()` bytes allocated (and
+        // initialized, zeroed) by `zeroed` and owned by self until Drop;
+        // writes need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: frees exactly what `zeroed` allocated, with its layout; no
+        // borrow of it can outlive `self`.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }

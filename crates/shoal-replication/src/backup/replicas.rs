@@ -8,7 +8,7 @@
 //! meanwhile is noticed.
 
 use super::buffers::{Buffer, Meta, MetaState};
-use super::files::{self, FileHeader};
+use super::files::{self, FileHeader, ReadBufs, SegmentBytes};
 use super::{BackupConfig, Counters};
 use crate::restore::verify_replica;
 use crate::wire::{self, KeyRange, PartInfo, ReplicaInfo, ReplicaState};
@@ -17,6 +17,7 @@ use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
@@ -69,6 +70,8 @@ pub(crate) struct Shared {
     pub segments_dir: PathBuf,
     pub counters: Counters,
     table: Mutex<Table>,
+    /// Aligned buffers that segment files are read into.
+    read_bufs: Arc<ReadBufs>,
     jobs: Mutex<Sender<Job>>,
 }
 
@@ -95,7 +98,26 @@ pub(crate) struct PartOut {
 /// A replica's bytes as a reader gets them.
 pub(crate) struct ReadOut {
     pub info: ReplicaInfo,
-    pub bytes: Vec<u8>,
+    pub bytes: ReplicaBytes,
+}
+
+/// A replica's bytes: copied out of its buffer, or its file as read (served
+/// from the aligned read buffer, which goes back for reuse when this is
+/// dropped). Derefs to the bytes.
+pub(crate) enum ReplicaBytes {
+    Copied(Vec<u8>),
+    File(SegmentBytes),
+}
+
+impl Deref for ReplicaBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReplicaBytes::Copied(v) => v,
+            ReplicaBytes::File(f) => f,
+        }
+    }
 }
 
 impl Shared {
@@ -209,6 +231,7 @@ impl Shared {
             segments_dir,
             counters: Counters::default(),
             table: Mutex::new(table),
+            read_bufs: ReadBufs::new(capacity),
             jobs: Mutex::new(jobs),
         }))
     }
@@ -528,7 +551,8 @@ impl Shared {
                     checksum: 0,
                     state: ReplicaState::Open,
                 };
-                Checked::Ok(ReadOut { info, bytes: if bytes { held[..v.len].to_vec() } else { Vec::new() } })
+                let bytes = ReplicaBytes::Copied(if bytes { held[..v.len].to_vec() } else { Vec::new() });
+                Checked::Ok(ReadOut { info, bytes })
             }
             Replica::Closed { buf, gen, version, len, checksum } => {
                 let g = buf.lock();
@@ -541,10 +565,11 @@ impl Shared {
                     return corrupt("buffer");
                 }
                 let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
-                Checked::Ok(ReadOut { info, bytes: if bytes { held.to_vec() } else { Vec::new() } })
+                let bytes = ReplicaBytes::Copied(if bytes { held.to_vec() } else { Vec::new() });
+                Checked::Ok(ReadOut { info, bytes })
             }
             Replica::OnDisk { version, len, checksum, path } => {
-                let (h, data) = match files::read_segment(&path) {
+                let (h, data) = match files::read_segment(&path, &self.read_bufs) {
                     Ok(x) => x,
                     // Freed (or replaced) meanwhile: look again.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return Checked::Moved,
@@ -556,7 +581,8 @@ impl Shared {
                     return corrupt("file");
                 }
                 let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
-                Checked::Ok(ReadOut { info, bytes: if bytes { data } else { Vec::new() } })
+                let bytes = if bytes { ReplicaBytes::File(data) } else { ReplicaBytes::Copied(Vec::new()) };
+                Checked::Ok(ReadOut { info, bytes })
             }
         }
     }
