@@ -615,13 +615,32 @@ pub struct Filtered {
 /// [`scan`] verified. Stops with the first entry that does not decode.
 pub fn filter_entries(
     buf: &[u8],
+    keep: impl FnMut(TableId, &[u8]) -> bool,
+    out: &mut Vec<u8>,
+) -> Result<Filtered, FormatError> {
+    filter_checked(buf, keep, out, true)
+}
+
+/// [`filter_entries`] of bytes whose every entry's CRC was checked already
+/// (for example by `restore::verify_replica`): entries are not checked again.
+pub fn filter_entries_trusted(
+    buf: &[u8],
+    keep: impl FnMut(TableId, &[u8]) -> bool,
+    out: &mut Vec<u8>,
+) -> Result<Filtered, FormatError> {
+    filter_checked(buf, keep, out, false)
+}
+
+fn filter_checked(
+    buf: &[u8],
     mut keep: impl FnMut(TableId, &[u8]) -> bool,
     out: &mut Vec<u8>,
+    check: bool,
 ) -> Result<Filtered, FormatError> {
     let mut f = Filtered::default();
     let mut pos = 0;
     while pos < buf.len() {
-        let (entry, len) = decode(&buf[pos..])?;
+        let (entry, len) = decode_checked(&buf[pos..], check)?;
         let kept = match entry {
             Entry::Object(o) => {
                 f.safe_version = f.safe_version.max(o.version.0 + 1);

@@ -22,6 +22,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 pub use shoal_common::RejectRules;
 use shoal_common::{key_hash, SegmentId, TableId, Version};
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -166,6 +167,24 @@ pub struct ReplayReport {
     pub objects_removed: u64,
 }
 
+/// A hasher for keys that are key hashes already (uniform 64-bit values).
+#[derive(Default)]
+struct HashIsKey(u64);
+
+impl std::hash::Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// Most objects a replay writes as one append group.
 const REPLAY_GROUP: usize = 256;
 
@@ -173,7 +192,8 @@ const REPLAY_GROUP: usize = 256;
 /// far and what was done.
 #[derive(Debug, Default)]
 pub struct Replay {
-    tombs: HashMap<(TableId, Vec<u8>), Version>,
+    /// By key hash: (table, key, newest version a tombstone killed).
+    tombs: HashMap<u64, Vec<(TableId, Vec<u8>, Version)>>,
     tables: HashSet<TableId>,
     pub report: ReplayReport,
 }
@@ -214,6 +234,9 @@ pub struct StoreStats {
     pub cleaning_ms: u64,
     /// (bytes appended by clients + bytes relocated) / bytes appended by clients.
     pub write_cost: f64,
+    /// Bytes of the pool made resident so far by `StoreConfig::prefault`
+    /// (`memory_bytes` once done; 0 without it).
+    pub prefaulted_bytes: u64,
 }
 
 /// The store's statistics. Fields are grouped by who updates them, each
@@ -244,6 +267,8 @@ pub(crate) struct Counters {
     pub seglets_freed: AtomicU64,
     pub cleaning_ns: AtomicU64,
     _pad_cleaner: [u64; 8],
+    // The prefault thread.
+    pub prefaulted: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -756,6 +781,10 @@ impl Store {
     ) {
         let inner = &self.inner;
         let hashes: Vec<u64> = idx.iter().map(|&i| key_hash(items[i].table, items[i].key).0).collect();
+        // The group's buckets load in parallel while the locks are taken.
+        for &h in &hashes {
+            inner.ht.prefetch(h);
+        }
         let mut stripes: Vec<usize> = hashes.iter().map(|h| inner.ht.stripe_of(*h)).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -926,6 +955,7 @@ impl Store {
             seglets_freed: c.seglets_freed.load(Ordering::Relaxed),
             cleaning_ms: c.cleaning_ns.load(Ordering::Relaxed) / 1_000_000,
             write_cost: if appended == 0 { 1.0 } else { (appended + relocated) as f64 / appended as f64 },
+            prefaulted_bytes: c.prefaulted.load(Ordering::Relaxed),
         }
     }
 
@@ -1030,39 +1060,49 @@ impl Store {
         // distinct keys (one log append, one replication hand-off each).
         let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(REPLAY_GROUP);
         let mut versions: Vec<Version> = Vec::with_capacity(REPLAY_GROUP);
-        let mut keys: HashSet<(TableId, &[u8])> = HashSet::with_capacity(REPLAY_GROUP);
+        // Key hashes in the group (two keys of one hash just end it early).
+        let mut keys: HashSet<u64, BuildHasherDefault<HashIsKey>> = HashSet::default();
         let mut pos = 0;
         while pos < entries.len() {
-            let (e, len) = format::decode(&entries[pos..])
-                .map_err(|reason| ReplayError::Corrupt { segment: 0, offset: pos, reason })?;
+            let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
+                segment: 0,
+                offset: pos,
+                reason,
+            })?;
             pos += len;
             match e {
                 Entry::Object(o) => {
-                    if let Some(tv) = replay.tombs.get(&(o.table, o.key.to_vec())) {
-                        if o.version <= *tv {
-                            replay.report.objects_skipped += 1;
-                            continue;
-                        }
+                    let hash = key_hash(o.table, o.key).0;
+                    let killed = replay
+                        .tombs
+                        .get(&hash)
+                        .and_then(|v| v.iter().find(|(t, k, _)| *t == o.table && k.as_slice() == o.key).map(|x| x.2));
+                    if killed.is_some_and(|tv| o.version <= tv) {
+                        replay.report.objects_skipped += 1;
+                        continue;
                     }
                     if !replay.tables.contains(&o.table) {
                         self.create_table(o.table);
                         replay.tables.insert(o.table);
                     }
-                    if ops.len() == REPLAY_GROUP || keys.contains(&(o.table, o.key)) {
+                    if ops.len() == REPLAY_GROUP || keys.contains(&hash) {
                         self.replay_group(replay, &ops, &versions)?;
                         ops.clear();
                         versions.clear();
                         keys.clear();
                     }
                     inner.check_sizes(o.key, Some(o.value)).map_err(ReplayError::Store)?;
-                    keys.insert((o.table, o.key));
+                    keys.insert(hash);
                     ops.push(WriteOp { table: o.table, key: o.key, value: o.value, rules: RejectRules::default() });
                     versions.push(o.version);
                 }
                 Entry::Tombstone(t) => {
                     replay.report.tombstones += 1;
-                    let v = replay.tombs.entry((t.table, t.key.to_vec())).or_default();
-                    *v = (*v).max(t.version);
+                    let same = replay.tombs.entry(key_hash(t.table, t.key).0).or_default();
+                    match same.iter_mut().find(|(tt, k, _)| *tt == t.table && k.as_slice() == t.key) {
+                        Some(x) => x.2 = x.2.max(t.version),
+                        None => same.push((t.table, t.key.to_vec(), t.version)),
+                    }
                 }
                 // Not what a filter keeps; harmless if a caller passes them.
                 Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
@@ -1096,7 +1136,7 @@ impl Store {
     pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
         let mut report = replay.report;
-        for ((table, key), tv) in replay.tombs {
+        for (table, key, tv) in replay.tombs.into_values().flatten() {
             if !self.has_table(table) {
                 continue;
             }
@@ -1261,6 +1301,7 @@ fn prefault(inner: &Inner) {
             return;
         }
         at += len;
+        inner.counters.prefaulted.store(at as u64, Ordering::Relaxed);
         std::thread::yield_now();
     }
     tracing::info!("memory pool resident: {} MiB in {} ms", at >> 20, started.elapsed().as_millis());

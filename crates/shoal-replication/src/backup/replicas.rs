@@ -484,8 +484,9 @@ impl Shared {
     }
 
     /// READ_PART: the entries of one replica whose keys fall in `ranges`,
-    /// byte for byte (`format::filter_entries`), cut from its verified
-    /// bytes; the replica's segment header must name `log` and `segment`.
+    /// byte for byte (`format::filter_entries_trusted`: `read` checked every
+    /// entry's CRC already), cut from its verified bytes; the replica's
+    /// segment header must name `log` and `segment`.
     /// The filtering is the backup's share of a recovery: each recovery
     /// master receives only its partition's objects, so every object
     /// crosses the network once (DXRAM's recovery; RAMCloud's backups
@@ -501,8 +502,9 @@ impl Shared {
             return Err(format!("replica of log {} segment {} names another segment", log.0, segment.0));
         }
         let mut entries = Vec::with_capacity(r.bytes.len() / 2);
-        let f = format::filter_entries(&r.bytes, |table, key| wire::in_ranges(ranges, table, key), &mut entries)
-            .map_err(|e| format!("replica of log {} segment {}: {e}", log.0, segment.0))?;
+        let f =
+            format::filter_entries_trusted(&r.bytes, |table, key| wire::in_ranges(ranges, table, key), &mut entries)
+                .map_err(|e| format!("replica of log {} segment {}: {e}", log.0, segment.0))?;
         let info = PartInfo {
             log_version: r.info.log_version,
             closed: r.info.state == ReplicaState::Closed,

@@ -320,6 +320,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         seglets_freed,
         cleaning_ms,
         write_cost,
+        prefaulted_bytes,
     } = ctx.store.stats();
     let s = &ctx.stats;
     let u = |name: &'static str, v: u64| Stat { name: Cow::Borrowed(name), value: StatValue::U64(v) };
@@ -361,6 +362,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("seglets_freed", seglets_freed),
         u("cleaning_ms", cleaning_ms),
         f("write_cost", write_cost),
+        u("prefaulted_bytes", prefaulted_bytes),
     ];
     if let Some(node) = &ctx.cluster {
         cluster_stats(node, &mut v);

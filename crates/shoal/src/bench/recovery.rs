@@ -813,6 +813,25 @@ fn measure(
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // Servers started with --prefault-memory make their memory resident in
+    // the background: wait for it, so that it neither slows the recovery
+    // nor is missing from it.
+    if !args.no_prefault {
+        for s in &map.servers {
+            loop {
+                let st = server_stats(s.native);
+                let done = st.as_ref().and_then(|st| stat_u64(st, "prefaulted_bytes")).unwrap_or(0);
+                let total = st.as_ref().and_then(|st| stat_u64(st, "memory_bytes")).unwrap_or(u64::MAX);
+                if done >= total {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!("server {} did not make its memory resident in time", s.id.0));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
     let victim = map.tablets.iter().find(|t| t.table == table).ok_or("the table has no tablet")?.master;
     r.victim = victim.0;
     let victim_tablets: Vec<TabletInfo> =
