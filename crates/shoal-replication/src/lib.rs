@@ -15,3 +15,31 @@ pub mod backup;
 pub mod master;
 pub mod restore;
 pub mod wire;
+
+/// The CPU priority (nice value) of recovery's bulk work: backups cutting
+/// replicas for READ_PART and recovery masters replaying. Above 0, so that
+/// on a busy machine the clients of live masters are served first and a
+/// recovery takes the CPU they leave (RAMCloud's recovery had whole
+/// machines to itself; here it shares two cores with everything else).
+pub const RECOVERY_NICE: i32 = 19;
+
+/// Runs `f` on a thread of its own named `name` at [`RECOVERY_NICE`]; the
+/// result comes back through the returned channel (closed if `f`
+/// panicked). A thread of its own, not a pooled one, because a thread's
+/// priority can be lowered freely but raised back only with privileges.
+pub fn spawn_recovery_work<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<T>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        // SAFETY: plain system calls on this thread's own id; a failure
+        // leaves the priority as it was.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, RECOVERY_NICE);
+        }
+        let _ = tx.send(f());
+    })?;
+    Ok(rx)
+}

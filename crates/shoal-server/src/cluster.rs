@@ -421,13 +421,20 @@ impl ClusterNode {
         );
         let (sink, mut arrivals) = tokio::sync::mpsc::channel::<restore::PartSegment>(PART_QUEUE);
         let s = store.clone();
-        let replayer = tokio::task::spawn_blocking(move || {
+        let replayer = shoal_replication::spawn_recovery_work("shoal-replay", move || {
             let mut replay = shoal_engine::Replay::default();
             while let Some(p) = arrivals.blocking_recv() {
                 s.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version))?;
             }
             s.finish_replay(replay)
         });
+        let replayer = match replayer {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("recovery {}: partition {index}: cannot start the replay thread: {e}", rec.id);
+                return;
+            }
+        };
         for &log in &rec.logs {
             let read = loop {
                 if *shutdown.borrow() || !self.still_mine(rec.id, index) {

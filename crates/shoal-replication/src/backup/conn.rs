@@ -585,17 +585,28 @@ impl Conn {
             Freed,
         }
         let shared = self.shared.clone();
-        let answer = tokio::task::spawn_blocking(move || match request {
-            Request::List(log) => Answer::Listing(shared.list(log)),
-            Request::Read(log, segment) => Answer::Segment(segment, shared.read(log, segment)),
-            Request::ReadPart(log, segment, ranges) => Answer::Part(segment, shared.read_part(log, segment, &ranges)),
-            Request::FreeLog(log) => {
-                shared.free_log(log);
-                Answer::Freed
+        let answer = match request {
+            // Recovery's bulk work: at low priority, on a thread of its own.
+            Request::ReadPart(log, segment, ranges) => {
+                let cut = crate::spawn_recovery_work("shoal-backup-part", move || {
+                    Answer::Part(segment, shared.read_part(log, segment, &ranges))
+                })
+                .map_err(|e| Stop::Answer(format!("cannot start a thread: {e}")))?;
+                cut.await.map_err(|_| Stop::Answer("internal error: READ_PART failed".into()))?
             }
-        })
-        .await
-        .map_err(|e| Stop::Answer(format!("internal error: {e}")))?;
+            request => tokio::task::spawn_blocking(move || match request {
+                Request::List(log) => Answer::Listing(shared.list(log)),
+                Request::Read(log, segment) => Answer::Segment(segment, shared.read(log, segment)),
+                // Taken by the arm above.
+                Request::ReadPart(_, segment, _) => Answer::Part(segment, Err("internal error".into())),
+                Request::FreeLog(log) => {
+                    shared.free_log(log);
+                    Answer::Freed
+                }
+            })
+            .await
+            .map_err(|e| Stop::Answer(format!("internal error: {e}")))?,
+        };
         match answer {
             Answer::Listing(replicas) => wire::encode_listing(&replicas, &mut self.out),
             Answer::Segment(segment, Ok(r)) => {
