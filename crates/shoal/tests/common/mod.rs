@@ -18,8 +18,22 @@ use std::time::{Duration, Instant};
 
 pub const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
 
+/// A port nobody listens on, below Linux's ephemeral range (32768 and up):
+/// a port the kernel hands out for port-0 listeners and outgoing connections
+/// could be taken by another process between this check and the bind of the
+/// server it is for (seen: a coordinator's port taken by another test's
+/// connection).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(131)) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
 }
 
 /// A temporary root removed at the end (kept if the test failed, for its logs).
