@@ -53,6 +53,72 @@ impl Bucket {
     }
 }
 
+/// The main buckets: an anonymous mapping (zero-filled, so every bucket
+/// starts empty) aligned to 2 MiB and marked for transparent huge pages.
+/// Lookups land on random buckets of a table of tens or hundreds of MiB;
+/// with 4 KiB pages nearly every one misses the TLB, and under
+/// virtualisation a TLB miss walks two sets of page tables.
+struct MainBuckets {
+    /// The whole mapping (for munmap) and the aligned buckets within it.
+    map: *mut libc::c_void,
+    map_len: usize,
+    buckets: *const Bucket,
+    n: usize,
+}
+
+// SAFETY: the buckets are atomics; the mapping lives as long as the value.
+unsafe impl Send for MainBuckets {}
+unsafe impl Sync for MainBuckets {}
+
+const HUGE_PAGE: usize = 2 << 20;
+
+impl MainBuckets {
+    fn new(n: usize) -> MainBuckets {
+        let bytes = n * std::mem::size_of::<Bucket>();
+        let map_len = bytes + HUGE_PAGE;
+        // SAFETY: an anonymous private mapping with no address hint; checked
+        // before use, unmapped in Drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            map != libc::MAP_FAILED,
+            "cannot map {map_len} bytes for the hash table: {}",
+            std::io::Error::last_os_error()
+        );
+        let start = (map as usize).next_multiple_of(HUGE_PAGE);
+        // SAFETY: the range lies within the mapping; the advice is a hint
+        // (ignored where transparent huge pages are off).
+        unsafe { libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE) };
+        MainBuckets { map, map_len, buckets: start as *const Bucket, n }
+    }
+}
+
+impl std::ops::Deref for MainBuckets {
+    type Target = [Bucket];
+    fn deref(&self) -> &[Bucket] {
+        // SAFETY: `n` buckets from `buckets` lie within the mapping, which
+        // is zero-filled (all-zero atomics are valid empty buckets) and
+        // lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.buckets, self.n) }
+    }
+}
+
+impl Drop for MainBuckets {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; no reference to it outlives
+        // `self` (slices borrow `self`).
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
 /// Where a key's slot is, as found by [`HashTable::find`]. Valid only while
 /// the caller holds the key's stripe lock and has not inserted into the
 /// same bucket since (an insert may move slot 7 to an overflow bucket).
@@ -76,7 +142,7 @@ fn pack(hash: u64, r: LogRef) -> u64 {
 }
 
 pub struct HashTable {
-    main: Box<[Bucket]>,
+    main: MainBuckets,
     chunks: Box<[AtomicPtr<Bucket>]>,
     overflow_used: AtomicUsize,
     overflow_alloc: Mutex<()>,
@@ -87,11 +153,25 @@ impl HashTable {
     pub fn new(buckets: usize) -> HashTable {
         let buckets = buckets.max(1);
         HashTable {
-            main: Bucket::zeroed_chunk(buckets),
+            main: MainBuckets::new(buckets),
             chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             overflow_used: AtomicUsize::new(0),
             overflow_alloc: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Makes the main buckets resident (huge pages where available), for
+    /// `StoreConfig::prefault`; contents are untouched.
+    pub fn populate(&self) -> std::io::Result<()> {
+        let bytes = self.main.len() * std::mem::size_of::<Bucket>();
+        // SAFETY: the range is the buckets' own memory; populating changes
+        // no byte of it.
+        let r = unsafe { libc::madvise(self.main.buckets as *mut libc::c_void, bytes, libc::MADV_POPULATE_WRITE) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
         }
     }
 
