@@ -440,7 +440,7 @@ pub fn encode_read_part(log: LogId, segment: SegmentId, ranges: &[KeyRange], out
 /// the header, before the body is read).
 pub fn read_part_len_ok(len: usize) -> bool {
     len >= READ_PART_PREFIX
-        && (len - READ_PART_PREFIX) % KEY_RANGE_LEN == 0
+        && (len - READ_PART_PREFIX).is_multiple_of(KEY_RANGE_LEN)
         && (len - READ_PART_PREFIX) / KEY_RANGE_LEN <= MAX_KEY_RANGES
 }
 
