@@ -56,7 +56,17 @@ pub struct CoordinatorArgs {
     /// before it is declared dead and its tablets are recovered elsewhere.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PROBE_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     pub probe_attempts: u32,
+
+    /// After this coordinator restarts on an existing cluster, a server
+    /// reported unreachable is not checked (nor declared dead) for this many
+    /// milliseconds unless it has enlisted again: in a whole-cluster restart
+    /// the servers come back one by one, and each recovers its own log.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_RESTART_GRACE_MS)]
+    pub restart_grace_ms: u64,
 }
+
+/// Default of `--restart-grace-ms`.
+pub const DEFAULT_RESTART_GRACE_MS: u64 = 10_000;
 
 /// Everything [`Coordinator::start`](crate::Coordinator::start) needs.
 #[derive(Clone, Debug)]
@@ -75,6 +85,9 @@ pub struct CoordinatorConfig {
     pub max_connections: usize,
     /// How a suspected server is checked before it is declared dead.
     pub probe: ProbeConfig,
+    /// After a restart on an existing cluster, how long suspicions of
+    /// servers that have not enlisted again are ignored.
+    pub restart_grace: Duration,
 }
 
 impl Default for CoordinatorConfig {
@@ -89,6 +102,7 @@ impl Default for CoordinatorConfig {
                 attempts: DEFAULT_PROBE_ATTEMPTS,
                 timeout: Duration::from_millis(DEFAULT_PROBE_TIMEOUT_MS),
             },
+            restart_grace: Duration::from_millis(DEFAULT_RESTART_GRACE_MS),
         }
     }
 }
@@ -101,6 +115,7 @@ impl From<CoordinatorArgs> for CoordinatorConfig {
             replicas: args.replicas,
             log_level: args.log_level,
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
+            restart_grace: Duration::from_millis(args.restart_grace_ms),
             ..CoordinatorConfig::default()
         }
     }

@@ -63,7 +63,9 @@ impl Coordinator {
         config: CoordinatorConfig,
         store: Arc<dyn StateStore>,
     ) -> Result<Coordinator, CoordinatorError> {
-        let service = Arc::new(Service::open(store, config.replicas, config.probe).await?);
+        let service = Arc::new(
+            Service::open(store, config.replicas, config.probe).await?.with_restart_grace(config.restart_grace),
+        );
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;

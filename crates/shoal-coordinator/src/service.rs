@@ -52,6 +52,12 @@ pub(crate) struct Service {
     clock: parking_lot::Mutex<RecoveryClock>,
     /// Per server, the highest map version it said it holds (`watch_map`).
     seen: parking_lot::Mutex<BTreeMap<ServerId, u64>>,
+    /// This process resumed a cluster with servers: suspicions of a server
+    /// that has not enlisted again since are ignored for `restart_grace`.
+    resumed: bool,
+    restart_grace: Duration,
+    /// Servers that enlisted since this process started.
+    enlisted: parking_lot::Mutex<BTreeSet<ServerId>>,
 }
 
 /// Suspects being checked, and when each was first reported.
@@ -84,6 +90,18 @@ struct Running {
 }
 
 impl Service {
+    /// After a restart of this process, a suspicion of a server that has not
+    /// enlisted again is ignored for `grace` from the start. When a whole
+    /// cluster restarts, servers enlist again one after another and ping
+    /// peers whose old addresses are still in the map; declaring those dead
+    /// would turn an ordinary restart (each server recovers its own log)
+    /// into crash recoveries racing the return of the backups that hold the
+    /// logs.
+    pub(crate) fn with_restart_grace(mut self, grace: Duration) -> Service {
+        self.restart_grace = grace;
+        self
+    }
+
     /// Loads the state from `store` (a new cluster if it holds none), applies
     /// `replicas`, and saves it if that changed anything. Suspects are
     /// checked as `probe` says.
@@ -104,6 +122,7 @@ impl Service {
             blocking(move || saver.save(&bytes)).await.map_err(CoordinatorError::Save)?;
         }
         let map = state.map();
+        let resumed = !map.servers.is_empty();
         if map.servers.is_empty() && map.tables.is_empty() {
             info!("new cluster (map version {})", map.version);
         } else {
@@ -148,6 +167,9 @@ impl Service {
             detection: Default::default(),
             clock: parking_lot::Mutex::new(clock),
             seen: Default::default(),
+            resumed,
+            restart_grace: Duration::from_millis(crate::config::DEFAULT_RESTART_GRACE_MS),
+            enlisted: Default::default(),
         })
     }
 
@@ -180,8 +202,14 @@ impl Service {
                 self.suspect(reporter, suspect, shutdown.clone());
                 ControlResponse::Ok
             }
-            req @ (ControlRequest::Enlist { .. }
-            | ControlRequest::CreateTable { .. }
+            req @ ControlRequest::Enlist { .. } => {
+                let answer = self.change(req).await;
+                if let ControlResponse::Enlisted { server, .. } = &answer {
+                    self.enlisted.lock().insert(*server);
+                }
+                answer
+            }
+            req @ (ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
             | ControlRequest::Recovered { .. }
             | ControlRequest::RecoveryDone { .. }) => self.change(req).await,
@@ -256,6 +284,14 @@ impl Service {
             }
             Some(s) => s.native,
         };
+        if self.resumed && self.started.elapsed() < self.restart_grace && !self.enlisted.lock().contains(&suspect) {
+            return info!(
+                "server {reporter} suspects server {suspect}, which has not enlisted since this coordinator \
+                 resumed the cluster {} ms ago; not checked before {} ms",
+                self.started.elapsed().as_millis(),
+                self.restart_grace.as_millis()
+            );
+        }
         {
             let mut d = self.detection.lock();
             if !d.checking.insert(suspect) {
@@ -612,6 +648,55 @@ mod tests {
         let resp = service.handle(create, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Table { .. }), "{resp:?}");
         assert_eq!(service.map().version, before.version + 1);
+    }
+
+    #[tokio::test]
+    async fn a_resumed_coordinator_checks_no_suspect_that_has_not_enlisted_again_within_the_grace() {
+        // A cluster of two servers whose addresses nobody listens on.
+        let unused = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let dead = [unused(), unused()];
+        let store = Arc::new(FlakyStore::default());
+        let (_tx, mut rx) = watch::channel(false);
+        let first = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
+        let mut ids = Vec::new();
+        for a in dead {
+            let req = ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
+            match first.handle(req, &mut rx).await {
+                ControlResponse::Enlisted { server, .. } => ids.push(server),
+                other => panic!("{other:?}"),
+            }
+        }
+        drop(first);
+        let probe = ProbeConfig { attempts: 1, timeout: Duration::from_millis(50) };
+        let down = |s: &Service, id: ServerId| s.map().server(id).unwrap().state == ServerState::Down;
+
+        // Resumed with a grace: server 1 has not enlisted again, server 0 has.
+        let resumed = Service::open(store.clone(), None, probe).await.unwrap();
+        let resumed = Arc::new(resumed.with_restart_grace(Duration::from_secs(60)));
+        let a = dead[0];
+        let again = ControlRequest::Enlist { previous: Some(ids[0]), native: a, resp: a, backup: a };
+        assert!(matches!(resumed.handle(again, &mut rx).await, ControlResponse::Enlisted { .. }));
+        for suspect in [ids[1], ids[0]] {
+            let req = ControlRequest::Suspect { reporter: ids[0], suspect };
+            assert_eq!(resumed.handle(req, &mut rx).await, ControlResponse::Ok);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !down(&resumed, ids[0]) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(down(&resumed, ids[0]), "a server that enlisted again is checked and declared dead");
+        assert!(!down(&resumed, ids[1]), "a server not back yet is left alone during the grace");
+
+        // Without a grace, the same suspicion is checked at once.
+        drop(resumed);
+        let no_grace = Arc::new(Service::open(store, None, probe).await.unwrap().with_restart_grace(Duration::ZERO));
+        let req = ControlRequest::Suspect { reporter: ids[0], suspect: ids[1] };
+        assert_eq!(no_grace.handle(req, &mut rx).await, ControlResponse::Ok);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !down(&no_grace, ids[1]) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(down(&no_grace, ids[1]));
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         log_level: "warn".into(),
         probe_timeout_ms: 250,
         probe_attempts: 2,
+        restart_grace_ms: 10_000,
     };
     let running = tokio::spawn(run(args.clone()));
 

@@ -465,6 +465,17 @@ impl ClusterNode {
                 publish(&progress);
                 let opts = restore::FindOptions { parallel_reads: PARALLEL_PART_READS, ..Default::default() };
                 match restore::read_partition(&backups, log, ranges.clone(), index, opts, sink.clone()).await {
+                    // No replica of the log on any backup in the map. With
+                    // replication on, every log of a server that served has
+                    // a replicated head, so its backups have not come back
+                    // yet (a server declared dead returns as a new one):
+                    // wait rather than recover an empty log.
+                    Ok(read) if read.head.is_none() && self.map().replicas > 0 => warn!(
+                        "recovery {}: log {}: no replica on any of {} backups; waiting for the backups that hold it",
+                        rec.id,
+                        log.0,
+                        backups.len()
+                    ),
                     Ok(read) => break read,
                     // The replay failed: its error is reported below.
                     Err(restore::RestoreError::Closed) => break restore::PartitionRead::default(),
@@ -624,6 +635,16 @@ impl ClusterNode {
                     // replicas of a newer head: wait for every server.
                     Ok(found) if !found.unreachable.is_empty() => {
                         warn!("recovery of log {}: waiting for backups {:?} to answer", log.0, found.unreachable);
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = shutdown.wait_for(|s| *s) => return,
+                        }
+                    }
+                    // No replica anywhere: its backups are not back yet
+                    // (with replication on, a log that served has a
+                    // replicated head).
+                    Ok(found) if found.head.is_none() && self.map().replicas > 0 => {
+                        warn!("recovery of log {}: no replica on any of {} backups; waiting", log.0, backups.len());
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                             _ = shutdown.wait_for(|s| *s) => return,

@@ -65,6 +65,53 @@ fn whole_cluster_sigkill_and_restart_keeps_every_acknowledged_write() {
     again.kill_all();
 }
 
+/// A whole-cluster restart in which the servers come back slowly, one by
+/// one, to a coordinator that checks suspicions at once: the first ones
+/// report the others, which are declared dead and recovered by crash
+/// recovery while their data directories (their backups' replicas) are
+/// still coming back as new servers. The recoveries must wait for those
+/// backups rather than take a log they cannot see for empty.
+#[test]
+fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
+    let root = Root::new("cluster-slow-restart");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let port = cluster.coordinator.port();
+    let table = cluster.client().create_table("ledger").unwrap();
+    let load = WriteLoad::start(cluster.coordinator, table, 4, |t, n| Some(format!("t{t}-k{}", n % 5000).into_bytes()));
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.kill_all();
+    let (ledger, _) = load.finish();
+    assert!(ledger.len() > 1000, "only {} writes acknowledged", ledger.len());
+
+    let coordinator: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut again = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.0.clone(), replicas: 2 };
+    again.start_coordinator_with(&["--restart-grace-ms", "0"]);
+    for i in 0..4 {
+        let s = again.spawn_server(i);
+        again.servers.push(s);
+        // Long enough for the servers back to report the others, and for
+        // the coordinator to declare them dead.
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    // Every server back (as itself or as a new one) and no recovery left.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = again.map().is_some_and(|m| {
+            m.recoveries.is_empty() && m.servers.iter().filter(|s| s.state == shoal_cluster::ServerState::Up).count() >= 4
+        });
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cluster not recovered in time; logs under {}", root.0.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let declared = std::fs::read_to_string(root.0.join("coordinator/log")).unwrap().matches("declaring it dead").count();
+    let mut c = again.client();
+    check_ledger(&mut c, table, &ledger);
+    again.kill_all();
+    assert!(declared > 0, "no server was declared dead: the test did not test what it means to");
+}
+
 #[test]
 fn a_stalled_backup_is_replaced_and_writes_to_other_masters_go_on() {
     let root = Root::new("cluster-stall");

@@ -86,9 +86,15 @@ impl Cluster {
     }
 
     pub fn start_coordinator(&mut self) {
+        self.start_coordinator_with(&[]);
+    }
+
+    /// [`Cluster::start_coordinator`] with extra flags.
+    pub fn start_coordinator_with(&mut self, extra: &[&str]) {
         let dir = self.root.join("coordinator");
         let child = Command::new(SHOAL)
             .args(["coordinator", "--listen", &self.coordinator.to_string(), "--log-level", "info"])
+            .args(extra)
             .args(["--replicas", &self.replicas.to_string()])
             .arg("--data-dir")
             .arg(dir.join("state"))
