@@ -84,7 +84,8 @@ fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
     assert!(ledger.len() > 1000, "only {} writes acknowledged", ledger.len());
 
     let coordinator: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut again = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.0.clone(), replicas: 2 };
+    let mut again =
+        Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.0.clone(), replicas: 2 };
     again.start_coordinator_with(&["--restart-grace-ms", "0"]);
     for i in 0..4 {
         let s = again.spawn_server(i);
@@ -97,7 +98,8 @@ fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let done = again.map().is_some_and(|m| {
-            m.recoveries.is_empty() && m.servers.iter().filter(|s| s.state == shoal_cluster::ServerState::Up).count() >= 4
+            m.recoveries.is_empty()
+                && m.servers.iter().filter(|s| s.state == shoal_cluster::ServerState::Up).count() >= 4
         });
         if done {
             break;
@@ -105,7 +107,8 @@ fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
         assert!(Instant::now() < deadline, "cluster not recovered in time; logs under {}", root.0.display());
         std::thread::sleep(Duration::from_millis(100));
     }
-    let declared = std::fs::read_to_string(root.0.join("coordinator/log")).unwrap().matches("declaring it dead").count();
+    let declared =
+        std::fs::read_to_string(root.0.join("coordinator/log")).unwrap().matches("declaring it dead").count();
     let mut c = again.client();
     check_ledger(&mut c, table, &ledger);
     again.kill_all();
