@@ -282,6 +282,28 @@ impl ClusterNode {
         self.replicator.wait_durable(pos).await.is_ok()
     }
 
+    /// [`ClusterNode::wait_durable`] for a recovery's replayed data, with a
+    /// warning every 5 s while it is not durable: with fewer other servers
+    /// up than R, it cannot be until more come.
+    async fn wait_durable_saying_why(&self, pos: u64, recovery: u64) -> bool {
+        let started = Instant::now();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), self.wait_durable(pos)).await {
+                Ok(done) => return done,
+                Err(_) => {
+                    let map = self.map();
+                    let others = map.servers.iter().filter(|s| s.id != self.id && s.state == ServerState::Up).count();
+                    warn!(
+                        "recovery {recovery}: replayed data not durable after {} s (R = {}, {} other servers up)",
+                        started.elapsed().as_secs(),
+                        map.replicas,
+                        others
+                    );
+                }
+            }
+        }
+    }
+
     /// Keeps the map current until shutdown: long-polls the coordinator and
     /// applies every newer map (`on_map` sees each one).
     pub async fn watch_map(
@@ -513,7 +535,7 @@ impl ClusterNode {
         progress.phase = "re-replicating";
         publish(&progress);
         let durable_started = Instant::now();
-        if !self.wait_durable(self.position()).await {
+        if !self.wait_durable_saying_why(self.position(), rec.id).await {
             return;
         }
         progress.durable_ms = durable_started.elapsed().as_millis() as u64;
