@@ -6,7 +6,7 @@
 //! one [`ControlResponse`], in order, on a connection the caller may reuse.
 //! Bodies over [`MAX_CONTROL_FRAME`] are refused before they are read.
 
-use crate::map::{ClusterMap, ServerId, TableInfo};
+use crate::map::{ClusterMap, ReplicaFloor, ServerId, TableInfo};
 use serde::{Deserialize, Serialize};
 use shoal_common::LogId;
 use std::net::SocketAddr;
@@ -60,7 +60,15 @@ pub enum ControlRequest {
     /// durable in its own log. The coordinator gives it the partition's
     /// tablets. Answered by `Ok`.
     RecoveryDone { recovery: u64, partition: u32, server: ServerId, objects: u64, bytes: u64, replay_ms: u64 },
+    /// `server` re-opened replicas of segments of its current log, and the
+    /// new replicas caught up: the replicas of each `(log, segment)` below
+    /// `epoch` are stale. Floors only grow. Answered by `Ok` once saved;
+    /// the master acknowledges no more writes to those segments until then.
+    RaiseReplicaFloors { server: ServerId, floors: Vec<ReplicaFloor> },
 }
+
+/// Most floors one `RaiseReplicaFloors` may carry.
+pub const MAX_FLOORS_PER_REQUEST: usize = 4096;
 
 /// The coordinator's answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,6 @@ pub mod map;
 
 pub use control::{ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 pub use map::{
-    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ServerId, ServerInfo, ServerState, TableInfo,
-    TabletInfo,
+    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
+    TableInfo, TabletInfo,
 };

@@ -4,7 +4,7 @@
 //! servers and clients keep a copy and replace it with any newer one.
 
 use serde::{Deserialize, Serialize};
-use shoal_common::{KeyHash, LogId, TableId};
+use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -88,6 +88,21 @@ pub struct ClusterMap {
     /// may be dropped.
     #[serde(default)]
     pub fenced: Vec<FencedLog>,
+    /// Per segment of a log that may still be read, the replica epoch below
+    /// which its replicas are stale (their master re-opened the segment
+    /// elsewhere and the new replicas caught up): recovery never uses
+    /// them. At most one entry per (log, segment); dropped with the log.
+    #[serde(default)]
+    pub replica_floors: Vec<ReplicaFloor>,
+}
+
+/// Replicas of `segment` of `log` with an epoch below `epoch` are stale
+/// (see [`ClusterMap::replica_floors`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaFloor {
+    pub log: LogId,
+    pub segment: SegmentId,
+    pub epoch: u64,
 }
 
 /// A log fenced at a version (see [`ClusterMap::fenced`]).
@@ -160,6 +175,11 @@ impl ClusterMap {
     pub fn live_servers(&self) -> impl Iterator<Item = &ServerInfo> {
         self.servers.iter().filter(|s| s.state != ServerState::Down)
     }
+
+    /// The replica floors of `log`: (segment, epoch) pairs.
+    pub fn replica_floors_of(&self, log: LogId) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
+        self.replica_floors.iter().filter(move |f| f.log == log).map(|f| (f.segment, f.epoch))
+    }
 }
 
 /// Splits the hash space into `n` (>= 1) contiguous ranges of nearly equal size.
@@ -204,6 +224,7 @@ mod tests {
             tables: vec![TableInfo { id: TableId(5), name: "t".into() }],
             recoveries: Vec::new(),
             fenced: Vec::new(),
+            replica_floors: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

@@ -212,7 +212,8 @@ impl Service {
             req @ (ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
             | ControlRequest::Recovered { .. }
-            | ControlRequest::RecoveryDone { .. }) => self.change(req).await,
+            | ControlRequest::RecoveryDone { .. }
+            | ControlRequest::RaiseReplicaFloors { .. }) => self.change(req).await,
         }
     }
 
@@ -510,6 +511,18 @@ impl Service {
                     run.replay_ms = run.replay_ms.max(*replay_ms);
                 }
             }
+            (ControlRequest::RaiseReplicaFloors { server, floors }, ControlResponse::Ok) if out.changed => {
+                let list: Vec<String> =
+                    floors.iter().map(|f| format!("{}/{}@{}", f.log.0, f.segment.0, f.epoch)).collect();
+                info!(
+                    "server {server}: replicas below these floors are stale (log/segment@epoch): {} (map version {})",
+                    list.join(", "),
+                    state.map().version
+                );
+            }
+            (ControlRequest::RaiseReplicaFloors { server, .. }, ControlResponse::Error { code, message }) => {
+                warn!("server {server}: replica floors refused: {code:?}: {message}");
+            }
             (_, ControlResponse::Error { code, message }) => {
                 debug!("{} refused: {code:?}: {message}", op_name(req));
             }
@@ -577,6 +590,7 @@ fn op_name(req: &ControlRequest) -> &'static str {
         ControlRequest::Stats => "stats",
         ControlRequest::Suspect { .. } => "suspect",
         ControlRequest::RecoveryDone { .. } => "recovery_done",
+        ControlRequest::RaiseReplicaFloors { .. } => "raise_replica_floors",
     }
 }
 

@@ -24,12 +24,15 @@
 //!   tablet, still mastered by the dead server); a finished partition's
 //!   pieces are mastered by its recovery master (unless that one died
 //!   since); an unfinished partition's master is up, and a recovery has no
-//!   partitions only while no server is up.
+//!   partitions only while no server is up;
+//! * replica floors (`map.replica_floors`) name logs that may still be read
+//!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2.
 
 use serde::{Deserialize, Serialize};
+use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ServerId, ServerInfo, ServerState, TableInfo,
-    TabletInfo,
+    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
+    TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::{LogId, TableId};
@@ -111,6 +114,7 @@ impl ClusterState {
                 tablets: Vec::new(),
                 recoveries: Vec::new(),
                 fenced: Vec::new(),
+                replica_floors: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -208,7 +212,65 @@ impl ClusterState {
             ControlRequest::RecoveryDone { recovery, partition, server, .. } => {
                 self.recovery_done(*recovery, *partition, *server)
             }
+            ControlRequest::RaiseReplicaFloors { server, floors } => self.raise_replica_floors(*server, floors),
         }
+    }
+
+    /// Records that replicas of each `(log, segment)` below `epoch` are
+    /// stale (`docs/recovery.md`, "Stale replicas"): `server` re-opened
+    /// replicas of those segments of its log and the new ones caught up.
+    /// Floors only grow: an epoch at or below the recorded floor changes
+    /// nothing, so a repeated request is `Ok` and unchanged. Errors:
+    /// `not_found` for an unknown server; `invalid_request` for a server
+    /// declared dead (its log is fenced: nothing it does counts any more),
+    /// a log that is not the server's current one (an earlier incarnation's,
+    /// or one recovered or freed), an epoch of 0, or more than
+    /// `MAX_FLOORS_PER_REQUEST` floors. A refused request changes nothing.
+    fn raise_replica_floors(&mut self, server: ServerId, floors: &[ReplicaFloor]) -> Outcome {
+        let Some(s) = self.map.server(server) else {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        };
+        if s.state == ServerState::Down {
+            return Outcome::unchanged(invalid(format!("server {server} was declared dead; its log is fenced")));
+        }
+        if floors.len() > MAX_FLOORS_PER_REQUEST {
+            return Outcome::unchanged(invalid(format!(
+                "{} floors in one request; at most {MAX_FLOORS_PER_REQUEST}",
+                floors.len()
+            )));
+        }
+        if let Some(f) = floors.iter().find(|f| f.log != s.log) {
+            return Outcome::unchanged(invalid(format!(
+                "log {} is not the log server {server} writes (log {})",
+                f.log.0, s.log.0
+            )));
+        }
+        if floors.iter().any(|f| f.epoch == 0) {
+            return Outcome::unchanged(invalid("replica epochs start at 1"));
+        }
+        let mut changed = false;
+        for f in floors.iter().filter(|f| f.epoch >= 2) {
+            match self.map.replica_floors.iter_mut().find(|x| x.log == f.log && x.segment == f.segment) {
+                Some(x) if x.epoch >= f.epoch => {}
+                Some(x) => {
+                    x.epoch = f.epoch;
+                    changed = true;
+                }
+                None => {
+                    self.map.replica_floors.push(*f);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.bump();
+        }
+        Outcome { response: ControlResponse::Ok, changed }
+    }
+
+    /// Drops the replica floors of `logs` (their replicas are no longer read).
+    fn forget_floors(&mut self, logs: &[LogId]) {
+        self.map.replica_floors.retain(|f| !logs.contains(&f.log));
     }
 
     /// Enlists a server. A `previous` id that is known and not down keeps
@@ -348,6 +410,7 @@ impl ClusterState {
                 for l in &done {
                     self.log_versions.remove(l);
                 }
+                self.map.replica_floors.retain(|f| !done.contains(&f.log));
                 *list = left;
             }
             if list.is_empty() {
@@ -441,6 +504,7 @@ impl ClusterState {
         for l in logs {
             self.log_versions.remove(l);
         }
+        self.forget_floors(logs);
     }
 
     /// Gives every recovery its recovery masters, if any server is up:
@@ -635,6 +699,7 @@ impl ClusterState {
             "tablets": self.map.tablets.len(),
             "recoveries": recoveries,
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
+            "replica_floors": self.map.replica_floors.len(),
         })
     }
 
@@ -701,6 +766,18 @@ impl ClusterState {
             }
             if next.is_some() {
                 return Err(format!("tablets of table {} do not reach the end of the hash space", t.id.0));
+            }
+        }
+        let mut floors = BTreeSet::new();
+        for f in &self.map.replica_floors {
+            if !self.log_versions.contains_key(&f.log) {
+                return Err(format!("replica floor of log {}, which is no longer read", f.log.0));
+            }
+            if f.epoch < 2 || !floors.insert((f.log, f.segment)) {
+                return Err(format!(
+                    "replica floor of log {} segment {} below 2 or listed twice",
+                    f.log.0, f.segment.0
+                ));
             }
         }
         for x in &self.map.tablets {
@@ -844,6 +921,7 @@ fn not_found(table: &str) -> ControlResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_common::SegmentId;
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
@@ -1604,6 +1682,95 @@ mod tests {
         v["map"].as_object_mut().unwrap().remove("fenced");
         let (old, _) = ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap();
         assert_eq!(old.next_recovery, 1);
+    }
+
+    fn floors(server: ServerId, log: LogId, list: &[(u64, u64)]) -> ControlRequest {
+        let floors = list.iter().map(|&(segment, epoch)| ReplicaFloor { log, segment: SegmentId(segment), epoch });
+        ControlRequest::RaiseReplicaFloors { server, floors: floors.collect() }
+    }
+
+    fn floors_of(state: &ClusterState, log: LogId) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = state.map().replica_floors_of(log).map(|(s, e)| (s.0, e)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn raise_replica_floors_records_growing_floors_of_a_servers_current_log() {
+        let mut s = cluster(3);
+        let (a, b) = (s.map().servers[0].clone(), s.map().servers[1].clone());
+        let before = s.map().version;
+        assert_eq!(apply(&mut s, floors(a.id, a.log, &[(3, 2), (5, 3)])), ControlResponse::Ok);
+        assert_eq!(s.map().version, before + 1, "one change for the whole request");
+        assert_eq!(floors_of(&s, a.log), vec![(3, 2), (5, 3)]);
+        // Idempotent: the same floors, lower ones and epoch 1 change nothing.
+        assert_eq!(apply(&mut s, floors(a.id, a.log, &[(3, 2), (5, 3)])), ControlResponse::Ok);
+        assert_eq!(apply(&mut s, floors(a.id, a.log, &[(3, 1), (5, 2), (7, 1)])), ControlResponse::Ok);
+        assert_eq!(s.map().version, before + 1);
+        assert_eq!(apply(&mut s, floors(a.id, a.log, &[(3, 4)])), ControlResponse::Ok);
+        assert_eq!(floors_of(&s, a.log), vec![(3, 4), (5, 3)]);
+        assert_eq!(apply(&mut s, floors(b.id, b.log, &[(3, 2)])), ControlResponse::Ok);
+        assert_eq!(floors_of(&s, b.log), vec![(3, 2)]);
+
+        // Refusals change nothing.
+        let version = s.map().version;
+        let refused = [
+            (floors(ServerId(99), a.log, &[(1, 2)]), ControlErrorCode::NotFound),
+            (floors(a.id, b.log, &[(1, 2)]), ControlErrorCode::InvalidRequest),
+            (floors(a.id, a.log, &[(1, 2), (2, 0)]), ControlErrorCode::InvalidRequest),
+            (
+                floors(a.id, a.log, &(0..=MAX_FLOORS_PER_REQUEST as u64).map(|i| (i, 2)).collect::<Vec<_>>()),
+                ControlErrorCode::InvalidRequest,
+            ),
+        ];
+        for (req, code) in refused {
+            assert_eq!(error_code(apply(&mut s, req)), code);
+        }
+        assert_eq!(s.map().version, version);
+        assert_eq!(floors_of(&s, a.log), vec![(3, 4), (5, 3)]);
+
+        // Saved with the rest of the state; files from before floors read.
+        let (back, _) = ClusterState::decode(&s.encode(), None).unwrap();
+        assert_eq!(back, s);
+        let mut v: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        v["map"].as_object_mut().unwrap().remove("replica_floors");
+        let (old, _) = ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap();
+        assert!(old.map().replica_floors.is_empty());
+        // A damaged file is refused: a floor of a log no longer read, or twice.
+        let mut v: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        v["map"]["replica_floors"][0]["log"] = 999.into();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err());
+        let mut v: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        let first = v["map"]["replica_floors"][0].clone();
+        v["map"]["replica_floors"].as_array_mut().unwrap().push(first);
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err());
+    }
+
+    #[test]
+    fn replica_floors_live_as_long_as_their_log_is_read() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        let a = s.map().servers[0].clone();
+        assert_eq!(apply(&mut s, floors(a.id, a.log, &[(4, 2)])), ControlResponse::Ok);
+        // A restart: the old log is to be replayed, its floors stay; it is
+        // no longer the server's log, so it takes no new floors.
+        let (_, new_log, recover) = enlist(&mut s, Some(a.id.0), 1000);
+        assert_eq!(recover, vec![a.log]);
+        assert_eq!(floors_of(&s, a.log), vec![(4, 2)]);
+        assert_eq!(error_code(apply(&mut s, floors(a.id, a.log, &[(4, 3)]))), ControlErrorCode::InvalidRequest);
+        assert_eq!(apply(&mut s, floors(a.id, new_log, &[(1, 2)])), ControlResponse::Ok);
+        // Replayed: the old log's floors go, the new log's stay.
+        apply(&mut s, ControlRequest::Recovered { server: a.id, logs: vec![a.log] });
+        assert_eq!(floors_of(&s, a.log), vec![]);
+        assert_eq!(floors_of(&s, new_log), vec![(1, 2)]);
+
+        // Declared dead: its log is fenced and its floors kept for the
+        // recovery; it may raise none any more; freed with the recovery.
+        down(&mut s, a.id.0);
+        assert_eq!(floors_of(&s, new_log), vec![(1, 2)]);
+        assert_eq!(error_code(apply(&mut s, floors(a.id, new_log, &[(2, 2)]))), ControlErrorCode::InvalidRequest);
+        finish(&mut s, a.id.0);
+        assert!(s.map().replica_floors.is_empty());
     }
 
     #[test]

@@ -3,9 +3,10 @@
 
 use shoal_cluster::control::{read_frame, write_frame};
 use shoal_cluster::{
-    ClusterMap, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId, ServerState,
+    ClusterMap, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ReplicaFloor, ServerId,
+    ServerState,
 };
-use shoal_common::LogId;
+use shoal_common::{LogId, SegmentId};
 use shoal_coordinator::{Coordinator, CoordinatorConfig, MAX_REQUEST_FRAME};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -127,6 +128,43 @@ async fn restart_resumes_the_same_cluster() {
     assert_eq!(stats["enlistments"], 1);
     assert!(stats["requests"].as_u64().unwrap() >= 4);
     assert_eq!(stats["servers"].as_array().unwrap().len(), 3);
+    coordinator.shutdown();
+    coordinator.wait().await;
+}
+
+/// `raise_replica_floors` over the network: answered once saved (the
+/// floors are in the file, and in the map after a restart), a repeat
+/// changes nothing, another server's log is refused.
+#[tokio::test]
+async fn replica_floors_are_saved_before_the_answer_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start(dir.path()).await;
+    let mut c = ControlClient::new(coordinator.local_addr());
+    let (a, log_a, _) = enlist(&mut c, None, 7200).await;
+    let (_, log_b, _) = enlist(&mut c, None, 7210).await;
+    let floor = |log, segment, epoch| ReplicaFloor { log, segment: SegmentId(segment), epoch };
+    let req = ControlRequest::RaiseReplicaFloors { server: a, floors: vec![floor(log_a, 12, 2), floor(log_a, 3, 4)] };
+    let version = c.get_map().await.unwrap().version;
+    assert_eq!(c.call(&req).await.unwrap(), ControlResponse::Ok);
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("coordinator.json")).unwrap()).unwrap();
+    assert_eq!(file["map"]["replica_floors"].as_array().unwrap().len(), 2, "saved before the answer");
+    let map = c.get_map().await.unwrap();
+    assert_eq!(map.version, version + 1);
+    assert_eq!(c.call(&req).await.unwrap(), ControlResponse::Ok);
+    assert_eq!(c.get_map().await.unwrap().version, version + 1, "a repeat changes nothing");
+    let wrong = ControlRequest::RaiseReplicaFloors { server: a, floors: vec![floor(log_b, 1, 2)] };
+    assert_eq!(refused(c.call(&wrong).await), ControlErrorCode::InvalidRequest);
+
+    coordinator.shutdown();
+    coordinator.wait().await;
+    let coordinator = start(dir.path()).await;
+    let mut c = ControlClient::new(coordinator.local_addr());
+    let after = c.get_map().await.unwrap();
+    assert_eq!(after, map);
+    let mut floors: Vec<_> = after.replica_floors_of(log_a).map(|(s, e)| (s.0, e)).collect();
+    floors.sort();
+    assert_eq!(floors, vec![(3, 4), (12, 2)]);
     coordinator.shutdown();
     coordinator.wait().await;
 }

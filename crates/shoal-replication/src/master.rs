@@ -9,9 +9,10 @@
 //! without waiting for the previous round's acknowledgements (pipelining),
 //! re-opens replicas of failed backups elsewhere, copies closed segments
 //! whose replica was lost to new backups (from the store's memory, see
-//! [`Replicator::set_segment_source`]), and publishes the durable
-//! position, which writers on any runtime await with
-//! [`Replicator::wait_durable`].
+//! [`Replicator::set_segment_source`]), records at the coordinator which
+//! replicas that leaves behind are stale ([`FloorRecorder`]), and
+//! publishes the durable position, which writers on any runtime await
+//! with [`Replicator::wait_durable`].
 //!
 //! Who may call what: the store calls the observer methods (under its log
 //! lock); the server calls [`Replicator::set_backups`] whenever its cluster
@@ -27,7 +28,10 @@ use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::{LogObserver, SegmentKind};
 use state::{Settings, State};
+use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -60,6 +64,10 @@ pub struct ReplicatorConfig {
     /// A replica whose backup owes an answer this long is re-opened
     /// elsewhere (its whole connection is dropped).
     pub replica_timeout: Duration,
+    /// Where replica floors are recorded (the coordinator). `None`: they
+    /// count as recorded at once, which is right only for a master whose
+    /// log no one recovers from other backups (tests, no cluster).
+    pub floor_recorder: Option<FloorRecorder>,
 }
 
 impl Default for ReplicatorConfig {
@@ -71,7 +79,41 @@ impl Default for ReplicatorConfig {
             segment_bytes: 8 << 20,
             mode: ReplicationMode::Tailwind,
             replica_timeout: Duration::from_secs(2),
+            floor_recorder: None,
         }
+    }
+}
+
+/// Records replica floors at the coordinator: given `(segment, epoch)`
+/// pairs of this master's log, its future resolves `Ok` once the
+/// coordinator has durably recorded that the segments' replicas below
+/// those epochs are stale (`ControlRequest::RaiseReplicaFloors`). Any error
+/// is logged and the request made again later; writes to the segments
+/// wait meanwhile. Called from the replication thread's runtime, one
+/// request at a time.
+#[derive(Clone)]
+pub struct FloorRecorder(Arc<RecordFn>);
+
+type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type RecordFn = dyn Fn(Vec<(SegmentId, u64)>) -> RecordFuture + Send + Sync;
+
+impl FloorRecorder {
+    pub fn new<F, Fut>(f: F) -> FloorRecorder
+    where
+        F: Fn(Vec<(SegmentId, u64)>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        FloorRecorder(Arc::new(move |floors| Box::pin(f(floors)) as RecordFuture))
+    }
+
+    fn record(&self, floors: Vec<(SegmentId, u64)>) -> RecordFuture {
+        (self.0)(floors)
+    }
+}
+
+impl fmt::Debug for FloorRecorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FloorRecorder")
     }
 }
 
@@ -117,6 +159,13 @@ pub struct ReplicationStats {
     /// Closed segments with fewer than R replicas now (waiting for their
     /// copy or being copied).
     pub closed_segments_below_r: u64,
+    /// Segment epochs raised (a replica that may hold bytes was lost).
+    pub epochs_raised: u64,
+    /// Replica floors recorded at the coordinator.
+    pub floors_recorded: u64,
+    /// Segments whose new epoch's floor is not recorded yet (their writes
+    /// wait for it).
+    pub floors_waiting: u64,
     pub position: u64,
     pub durable: u64,
     /// `position - durable`.
@@ -139,6 +188,7 @@ pub(crate) struct Inner {
     /// Where closed segments' bytes come from when they must be copied
     /// again (see [`Replicator::set_segment_source`]).
     source: Mutex<Option<SegmentSource>>,
+    floor_recorder: Option<FloorRecorder>,
 }
 
 /// The current bytes of a segment of the master's log, or None if it left
@@ -187,6 +237,7 @@ impl Replicator {
                 segment_bytes: config.segment_bytes,
                 mode: config.mode,
                 replica_timeout: config.replica_timeout,
+                record_floors: config.floor_recorder.is_some(),
             })),
             notify: Notify::new(),
             position: AtomicU64::new(0),
@@ -197,6 +248,7 @@ impl Replicator {
             waiters: Default::default(),
             replica_timeout: config.replica_timeout,
             source: Mutex::new(None),
+            floor_recorder: config.floor_recorder.clone(),
         });
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("replicator runtime");
         let i = inner.clone();

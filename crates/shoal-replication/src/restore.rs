@@ -8,6 +8,11 @@
 //! replica is trusted only up to the last checksum entry before anything
 //! wrong. A closed replica must verify to exactly its recorded length and
 //! last checksum; an open one counts for its verified prefix.
+//!
+//! Replicas below their segment's floor ([`Floors`], the coordinator's
+//! record of which replicas a master left behind) are stale and never
+//! used, however long or closed they are: a segment whose only replicas
+//! are stale has none (`Incomplete`, never a fallback to a stale one).
 
 use crate::wire::{
     self, Header, Hello, KeyRange, Kind, Mode, PartInfo, ReplicaInfo, ReplicaState, WireError, HEADER_LEN,
@@ -69,6 +74,45 @@ pub enum RestoreError {
     /// The consumer of a streamed read went away.
     #[error("the replay stopped")]
     Closed,
+}
+
+// ---------------------------------------------------------------------------
+// Replica floors
+
+/// The replica floors of one log (`ClusterMap::replica_floors`): per
+/// segment, the lowest replica epoch that is not stale. A segment not named
+/// has floor 1: none of its replicas is stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Floors(BTreeMap<SegmentId, u64>);
+
+impl Floors {
+    /// No floors: every replica counts.
+    pub fn none() -> Floors {
+        Floors::default()
+    }
+
+    /// The floor of `segment`.
+    pub fn of(&self, segment: SegmentId) -> u64 {
+        self.0.get(&segment).copied().unwrap_or(1)
+    }
+
+    /// Whether a replica of `segment` at `epoch` is stale.
+    pub fn stale(&self, segment: SegmentId, epoch: u64) -> bool {
+        epoch < self.of(segment)
+    }
+}
+
+impl FromIterator<(SegmentId, u64)> for Floors {
+    /// Floors from `(segment, epoch)` pairs; the highest wins for a segment
+    /// named twice.
+    fn from_iter<I: IntoIterator<Item = (SegmentId, u64)>>(iter: I) -> Floors {
+        let mut m = BTreeMap::new();
+        for (s, e) in iter {
+            let f: &mut u64 = m.entry(s).or_insert(1);
+            *f = (*f).max(e);
+        }
+        Floors(m)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -182,7 +226,8 @@ impl Reader {
         let mut body = self.call(&out, Kind::Segment, "SEGMENT").await?;
         let (log_version, state, bytes) =
             wire::decode_segment(&body).map_err(|source| RestoreError::Protocol { addr: self.addr, source })?;
-        let info = ReplicaInfo { segment, log_version, len: bytes.len() as u32, checksum: 0, state };
+        // SEGMENT carries no epoch (LISTING does): 0 here.
+        let info = ReplicaInfo { segment, log_version, len: bytes.len() as u32, checksum: 0, state, epoch: 0 };
         body.drain(..wire::SEGMENT_PREFIX);
         Ok((info, body))
     }
@@ -219,7 +264,8 @@ pub async fn list_replicas(backup: SocketAddr, log: LogId) -> Result<Vec<Replica
 
 /// One replica's bytes: a closed replica whole, an open one's verified
 /// prefix. The returned `ReplicaInfo` describes the bytes received (`len`
-/// their length, `checksum` their last verified checksum entry's value).
+/// their length, `checksum` their last verified checksum entry's value;
+/// `epoch` 0, as SEGMENT does not carry it: [`list_replicas`] does).
 /// Errors: `RestoreError::Backup` if the backup holds no such replica or
 /// found it corrupt.
 pub async fn read_replica(
@@ -287,8 +333,8 @@ impl Default for FindOptions {
 }
 
 /// [`find_log_with`] with the default timeouts.
-pub async fn find_log(backups: &[SocketAddr], log: LogId) -> Result<FoundLog, RestoreError> {
-    find_log_with(backups, log, FindOptions::default()).await
+pub async fn find_log(backups: &[SocketAddr], log: LogId, floors: &Floors) -> Result<FoundLog, RestoreError> {
+    find_log_with(backups, log, floors, FindOptions::default()).await
 }
 
 /// One replica a backup listed.
@@ -301,19 +347,26 @@ struct Candidate {
 /// Rebuilds `log` from the replicas on `backups`.
 ///
 /// Every backup is asked for its replicas in parallel; those that fail or
-/// time out are noted as unreachable. For each segment the best replica is
-/// a closed one that verifies, else the open one with the longest verified
-/// prefix (ties: the higher log version). The head is the highest segment
-/// whose verified bytes hold a log digest; the digest names the log's
-/// segments, which are then read in parallel.
+/// time out are noted as unreachable. Replicas below their segment's floor
+/// in `floors` are dropped. For each segment the best replica is a closed
+/// one that verifies, else the open one with the longest verified prefix
+/// (ties: the higher log version). The head is the highest segment whose
+/// verified bytes hold a log digest; the digest names the log's segments,
+/// which are then read in parallel.
 ///
 /// Errors: `Incomplete` when a digest member has no usable replica (or no
-/// head was found while some backup was unreachable); `NoHead` when the
-/// reachable replicas hold data but no digest. A log with no replica at all
-/// on reachable backups, all of them answering, is empty: `Ok` with no
-/// segments.
-pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions) -> Result<FoundLog, RestoreError> {
-    let (candidates, unreachable) = list_all(backups, log, opts).await;
+/// head was found while some backup was unreachable, or a segment above
+/// every head found has only stale replicas: it may be the newest head);
+/// `NoHead` when the reachable replicas hold data but no digest. A log with
+/// no replica at all on reachable backups, all of them answering, is empty:
+/// `Ok` with no segments.
+pub async fn find_log_with(
+    backups: &[SocketAddr],
+    log: LogId,
+    floors: &Floors,
+    opts: FindOptions,
+) -> Result<FoundLog, RestoreError> {
+    let (candidates, unreachable) = list_all(backups, log, floors, opts).await;
     let Some(Head { head, members, mut fetched }) = find_head(log, &candidates, &unreachable, opts).await? else {
         return Ok(FoundLog { unreachable, ..FoundLog::default() });
     };
@@ -356,14 +409,30 @@ pub async fn find_log_with(backups: &[SocketAddr], log: LogId, opts: FindOptions
     Ok(FoundLog { segments, head: Some(head), bytes, unreachable })
 }
 
-/// The replicas of every segment of `log` on `backups`, best first (closed,
-/// then the longest prefix, then the newest version), and the backups that
-/// did not answer (sorted). Every backup is asked at once.
+/// What the backups list of a log: per segment, the replicas that are not
+/// stale.
+struct Candidates {
+    usable: BTreeMap<SegmentId, Vec<Candidate>>,
+    /// Segments whose every listed replica is below its floor.
+    only_stale: Vec<SegmentId>,
+}
+
+impl Candidates {
+    fn get(&self, segment: &SegmentId) -> Option<&Vec<Candidate>> {
+        self.usable.get(segment)
+    }
+}
+
+/// The replicas of every segment of `log` on `backups` that are not stale
+/// by `floors`, best first (closed, then the longest prefix, then the
+/// newest version), and the backups that did not answer (sorted). Every
+/// backup is asked at once.
 async fn list_all(
     backups: &[SocketAddr],
     log: LogId,
+    floors: &Floors,
     opts: FindOptions,
-) -> (BTreeMap<SegmentId, Vec<Candidate>>, Vec<SocketAddr>) {
+) -> (Candidates, Vec<SocketAddr>) {
     let mut listing = tokio::task::JoinSet::new();
     for &addr in backups {
         listing.spawn(async move {
@@ -392,12 +461,30 @@ async fn list_all(
         }
     }
     unreachable.sort();
+    let mut only_stale = Vec::new();
+    candidates.retain(|&segment, list| {
+        let before = list.len();
+        list.retain(|c| !floors.stale(segment, c.info.epoch));
+        if list.len() < before {
+            tracing::debug!(
+                log = log.0,
+                segment = segment.0,
+                floor = floors.of(segment),
+                "restore: ignoring {} stale replica(s)",
+                before - list.len()
+            );
+        }
+        if list.is_empty() {
+            only_stale.push(segment);
+        }
+        !list.is_empty()
+    });
     for list in candidates.values_mut() {
         list.sort_by_key(|c| {
             (c.info.state != ReplicaState::Closed, std::cmp::Reverse(c.info.len), std::cmp::Reverse(c.info.log_version))
         });
     }
-    (candidates, unreachable)
+    (Candidates { usable: candidates, only_stale }, unreachable)
 }
 
 /// A log's head as [`find_head`] found it.
@@ -413,16 +500,18 @@ struct Head {
 /// The head: the highest segment whose best replica holds a digest.
 /// `Ok(None)` for a log with no replica anywhere, every backup answering.
 /// Errors: `Incomplete` if no head was found while some backup was
-/// unreachable, `NoHead` if replicas hold data but none a digest.
+/// unreachable, or if a segment above the head has only stale replicas
+/// (its current ones are lost or unreachable: it may be a newer head);
+/// `NoHead` if replicas hold data but none a digest.
 async fn find_head(
     log: LogId,
-    candidates: &BTreeMap<SegmentId, Vec<Candidate>>,
+    candidates: &Candidates,
     unreachable: &[SocketAddr],
     opts: FindOptions,
 ) -> Result<Option<Head>, RestoreError> {
     let mut fetched = HashMap::new();
     let mut with_data = Vec::new();
-    for (&segment, list) in candidates.iter().rev() {
+    for (&segment, list) in candidates.usable.iter().rev() {
         if list.iter().all(|c| c.info.len == 0) {
             continue;
         }
@@ -430,12 +519,20 @@ async fn find_head(
             with_data.push(segment);
             fetched.insert(segment, bytes);
             if let Some(members) = v.digest {
+                let mut above: Vec<SegmentId> =
+                    candidates.only_stale.iter().copied().filter(|s| *s > segment).collect();
+                if !above.is_empty() {
+                    above.sort();
+                    return Err(RestoreError::Incomplete { missing: above, unreachable: unreachable.to_vec() });
+                }
                 return Ok(Some(Head { head: segment, members, fetched }));
             }
         }
     }
-    if !unreachable.is_empty() {
-        return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable: unreachable.to_vec() });
+    if !unreachable.is_empty() || !candidates.only_stale.is_empty() {
+        let mut missing = candidates.only_stale.clone();
+        missing.sort();
+        return Err(RestoreError::Incomplete { missing, unreachable: unreachable.to_vec() });
     }
     if !with_data.is_empty() {
         with_data.sort();
@@ -444,11 +541,11 @@ async fn find_head(
     Ok(None)
 }
 
-/// The closed replicas of `segment`. Every member of a log but the head
-/// was closed on all its replicas before the head was opened
+/// The closed replicas of `segment` (not stale). Every member of a log but
+/// the head was closed on all its replicas before the head was opened
 /// (docs/replication.md), so only closed replicas count for them: an open
 /// one is a partial copy (a re-replication cut short).
-fn closed_candidates(candidates: &BTreeMap<SegmentId, Vec<Candidate>>, segment: SegmentId) -> Vec<Candidate> {
+fn closed_candidates(candidates: &Candidates, segment: SegmentId) -> Vec<Candidate> {
     candidates
         .get(&segment)
         .map(|list| list.iter().filter(|c| c.info.state == ReplicaState::Closed).cloned().collect())
@@ -497,9 +594,11 @@ pub struct PartitionRead {
 /// (`opts.parallel_reads`) over kept connections, and wait while `sink` is
 /// full, so at most that many segments' entries are in memory.
 ///
+/// Replicas below their segment's floor in `floors` are never asked.
 /// Nothing is read unless the whole log can be: every backup answered the
 /// listing (else `Incomplete` with the unreachable ones) and every member
-/// has a closed replica (else `Incomplete` with the missing ones). A
+/// has a closed replica that is not stale (else `Incomplete` with the
+/// missing ones). A
 /// member whose replicas all fail to read ends with `Incomplete` too,
 /// after the segments read so far were sent: the caller retries, and a
 /// replay of the same entries twice is harmless. `Closed` if the sink is
@@ -507,12 +606,13 @@ pub struct PartitionRead {
 pub async fn read_partition(
     backups: &[SocketAddr],
     log: LogId,
+    floors: &Floors,
     ranges: Arc<Vec<KeyRange>>,
     spread: usize,
     opts: FindOptions,
     sink: tokio::sync::mpsc::Sender<PartSegment>,
 ) -> Result<PartitionRead, RestoreError> {
-    let (candidates, unreachable) = list_all(backups, log, opts).await;
+    let (candidates, unreachable) = list_all(backups, log, floors, opts).await;
     if !unreachable.is_empty() {
         return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable });
     }

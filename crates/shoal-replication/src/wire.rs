@@ -10,6 +10,13 @@
 //! themselves: the backup reads the offset, then receives the bytes straight
 //! into its buffer at that offset. That header is the only thing a backup
 //! looks at per frame, whatever the number of records inside.
+//!
+//! Replica epochs: every replica of a segment carries a u64 epoch, given by
+//! its OPEN and raised by EPOCH. A master that re-opens a replica of a
+//! segment raises the segment's epoch, so that replicas left behind (on a
+//! backup that was lost and comes back) carry a lower one; the coordinator
+//! records the epoch below which a segment's replicas are stale
+//! (`docs/recovery.md`, "Stale replicas").
 
 use shoal_cluster::ServerId;
 use shoal_common::{key_hash, LogId, SegmentId, TableId};
@@ -18,12 +25,15 @@ use shoal_common::{key_hash, LogId, SegmentId, TableId};
 pub const HEADER_LEN: usize = 16;
 /// The first four bytes of every HELLO body: "SHRB".
 pub const MAGIC: [u8; 4] = *b"SHRB";
-/// The protocol version this code speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this code speaks (2: replica epochs in OPEN,
+/// EPOCH and LISTING).
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of a DATA or APPEND body before the segment bytes: the offset.
 pub const DATA_PREFIX: usize = 4;
 /// Bytes of one replica in a LISTING body.
-pub const REPLICA_INFO_LEN: usize = 32;
+pub const REPLICA_INFO_LEN: usize = 40;
+/// Bytes of an OPEN body: segment size, survivor flag, reserved, epoch.
+pub const OPEN_LEN: usize = 16;
 /// Bytes of a SEGMENT body before the segment bytes.
 pub const SEGMENT_PREFIX: usize = 16;
 /// Bytes of a HELLO body.
@@ -70,6 +80,8 @@ pub enum Kind {
     /// Send the entries of one replica whose keys fall in the given key
     /// ranges (a recovery master's partition).
     ReadPart = 0x0a,
+    /// Raises the epoch of the replica of the header's segment.
+    Epoch = 0x0b,
     HelloOk = 0x80,
     /// Cumulative bytes of the segment received.
     Ack = 0x81,
@@ -84,6 +96,8 @@ pub enum Kind {
     Freed = 0x88,
     /// A replica's entries of one partition (the answer to READ_PART).
     Part = 0x89,
+    /// The EPOCH was applied (durably, for a closed replica).
+    Epoched = 0x8a,
     /// A fatal error; the connection closes after it.
     Error = 0x8f,
 }
@@ -102,6 +116,7 @@ impl Kind {
             0x08 => Read,
             0x09 => FreeLog,
             0x0a => ReadPart,
+            0x0b => Epoch,
             0x80 => HelloOk,
             0x81 => Ack,
             0x82 => Opened,
@@ -112,6 +127,7 @@ impl Kind {
             0x87 => Segment,
             0x88 => Freed,
             0x89 => Part,
+            0x8a => Epoched,
             0x8f => Error,
             _ => return None,
         })
@@ -232,19 +248,32 @@ impl Hello {
     }
 }
 
-/// OPEN body: segment size, kind (0 head, 1 survivor), 3 reserved bytes.
-pub fn encode_open(segment: SegmentId, segment_bytes: u32, survivor: bool, out: &mut Vec<u8>) {
-    Header::encode(Kind::Open, segment, 8, out);
-    out.extend_from_slice(&segment_bytes.to_le_bytes());
-    out.extend_from_slice(&[survivor as u8, 0, 0, 0]);
+/// What an OPEN asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Open {
+    /// The segment size (the buffer the replica needs).
+    pub size: u32,
+    /// A survivor segment (the cleaner's), not a head: informational.
+    pub survivor: bool,
+    /// The replica's epoch (1 for a segment's first replicas).
+    pub epoch: u64,
 }
 
-/// Decodes an OPEN body: (segment size, survivor).
-pub fn decode_open(body: &[u8]) -> Result<(u32, bool), WireError> {
-    if body.len() != 8 || body[4] > 1 || body[5..8] != [0, 0, 0] {
+/// OPEN body: segment size u32, kind u8 (0 head, 1 survivor), 3 reserved
+/// bytes, epoch u64.
+pub fn encode_open(segment: SegmentId, open: &Open, out: &mut Vec<u8>) {
+    Header::encode(Kind::Open, segment, OPEN_LEN, out);
+    out.extend_from_slice(&open.size.to_le_bytes());
+    out.extend_from_slice(&[open.survivor as u8, 0, 0, 0]);
+    out.extend_from_slice(&open.epoch.to_le_bytes());
+}
+
+/// Decodes an OPEN body. An epoch of 0 is refused (epochs start at 1).
+pub fn decode_open(body: &[u8]) -> Result<Open, WireError> {
+    if body.len() != OPEN_LEN || body[4] > 1 || body[5..8] != [0, 0, 0] || get_u64(body, 8) == 0 {
         return Err(WireError::Malformed("OPEN"));
     }
-    Ok((get_u32(body, 0), body[4] == 1))
+    Ok(Open { size: get_u32(body, 0), survivor: body[4] == 1, epoch: get_u64(body, 8) })
 }
 
 /// The header and offset of a DATA (or, with `Kind::Append`, APPEND) frame
@@ -295,6 +324,21 @@ pub fn decode_u64(body: &[u8], what: &'static str) -> Result<u64, WireError> {
     Ok(get_u64(body, 0))
 }
 
+/// EPOCH (master to backup) or EPOCHED (its answer): the replica of
+/// `segment` is at `epoch` (at least) from now on.
+pub fn encode_epoch(kind: Kind, segment: SegmentId, epoch: u64, out: &mut Vec<u8>) {
+    debug_assert!(matches!(kind, Kind::Epoch | Kind::Epoched));
+    encode_u64(kind, segment, epoch, out);
+}
+
+/// Decodes an EPOCH or EPOCHED body; an epoch of 0 is refused.
+pub fn decode_epoch(body: &[u8]) -> Result<u64, WireError> {
+    match decode_u64(body, "EPOCH")? {
+        0 => Err(WireError::Malformed("EPOCH")),
+        e => Ok(e),
+    }
+}
+
 /// A frame without a body (FREE, OPENED, FREED, HELLO_OK).
 pub fn encode_empty(kind: Kind, segment: SegmentId, out: &mut Vec<u8>) {
     Header::encode(kind, segment, 0, out);
@@ -334,9 +378,12 @@ pub struct ReplicaInfo {
     /// Last checksum from the CLOSE; 0 for an open replica.
     pub checksum: u32,
     pub state: ReplicaState,
+    /// The replica's epoch: below its segment's floor at the coordinator,
+    /// the replica is stale.
+    pub epoch: u64,
 }
 
-/// LISTING body: a count and that many 32-byte replica records.
+/// LISTING body: a count and that many 40-byte replica records.
 pub fn encode_listing(replicas: &[ReplicaInfo], out: &mut Vec<u8>) {
     Header::encode(Kind::Listing, SegmentId(0), 4 + replicas.len() * REPLICA_INFO_LEN, out);
     out.extend_from_slice(&(replicas.len() as u32).to_le_bytes());
@@ -347,6 +394,7 @@ pub fn encode_listing(replicas: &[ReplicaInfo], out: &mut Vec<u8>) {
         out.extend_from_slice(&r.checksum.to_le_bytes());
         out.push(r.state as u8);
         out.extend_from_slice(&[0; 7]);
+        out.extend_from_slice(&r.epoch.to_le_bytes());
     }
 }
 
@@ -366,12 +414,16 @@ pub fn decode_listing(body: &[u8]) -> Result<Vec<ReplicaInfo>, WireError> {
                 2 => ReplicaState::Closed,
                 _ => return Err(WireError::Malformed("LISTING")),
             };
+            if r[25..32] != [0; 7] {
+                return Err(WireError::Malformed("LISTING"));
+            }
             Ok(ReplicaInfo {
                 segment: SegmentId(get_u64(r, 0)),
                 log_version: get_u64(r, 8),
                 len: get_u32(r, 16),
                 checksum: get_u32(r, 20),
                 state,
+                epoch: get_u64(r, 32),
             })
         })
         .collect()
@@ -537,6 +589,33 @@ mod tests {
     }
 
     #[test]
+    fn open_and_epoch_round_trip_and_refuse_epoch_zero() {
+        let open = Open { size: 1 << 20, survivor: true, epoch: 7 };
+        let mut out = Vec::new();
+        encode_open(SegmentId(5), &open, &mut out);
+        let h = header(&out);
+        assert_eq!((h.kind, h.segment, h.body_len), (Kind::Open, SegmentId(5), OPEN_LEN));
+        assert_eq!(decode_open(&out[HEADER_LEN..]), Ok(open));
+        assert_eq!(out[HEADER_LEN + 8..], 7u64.to_le_bytes());
+        let mut zero = out[HEADER_LEN..].to_vec();
+        zero[8..].fill(0);
+        assert!(decode_open(&zero).is_err());
+        assert!(decode_open(&out[HEADER_LEN..HEADER_LEN + 8]).is_err(), "the OPEN of protocol version 1");
+
+        for kind in [Kind::Epoch, Kind::Epoched] {
+            let mut out = Vec::new();
+            encode_epoch(kind, SegmentId(9), 3, &mut out);
+            let h = header(&out);
+            assert_eq!((h.kind, h.segment, h.body_len), (kind, SegmentId(9), 8));
+            assert_eq!(decode_epoch(&out[HEADER_LEN..]), Ok(3));
+        }
+        assert!(decode_epoch(&[0; 8]).is_err());
+        assert!(decode_epoch(&[1; 7]).is_err());
+        assert_eq!(Kind::from_u8(0x0b), Some(Kind::Epoch));
+        assert_eq!(Kind::from_u8(0x8a), Some(Kind::Epoched));
+    }
+
+    #[test]
     fn header_refuses_unknown_kinds_reserved_bits_and_long_bodies() {
         let mut out = Vec::new();
         encode_u32(Kind::Ack, SegmentId(9), 100, &mut out);
@@ -553,13 +632,34 @@ mod tests {
     #[test]
     fn listing_and_segment_round_trip() {
         let rs = vec![
-            ReplicaInfo { segment: SegmentId(1), log_version: 1, len: 10, checksum: 5, state: ReplicaState::Closed },
-            ReplicaInfo { segment: SegmentId(2), log_version: 1, len: 3, checksum: 0, state: ReplicaState::Open },
+            ReplicaInfo {
+                segment: SegmentId(1),
+                log_version: 1,
+                len: 10,
+                checksum: 5,
+                state: ReplicaState::Closed,
+                epoch: 3,
+            },
+            ReplicaInfo {
+                segment: SegmentId(2),
+                log_version: 1,
+                len: 3,
+                checksum: 0,
+                state: ReplicaState::Open,
+                epoch: u64::MAX,
+            },
         ];
         let mut out = Vec::new();
         encode_listing(&rs, &mut out);
+        assert_eq!(header(&out).body_len, 4 + 2 * REPLICA_INFO_LEN);
         assert_eq!(decode_listing(&out[HEADER_LEN..]).unwrap(), rs);
         assert!(decode_listing(&out[HEADER_LEN..out.len() - 1]).is_err());
+        // The epoch sits in the record's last 8 bytes.
+        let second = HEADER_LEN + 4 + 2 * REPLICA_INFO_LEN - 8;
+        assert_eq!(out[second..], u64::MAX.to_le_bytes());
+        let mut reserved = out[HEADER_LEN..].to_vec();
+        reserved[4 + 25] = 1;
+        assert!(decode_listing(&reserved).is_err());
 
         let mut out = Vec::new();
         encode_segment_prefix(SegmentId(4), 2, ReplicaState::Open, 3, &mut out);
@@ -618,6 +718,7 @@ mod tests {
             }
             let _ = Hello::decode(&bytes);
             let _ = decode_open(&bytes);
+            let _ = decode_epoch(&bytes);
             let _ = decode_close(&bytes);
             let _ = decode_listing(&bytes);
             let _ = decode_segment(&bytes);
@@ -625,6 +726,40 @@ mod tests {
             let _ = decode_u64(&bytes, "x");
             let _ = decode_read_part(&bytes);
             let _ = decode_part(&bytes);
+        }
+
+        #[test]
+        fn open_epoch_and_listing_round_trip(
+            size in proptest::num::u32::ANY,
+            survivor in proptest::bool::ANY,
+            epoch in 1..=u64::MAX,
+            replicas in proptest::collection::vec(
+                (proptest::num::u64::ANY, proptest::num::u64::ANY, proptest::num::u32::ANY,
+                 proptest::num::u32::ANY, proptest::bool::ANY, proptest::num::u64::ANY),
+                0..20,
+            ),
+        ) {
+            let open = Open { size, survivor, epoch };
+            let mut out = Vec::new();
+            encode_open(SegmentId(epoch), &open, &mut out);
+            proptest::prop_assert_eq!(decode_open(&out[HEADER_LEN..]), Ok(open));
+            let mut out = Vec::new();
+            encode_epoch(Kind::Epoch, SegmentId(size as u64), epoch, &mut out);
+            proptest::prop_assert_eq!(decode_epoch(&out[HEADER_LEN..]), Ok(epoch));
+            let rs: Vec<ReplicaInfo> = replicas
+                .into_iter()
+                .map(|(segment, log_version, len, checksum, closed, epoch)| ReplicaInfo {
+                    segment: SegmentId(segment),
+                    log_version,
+                    len,
+                    checksum,
+                    state: if closed { ReplicaState::Closed } else { ReplicaState::Open },
+                    epoch,
+                })
+                .collect();
+            let mut out = Vec::new();
+            encode_listing(&rs, &mut out);
+            proptest::prop_assert_eq!(decode_listing(&out[HEADER_LEN..]), Ok(rs));
         }
     }
 }

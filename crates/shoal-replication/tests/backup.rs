@@ -162,9 +162,10 @@ fn bad_frames_end_their_connection_and_touch_no_buffer() {
     };
     let before_hello: Vec<(&str, Vec<u8>)> = vec![
         ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
-        ("bad magic", hello(0, b"XXXX", 1)),
-        ("protocol version 2", hello(0, b"SHRB", 2)),
-        ("mode 3", hello(3, b"SHRB", 1)),
+        ("bad magic", hello(0, b"XXXX", wire::PROTOCOL_VERSION)),
+        ("protocol version 1 (no replica epochs)", hello(0, b"SHRB", 1)),
+        ("protocol version 3", hello(0, b"SHRB", 3)),
+        ("mode 3", hello(3, b"SHRB", wire::PROTOCOL_VERSION)),
         ("OPEN before HELLO", frame(Kind::Open as u8, 1, &[0; 8])),
         ("HELLO too long", frame(Kind::Hello as u8, 0, &[0; 40])),
     ];
@@ -177,9 +178,17 @@ fn bad_frames_end_their_connection_and_touch_no_buffer() {
         }),
         ("body above the limit", frame(Kind::Data as u8, 7, &vec![0; SEG as usize + 100])),
         ("OPEN with a 7-byte body", frame(Kind::Open as u8, 9, &[0; 7])),
+        ("OPEN with protocol version 1's 8-byte body", frame(Kind::Open as u8, 9, &[0, 0, 1, 0, 0, 0, 0, 0])),
+        ("OPEN at epoch 0", {
+            let mut body = [0u8; wire::OPEN_LEN];
+            body[..4].copy_from_slice(&SEG.to_le_bytes());
+            frame(Kind::Open as u8, 9, &body)
+        }),
+        ("EPOCH with a 4-byte body", frame(Kind::Epoch as u8, 7, &[2, 0, 0, 0])),
+        ("EPOCH 0", frame(Kind::Epoch as u8, 7, &0u64.to_le_bytes())),
         ("LIST on a Tailwind connection", frame(Kind::List as u8, 0, &LOG.0.to_le_bytes())),
         ("an answer kind", frame(Kind::Ack as u8, 7, &100u32.to_le_bytes())),
-        ("a second HELLO", hello(0, b"SHRB", 1)),
+        ("a second HELLO", hello(0, b"SHRB", wire::PROTOCOL_VERSION)),
         ("DATA for a segment another connection opened", data_7_at(first as u32, 50)),
         ("DATA shorter than its offset", frame(Kind::Data as u8, 7, &[1, 2])),
         ("CLOSE of a segment not open", {
@@ -438,7 +447,7 @@ fn flushed_replicas_round_trip_through_their_files() {
     let good = std::fs::read(&path).unwrap();
     assert_eq!(good.len(), FILE_DATA_AT + seg.len());
     assert_eq!(&good[..4], b"SHSG");
-    assert!(good[48..FILE_DATA_AT].iter().all(|&b| b == 0), "the header block is zero padded");
+    assert!(good[56..FILE_DATA_AT].iter().all(|&b| b == 0), "the header block is zero padded");
     assert_eq!(&good[FILE_DATA_AT..], &seg[..]);
 
     let mut r = Peer::hello(backup.local_addr(), Mode::Reader, LogId(0), 0);
@@ -645,4 +654,76 @@ fn reopening_a_closed_replica_replaces_it() {
     assert_eq!(read(backup.local_addr(), LOG, SegmentId(2)).unwrap(), (ReplicaState::Open, seg[..ends[2]].to_vec()));
     let s = backup.stats();
     assert_eq!((s.segments_on_disk, s.buffers_in_use), (0, 1));
+}
+
+/// EPOCH raises a replica's epoch wherever the replica is: an open one (its
+/// buffer's metadata), a closed one in its file (the header block
+/// rewritten) and one closed with its EPOCH right behind the CLOSE (in its
+/// buffer or its file, whichever the flusher left it in). LISTING reports
+/// each epoch, and so does the next start of the backup; the bytes are
+/// untouched. An epoch never goes down, and an EPOCH for a replica the
+/// backup does not hold is an ERROR.
+#[test]
+fn epoch_raises_open_and_closed_replicas_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = groups(LOG, SegmentId(1), 6);
+    let (b, b_ends) = groups(LOG, SegmentId(2), 6);
+    let (c, _) = groups(LOG, SegmentId(3), 6);
+    let epochs = |addr| list(addr, LOG).iter().map(|r| (r.segment.0, r.epoch, r.state)).collect::<Vec<_>>();
+    let file = |seg: u64| dir.path().join(format!("backup/segments/{}-{seg}.seg", LOG.0));
+    {
+        let backup = start(dir.path());
+        let mut m = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+        m.open_ok(SegmentId(1));
+        m.data(SegmentId(1), 0, &a);
+        m.close(SegmentId(1), a.len() as u32, format::scan(&a).last_checksum);
+        wait_stats(&backup, "the flush of segment 1", |s| s.segments_flushed == 1);
+        let f = m.open_at(SegmentId(2), SEG, 3);
+        assert_eq!(f.kind, Kind::Opened);
+        m.data(SegmentId(2), 0, &b[..b_ends[2]]);
+        m.wait_ack(SegmentId(2), b_ends[2] as u32);
+        assert_eq!(epochs(backup.local_addr()), vec![(1, 1, ReplicaState::Closed), (2, 3, ReplicaState::Open)]);
+
+        m.epoch_ok(SegmentId(2), 4); // open, on this connection
+        m.epoch_ok(SegmentId(1), 5); // on disk
+        m.epoch_ok(SegmentId(1), 2); // lower: answered, changes nothing
+
+        // DATA after an EPOCH lands as before.
+        m.data(SegmentId(2), b_ends[2] as u32, &b[b_ends[2]..b_ends[4]]);
+        m.wait_ack(SegmentId(2), b_ends[4] as u32);
+        // Closed and raised at once: CLOSE, then EPOCH, in one write.
+        m.open_ok(SegmentId(3));
+        let mut out = Vec::new();
+        wire::encode_data_prefix(Kind::Data, SegmentId(3), 0, c.len(), &mut out);
+        out.extend_from_slice(&c);
+        wire::encode_close(SegmentId(3), c.len() as u32, format::scan(&c).last_checksum, &mut out);
+        wire::encode_epoch(Kind::Epoch, SegmentId(3), 6, &mut out);
+        m.send(&out);
+        let f = m.recv_skip_acks().unwrap();
+        assert_eq!((f.kind, f.segment), (Kind::Closed, SegmentId(3)));
+        let f = m.recv_skip_acks().unwrap();
+        assert_eq!((f.kind, f.segment, wire::decode_epoch(&f.body)), (Kind::Epoched, SegmentId(3), Ok(6)));
+        let want = vec![(1, 5, ReplicaState::Closed), (2, 4, ReplicaState::Open), (3, 6, ReplicaState::Closed)];
+        assert_eq!(epochs(backup.local_addr()), want);
+        wait_stats(&backup, "the flush of segment 3", |s| s.segments_flushed == 2);
+        assert_eq!(epochs(backup.local_addr()), want, "the flush keeps the epoch");
+        let header = std::fs::read(file(1)).unwrap();
+        assert_eq!(header[44..52], 5u64.to_le_bytes(), "the file's header records the epoch");
+        assert_eq!(&header[FILE_DATA_AT..], &a[..]);
+
+        let mut other = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+        let f = other.epoch(SegmentId(9), 2);
+        assert_eq!(f.kind, Kind::Error, "{}", f.text());
+        assert!(other.recv().is_none());
+    }
+    let backup = start(dir.path());
+    let want = vec![(1, 5, ReplicaState::Closed), (2, 4, ReplicaState::Open), (3, 6, ReplicaState::Closed)];
+    assert_eq!(epochs(backup.local_addr()), want, "after a restart");
+    assert_eq!(read(backup.local_addr(), LOG, SegmentId(1)).unwrap().1, a);
+    assert_eq!(read(backup.local_addr(), LOG, SegmentId(2)).unwrap().1, b[..b_ends[4]].to_vec());
+    assert_eq!(read(backup.local_addr(), LOG, SegmentId(3)).unwrap().1, c);
+    // A new OPEN of a segment replaces its replica, at the OPEN's epoch.
+    let mut m = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
+    assert_eq!(m.open_at(SegmentId(1), SEG, 7).kind, Kind::Opened);
+    assert_eq!(epochs(backup.local_addr())[0], (1, 7, ReplicaState::Open));
 }

@@ -1,14 +1,15 @@
 //! The replicator against fake backups over real TCP on 127.0.0.1, fed by a
 //! real store's log: replicas byte-identical to what the log appended, R = 0,
 //! an unknown R, killed, stalled, refusing and garbage-speaking backups,
-//! conventional mode, the head OPEN ordering and FREE after a splice.
+//! conventional mode, the head OPEN ordering, FREE after a splice, and the
+//! replica epochs and floors that follow the loss of a replica.
 
 use parking_lot::Mutex;
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId, TableId};
 use shoal_engine::format;
 use shoal_engine::{RejectRules, SegmentKind, Store};
-use shoal_replication::master::{ReplicationError, ReplicationMode, Replicator, ReplicatorConfig};
+use shoal_replication::master::{FloorRecorder, ReplicationError, ReplicationMode, Replicator, ReplicatorConfig};
 use shoal_replication::wire::{self, Header, Hello, Kind, Mode, HEADER_LEN};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -36,7 +37,8 @@ type Holder = (usize, Vec<u8>, Option<(u32, u32)>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Event {
-    Open { backup: u64, seg: u64 },
+    Open { backup: u64, seg: u64, epoch: u64 },
+    Epoch { backup: u64, seg: u64, epoch: u64 },
     Acked { backup: u64, seg: u64, n: u32 },
     Closed { backup: u64, seg: u64 },
     Free { backup: u64, seg: u64 },
@@ -47,12 +49,13 @@ struct FakeReplica {
     bytes: Vec<u8>,
     closed: Option<(u32, u32)>,
     freed: bool,
+    epoch: u64,
 }
 
 #[derive(Default)]
 struct Knobs {
     refuse: AtomicBool,
-    /// Answers OPEN, never ACKs, APPENDEDs or CLOSEs.
+    /// Answers OPEN, never ACKs, APPENDEDs, CLOSEs or EPOCHs.
     silent: AtomicBool,
     /// Answers OPEN with bytes that are no frame.
     garbage: AtomicBool,
@@ -126,6 +129,10 @@ impl FakeBackup {
         self.replicas.lock().get(&seg).map(|r| (r.bytes.clone(), r.closed, r.freed))
     }
 
+    fn epoch(&self, seg: u64) -> Option<u64> {
+        self.replicas.lock().get(&seg).map(|r| r.epoch)
+    }
+
     fn frames(&self, kind: &'static str) -> u64 {
         self.frames.lock().get(kind).copied().unwrap_or(0)
     }
@@ -174,8 +181,8 @@ impl FakeConn {
                 }
                 (Kind::Open, Some(_)) => {
                     self.count("OPEN");
-                    let (size, _survivor) = wire::decode_open(&body).unwrap();
-                    assert_eq!(size as usize, SEGMENT);
+                    let open = wire::decode_open(&body).unwrap();
+                    assert_eq!(open.size as usize, SEGMENT);
                     if self.knobs.garbage.load(Ordering::SeqCst) {
                         s.write_all(&[0xff; 40])?;
                         continue;
@@ -183,8 +190,8 @@ impl FakeConn {
                     if self.knobs.refuse.load(Ordering::SeqCst) {
                         wire::encode_text(Kind::Refused, seg, "no buffer", &mut out);
                     } else {
-                        self.replicas.lock().insert(seg.0, FakeReplica::default());
-                        self.events.lock().push(Event::Open { backup: self.id, seg: seg.0 });
+                        self.replicas.lock().insert(seg.0, FakeReplica { epoch: open.epoch, ..Default::default() });
+                        self.events.lock().push(Event::Open { backup: self.id, seg: seg.0, epoch: open.epoch });
                         wire::encode_empty(Kind::Opened, seg, &mut out);
                     }
                 }
@@ -239,6 +246,19 @@ impl FakeConn {
                     self.events.lock().push(Event::Closed { backup: self.id, seg: seg.0 });
                     wire::encode_u32(Kind::Closed, seg, len, &mut out);
                 }
+                (Kind::Epoch, Some(_)) => {
+                    self.count("EPOCH");
+                    let epoch = wire::decode_epoch(&body).unwrap();
+                    match self.replicas.lock().get_mut(&seg.0) {
+                        Some(r) => r.epoch = r.epoch.max(epoch),
+                        None => return self.error(s, "EPOCH for no replica"),
+                    }
+                    self.events.lock().push(Event::Epoch { backup: self.id, seg: seg.0, epoch });
+                    if self.knobs.silent.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    wire::encode_epoch(Kind::Epoched, seg, epoch, &mut out);
+                }
                 (Kind::Free, Some(_)) => {
                     self.count("FREE");
                     self.events.lock().push(Event::Free { backup: self.id, seg: seg.0 });
@@ -273,6 +293,10 @@ struct Setup {
 }
 
 fn setup(backups: usize, mode: ReplicationMode, timeout_ms: u64) -> Setup {
+    setup_with(backups, mode, timeout_ms, None)
+}
+
+fn setup_with(backups: usize, mode: ReplicationMode, timeout_ms: u64, floors: Option<FloorRecorder>) -> Setup {
     let rep = Replicator::start(ReplicatorConfig {
         master: MASTER,
         log: LogId(7),
@@ -280,6 +304,7 @@ fn setup(backups: usize, mode: ReplicationMode, timeout_ms: u64) -> Setup {
         segment_bytes: SEGMENT as u32,
         mode,
         replica_timeout: Duration::from_millis(timeout_ms),
+        floor_recorder: floors,
     });
     let tee = Arc::new(Tee { rep: rep.clone(), log: Mutex::default() });
     let store = store(&tee);
@@ -637,4 +662,82 @@ fn many_waiters_on_several_runtimes_all_complete_in_order() {
     });
     assert!(wait(&s.rep, early, 1));
     s.check_replicas(2, &[0, 1]);
+}
+
+/// A backup holding the open head dies. The head's new replica opens at
+/// epoch 2, the surviving replica is sent EPOCH 2, and the floor (head, 2)
+/// is asked of the coordinator; while the coordinator does not answer,
+/// nothing written after the loss is acknowledged (the dead replica, were
+/// it to come back, still holds every acknowledged write), and once it
+/// records the floor the writes complete.
+#[test]
+fn a_lost_replica_raises_the_epoch_and_writes_wait_for_its_floor() {
+    let coordinator = Arc::new(FakeFloors::default());
+    let s = setup_with(3, ReplicationMode::Tailwind, 1000, Some(coordinator.recorder()));
+    s.rep.set_backups(s.list(&[0, 1, 2]), 2);
+    s.write(2, 300, 1000, 20);
+    assert!(s.wait_all(10));
+    let head = s.tee.log.lock().heads.last().unwrap().0;
+    let holders: Vec<usize> = s.holders(head).into_iter().map(|h| h.0).collect();
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().all(|&i| s.backups[i].epoch(head) == Some(1)), "first replicas open at epoch 1");
+    assert!(coordinator.calls.lock().is_empty(), "no floor without a loss");
+    let (victim, survivor) = (holders[0], holders[1]);
+    let fresh = (0..3).find(|i| !holders.contains(i)).unwrap();
+
+    coordinator.down.store(true, Ordering::SeqCst);
+    let acknowledged = s.rep.durable();
+    assert_eq!(acknowledged, s.rep.position());
+    s.backups[victim].kill();
+    s.write(1, 100, 1000, 21);
+    let pos = s.rep.position();
+    assert!(
+        eventually(10, || coordinator.asked(head, 2, false)),
+        "the floor (head, 2) was never asked: {:?}",
+        coordinator.calls.lock()
+    );
+    // The new replica caught up and the survivor took the epoch, but
+    // without the floor nothing more is acknowledged.
+    assert!(eventually(10, || s.backups[fresh].replica(head).is_some_and(|r| r.0 == s.tee.log.lock().bytes[&head])));
+    assert_eq!(s.backups[fresh].epoch(head), Some(2), "the re-opened replica");
+    assert_eq!(s.backups[survivor].epoch(head), Some(2), "the survivor");
+    assert!(s.events.lock().contains(&Event::Open { backup: s.backups[fresh].id.0, seg: head, epoch: 2 }));
+    assert!(s.events.lock().contains(&Event::Epoch { backup: s.backups[survivor].id.0, seg: head, epoch: 2 }));
+    assert!(!wait(&s.rep, pos, 2), "acknowledged before the floor was recorded");
+    assert_eq!(s.rep.durable(), acknowledged);
+    let st = s.rep.stats();
+    assert!(st.epochs_raised >= 1 && st.floors_waiting >= 1 && st.floors_recorded == 0, "{st:?}");
+
+    coordinator.down.store(false, Ordering::SeqCst);
+    assert!(wait(&s.rep, pos, 10), "writes never completed once the floor was recorded");
+    assert!(coordinator.asked(head, 2, true));
+    // Nothing was recorded before the coordinator answered, and the head
+    // has no other floor.
+    let calls = coordinator.calls.lock().clone();
+    let first_ok = calls.iter().position(|c| c.1).unwrap();
+    assert!(calls[..first_ok].iter().all(|c| !c.1));
+    s.write(2, 2000, 1000, 22);
+    assert!(s.wait_all(20));
+    s.check_replicas(2, &[survivor, fresh]);
+    let st = s.rep.stats();
+    assert!(st.floors_recorded >= 1 && st.floors_waiting == 0, "{st:?}");
+}
+
+/// Without a loss there is no EPOCH: a refused OPEN leaves nothing behind
+/// and the segment keeps epoch 1.
+#[test]
+fn a_refused_open_keeps_the_epoch() {
+    let coordinator = Arc::new(FakeFloors::default());
+    let s = setup_with(3, ReplicationMode::Tailwind, 2000, Some(coordinator.recorder()));
+    s.backups[0].knobs.refuse.store(true, Ordering::SeqCst);
+    // Two backups for R = 2: the refusing one is asked for sure.
+    s.rep.set_backups(s.list(&[0, 1]), 2);
+    s.write(1, 100, 500, 23);
+    assert!(eventually(10, || s.rep.stats().refusals >= 1));
+    s.rep.set_backups(s.list(&[0, 1, 2]), 2);
+    s.write(2, 2000, 1000, 24);
+    assert!(s.wait_all(10));
+    assert_eq!(s.backups.iter().map(|b| b.frames("EPOCH")).sum::<u64>(), 0);
+    assert!(s.events.lock().iter().all(|e| !matches!(e, Event::Open { epoch, .. } if *epoch != 1)));
+    assert!(coordinator.calls.lock().is_empty());
 }

@@ -1,7 +1,8 @@
 //! The replicator against the real backup service over TCP: what the
 //! backups serve back (through the reader mode) is what the log appended,
-//! in both modes; a backup stopped mid-segment, one that refuses every OPEN,
-//! and FREE after cleaning.
+//! in both modes; a backup stopped mid-segment (its replacement at the next
+//! replica epoch, the floor recorded before more writes are acknowledged),
+//! one that refuses every OPEN, and FREE after cleaning.
 
 mod master_common;
 
@@ -11,10 +12,11 @@ use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
-use shoal_replication::master::{ReplicationMode, Replicator, ReplicatorConfig};
+use shoal_replication::master::{FloorRecorder, ReplicationMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
 use shoal_replication::wire::ReplicaState;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +30,10 @@ struct Setup {
 }
 
 fn setup(backups: usize, mode: ReplicationMode, backup_segment: u32) -> Setup {
+    setup_with(backups, mode, backup_segment, None)
+}
+
+fn setup_with(backups: usize, mode: ReplicationMode, backup_segment: u32, floors: Option<FloorRecorder>) -> Setup {
     let rep = Replicator::start(ReplicatorConfig {
         master: ServerId(1),
         log: LogId(7),
@@ -35,6 +41,7 @@ fn setup(backups: usize, mode: ReplicationMode, backup_segment: u32) -> Setup {
         segment_bytes: SEGMENT as u32,
         mode,
         replica_timeout: Duration::from_millis(1000),
+        floor_recorder: floors,
     });
     let tee = Arc::new(Tee { rep: rep.clone(), log: Mutex::default() });
     let store = store(&tee);
@@ -161,4 +168,49 @@ fn cleaned_segments_are_freed_on_real_backups() {
         n == 2 * freed as u64
     }));
     s.check_replicas(2, &[0, 1, 2]);
+}
+
+/// A backup holding the open head stops, with the coordinator unreachable:
+/// the head is re-opened on the third backup at epoch 2 and the survivor
+/// takes epoch 2 (both as the backups list them), the floor (head, 2) is
+/// asked for, and nothing written after the loss is acknowledged until the
+/// coordinator records it.
+#[test]
+fn a_stopped_backups_head_is_reopened_at_the_next_epoch_behind_its_floor() {
+    let coordinator = Arc::new(FakeFloors::default());
+    let mut s = setup_with(3, ReplicationMode::Tailwind, SEGMENT as u32, Some(coordinator.recorder()));
+    s.rep.set_backups(s.list(&[0, 1, 2]), 2);
+    write(&s.store, 2, 300, 1000, 8);
+    assert!(wait(&s.rep, s.rep.position(), 10));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let head = SegmentId(s.tee.log.lock().heads.last().unwrap().0);
+    let epochs = |i: usize| -> Option<u64> {
+        let listed = rt.block_on(restore::list_replicas(s.addrs[i], LogId(7))).ok()?;
+        listed.iter().find(|r| r.segment == head).map(|r| r.epoch)
+    };
+    let holders: Vec<usize> = (0..3).filter(|&i| epochs(i).is_some()).collect();
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().all(|&i| epochs(i) == Some(1)));
+    let (victim, survivor) = (holders[0], holders[1]);
+    let fresh = (0..3).find(|i| !holders.contains(i)).unwrap();
+
+    coordinator.down.store(true, Ordering::SeqCst);
+    let acknowledged = s.rep.durable();
+    s.backups[victim].take().unwrap().shutdown();
+    write(&s.store, 1, 100, 1000, 9);
+    let pos = s.rep.position();
+    assert!(eventually(10, || coordinator.asked(head.0, 2, false)), "{:?}", coordinator.calls.lock());
+    assert!(eventually(10, || epochs(fresh) == Some(2) && epochs(survivor) == Some(2)));
+    assert!(!wait(&s.rep, pos, 1), "acknowledged before the floor was recorded");
+    assert_eq!(s.rep.durable(), acknowledged);
+
+    coordinator.down.store(false, Ordering::SeqCst);
+    assert!(wait(&s.rep, pos, 10));
+    assert!(coordinator.asked(head.0, 2, true));
+    write(&s.store, 2, 3000, 1000, 10);
+    assert!(wait(&s.rep, s.rep.position(), 20));
+    let live = [survivor, fresh];
+    s.check_replicas(2, &live);
+    let st = s.rep.stats();
+    assert!(st.epochs_raised >= 1 && st.floors_recorded >= 1 && st.floors_waiting == 0, "{st:?}");
 }

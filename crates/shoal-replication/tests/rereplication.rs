@@ -1,8 +1,9 @@
 //! Backup failure against real backups over TCP: the closed segments whose
 //! replica was on a lost backup are copied from the store to other backups
 //! until each is closed on R live ones again (checked by listing and reading
-//! what the backups serve), writes go on meanwhile, and a segment the
-//! cleaner freed before its copy is not copied.
+//! what the backups serve) at the next replica epoch, with its floor
+//! recorded, writes go on meanwhile, and a segment the cleaner freed before
+//! its copy is not copied.
 
 mod master_common;
 
@@ -13,7 +14,7 @@ use shoal_common::{LogId, SegmentId};
 use shoal_engine::format;
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
-use shoal_replication::master::{ReplicationMode, Replicator, ReplicatorConfig};
+use shoal_replication::master::{FloorRecorder, ReplicationMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
 use shoal_replication::wire::ReplicaState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,10 @@ struct Setup {
 }
 
 fn setup(backups: usize, mode: ReplicationMode) -> Setup {
+    setup_with(backups, mode, None)
+}
+
+fn setup_with(backups: usize, mode: ReplicationMode, floors: Option<FloorRecorder>) -> Setup {
     let rep = Replicator::start(ReplicatorConfig {
         master: ServerId(1),
         log: LOG,
@@ -42,6 +47,7 @@ fn setup(backups: usize, mode: ReplicationMode) -> Setup {
         segment_bytes: SEGMENT as u32,
         mode,
         replica_timeout: Duration::from_millis(1000),
+        floor_recorder: floors,
     });
     let tee = Arc::new(Tee { rep: rep.clone(), log: Mutex::default() });
     let store = Arc::new(store(&tee));
@@ -82,8 +88,16 @@ impl Setup {
 
     /// Closed replicas of the log on backup `i`: segment -> (len, checksum).
     fn closed_on(&self, i: usize) -> BTreeMap<u64, (u32, u32)> {
+        self.closed_epochs_on(i).into_iter().map(|(s, (len, ck, _))| (s, (len, ck))).collect()
+    }
+
+    /// Closed replicas of the log on backup `i`: segment -> (len, checksum, epoch).
+    fn closed_epochs_on(&self, i: usize) -> BTreeMap<u64, (u32, u32, u64)> {
         let list = rt().block_on(restore::list_replicas(self.addrs[i], LOG)).unwrap();
-        list.iter().filter(|r| r.state == ReplicaState::Closed).map(|r| (r.segment.0, (r.len, r.checksum))).collect()
+        list.iter()
+            .filter(|r| r.state == ReplicaState::Closed)
+            .map(|r| (r.segment.0, (r.len, r.checksum, r.epoch)))
+            .collect()
     }
 
     /// Segments of the log in memory now, but the head (the one open).
@@ -123,10 +137,14 @@ impl Setup {
 }
 
 /// A backup dies (its process ends, so its connection does) after several
-/// segments closed; the cluster then drops it from the list.
+/// segments closed; the cluster then drops it from the list. Each copied
+/// segment's replicas are at epoch 2 on the live backups — the copy opened
+/// there, the surviving one (on disk by then) raised by EPOCH — and its
+/// floor (segment, 2) was recorded; the other segments stay at epoch 1.
 #[test]
 fn closed_segments_of_a_dead_backup_get_new_replicas_on_live_backups() {
-    let mut s = setup(4, ReplicationMode::Tailwind);
+    let coordinator = Arc::new(FakeFloors::default());
+    let mut s = setup_with(4, ReplicationMode::Tailwind, Some(coordinator.recorder()));
     s.connect_source();
     s.rep.set_backups(s.list(&[0, 1, 2, 3]), 2);
     write(&s.store, 2, 5000, 1000, 1);
@@ -136,6 +154,14 @@ fn closed_segments_of_a_dead_backup_get_new_replicas_on_live_backups() {
     let lost: BTreeSet<u64> = s.closed_on(victim).into_keys().collect();
     assert!(lost.len() >= 2, "the victim held {lost:?}");
     assert_eq!(s.rep.stats().closed_segments_below_r, 0);
+    // An open replica there (the head's) is re-opened elsewhere: epoch 2 too.
+    let open_there: BTreeSet<u64> = rt()
+        .block_on(restore::list_replicas(s.addrs[victim], LOG))
+        .unwrap()
+        .iter()
+        .filter(|r| r.state == ReplicaState::Open)
+        .map(|r| r.segment.0)
+        .collect();
     s.backups[victim].take().unwrap().shutdown();
     // Writes go on while the copies are made.
     write(&s.store, 2, 2000, 1000, 2);
@@ -155,6 +181,14 @@ fn closed_segments_of_a_dead_backup_get_new_replicas_on_live_backups() {
     // Only the lost segments were asked for.
     let asked: BTreeSet<u64> = s.asked.lock().iter().map(|i| i.0).collect();
     assert_eq!(asked, lost);
+    for seg in s.closed_in_log().into_keys() {
+        let epochs: Vec<u64> = live.iter().filter_map(|&i| s.closed_epochs_on(i).get(&seg).map(|r| r.2)).collect();
+        let hit = lost.contains(&seg) || open_there.contains(&seg);
+        let want = if hit { 2 } else { 1 };
+        assert!(epochs.len() >= 2 && epochs.iter().all(|e| *e == want), "segment {seg}: epochs {epochs:?}");
+        assert_eq!(coordinator.asked(seg, 2, true), hit, "segment {seg}'s floor");
+    }
+    assert_eq!(s.rep.stats().floors_waiting, 0);
     // And nothing below R now, after more writes.
     write(&s.store, 2, 2000, 1000, 3);
     assert!(wait(&s.rep, s.rep.position(), 20));

@@ -7,7 +7,7 @@ mod backup_support;
 use backup_support::*;
 use shoal_engine::{LogId, SegmentId, SegmentKind, Store, TableId};
 use shoal_replication::backup::Backup;
-use shoal_replication::restore::{self, RestoreError};
+use shoal_replication::restore::{self, Floors, RestoreError};
 use shoal_replication::wire::{KeyRange, Mode, ReplicaState};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -99,7 +99,7 @@ fn find_log_rebuilds_a_cleaned_log_from_the_longest_prefixes() {
     );
 
     let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
-    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
     assert_eq!(found.head, Some(head));
     assert!(found.unreachable.is_empty());
     let members: Vec<SegmentId> = store.log_segments().into_iter().map(|(id, _)| id).collect();
@@ -136,7 +136,7 @@ fn find_log_reports_missing_members_and_unreachable_backups() {
     let dead = dead_addr();
     let mut addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
     addrs.push(dead);
-    match rt().block_on(restore::find_log(&addrs, LOG)) {
+    match rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())) {
         Err(RestoreError::Incomplete { missing, unreachable }) => {
             assert_eq!(missing, vec![lost]);
             assert_eq!(unreachable, vec![dead]);
@@ -146,7 +146,7 @@ fn find_log_reports_missing_members_and_unreachable_backups() {
     // Once the segment turns up (the caller retries), the log is complete.
     let mut p = Peer::hello(backups[2].local_addr(), Mode::Tailwind, LOG, 1);
     replicate(&mut p, lost, &rec.segments.lock()[&lost]);
-    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
     assert!(found.segments.iter().any(|(id, _)| *id == lost));
     assert_eq!(found.unreachable, vec![dead]);
 }
@@ -156,11 +156,11 @@ fn find_log_of_an_empty_log_and_of_a_log_without_head() {
     let dir = tempfile::tempdir().unwrap();
     let backup = start(dir.path());
     let addrs = [backup.local_addr()];
-    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
     assert_eq!((found.head, found.segments.len(), found.bytes), (None, 0, 0));
     // With a backup unreachable, "no replica" proves nothing.
     let dead = dead_addr();
-    match rt().block_on(restore::find_log(&[backup.local_addr(), dead], LOG)) {
+    match rt().block_on(restore::find_log(&[backup.local_addr(), dead], LOG, &Floors::none())) {
         Err(RestoreError::Incomplete { missing, unreachable }) => {
             assert!(missing.is_empty());
             assert_eq!(unreachable, vec![dead]);
@@ -178,7 +178,7 @@ fn find_log_of_an_empty_log_and_of_a_log_without_head() {
         .unwrap();
     let mut p = Peer::hello(backup.local_addr(), Mode::Tailwind, LOG, 1);
     replicate(&mut p, survivor, &seg);
-    match rt().block_on(restore::find_log(&addrs, LOG)) {
+    match rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())) {
         Err(RestoreError::NoHead { segments }) => assert_eq!(segments, vec![survivor]),
         other => panic!("expected NoHead, got {:?}", other.map(|f| f.head)),
     }
@@ -213,7 +213,7 @@ fn find_log_uses_a_good_replica_when_another_is_corrupt() {
     }
     assert!(flipped.len() > 3);
     let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
-    let found = rt().block_on(restore::find_log(&addrs, LOG)).unwrap();
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
     let recorded = rec.segments.lock().clone();
     for (id, bytes) in &found.segments {
         assert_eq!(bytes, &recorded[id].bytes(), "segment {id}");
@@ -235,7 +235,7 @@ fn find_log_uses_a_good_replica_when_another_is_corrupt() {
             std::fs::write(&path, &bytes).unwrap();
         }
     }
-    match rt().block_on(restore::find_log(&addrs, LOG)) {
+    match rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())) {
         Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![victim]),
         other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
     }
@@ -279,11 +279,22 @@ fn read_part(
     ranges: Vec<KeyRange>,
     index: usize,
 ) -> (Result<restore::PartitionRead, RestoreError>, Vec<restore::PartSegment>) {
+    read_part_with(addrs, &Floors::none(), ranges, index)
+}
+
+/// [`read_part`] with replica floors.
+fn read_part_with(
+    addrs: &[SocketAddr],
+    floors: &Floors,
+    ranges: Vec<KeyRange>,
+    index: usize,
+) -> (Result<restore::PartitionRead, RestoreError>, Vec<restore::PartSegment>) {
     rt().block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let reading = restore::read_partition(
             addrs,
             LOG,
+            floors,
             std::sync::Arc::new(ranges),
             index,
             restore::FindOptions::default(),
@@ -408,4 +419,74 @@ fn read_partition_reads_nothing_from_an_incomplete_log_and_survives_a_corrupt_re
             assert_eq!(copy.read(TableId(1), k.as_bytes(), Default::default()).ok(), want, "key {i}");
         }
     }
+}
+
+/// Replicas below their segment's floor are stale and never used, even
+/// when they hold more than the current ones: the head's stale replica
+/// (epoch 1, left behind by a lost backup) holds all of it, the current one
+/// (epoch 2) only a prefix, and with the floor the prefix is what is found
+/// and read. With only stale replicas of a member, or of the head, the log
+/// is `Incomplete`: never a fallback to the stale ones, nor to an older head.
+#[test]
+fn stale_replicas_below_their_floor_are_never_used() {
+    let (store, rec) = cleaned_log();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let refs: Vec<&Backup> = backups.iter().collect();
+    let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    let head = head_of(&rec);
+    let members: Vec<SegmentId> = store.log_segments().into_iter().map(|(id, _)| id).collect();
+    let member = *members.iter().find(|id| **id != head).unwrap();
+    replicate_log(&refs, &rec, |id, _, r| (id != head && id != member).then(|| r.clone()));
+    let segments = rec.segments.lock().clone();
+    let full = segments[&head].bytes();
+    let current = prefix(&segments[&head], 2);
+    assert!(current.bytes().len() < full.len());
+    let mut peers: Vec<Peer> = addrs.iter().map(|a| Peer::hello(*a, Mode::Tailwind, LOG, 1)).collect();
+    replicate_at(&mut peers[0], head, &segments[&head], 1);
+    replicate_at(&mut peers[1], head, &current, 2);
+    replicate_at(&mut peers[2], member, &segments[&member], 1);
+    let head_bytes = |found: &restore::FoundLog| found.segments.iter().find(|(id, _)| *id == head).unwrap().1.clone();
+
+    // Without floors the stale replica is the longest prefix, and is used.
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
+    assert_eq!(head_bytes(&found), full);
+    // The head's floor at 2: its current replica, shorter, is what counts.
+    let floors: Floors = [(head, 2)].into_iter().collect();
+    assert_eq!((floors.of(head), floors.of(member)), (2, 1));
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &floors)).unwrap();
+    assert_eq!(found.head, Some(head));
+    assert_eq!(head_bytes(&found), current.bytes());
+    assert_eq!(found.segments.len(), members.len());
+    let all = KeyRange { table: TableId(1), start: 0, end: u64::MAX };
+    let (read, parts) = read_part_with(&addrs, &floors, vec![all], 0);
+    assert_eq!(read.unwrap().segments, members.len());
+    let head_part = parts.iter().find(|p| p.segment == head).unwrap();
+    assert_eq!(head_part.replica_len as usize, current.bytes().len());
+
+    // The member's floor at 2 too: its only replica is stale.
+    let floors: Floors = [(head, 2), (member, 2)].into_iter().collect();
+    match rt().block_on(restore::find_log(&addrs, LOG, &floors)) {
+        Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![member]),
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    let (read, parts) = read_part_with(&addrs, &floors, vec![all], 0);
+    match read {
+        Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![member]),
+        other => panic!("expected Incomplete, got {other:?}"),
+    }
+    assert!(parts.is_empty(), "nothing read from an incomplete log");
+
+    // The head's current replica is lost too: only the stale one is left,
+    // and an older head (any earlier segment with a digest) is no answer.
+    peers[1].free(head);
+    wait_for("the FREE", || list(addrs[1], LOG).iter().all(|r| r.segment != head));
+    let floors: Floors = [(head, 2)].into_iter().collect();
+    match rt().block_on(restore::find_log(&addrs, LOG, &floors)) {
+        Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![head]),
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    let (read, parts) = read_part_with(&addrs, &floors, vec![all], 0);
+    assert!(matches!(read, Err(RestoreError::Incomplete { ref missing, .. }) if *missing == vec![head]), "{read:?}");
+    assert!(parts.is_empty());
 }

@@ -11,11 +11,13 @@
 use crate::config::{ReplicationMode, ServerConfig};
 use parking_lot::{Mutex, RwLock};
 use shoal_cluster::control::call_blocking;
-use shoal_cluster::{ClusterMap, ControlClient, ControlError, ControlRequest, ControlResponse, ServerId, ServerState};
-use shoal_common::{KeyHash, LogId, TableId};
+use shoal_cluster::{
+    ClusterMap, ControlClient, ControlError, ControlRequest, ControlResponse, ReplicaFloor, ServerId, ServerState,
+};
+use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
-use shoal_replication::master::{ReplicationMode as WireMode, Replicator, ReplicatorConfig};
+use shoal_replication::master::{FloorRecorder, ReplicationMode as WireMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
 use shoal_replication::wire::KeyRange;
 use std::collections::{HashMap, HashSet};
@@ -182,6 +184,7 @@ impl ClusterNode {
                 ReplicationMode::Conventional => WireMode::Conventional,
             },
             replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
+            floor_recorder: Some(floor_recorder(coordinator, server, log)),
         });
         let node = ClusterNode {
             id: server,
@@ -462,8 +465,13 @@ impl ClusterNode {
                 if *shutdown.borrow() || !self.still_mine(rec.id, index) {
                     return;
                 }
+                let map = self.map();
                 let backups: Vec<SocketAddr> =
-                    self.map().servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
+                    map.servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
+                // Replicas the dead master left behind are not read. Its
+                // floors are all in this map: the coordinator takes none
+                // from a server it declared dead.
+                let floors: restore::Floors = map.replica_floors_of(log).collect();
                 // Fence first: from here on the dead master (if it still
                 // runs) cannot make another byte durable on these backups.
                 // All backups at once.
@@ -486,7 +494,7 @@ impl ClusterNode {
                 progress.phase = "reading replicas";
                 publish(&progress);
                 let opts = restore::FindOptions { parallel_reads: PARALLEL_PART_READS, ..Default::default() };
-                match restore::read_partition(&backups, log, ranges.clone(), index, opts, sink.clone()).await {
+                match restore::read_partition(&backups, log, &floors, ranges.clone(), index, opts, sink.clone()).await {
                     // No replica of the log on any backup in the map. With
                     // replication on, every log of a server that served has
                     // a replicated head, so its backups have not come back
@@ -646,10 +654,13 @@ impl ClusterNode {
                 // Servers declared dead are not waited for: their logs are
                 // fenced and recovered elsewhere, and with R >= 2 every
                 // segment has a replica on another backup.
+                let map = self.map();
                 let backups: Vec<SocketAddr> =
-                    self.map().servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
+                    map.servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
+                // Replicas the earlier incarnation left behind are not read.
+                let floors: restore::Floors = map.replica_floors_of(log).collect();
                 let attempt = tokio::select! {
-                    r = restore::find_log(&backups, log) => r,
+                    r = restore::find_log(&backups, log, &floors) => r,
                     _ = shutdown.wait_for(|s| *s) => return,
                 };
                 match attempt {
@@ -756,6 +767,24 @@ impl ClusterNode {
             b.shutdown();
         }
     }
+}
+
+/// Records this server's replica floors at the coordinator
+/// (`RaiseReplicaFloors`), for the replicator of `log`. Runs on the
+/// replicator's runtime, one request at a time, over one kept connection.
+fn floor_recorder(coordinator: SocketAddr, server: ServerId, log: LogId) -> FloorRecorder {
+    let client = Arc::new(tokio::sync::Mutex::new(ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT)));
+    FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
+        let client = client.clone();
+        async move {
+            let floors = floors.into_iter().map(|(segment, epoch)| ReplicaFloor { log, segment, epoch }).collect();
+            match client.lock().await.call(&ControlRequest::RaiseReplicaFloors { server, floors }).await {
+                Ok(ControlResponse::Ok) => Ok(()),
+                Ok(other) => Err(format!("unexpected answer {other:?}")),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
 }
 
 fn read_id(dir: &Path) -> Option<ServerId> {

@@ -12,14 +12,16 @@
 //! The metadata block (all integers little-endian):
 //!
 //! ```text
-//!  0  magic "SHBF"          4   format version u16 (1)   6  state u8 (0 free, 1 open, 2 closed)
+//!  0  magic "SHBF"          4   format version u16 (2)   6  state u8 (0 free, 1 open, 2 closed)
 //!  7  reserved u8 (0)       8   log id u64               16 log version u64
 //!  24 segment id u64        32  segment size u32          36 length u32 (closed)
-//!  40 last checksum u32     44  CRC32C of bytes 0..44 u32
+//!  40 last checksum u32     44  replica epoch u64         52 CRC32C of bytes 0..52 u32
 //! ```
 //!
-//! It is written at OPEN, rewritten at CLOSE and cleared when the buffer is
-//! released. A block whose magic or CRC does not check reads as free.
+//! It is written at OPEN, rewritten at CLOSE and at EPOCH, and cleared when
+//! the buffer is released. A block whose magic or CRC does not check reads
+//! as free. Version 1 blocks (earlier builds: no epoch, the CRC at 44 over
+//! bytes 0..44) read as epoch 1.
 
 use super::mmap::Mapping;
 use parking_lot::{Mutex, MutexGuard};
@@ -31,10 +33,14 @@ use std::path::{Path, PathBuf};
 /// Bytes of the metadata block before a buffer's data.
 pub(crate) const META_BYTES: usize = 4096;
 const META_MAGIC: [u8; 4] = *b"SHBF";
-const META_VERSION: u16 = 1;
-const META_CRC_AT: usize = 44;
-const META_USED: usize = 48;
-const _: () = assert!(META_USED <= META_BYTES);
+const META_VERSION: u16 = 2;
+const META_EPOCH_AT: usize = 44;
+const META_CRC_AT: usize = 52;
+const META_USED: usize = 56;
+/// Version 1: no epoch, the CRC right after the last checksum.
+const META_VERSION_1: u16 = 1;
+const META_CRC_AT_1: usize = 44;
+const _: () = assert!(META_EPOCH_AT + 8 == META_CRC_AT && META_CRC_AT + 4 == META_USED && META_USED <= META_BYTES);
 
 /// What a buffer holds, as its metadata block says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +51,8 @@ pub(crate) struct Meta {
     /// The segment size the master opened the replica with.
     pub size: u32,
     pub state: MetaState,
+    /// The replica's epoch (OPEN, raised by EPOCH).
+    pub epoch: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,21 +77,24 @@ impl Meta {
         b[32..36].copy_from_slice(&self.size.to_le_bytes());
         b[36..40].copy_from_slice(&len.to_le_bytes());
         b[40..44].copy_from_slice(&checksum.to_le_bytes());
+        b[META_EPOCH_AT..META_CRC_AT].copy_from_slice(&self.epoch.to_le_bytes());
         let crc = crc32c::crc32c(&b[..META_CRC_AT]);
         b[META_CRC_AT..META_USED].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// Decodes a metadata block; `None` for a free or unreadable one.
+    /// Decodes a metadata block (version 2, or 1 as epoch 1); `None` for a
+    /// free or unreadable one.
     fn decode(b: &[u8]) -> Option<Meta> {
         let b = b.get(..META_USED)?;
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        if b[0..4] != META_MAGIC
-            || u16::from_le_bytes([b[4], b[5]]) != META_VERSION
-            || b[7] != 0
-            || crc32c::crc32c(&b[..META_CRC_AT]) != u32_at(META_CRC_AT)
-        {
+        let (crc_at, epoch) = match u16::from_le_bytes([b[4], b[5]]) {
+            META_VERSION => (META_CRC_AT, u64_at(META_EPOCH_AT)),
+            META_VERSION_1 => (META_CRC_AT_1, 1),
+            _ => return None,
+        };
+        if b[0..4] != META_MAGIC || b[7] != 0 || epoch == 0 || crc32c::crc32c(&b[..crc_at]) != u32_at(crc_at) {
             return None;
         }
         let state = match b[6] {
@@ -97,6 +108,7 @@ impl Meta {
             segment: SegmentId(u64_at(24)),
             size: u32_at(32),
             state,
+            epoch,
         })
     }
 }
@@ -191,6 +203,14 @@ impl BufInner {
         self.write_meta(sync)
     }
 
+    /// Raises the replica's epoch to `epoch` (never lowers it) and rewrites
+    /// the metadata block; `sync` makes it durable before returning.
+    pub(crate) fn raise_epoch(&mut self, epoch: u64, sync: bool) -> io::Result<()> {
+        let meta = self.meta.as_mut().ok_or_else(|| io::Error::other("raising the epoch of a free buffer"))?;
+        meta.epoch = meta.epoch.max(epoch);
+        self.write_meta(sync)
+    }
+
     /// Records the replica as closed at `len` with `checksum`.
     pub(crate) fn close(&mut self, len: u32, checksum: u32, sync: bool) -> io::Result<()> {
         let meta = self.meta.as_mut().ok_or_else(|| io::Error::other("closing a free buffer"))?;
@@ -254,9 +274,11 @@ mod tests {
             segment: SegmentId(12),
             size: 1 << 20,
             state: MetaState::Closed { len: 999, checksum: 0xdead_beef },
+            epoch: 5,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b), Some(m));
+        assert_eq!(b[META_EPOCH_AT..META_CRC_AT], 5u64.to_le_bytes());
         for bit in 0..META_USED * 8 {
             let mut bad = b;
             bad[bit / 8] ^= 1 << (bit % 8);
@@ -266,20 +288,47 @@ mod tests {
     }
 
     #[test]
+    fn version_1_blocks_read_as_epoch_1() {
+        let m = Meta {
+            log: LogId(7),
+            log_version: 3,
+            segment: SegmentId(12),
+            size: 1 << 20,
+            state: MetaState::Open,
+            epoch: 1,
+        };
+        let mut b = m.encode();
+        b[4..6].copy_from_slice(&META_VERSION_1.to_le_bytes());
+        b[META_CRC_AT_1..].fill(0);
+        let crc = crc32c::crc32c(&b[..META_CRC_AT_1]);
+        b[META_CRC_AT_1..META_CRC_AT_1 + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Meta::decode(&b), Some(m));
+    }
+
+    #[test]
     fn release_zeroes_what_was_written_and_keeps_the_file_size() {
         let dir = tempfile::tempdir().unwrap();
         let buf = Buffer::open(dir.path(), 0, 64 << 10).unwrap();
-        let meta =
-            Meta { log: LogId(1), log_version: 1, segment: SegmentId(2), size: 64 << 10, state: MetaState::Open };
+        let meta = Meta {
+            log: LogId(1),
+            log_version: 1,
+            segment: SegmentId(2),
+            size: 64 << 10,
+            state: MetaState::Open,
+            epoch: 1,
+        };
         let mut g = buf.lock();
         g.assign(meta, 5, true).unwrap();
         g.data_mut(0, 10_000).fill(0xab);
         g.written(10_000);
         g.close(10_000, 1, false).unwrap();
+        g.raise_epoch(3, true).unwrap();
+        g.raise_epoch(2, false).unwrap();
         drop(g);
         // A second open of the same file sees the replica (as after a kill).
         let again = Buffer::open(dir.path(), 0, 64 << 10).unwrap();
         assert_eq!(again.lock().meta.map(|m| m.state), Some(MetaState::Closed { len: 10_000, checksum: 1 }));
+        assert_eq!(again.lock().meta.map(|m| m.epoch), Some(3), "epochs only grow");
         assert!(again.lock().data()[..10_000].iter().all(|b| *b == 0xab));
         let mut g = buf.lock();
         g.release(64 << 10).unwrap();
@@ -293,7 +342,14 @@ mod tests {
     fn release_resizes_a_buffer_of_another_size() {
         let dir = tempfile::tempdir().unwrap();
         let buf = Buffer::open(dir.path(), 3, 8 << 10).unwrap();
-        let meta = Meta { log: LogId(1), log_version: 1, segment: SegmentId(2), size: 8 << 10, state: MetaState::Open };
+        let meta = Meta {
+            log: LogId(1),
+            log_version: 1,
+            segment: SegmentId(2),
+            size: 8 << 10,
+            state: MetaState::Open,
+            epoch: 1,
+        };
         buf.lock().assign(meta, 1, false).unwrap();
         drop(buf);
         let buf = Buffer::open(dir.path(), 3, 32 << 10).unwrap();

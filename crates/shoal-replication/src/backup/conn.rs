@@ -8,10 +8,16 @@
 //! bytes straight into the replica's buffer at that offset — and the header
 //! and offset are checked before a single byte reaches the buffer. Any bad
 //! input ends the connection with an ERROR; nothing here panics on input.
+//!
+//! An EPOCH is applied in order with the frames around it: at once for a
+//! replica this connection is writing (its buffer's metadata), otherwise
+//! (a closed replica, whose epoch must reach the disk) on the blocking
+//! pool while the connection reads nothing more; either way EPOCHED is
+//! queued before anything that follows it.
 
 use super::buffers::Buffer;
 use super::replicas::{Opened, PartOut, ReadOut, Shared};
-use crate::wire::{self, Header, Hello, Kind, Mode, DATA_PREFIX, HEADER_LEN, HELLO_LEN};
+use crate::wire::{self, Header, Hello, Kind, Mode, DATA_PREFIX, HEADER_LEN, HELLO_LEN, OPEN_LEN};
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, HeaderCrc};
 use std::collections::HashMap;
@@ -110,6 +116,8 @@ enum Request {
     Read(LogId, SegmentId),
     ReadPart(LogId, SegmentId, Vec<wire::KeyRange>),
     FreeLog(LogId),
+    /// An EPOCH for a replica this connection is not writing (closed).
+    Epoch(LogId, SegmentId, u64),
 }
 
 /// Where the next bytes from the socket go.
@@ -348,8 +356,12 @@ impl Conn {
             None => {}
             Some(s) => {
                 let allowed = match s.mode {
-                    Mode::Tailwind => matches!(h.kind, Kind::Open | Kind::Data | Kind::Close | Kind::Free),
-                    Mode::Conventional => matches!(h.kind, Kind::Open | Kind::Append | Kind::Close | Kind::Free),
+                    Mode::Tailwind => {
+                        matches!(h.kind, Kind::Open | Kind::Data | Kind::Close | Kind::Free | Kind::Epoch)
+                    }
+                    Mode::Conventional => {
+                        matches!(h.kind, Kind::Open | Kind::Append | Kind::Close | Kind::Free | Kind::Epoch)
+                    }
                     Mode::Reader => matches!(h.kind, Kind::List | Kind::Read | Kind::ReadPart | Kind::FreeLog),
                 };
                 if !allowed {
@@ -365,7 +377,8 @@ impl Conn {
         }
         let len_ok = match h.kind {
             Kind::Hello => h.body_len == HELLO_LEN,
-            Kind::Open | Kind::Close | Kind::List | Kind::Read | Kind::FreeLog => h.body_len == 8,
+            Kind::Open => h.body_len == OPEN_LEN,
+            Kind::Close | Kind::List | Kind::Read | Kind::FreeLog | Kind::Epoch => h.body_len == 8,
             Kind::Free => h.body_len == 0,
             Kind::ReadPart => wire::read_part_len_ok(h.body_len),
             Kind::Data | Kind::Append => {
@@ -418,10 +431,11 @@ impl Conn {
         let (log, version) = (s.log, s.version);
         match h.kind {
             Kind::Open => {
-                let (size, _survivor) = wire::decode_open(&self.body).map_err(|e| bad(e.to_string()))?;
+                let open = wire::decode_open(&self.body).map_err(|e| bad(e.to_string()))?;
+                let size = open.size;
                 let opened = self
                     .shared
-                    .open(log, h.segment, version, size)
+                    .open(log, h.segment, version, size, open.epoch)
                     .map_err(|e| bad(format!("opening segment {}: {e}", h.segment.0)))?;
                 match opened {
                     Opened::Yes { buf, gen } => {
@@ -462,6 +476,15 @@ impl Conn {
                 self.shared.free(log, h.segment);
             }
             Kind::Append => self.append(h.segment)?,
+            Kind::Epoch => {
+                let epoch = wire::decode_epoch(&self.body).map_err(|e| bad(e.to_string()))?;
+                if !self.open.contains_key(&h.segment) {
+                    return Ok(Some(Request::Epoch(log, h.segment, epoch)));
+                }
+                // Open here: its buffer's metadata, no disk (as its bytes).
+                self.shared.raise_epoch(log, h.segment, epoch).map_err(bad)?;
+                wire::encode_epoch(Kind::Epoched, h.segment, epoch, &mut self.out);
+            }
             Kind::List => return Ok(Some(Request::List(self.log_in_body("LIST")?))),
             Kind::Read => return Ok(Some(Request::Read(self.log_in_body("READ")?, h.segment))),
             Kind::ReadPart => {
@@ -583,6 +606,7 @@ impl Conn {
             Segment(SegmentId, Result<ReadOut, String>),
             Part(SegmentId, Result<PartOut, String>),
             Freed,
+            Epoched(SegmentId, u64, Result<(), String>),
         }
         let shared = self.shared.clone();
         let answer = match request {
@@ -603,6 +627,9 @@ impl Conn {
                     shared.free_log(log);
                     Answer::Freed
                 }
+                Request::Epoch(log, segment, epoch) => {
+                    Answer::Epoched(segment, epoch, shared.raise_epoch(log, segment, epoch))
+                }
             })
             .await
             .map_err(|e| Stop::Answer(format!("internal error: {e}")))?,
@@ -619,6 +646,11 @@ impl Conn {
             }
             Answer::Segment(_, Err(msg)) | Answer::Part(_, Err(msg)) => return Err(Stop::Answer(msg)),
             Answer::Freed => wire::encode_empty(Kind::Freed, SegmentId(0), &mut self.out),
+            Answer::Epoched(segment, epoch, Ok(())) => wire::encode_epoch(Kind::Epoched, segment, epoch, &mut self.out),
+            // The master believes this backup holds a replica it does not
+            // (or the disk failed): its bad input, as a DATA for a segment
+            // not open here would be.
+            Answer::Epoched(_, _, Err(msg)) => return Err(Stop::Protocol(msg)),
         }
         Ok(())
     }

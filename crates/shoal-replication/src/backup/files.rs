@@ -4,17 +4,25 @@
 //! bytes, so the bytes start block aligned and are written and read with
 //! O_DIRECT, straight from the replica's mapped buffer and into an aligned
 //! read buffer, without passing through the page cache. The header block is
-//! a 48-byte header (integers little-endian), then zeros:
+//! a 56-byte header (integers little-endian), then zeros:
 //!
 //! ```text
-//!  0  magic "SHSG"     4  format version u16 (2)   6  reserved u16 (0)
+//!  0  magic "SHSG"     4  format version u16 (3)   6  reserved u16 (0)
 //!  8  log id u64       16 log version u64          24 segment id u64
 //!  32 length u32       36 last checksum u32        40 reserved u32 (0)
-//!  44 CRC32C of bytes 0..44 u32                    48 zeros up to 4096
+//!  44 replica epoch u64                            52 CRC32C of bytes 0..52 u32
+//!  56 zeros up to 4096
 //! ```
 //!
-//! Version 1 files, written by earlier builds (the same 48 bytes with
-//! version 1, the segment bytes right after them), are still read.
+//! Files of earlier builds are still read, as epoch 1: version 2 (a 48-byte
+//! header without the epoch, its CRC at 44 over bytes 0..44, in the same
+//! 4096-byte block) and version 1 (that 48-byte header with version 1, the
+//! segment bytes right after it).
+//!
+//! An EPOCH for a replica on disk rewrites the header block in place and
+//! syncs it ([`raise_epoch`]); the header lies in the file's first 512-byte
+//! sector, which a disk writes whole, so a crash leaves the old header or
+//! the new one. A version 1 file is rewritten whole instead.
 //!
 //! Files are written to `<name>.tmp`, synced, renamed into place and the
 //! directory synced, so a file under its final name is always complete. The
@@ -35,15 +43,25 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const FILE_HEADER_BYTES: usize = 48;
-/// Where a file's segment bytes start (version 2).
+const FILE_HEADER_BYTES: usize = 56;
+/// Where a file's segment bytes start (versions 2 and 3).
 const FILE_DATA_AT: usize = BLOCK;
 const FILE_MAGIC: [u8; 4] = *b"SHSG";
-const FILE_VERSION: u16 = 2;
-/// The previous layout: the segment bytes right after the 48-byte header.
+const FILE_VERSION: u16 = 3;
+const EPOCH_AT: usize = 44;
+const CRC_AT: usize = 52;
+/// Earlier layouts: a 48-byte header without the epoch, its CRC at 44;
+/// version 2 in a 4096-byte block, version 1 followed by the bytes at once.
+const FILE_VERSION_2: u16 = 2;
 const FILE_VERSION_1: u16 = 1;
-const CRC_AT: usize = 44;
-const _: () = assert!(FILE_HEADER_BYTES <= FILE_DATA_AT && FILE_DATA_AT.is_multiple_of(BLOCK));
+const OLD_HEADER_BYTES: usize = 48;
+const OLD_CRC_AT: usize = 44;
+const _: () = assert!(
+    EPOCH_AT + 8 == CRC_AT
+        && CRC_AT + 4 == FILE_HEADER_BYTES
+        && FILE_HEADER_BYTES <= 512
+        && FILE_DATA_AT.is_multiple_of(BLOCK)
+);
 
 /// The header of a segment file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +71,8 @@ pub(crate) struct FileHeader {
     pub segment: SegmentId,
     pub len: u32,
     pub checksum: u32,
+    /// The replica's epoch (1 in files of earlier versions).
+    pub epoch: u64,
 }
 
 impl FileHeader {
@@ -65,6 +85,7 @@ impl FileHeader {
         b[24..32].copy_from_slice(&self.segment.0.to_le_bytes());
         b[32..36].copy_from_slice(&self.len.to_le_bytes());
         b[36..40].copy_from_slice(&self.checksum.to_le_bytes());
+        b[EPOCH_AT..CRC_AT].copy_from_slice(&self.epoch.to_le_bytes());
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -73,26 +94,35 @@ impl FileHeader {
     /// Decodes the start of a file (its first block, or all of it if
     /// shorter): the header and where the segment bytes start.
     fn decode(b: &[u8]) -> io::Result<(FileHeader, usize)> {
-        let b_head = b.get(..FILE_HEADER_BYTES).ok_or_else(|| invalid("shorter than its header"))?;
+        let version = match b.get(..6) {
+            Some(v) => u16::from_le_bytes([v[4], v[5]]),
+            None => return Err(invalid("shorter than its header")),
+        };
+        let (header_bytes, crc_at) = match version {
+            FILE_VERSION => (FILE_HEADER_BYTES, CRC_AT),
+            FILE_VERSION_2 | FILE_VERSION_1 => (OLD_HEADER_BYTES, OLD_CRC_AT),
+            _ => return Err(invalid("bad header (magic, version or CRC)")),
+        };
+        let b_head = b.get(..header_bytes).ok_or_else(|| invalid("shorter than its header"))?;
         let u32_at = |at: usize| u32::from_le_bytes(b_head[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(b_head[at..at + 8].try_into().expect("8 bytes"));
-        let version = u16::from_le_bytes([b_head[4], b_head[5]]);
+        let epoch = if version == FILE_VERSION { u64_at(EPOCH_AT) } else { 1 };
         if b_head[0..4] != FILE_MAGIC
-            || !matches!(version, FILE_VERSION | FILE_VERSION_1)
             || b_head[6..8] != [0, 0]
             || b_head[40..44] != [0; 4]
-            || crc32c::crc32c(&b_head[..CRC_AT]) != u32_at(CRC_AT)
+            || epoch == 0
+            || crc32c::crc32c(&b_head[..crc_at]) != u32_at(crc_at)
         {
             return Err(invalid("bad header (magic, version or CRC)"));
         }
-        let data_at = if version == FILE_VERSION {
-            let pad = b.get(FILE_HEADER_BYTES..FILE_DATA_AT).ok_or_else(|| invalid("shorter than its header"))?;
+        let data_at = if version == FILE_VERSION_1 {
+            header_bytes
+        } else {
+            let pad = b.get(header_bytes..FILE_DATA_AT).ok_or_else(|| invalid("shorter than its header"))?;
             if pad.iter().any(|&x| x != 0) {
                 return Err(invalid("bad header (nonzero padding)"));
             }
             FILE_DATA_AT
-        } else {
-            FILE_HEADER_BYTES
         };
         let h = FileHeader {
             log: LogId(u64_at(8)),
@@ -100,6 +130,7 @@ impl FileHeader {
             segment: SegmentId(u64_at(24)),
             len: u32_at(32),
             checksum: u32_at(36),
+            epoch,
         };
         Ok((h, data_at))
     }
@@ -161,6 +192,11 @@ fn write_file(tmp: &Path, header: &FileHeader, bytes: &[u8], direct: bool) -> io
 /// Reads a segment file's header and checks that the file is exactly as
 /// long as it says (buffered: this reads one block).
 pub(crate) fn read_header(path: &Path) -> io::Result<FileHeader> {
+    read_header_at(path).map(|(h, _)| h)
+}
+
+/// [`read_header`], and where the file's segment bytes start.
+fn read_header_at(path: &Path) -> io::Result<(FileHeader, usize)> {
     let f = File::open(path)?;
     let mut b = Vec::with_capacity(BLOCK);
     (&f).take(BLOCK as u64).read_to_end(&mut b)?;
@@ -168,7 +204,40 @@ pub(crate) fn read_header(path: &Path) -> io::Result<FileHeader> {
     if f.metadata()?.len() != (data_at + h.len as usize) as u64 {
         return Err(invalid("length does not match its header"));
     }
-    Ok(h)
+    Ok((h, data_at))
+}
+
+/// Raises the epoch the file at `path` records to `epoch` (never lowers
+/// it), durably, and returns the header the file holds now. The header
+/// block is rewritten in place (O_DIRECT where allowed) and synced; a
+/// version 1 file, whose bytes share that block, is rewritten whole (tmp
+/// file, rename) in the current layout. Errors: the file is gone
+/// (`NotFound`), unreadable or damaged, or the write failed.
+pub(crate) fn raise_epoch(path: &Path, epoch: u64) -> io::Result<FileHeader> {
+    let (h, data_at) = read_header_at(path)?;
+    if h.epoch >= epoch {
+        return Ok(h);
+    }
+    let new = FileHeader { epoch, ..h };
+    if data_at != FILE_DATA_AT {
+        let bytes = fs::read(path)?;
+        let dir = path.parent().ok_or_else(|| invalid("path without a directory"))?;
+        let tail = bytes.get(data_at..).ok_or_else(|| invalid("shorter than it was"))?;
+        write_segment(dir, &new, tail)?;
+        return Ok(new);
+    }
+    let write = |direct: bool| -> io::Result<()> {
+        let f = open_options(direct).write(true).open(path)?;
+        let mut block = AlignedBuf::zeroed(BLOCK)?;
+        block[..FILE_HEADER_BYTES].copy_from_slice(&new.encode());
+        f.write_all_at(&block, 0)?;
+        f.sync_data()
+    };
+    match write(true) {
+        Err(e) if refused_direct(&e) => write(false),
+        r => r,
+    }?;
+    Ok(new)
 }
 
 /// Reads a segment file, with O_DIRECT where the file system allows, into
@@ -350,7 +419,17 @@ mod tests {
     use super::*;
 
     fn header(len: usize) -> FileHeader {
-        FileHeader { log: LogId(4), log_version: 2, segment: SegmentId(9), len: len as u32, checksum: 77 }
+        FileHeader { log: LogId(4), log_version: 2, segment: SegmentId(9), len: len as u32, checksum: 77, epoch: 3 }
+    }
+
+    /// A header of an earlier version (1 or 2): 48 bytes, no epoch.
+    fn old_header(h: &FileHeader, version: u16) -> Vec<u8> {
+        let mut b = h.encode()[..OLD_HEADER_BYTES].to_vec();
+        b[4..6].copy_from_slice(&version.to_le_bytes());
+        b[OLD_CRC_AT..].fill(0);
+        let crc = crc32c::crc32c(&b[..OLD_CRC_AT]);
+        b[OLD_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
     }
 
     fn pattern(len: usize) -> Vec<u8> {
@@ -463,14 +542,63 @@ mod tests {
     }
 
     #[test]
+    fn version_2_files_are_still_read_as_epoch_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let bufs = ReadBufs::new(64 << 10);
+        let h = FileHeader { epoch: 1, ..header(10_000) };
+        let mut block = old_header(&h, FILE_VERSION_2);
+        block.resize(FILE_DATA_AT, 0);
+        let path = segment_path(dir.path(), h.log, h.segment);
+        fs::write(&path, [&block[..], &pattern(10_000)].concat()).unwrap();
+        assert_eq!(read_header(&path).unwrap(), h);
+        let (got, bytes) = read_segment(&path, &bufs).unwrap();
+        assert_eq!((got, &*bytes), (h, &pattern(10_000)[..]));
+        block[OLD_HEADER_BYTES + 1] = 1;
+        fs::write(&path, [&block[..], &pattern(10_000)].concat()).unwrap();
+        assert!(read_header(&path).is_err(), "nonzero padding");
+    }
+
+    /// EPOCH on disk: the header block is rewritten in place (a version 2
+    /// file becomes version 3), a version 1 file is rewritten whole; the
+    /// bytes stay, an epoch never goes down, and a file that is gone says so.
+    #[test]
+    fn raise_epoch_rewrites_the_header_and_keeps_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let bufs = ReadBufs::new(64 << 10);
+        let h = header(3 * BLOCK + 5);
+        let path = write_segment(dir.path(), &h, &pattern(3 * BLOCK + 5)).unwrap();
+        assert_eq!(raise_epoch(&path, 7).unwrap(), FileHeader { epoch: 7, ..h });
+        assert_eq!(raise_epoch(&path, 4).unwrap().epoch, 7, "never lowered");
+        let (got, bytes) = read_segment(&path, &bufs).unwrap();
+        assert_eq!((got.epoch, &*bytes), (7, &pattern(3 * BLOCK + 5)[..]));
+        let file = fs::read(&path).unwrap();
+        assert_eq!(file.len(), FILE_DATA_AT + 3 * BLOCK + 5);
+        assert_eq!(file[EPOCH_AT..CRC_AT], 7u64.to_le_bytes());
+
+        for version in [FILE_VERSION_2, FILE_VERSION_1] {
+            let old = FileHeader { epoch: 1, segment: SegmentId(20 + version as u64), ..header(5000) };
+            let mut head = old_header(&old, version);
+            if version == FILE_VERSION_2 {
+                head.resize(FILE_DATA_AT, 0);
+            }
+            let path = segment_path(dir.path(), old.log, old.segment);
+            fs::write(&path, [&head[..], &pattern(5000)].concat()).unwrap();
+            assert_eq!(raise_epoch(&path, 2).unwrap(), FileHeader { epoch: 2, ..old }, "version {version}");
+            let (got, bytes) = read_segment(&path, &bufs).unwrap();
+            assert_eq!((got, &*bytes), (FileHeader { epoch: 2, ..old }, &pattern(5000)[..]), "version {version}");
+            assert_eq!(fs::read(&path).unwrap().len(), FILE_DATA_AT + 5000, "now version 3");
+        }
+        let gone = segment_path(dir.path(), LogId(4), SegmentId(99));
+        assert_eq!(raise_epoch(&gone, 2).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert!(scan_dir(dir.path()).unwrap().len() == 3, "no tmp file left");
+    }
+
+    #[test]
     fn version_1_files_are_still_read() {
         let dir = tempfile::tempdir().unwrap();
         let bufs = ReadBufs::new(64 << 10);
-        let h = header(10_000);
-        let mut v1 = h.encode();
-        v1[4..6].copy_from_slice(&FILE_VERSION_1.to_le_bytes());
-        let crc = crc32c::crc32c(&v1[..CRC_AT]);
-        v1[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        let h = FileHeader { epoch: 1, ..header(10_000) };
+        let v1 = old_header(&h, FILE_VERSION_1);
         let path = segment_path(dir.path(), h.log, h.segment);
         fs::write(&path, [&v1[..], &pattern(10_000)].concat()).unwrap();
         assert_eq!(read_header(&path).unwrap(), h);

@@ -1,5 +1,6 @@
 //! The backup's table of replicas and its buffer pool: who holds what, the
-//! admission rule, fencing, and the transitions OPEN, CLOSE, flushed, FREE.
+//! admission rule, fencing, and the transitions OPEN, CLOSE, EPOCH,
+//! flushed, FREE.
 //!
 //! Locking: a buffer's lock may be taken while the table's is held, never
 //! the other way round. A replica in a buffer is identified by the buffer's
@@ -35,15 +36,40 @@ pub(crate) enum Job {
     Stop,
 }
 
-/// Where one replica lives.
+/// Where one replica lives. `epoch` is the replica's epoch, as its buffer's
+/// metadata or its file's header records it.
 #[derive(Clone)]
 pub(crate) enum Replica {
     /// Being written (or found open at start).
-    Open { buf: Arc<Buffer>, gen: u64, version: u64 },
+    Open { buf: Arc<Buffer>, gen: u64, version: u64, epoch: u64 },
     /// Closed, in its buffer, waiting for the flusher.
-    Closed { buf: Arc<Buffer>, gen: u64, version: u64, len: u32, checksum: u32 },
+    Closed { buf: Arc<Buffer>, gen: u64, version: u64, epoch: u64, len: u32, checksum: u32 },
     /// Closed and in its file.
-    OnDisk { version: u64, len: u32, checksum: u32, path: PathBuf },
+    OnDisk { version: u64, epoch: u64, len: u32, checksum: u32, path: PathBuf },
+}
+
+impl Replica {
+    fn epoch(&self) -> u64 {
+        match self {
+            Replica::Open { epoch, .. } | Replica::Closed { epoch, .. } | Replica::OnDisk { epoch, .. } => *epoch,
+        }
+    }
+
+    /// The buffer generation of a replica in a buffer.
+    fn gen(&self) -> Option<u64> {
+        match self {
+            Replica::Open { gen, .. } | Replica::Closed { gen, .. } => Some(*gen),
+            Replica::OnDisk { .. } => None,
+        }
+    }
+
+    fn set_epoch(&mut self, e: u64) {
+        match self {
+            Replica::Open { epoch, .. } | Replica::Closed { epoch, .. } | Replica::OnDisk { epoch, .. } => {
+                *epoch = (*epoch).max(e)
+            }
+        }
+    }
 }
 
 struct Table {
@@ -73,6 +99,9 @@ pub(crate) struct Shared {
     /// Aligned buffers that segment files are read into.
     read_bufs: Arc<ReadBufs>,
     jobs: Mutex<Sender<Job>>,
+    /// Serializes the rewrites of files' header blocks (EPOCH on disk), so
+    /// that two never read and write one header at once.
+    epoch_io: Mutex<()>,
 }
 
 /// The answer to an OPEN.
@@ -148,7 +177,7 @@ impl Shared {
             *v = (*v).max(h.log_version);
             found.insert(
                 (h.log, h.segment),
-                Replica::OnDisk { version: h.log_version, len: h.len, checksum: h.checksum, path },
+                Replica::OnDisk { version: h.log_version, epoch: h.epoch, len: h.len, checksum: h.checksum, path },
             );
         }
 
@@ -183,19 +212,21 @@ impl Shared {
             let gen = table.gen();
             buf.lock().gen = gen;
             let key = (meta.log, meta.segment);
+            let (version, epoch) = (meta.log_version, meta.epoch);
             let replica = match meta.state {
-                MetaState::Open => Replica::Open { buf: buf.clone(), gen, version: meta.log_version },
+                MetaState::Open => Replica::Open { buf: buf.clone(), gen, version, epoch },
                 MetaState::Closed { len, checksum } => {
-                    Replica::Closed { buf: buf.clone(), gen, version: meta.log_version, len, checksum }
+                    Replica::Closed { buf: buf.clone(), gen, version, epoch, len, checksum }
                 }
             };
             // Two copies of one replica (a kill between a flush and the
-            // release of its buffer): the newer version wins, then closed
-            // over open, then the file over the buffer.
+            // release of its buffer, or an EPOCH meanwhile): the newer
+            // version wins, then the higher epoch, then closed over open,
+            // then the file over the buffer.
             let rank = |r: &Replica| match r {
-                Replica::Open { version, .. } => (*version, 0),
-                Replica::Closed { version, .. } => (*version, 1),
-                Replica::OnDisk { version, .. } => (*version, 2),
+                Replica::Open { version, epoch, .. } => (*version, *epoch, 0),
+                Replica::Closed { version, epoch, .. } => (*version, *epoch, 1),
+                Replica::OnDisk { version, epoch, .. } => (*version, *epoch, 2),
             };
             let keep_new = found.get(&key).is_none_or(|old| rank(&replica) > rank(old));
             let loser = if keep_new { found.insert(key, replica) } else { Some(replica) };
@@ -233,6 +264,7 @@ impl Shared {
             table: Mutex::new(table),
             read_bufs: ReadBufs::new(capacity),
             jobs: Mutex::new(jobs),
+            epoch_io: Mutex::new(()),
         }))
     }
 
@@ -254,11 +286,18 @@ impl Shared {
         Ok(fence)
     }
 
-    /// OPEN: a pre-zeroed buffer for `(log, segment)` of `size` bytes, or a
-    /// refusal (no free buffer, or the flush backlog at its limit). A
-    /// replica of that segment already held is dropped (an open one is
-    /// restarted in its own buffer).
-    pub(crate) fn open(&self, log: LogId, segment: SegmentId, version: u64, size: u32) -> io::Result<Opened> {
+    /// OPEN: a pre-zeroed buffer for `(log, segment)` of `size` bytes at
+    /// `epoch`, or a refusal (no free buffer, or the flush backlog at its
+    /// limit). A replica of that segment already held is dropped (an open
+    /// one is restarted in its own buffer).
+    pub(crate) fn open(
+        &self,
+        log: LogId,
+        segment: SegmentId,
+        version: u64,
+        size: u32,
+        epoch: u64,
+    ) -> io::Result<Opened> {
         if size == 0 || size > self.config.segment_bytes {
             return Ok(Opened::Refused(format!(
                 "segment size {size} not within 1..={} (this backup's buffers)",
@@ -266,7 +305,7 @@ impl Shared {
             )));
         }
         let key = (log, segment);
-        let meta = Meta { log, log_version: version, segment, size, state: MetaState::Open };
+        let meta = Meta { log, log_version: version, segment, size, state: MetaState::Open, epoch };
         let mut t = self.table.lock();
         // Restart an open replica in place (if its buffer is large enough;
         // nesting the buffer's lock inside the table's is the allowed order).
@@ -277,7 +316,7 @@ impl Shared {
         {
             let buf = buf.clone();
             let gen = t.gen();
-            t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version });
+            t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version, epoch });
             drop(t);
             buf.lock().assign(meta, gen, self.config.sync_open)?;
             self.counters.segments_opened.fetch_add(1, Ordering::Relaxed);
@@ -296,7 +335,7 @@ impl Shared {
         let idx = t.free.pop().expect("checked above");
         let buf = t.buffers[idx].clone().expect("free buffers exist");
         let gen = t.gen();
-        t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version });
+        t.replicas.insert(key, Replica::Open { buf: buf.clone(), gen, version, epoch });
         drop(t);
         if let Some(old) = dropped {
             self.release(&old);
@@ -328,9 +367,9 @@ impl Shared {
         let key = (log, segment);
         let mut t = self.table.lock();
         match t.replicas.get(&key) {
-            Some(Replica::Open { gen: g, version, .. }) if *g == gen => {
-                let version = *version;
-                t.replicas.insert(key, Replica::Closed { buf: buf.clone(), gen, version, len, checksum });
+            Some(Replica::Open { gen: g, version, epoch, .. }) if *g == gen => {
+                let (version, epoch) = (*version, *epoch);
+                t.replicas.insert(key, Replica::Closed { buf: buf.clone(), gen, version, epoch, len, checksum });
                 t.awaiting_flush += 1;
             }
             _ => return Err(format!("replica of segment {} was reset or freed", segment.0)),
@@ -405,13 +444,13 @@ impl Shared {
     /// makes the file the replica and frees the buffer. Returns false if the
     /// write failed (the job should be retried later).
     pub(crate) fn flush(&self, key: Key, gen: u64) -> bool {
-        let (buf, version, len, checksum) = match self.table.lock().replicas.get(&key) {
-            Some(Replica::Closed { buf, gen: g, version, len, checksum }) if *g == gen => {
-                (buf.clone(), *version, *len, *checksum)
+        let (buf, version, mut epoch, len, checksum) = match self.table.lock().replicas.get(&key) {
+            Some(Replica::Closed { buf, gen: g, version, epoch, len, checksum }) if *g == gen => {
+                (buf.clone(), *version, *epoch, *len, *checksum)
             }
             _ => return true, // freed or reset meanwhile
         };
-        let header = FileHeader { log: key.0, log_version: version, segment: key.1, len, checksum };
+        let header = FileHeader { log: key.0, log_version: version, segment: key.1, len, checksum, epoch };
         let written = {
             let g = buf.lock();
             if g.gen != gen {
@@ -419,28 +458,104 @@ impl Shared {
             }
             files::write_segment(&self.segments_dir, &header, &g.data()[..len as usize])
         };
+        let failed = |e: io::Error| {
+            tracing::warn!(log = key.0 .0, segment = key.1 .0, error = %e, "backup: writing a closed segment failed");
+            false
+        };
         let path = match written {
             Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(log = key.0 .0, segment = key.1 .0, error = %e, "backup: writing a closed segment failed");
-                return false;
-            }
+            Err(e) => return failed(e),
         };
-        let mut t = self.table.lock();
-        match t.replicas.get(&key) {
-            Some(Replica::Closed { gen: g, .. }) if *g == gen => {
-                t.replicas.insert(key, Replica::OnDisk { version, len, checksum, path });
-                t.awaiting_flush -= 1;
-                drop(t);
-                self.release(&buf);
-                self.counters.segments_flushed.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
-                // Dropped while we wrote: the file is no replica.
-                let _ = std::fs::remove_file(&path);
+        loop {
+            let mut t = self.table.lock();
+            match t.replicas.get(&key) {
+                Some(Replica::Closed { gen: g, epoch: now, .. }) if *g == gen && *now > epoch => {
+                    // An EPOCH came while the file was written: the file
+                    // must say so too before it becomes the replica.
+                    let now = *now;
+                    drop(t);
+                    if let Err(e) = files::raise_epoch(&path, now) {
+                        let _ = std::fs::remove_file(&path);
+                        return failed(e);
+                    }
+                    epoch = now;
+                }
+                Some(Replica::Closed { gen: g, .. }) if *g == gen => {
+                    t.replicas.insert(key, Replica::OnDisk { version, epoch, len, checksum, path });
+                    t.awaiting_flush -= 1;
+                    drop(t);
+                    self.release(&buf);
+                    self.counters.segments_flushed.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                _ => {
+                    // Dropped while we wrote: the file is no replica.
+                    let _ = std::fs::remove_file(&path);
+                    return true;
+                }
             }
         }
-        true
+    }
+
+    /// EPOCH: raises the epoch of the replica of `(log, segment)` to
+    /// `epoch` (never lowers it). Open: its buffer's metadata is rewritten
+    /// (synced with `sync_open`); closed in a buffer: rewritten and synced;
+    /// on disk: the file's header block rewritten and synced
+    /// (`files::raise_epoch`). So a closed replica keeps its epoch through
+    /// a restart of the backup. Errors: no such replica here, or the write
+    /// failed. May block on the disk: connections call it off their thread
+    /// unless the replica is one they are writing (open, in a buffer).
+    pub(crate) fn raise_epoch(&self, log: LogId, segment: SegmentId, epoch: u64) -> Result<(), String> {
+        let key = (log, segment);
+        let missing = || format!("EPOCH for segment {}, of which this backup holds no replica", segment.0);
+        let failed = |e: io::Error| format!("recording epoch {epoch} of segment {}: {e}", segment.0);
+        // The replica may move meanwhile (flushed, reset): look again.
+        for _ in 0..16 {
+            let r = self.table.lock().replicas.get(&key).cloned().ok_or_else(missing)?;
+            if r.epoch() >= epoch {
+                return Ok(());
+            }
+            match &r {
+                Replica::Open { buf, gen, .. } | Replica::Closed { buf, gen, .. } => {
+                    let sync = self.config.sync_open || matches!(r, Replica::Closed { .. });
+                    {
+                        let mut g = buf.lock();
+                        if g.gen != *gen {
+                            continue;
+                        }
+                        g.raise_epoch(epoch, sync).map_err(failed)?;
+                    }
+                    // The table's lock only after the buffer's (the lock
+                    // order). If a flush installed the file meanwhile, with
+                    // the old epoch, the next round raises the file's.
+                    let mut t = self.table.lock();
+                    match t.replicas.get_mut(&key) {
+                        Some(x @ (Replica::Open { .. } | Replica::Closed { .. })) if x.gen() == Some(*gen) => {
+                            x.set_epoch(epoch);
+                            return Ok(());
+                        }
+                        _ => continue,
+                    }
+                }
+                Replica::OnDisk { path, .. } => {
+                    let _serial = self.epoch_io.lock();
+                    match files::raise_epoch(path, epoch) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(failed(e)),
+                    }
+                    let mut t = self.table.lock();
+                    match t.replicas.get_mut(&key) {
+                        Some(Replica::OnDisk { path: p, epoch: e, .. }) if p == path => {
+                            *e = (*e).max(epoch);
+                            return Ok(());
+                        }
+                        _ => continue,
+                    }
+                }
+            }
+        }
+        Err(format!("the replica of segment {} kept moving while its epoch was raised", segment.0))
     }
 
     /// LIST: every replica of `log` this backup can serve. Open replicas
@@ -458,13 +573,15 @@ impl Shared {
             t.replicas
                 .range((log, SegmentId(0))..=(log, SegmentId(u64::MAX)))
                 .filter_map(|(k, r)| match r {
-                    Replica::Closed { version, len, checksum, .. } | Replica::OnDisk { version, len, checksum, .. } => {
+                    Replica::Closed { version, epoch, len, checksum, .. }
+                    | Replica::OnDisk { version, epoch, len, checksum, .. } => {
                         closed.push(ReplicaInfo {
                             segment: k.1,
                             log_version: *version,
                             len: *len,
                             checksum: *checksum,
                             state: ReplicaState::Closed,
+                            epoch: *epoch,
                         });
                         None
                     }
@@ -539,11 +656,14 @@ impl Shared {
             Checked::Corrupt
         };
         match r {
-            Replica::Open { buf, gen, version } => {
+            Replica::Open { buf, gen, version, .. } => {
                 let g = buf.lock();
                 if g.gen != gen {
                     return Checked::Moved;
                 }
+                // The buffer's own record: an EPOCH may have raised it since
+                // the table was looked at.
+                let epoch = g.meta.map_or(1, |m| m.epoch);
                 let held = &g.data()[..g.received as usize];
                 let v = verify_replica(held);
                 let info = ReplicaInfo {
@@ -552,25 +672,28 @@ impl Shared {
                     len: v.len as u32,
                     checksum: 0,
                     state: ReplicaState::Open,
+                    epoch,
                 };
                 let bytes = ReplicaBytes::Copied(if bytes { held[..v.len].to_vec() } else { Vec::new() });
                 Checked::Ok(ReadOut { info, bytes })
             }
-            Replica::Closed { buf, gen, version, len, checksum } => {
+            Replica::Closed { buf, gen, version, len, checksum, .. } => {
                 let g = buf.lock();
                 if g.gen != gen {
                     return Checked::Moved;
                 }
+                let epoch = g.meta.map_or(1, |m| m.epoch);
                 let held = &g.data()[..len as usize];
                 let v = verify_replica(held);
                 if v.len != len as usize || v.last_checksum != checksum {
                     return corrupt("buffer");
                 }
-                let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
+                let info =
+                    ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed, epoch };
                 let bytes = ReplicaBytes::Copied(if bytes { held.to_vec() } else { Vec::new() });
                 Checked::Ok(ReadOut { info, bytes })
             }
-            Replica::OnDisk { version, len, checksum, path } => {
+            Replica::OnDisk { version, epoch, len, checksum, path } => {
                 let (h, data) = match files::read_segment(&path, &self.read_bufs) {
                     Ok(x) => x,
                     // Freed (or replaced) meanwhile: look again.
@@ -578,11 +701,20 @@ impl Shared {
                     Err(e) => return corrupt(&e.to_string()),
                 };
                 let v = verify_replica(&data);
-                let expect = FileHeader { log, log_version: version, segment, len, checksum };
-                if h != expect || v.len != len as usize || v.last_checksum != checksum {
+                // The file's epoch may be ahead of the table's (an EPOCH
+                // being recorded now), never behind it.
+                let expect = FileHeader { log, log_version: version, segment, len, checksum, epoch: h.epoch };
+                if h != expect || h.epoch < epoch || v.len != len as usize || v.last_checksum != checksum {
                     return corrupt("file");
                 }
-                let info = ReplicaInfo { segment, log_version: version, len, checksum, state: ReplicaState::Closed };
+                let info = ReplicaInfo {
+                    segment,
+                    log_version: version,
+                    len,
+                    checksum,
+                    state: ReplicaState::Closed,
+                    epoch: h.epoch,
+                };
                 let bytes = if bytes { ReplicaBytes::File(data) } else { ReplicaBytes::Copied(Vec::new()) };
                 Checked::Ok(ReadOut { info, bytes })
             }

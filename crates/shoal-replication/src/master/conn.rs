@@ -1,7 +1,8 @@
 //! The replication thread's I/O: the driver loop that runs the core when
-//! the log or a backup has news, and one task per backup connection that
+//! the log or a backup has news, one task per backup connection that
 //! connects, writes whatever the core queued (one `write_all` of the
-//! gathered buffer per wake) and reads the backup's answers.
+//! gathered buffer per wake) and reads the backup's answers, and the
+//! requests that record replica floors at the coordinator.
 
 use super::state::State;
 use super::Inner;
@@ -15,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+use tracing::{info, warn};
 
 /// Largest answer body a master accepts (REFUSED and ERROR texts are cut
 /// to 1 KiB by their senders; every other answer is a few bytes).
@@ -58,6 +60,7 @@ pub(super) fn step(inner: &Arc<Inner>) {
     let durable = st.durable;
     let source = inner.source.lock().clone();
     let fetches = st.take_fetches(now, source.is_some());
+    let floors = std::mem::take(&mut st.floors_out);
     drop(st);
     for k in killed {
         k.abort();
@@ -70,6 +73,27 @@ pub(super) fn step(inner: &Arc<Inner>) {
             tokio::spawn(fetch(inner.clone(), source.clone(), id));
         }
     }
+    if let (false, Some(recorder)) = (floors.is_empty(), inner.floor_recorder.clone()) {
+        tokio::spawn(record_floors(inner.clone(), recorder, floors));
+    }
+}
+
+/// Records replica floors at the coordinator, then lets the core go on
+/// (the segments' writes wait until then). A failure is logged; the core
+/// asks again after a backoff.
+async fn record_floors(inner: Arc<Inner>, recorder: super::FloorRecorder, floors: Vec<(SegmentId, u64)>) {
+    let result = recorder.record(floors.clone()).await;
+    let list = || floors.iter().map(|(s, e)| format!("{}@{e}", s.0)).collect::<Vec<_>>().join(", ");
+    match &result {
+        Ok(()) => info!("replica floors recorded at the coordinator (segment@epoch): {}", list()),
+        Err(e) => warn!(
+            "cannot record replica floors (segment@epoch: {}) at the coordinator: {e}; writes to those \
+             segments wait until it answers; retrying",
+            list()
+        ),
+    }
+    inner.state.lock().floors_recorded(&floors, result.is_ok(), Instant::now());
+    step(&inner);
 }
 
 /// Gets a closed segment's bytes from the store (on a blocking thread: a

@@ -5,11 +5,26 @@
 //! It does no I/O. The observer feeds it log events; the connection tasks
 //! feed it the backups' answers and failures; [`State::pump`] turns all of
 //! that into frames appended to each connection's outgoing buffer, new
-//! connections to open and connections to drop. The shell in `conn.rs`
-//! moves those bytes.
+//! connections to open and connections to drop, and replica floors for
+//! the coordinator. The shell in `conn.rs` moves those bytes and requests.
+//!
+//! Replica epochs (`docs/recovery.md`, "Stale replicas"). Each segment has
+//! an epoch, 1 at first, which every OPEN carries. When a replica that may
+//! hold bytes leaves a segment's replicas before the segment is closed on
+//! all of them (its connection failed, its backup left the cluster, R went
+//! down; not a REFUSED, which left nothing behind), the segment's epoch is
+//! raised: new replicas open at the new epoch and the remaining ones are
+//! sent EPOCH. Until the coordinator has recorded the new epoch as the
+//! segment's floor, nothing of the segment beyond what every replica had
+//! acknowledged at the loss (`Seg::hold`) counts as durable, and the
+//! segment is not retired: so a replica left behind holds every write
+//! acknowledged until it is declared stale. The floor is asked for once
+//! every replica confirmed the epoch and holds those bytes (a copy's new
+//! replicas: once closed).
 
 use crate::master::{ReplicationMode, ReplicationStats};
 use crate::wire::{self, Hello, Kind, Mode};
+use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, EntryType};
@@ -38,6 +53,9 @@ const COPY_WINDOW: u32 = 2 << 20;
 /// A closed segment whose bytes could not be had (not in the log, and not
 /// freed either: a survivor not yet spliced in) is asked for again after this.
 const FETCH_BACKOFF: Duration = Duration::from_millis(200);
+/// After a failed attempt to record replica floors at the coordinator, the
+/// next one waits this long.
+const FLOOR_BACKOFF: Duration = Duration::from_millis(500);
 
 /// The settings the core needs.
 pub(crate) struct Settings {
@@ -47,6 +65,9 @@ pub(crate) struct Settings {
     pub segment_bytes: u32,
     pub mode: ReplicationMode,
     pub replica_timeout: Duration,
+    /// Floors go to the coordinator (through the shell); without one they
+    /// count as recorded at once (a master outside a cluster, tests).
+    pub record_floors: bool,
 }
 
 /// One replica of a segment on one backup, over one connection instance.
@@ -63,6 +84,10 @@ struct Replica {
     close_sent: bool,
     /// CLOSED came back.
     closed: bool,
+    /// The epoch the backup was given (OPEN, then EPOCH) and the one it
+    /// confirmed (OPENED, EPOCHED).
+    epoch_sent: u64,
+    epoch_acked: u64,
     /// When the replica last made progress or last started waiting for an
     /// answer: an answer overdue by `replica_timeout` fails the connection.
     since: Instant,
@@ -71,8 +96,21 @@ struct Replica {
 impl Replica {
     /// Waiting for an answer from the backup.
     fn outstanding(&self) -> bool {
-        !self.opened || self.sent > self.acked || (self.close_sent && !self.closed)
+        !self.opened
+            || self.sent > self.acked
+            || (self.close_sent && !self.closed)
+            || self.epoch_sent > self.epoch_acked
     }
+}
+
+/// A closed replica of a copy's segment that survived elsewhere.
+struct Kept {
+    backup: ServerId,
+    /// As [`Replica`]: the epoch sent (EPOCH) and confirmed (EPOCHED).
+    epoch_sent: u64,
+    epoch_acked: u64,
+    /// When its EPOCH went out (an answer overdue fails the connection).
+    since: Instant,
 }
 
 /// A segment whose replicas are not all closed yet. Its bytes are kept so
@@ -99,20 +137,36 @@ struct Seg {
     /// so it holds back neither the durable position nor a head's OPEN.
     copy: Option<Instant>,
     /// A copy's replicas that survived elsewhere (closed, counted toward R).
-    kept: Vec<ServerId>,
+    kept: Vec<Kept>,
     /// Backups that held a replica and were lost (still sent FREE, if they
     /// are listed again, so a replica left behind there is dropped).
     stale: Vec<ServerId>,
+    /// The segment's replica epoch: what an OPEN carries now (see the
+    /// module comment).
+    epoch: u64,
+    /// The highest epoch the coordinator recorded as this segment's floor
+    /// (1: none, nothing is stale).
+    floor: u64,
+    /// While `floor < epoch`: the bytes every replica had acknowledged when
+    /// one was lost; nothing beyond counts as durable until the floor is
+    /// recorded.
+    hold: u32,
 }
 
 impl Seg {
-    /// Bytes acknowledged by every replica it must have.
+    /// Bytes acknowledged by every replica it must have (and, while a new
+    /// epoch waits for its floor, no more than `hold`).
     fn acked_all(&self) -> u32 {
-        match self.r {
+        let acked = match self.r {
             None => 0,
             Some(0) => u32::MAX,
             Some(r) if self.replicas.len() < r as usize => 0,
             Some(_) => self.replicas.iter().map(|x| x.acked).min().unwrap_or(0),
+        };
+        if self.floor < self.epoch {
+            acked.min(self.hold)
+        } else {
+            acked
         }
     }
 
@@ -123,8 +177,36 @@ impl Seg {
                 self.closed.is_some()
                     && self.replicas.len() + self.kept.len() >= r as usize
                     && self.replicas.iter().all(|x| x.closed)
+                    && self.floor >= self.epoch
             }
         }
+    }
+
+    /// A replica that may hold bytes of this segment is about to leave it:
+    /// raises the epoch, so that the replica (and any other left behind)
+    /// is stale once the new floor is recorded, and holds the durable
+    /// bytes of the segment where they are until then.
+    fn raise_epoch(&mut self) {
+        self.hold = self.acked_all();
+        self.epoch += 1;
+    }
+
+    /// The epoch whose floor may be recorded now, if one is due: every
+    /// replica the segment must have confirmed the epoch and holds what
+    /// counted as durable (a copy's new replicas: all of it, closed), and
+    /// a copy's kept replicas confirmed the epoch.
+    fn floor_due(&self) -> Option<u64> {
+        if self.floor >= self.epoch {
+            return None;
+        }
+        if self.replicas.len() < self.wanted(self.r?) {
+            return None;
+        }
+        let caught_up = self.replicas.iter().all(|x| {
+            x.opened && x.epoch_acked >= self.epoch && if self.copy.is_some() { x.closed } else { x.acked >= self.hold }
+        });
+        let kept = self.kept.iter().all(|k| k.epoch_acked >= self.epoch);
+        (caught_up && kept).then_some(self.epoch)
     }
 
     /// Replicas to place on new backups (R less the copies kept elsewhere).
@@ -138,6 +220,8 @@ struct Done {
     holders: Vec<ServerId>,
     /// Backups that were holders once and were lost (FREE goes there too).
     stale: Vec<ServerId>,
+    /// The holders' epoch, recorded as the segment's floor.
+    epoch: u64,
 }
 
 /// A closed segment that lost a replica and waits for its bytes (from the
@@ -152,6 +236,8 @@ struct Pending {
     retry_at: Option<Instant>,
     /// When the replica was lost.
     since: Instant,
+    /// The holders' epoch (its copy raises it).
+    epoch: u64,
 }
 
 /// One stretch of the log position, in observer order.
@@ -196,6 +282,8 @@ struct Counters {
     segments_freed: u64,
     segments_rereplicated: u64,
     rereplication_bytes: u64,
+    epochs_raised: u64,
+    floors_recorded: u64,
 }
 
 /// Everything the replicator knows; behind one mutex shared by the
@@ -228,6 +316,12 @@ pub(crate) struct State {
     counters: Counters,
     spare_bufs: Vec<Vec<u8>>,
     scratch: Vec<SegmentId>,
+    /// Floors for the shell to send to the coordinator (segment, epoch).
+    pub floors_out: Vec<(SegmentId, u64)>,
+    /// A floor request is with the coordinator (one at a time).
+    floors_in_flight: bool,
+    /// The last one failed: the next not before this.
+    floors_retry_at: Option<Instant>,
     pub shut: bool,
 }
 
@@ -253,6 +347,9 @@ impl State {
             counters: Counters::default(),
             spare_bufs: Vec::new(),
             scratch: Vec::new(),
+            floors_out: Vec::new(),
+            floors_in_flight: false,
+            floors_retry_at: None,
             shut: false,
         }
     }
@@ -284,6 +381,9 @@ impl State {
             copy: None,
             kept: Vec::new(),
             stale: Vec::new(),
+            epoch: 1,
+            floor: 1,
+            hold: 0,
         };
         self.segs.insert(id, seg);
     }
@@ -364,8 +464,11 @@ impl State {
             seg.r = Some(replicas);
             let want = seg.wanted(replicas);
             if seg.replicas.len() > want {
-                // Keep the most advanced replicas; free the others.
+                // Keep the most advanced replicas; free the others (a FREE
+                // may never arrive: they are stale from the next floor on).
                 seg.replicas.sort_by_key(|x| std::cmp::Reverse((x.closed, x.acked)));
+                seg.raise_epoch();
+                self.counters.epochs_raised += 1;
                 for x in seg.replicas.drain(want..) {
                     extra.push((x.backup, x.gen, *id));
                 }
@@ -400,7 +503,7 @@ impl State {
             .values()
             .flat_map(|d| d.holders.iter())
             .chain(self.pending.values().flat_map(|p| p.holders.iter()))
-            .chain(self.segs.values().flat_map(|s| s.kept.iter()))
+            .chain(self.segs.values().flat_map(|s| s.kept.iter().map(|k| &k.backup)))
             .copied()
             .filter(|b| !self.candidates.iter().any(|c| c.0 == *b))
             .collect();
@@ -421,7 +524,14 @@ impl State {
             let mut d = self.done.remove(&id).expect("listed");
             d.holders.retain(|h| *h != b);
             d.stale.push(b);
-            let p = Pending { holders: d.holders, stale: d.stale, fetching: false, retry_at: None, since: now };
+            let p = Pending {
+                holders: d.holders,
+                stale: d.stale,
+                fetching: false,
+                retry_at: None,
+                since: now,
+                epoch: d.epoch,
+            };
             self.pending.insert(id, p);
         }
         for p in self.pending.values_mut().filter(|p| p.holders.contains(&b)) {
@@ -429,8 +539,10 @@ impl State {
             p.stale.push(b);
             n += 1;
         }
-        for seg in self.segs.values_mut().filter(|s| s.kept.contains(&b)) {
-            seg.kept.retain(|h| *h != b);
+        for seg in self.segs.values_mut().filter(|s| s.kept.iter().any(|k| k.backup == b)) {
+            seg.raise_epoch();
+            self.counters.epochs_raised += 1;
+            seg.kept.retain(|k| k.backup != b);
             seg.stale.push(b);
             n += 1;
         }
@@ -451,7 +563,7 @@ impl State {
             self.pending.iter().filter(|(_, p)| p.holders.len() >= r as usize).map(|(id, _)| *id).collect();
         for id in enough {
             let p = self.pending.remove(&id).expect("listed");
-            self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+            self.done.insert(id, Done { holders: p.holders, stale: p.stale, epoch: p.epoch });
         }
         if !have_source {
             return Vec::new();
@@ -486,7 +598,7 @@ impl State {
             if self.frees.iter().any(|(_, ids)| ids.contains(&id)) {
                 // It left the log; its FREE is on the way: just forget it.
                 debug!("segment {} left the log before its re-replication", id.0);
-                self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+                self.done.insert(id, Done { holders: p.holders, stale: p.stale, epoch: p.epoch });
             } else {
                 // Not in the log yet (a survivor before its splice).
                 let retry_at = Some(now + FETCH_BACKOFF);
@@ -506,16 +618,25 @@ impl State {
         }
         if bytes.is_empty() {
             warn!("segment {} has no verified bytes in memory; not re-replicated", id.0);
-            self.done.insert(id, Done { holders: p.holders, stale: p.stale });
+            self.done.insert(id, Done { holders: p.holders, stale: p.stale, epoch: p.epoch });
             return;
         }
+        // A replica was lost: the copy and the kept replicas move to the
+        // next epoch.
+        let epoch = p.epoch + 1;
+        self.counters.epochs_raised += 1;
         info!(
-            "re-replicating closed segment {} ({} bytes, replicas left on {:?})",
+            "re-replicating closed segment {} ({} bytes, replicas left on {:?}) at epoch {epoch}",
             id.0,
             bytes.len(),
             p.holders.iter().map(|h| h.0).collect::<Vec<_>>()
         );
         let closed = Some((bytes.len() as u32, scan.last_checksum));
+        let kept = p
+            .holders
+            .iter()
+            .map(|&backup| Kept { backup, epoch_sent: p.epoch, epoch_acked: p.epoch, since: now })
+            .collect();
         self.segs.insert(
             id,
             Seg {
@@ -530,8 +651,11 @@ impl State {
                 barrier: Vec::new(),
                 freed: false,
                 copy: Some(p.since),
-                kept: p.holders,
+                kept,
                 stale: p.stale,
+                epoch,
+                floor: p.epoch,
+                hold: 0,
             },
         );
     }
@@ -569,10 +693,32 @@ impl State {
         let Some(seg) = self.segs.get_mut(&segment) else {
             // A late answer about a replica already done with or dropped.
             return match kind {
-                Kind::Ack | Kind::Opened | Kind::Refused | Kind::Closed | Kind::Appended => Ok(()),
+                Kind::Ack | Kind::Opened | Kind::Refused | Kind::Closed | Kind::Appended | Kind::Epoched => Ok(()),
                 k => Err(format!("unexpected {k:?} from a backup")),
             };
         };
+        if kind == Kind::Epoched {
+            let e = wire::decode_epoch(body).map_err(|e| e.to_string())?;
+            let (acked, sent) = if let Some(r) = seg.replicas.iter_mut().find(|r| r.backup == id && r.gen == gen) {
+                if !r.opened {
+                    // An answer to an earlier replica of the segment there
+                    // (dropped as surplus): its OPEN comes first.
+                    return Ok(());
+                }
+                r.since = now;
+                (&mut r.epoch_acked, r.epoch_sent)
+            } else if let Some(k) = seg.kept.iter_mut().find(|k| k.backup == id) {
+                k.since = now;
+                (&mut k.epoch_acked, k.epoch_sent)
+            } else {
+                return Ok(()); // a replica dropped meanwhile
+            };
+            if e > sent {
+                return Err(format!("EPOCHED {e} for segment {}, which was sent {sent}", segment.0));
+            }
+            *acked = (*acked).max(e);
+            return Ok(());
+        }
         let Some(ix) = seg.replicas.iter().position(|r| r.backup == id && r.gen == gen) else {
             return Ok(());
         };
@@ -583,6 +729,7 @@ impl State {
                     return Err(format!("OPENED twice for segment {}", segment.0));
                 }
                 r.opened = true;
+                r.epoch_acked = r.epoch_sent;
                 r.since = now;
             }
             Kind::Refused => {
@@ -594,6 +741,7 @@ impl State {
                     segment.0,
                     wire::decode_text(body)
                 );
+                // Nothing was left there: the epoch stays.
                 seg.replicas.swap_remove(ix);
                 seg.tried.push(id);
                 self.counters.refusals += 1;
@@ -640,14 +788,61 @@ impl State {
         self.down.insert(id, now + DOWN_BACKOFF);
         self.lose_closed(id, why, now);
         for (sid, seg) in self.segs.iter_mut() {
-            let before = seg.replicas.len();
+            if !seg.replicas.iter().any(|r| r.backup == id && r.gen == gen) {
+                continue;
+            }
+            // It may hold bytes (whatever its OPEN's fate): a new epoch.
+            seg.raise_epoch();
             seg.replicas.retain(|r| !(r.backup == id && r.gen == gen));
-            if seg.replicas.len() < before {
-                warn!("replica of segment {} on backup {id} lost ({why}); re-opening it elsewhere", sid.0);
-                seg.tried.push(id);
-                self.counters.replicas_reopened += 1;
+            warn!(
+                "replica of segment {} on backup {id} lost ({why}); re-opening it elsewhere at epoch {}",
+                sid.0, seg.epoch
+            );
+            seg.tried.push(id);
+            self.counters.replicas_reopened += 1;
+            self.counters.epochs_raised += 1;
+        }
+    }
+
+    /// The floors the shell's request recorded at the coordinator (`ok`),
+    /// or failed to: those are asked for again after a backoff.
+    pub fn floors_recorded(&mut self, floors: &[(SegmentId, u64)], ok: bool, now: Instant) {
+        self.floors_in_flight = false;
+        if !ok {
+            self.floors_retry_at = Some(now + FLOOR_BACKOFF);
+            return;
+        }
+        for &(id, epoch) in floors {
+            if let Some(seg) = self.segs.get_mut(&id) {
+                seg.floor = seg.floor.max(epoch);
             }
         }
+        self.counters.floors_recorded += floors.len() as u64;
+    }
+
+    /// Floors due (see [`Seg::floor_due`]): recorded at once without a
+    /// coordinator; otherwise queued in `floors_out` for the shell, unless
+    /// a request is under way or backing off. Returns whether any floor
+    /// was recorded.
+    fn ask_floors(&mut self, now: Instant) -> bool {
+        if self.floors_in_flight || self.floors_retry_at.is_some_and(|t| now < t) {
+            return false;
+        }
+        let mut due: Vec<(SegmentId, u64)> =
+            self.segs.iter().filter_map(|(id, s)| s.floor_due().map(|e| (*id, e))).collect();
+        if due.is_empty() {
+            return false;
+        }
+        due.sort_unstable();
+        due.truncate(MAX_FLOORS_PER_REQUEST);
+        if self.settings.record_floors {
+            self.floors_in_flight = true;
+            self.floors_retry_at = None;
+            self.floors_out = due;
+            return false;
+        }
+        self.floors_recorded(&due, true, now);
+        true
     }
 
     // ----------------------------------------------------------------------
@@ -678,6 +873,7 @@ impl State {
                 warn!("backup {b} did not answer within {:?}", self.settings.replica_timeout);
                 self.fail_conn(b, gen, "no answer in time", now);
             }
+            self.ask_floors(now);
             let mut retired = false;
             for &id in &ids {
                 if self.segs.get(&id).is_some_and(|s| s.fully_closed()) {
@@ -731,6 +927,15 @@ impl State {
             if !rep.opened {
                 continue;
             }
+            if rep.epoch_sent < seg.epoch {
+                // Before any DATA that follows: the backup applies it in order.
+                if !rep.outstanding() {
+                    rep.since = now;
+                }
+                wire::encode_epoch(Kind::Epoch, id, seg.epoch, &mut conn.out);
+                conn.dirty = true;
+                rep.epoch_sent = seg.epoch;
+            }
             let len = seg.bytes.len() as u32;
             let from = rep.sent;
             let upto = match mode {
@@ -780,6 +985,34 @@ impl State {
                 }
             }
         }
+        self.drive_kept(id, now, stalled);
+    }
+
+    /// Sends a copy's kept replicas the segment's epoch (EPOCH, answered
+    /// once their backup recorded it durably) and fails those overdue.
+    fn drive_kept(&mut self, id: SegmentId, now: Instant, stalled: &mut Vec<(ServerId, u64)>) {
+        let timeout = self.settings.replica_timeout;
+        let seg = self.segs.get_mut(&id).expect("listed");
+        let epoch = seg.epoch;
+        let mut due = Vec::new();
+        for k in seg.kept.iter_mut() {
+            if k.epoch_sent < epoch {
+                k.epoch_sent = epoch;
+                k.since = now;
+                due.push(k.backup);
+            } else if k.epoch_acked < k.epoch_sent && now.duration_since(k.since) > timeout {
+                if let Some(c) = self.conns.get(&k.backup) {
+                    stalled.push((k.backup, c.gen));
+                }
+            }
+        }
+        for b in due {
+            // Listed, or it would have been lost already (`lose_closed`).
+            let Some(&(_, addr)) = self.candidates.iter().find(|c| c.0 == b) else { continue };
+            let conn = self.conn(b, addr);
+            wire::encode_epoch(Kind::Epoch, id, epoch, &mut conn.out);
+            conn.dirty = true;
+        }
     }
 
     /// Opens replicas of `id` on randomly chosen backups until it has `r`,
@@ -803,7 +1036,7 @@ impl State {
             eligible.clear();
             eligible.extend(self.candidates.iter().copied().filter(|(b, _)| {
                 !seg.replicas.iter().any(|x| x.backup == *b)
-                    && !seg.kept.contains(b)
+                    && !seg.kept.iter().any(|k| k.backup == *b)
                     && !seg.tried.contains(b)
                     && !self.down.contains_key(b)
             }));
@@ -811,10 +1044,13 @@ impl State {
                 seg.retry_at = Some(now + PLACE_BACKOFF);
                 return;
             };
-            let survivor = seg.kind == SegmentKind::Survivor;
-            let segment_bytes = self.settings.segment_bytes;
+            let open = wire::Open {
+                size: self.settings.segment_bytes,
+                survivor: seg.kind == SegmentKind::Survivor,
+                epoch: seg.epoch,
+            };
             let conn = self.conn(backup, addr);
-            wire::encode_open(id, segment_bytes, survivor, &mut conn.out);
+            wire::encode_open(id, &open, &mut conn.out);
             conn.dirty = true;
             let gen = conn.gen;
             self.segs.get_mut(&id).expect("listed").replicas.push(Replica {
@@ -825,6 +1061,8 @@ impl State {
                 acked: 0,
                 close_sent: false,
                 closed: false,
+                epoch_sent: open.epoch,
+                epoch_acked: 0,
                 since: now,
             });
             self.counters.replicas_opened += 1;
@@ -835,7 +1073,8 @@ impl State {
     /// where its replicas are.
     fn retire(&mut self, id: SegmentId) {
         let mut seg = self.segs.remove(&id).expect("listed");
-        let holders: Vec<ServerId> = seg.replicas.iter().map(|r| r.backup).chain(seg.kept.iter().copied()).collect();
+        let holders: Vec<ServerId> =
+            seg.replicas.iter().map(|r| r.backup).chain(seg.kept.iter().map(|k| k.backup)).collect();
         let mut stale = std::mem::take(&mut seg.stale);
         stale.retain(|b| !holders.contains(b));
         stale.sort_unstable();
@@ -857,7 +1096,7 @@ impl State {
         if seg.freed {
             self.free_on(id, &holders, &stale);
         } else if !holders.is_empty() || !stale.is_empty() {
-            self.done.insert(id, Done { holders, stale });
+            self.done.insert(id, Done { holders, stale, epoch: seg.epoch });
         }
     }
 
@@ -925,7 +1164,8 @@ impl State {
                     }
                     let mut stale = seg.stale;
                     stale.retain(|b| !seg.replicas.iter().any(|r| r.backup == *b));
-                    self.free_on(id, &seg.kept, &stale);
+                    let kept: Vec<ServerId> = seg.kept.iter().map(|k| k.backup).collect();
+                    self.free_on(id, &kept, &stale);
                 } else if let Some(seg) = self.segs.get_mut(&id) {
                     seg.freed = true;
                 }
@@ -979,6 +1219,9 @@ impl State {
             segments_freed: c.segments_freed,
             segments_rereplicated: c.segments_rereplicated,
             rereplication_bytes: c.rereplication_bytes,
+            epochs_raised: c.epochs_raised,
+            floors_recorded: c.floors_recorded,
+            floors_waiting: self.segs.values().filter(|s| s.floor < s.epoch).count() as u64,
             closed_segments_below_r: (self.pending.len() + self.segs.values().filter(|s| s.copy.is_some()).count())
                 as u64,
             position: self.position,

@@ -127,8 +127,13 @@ impl Peer {
     }
 
     pub fn open(&mut self, segment: SegmentId, size: u32) -> Frame {
+        self.open_at(segment, size, 1)
+    }
+
+    /// OPEN at a replica epoch.
+    pub fn open_at(&mut self, segment: SegmentId, size: u32, epoch: u64) -> Frame {
         let mut out = Vec::new();
-        wire::encode_open(segment, size, false, &mut out);
+        wire::encode_open(segment, &wire::Open { size, survivor: false, epoch }, &mut out);
         self.send(&out);
         self.recv_skip_acks().expect("an answer to OPEN")
     }
@@ -136,6 +141,21 @@ impl Peer {
     pub fn open_ok(&mut self, segment: SegmentId) {
         let f = self.open(segment, SEG);
         assert_eq!(f.kind, Kind::Opened, "OPEN answered {:?}: {}", f.kind, f.text());
+    }
+
+    /// EPOCH; returns the answer (EPOCHED or ERROR), ACKs skipped.
+    pub fn epoch(&mut self, segment: SegmentId, epoch: u64) -> Frame {
+        let mut out = Vec::new();
+        wire::encode_epoch(Kind::Epoch, segment, epoch, &mut out);
+        self.send(&out);
+        self.recv_skip_acks().expect("an answer to EPOCH")
+    }
+
+    /// EPOCH, answered EPOCHED with the same epoch.
+    pub fn epoch_ok(&mut self, segment: SegmentId, epoch: u64) {
+        let f = self.epoch(segment, epoch);
+        assert_eq!((f.kind, f.segment), (Kind::Epoched, segment), "EPOCH answered {:?}: {}", f.kind, f.text());
+        assert_eq!(wire::decode_epoch(&f.body), Ok(epoch));
     }
 
     pub fn data(&mut self, segment: SegmentId, offset: u32, bytes: &[u8]) {
@@ -307,7 +327,13 @@ pub fn value(i: usize, round: usize, len: usize) -> Vec<u8> {
 /// Sends every append of `rec` to `peer` (already said HELLO) for `segment`:
 /// OPEN, the DATA frames, the ACK wait and, if the segment was closed, CLOSE.
 pub fn replicate(peer: &mut Peer, segment: SegmentId, rec: &SegmentRecord) {
-    peer.open_ok(segment);
+    replicate_at(peer, segment, rec, 1)
+}
+
+/// [`replicate`] with the replica opened at `epoch`.
+pub fn replicate_at(peer: &mut Peer, segment: SegmentId, rec: &SegmentRecord, epoch: u64) {
+    let f = peer.open_at(segment, SEG, epoch);
+    assert_eq!(f.kind, Kind::Opened, "OPEN answered {:?}: {}", f.kind, f.text());
     for (off, bytes) in &rec.appends {
         peer.data(segment, *off, bytes);
     }

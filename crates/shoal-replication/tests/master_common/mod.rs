@@ -6,8 +6,9 @@
 use parking_lot::Mutex;
 use shoal_common::{LogId, SegmentId, TableId};
 use shoal_engine::{LogObserver, RejectRules, SegmentKind, Store, StoreConfig};
-use shoal_replication::master::{ReplicationError, Replicator};
+use shoal_replication::master::{FloorRecorder, ReplicationError, Replicator};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,4 +117,42 @@ pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 pub fn wait_result(rep: &Replicator, pos: u64) -> Result<(), ReplicationError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(rep.wait_durable(pos))
+}
+
+// ---------------------------------------------------------------------------
+// The coordinator's side of replica floors.
+
+/// One floor request as the fake coordinator saw it: its (segment, epoch)
+/// pairs, and whether it was answered `Ok`.
+pub type FloorCall = (Vec<(u64, u64)>, bool);
+
+/// A fake coordinator for replica floors: records every request, and
+/// answers it with an error while `down`.
+#[derive(Default)]
+pub struct FakeFloors {
+    pub down: AtomicBool,
+    pub calls: Mutex<Vec<FloorCall>>,
+}
+
+impl FakeFloors {
+    pub fn recorder(self: &Arc<Self>) -> FloorRecorder {
+        let me = self.clone();
+        FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
+            let me = me.clone();
+            async move {
+                let ok = !me.down.load(Ordering::SeqCst);
+                me.calls.lock().push((floors.iter().map(|(s, e)| (s.0, *e)).collect(), ok));
+                if ok {
+                    Ok(())
+                } else {
+                    Err("the coordinator is unreachable".to_string())
+                }
+            }
+        })
+    }
+
+    /// Whether a request with the floor `(seg, epoch)` was answered `ok`.
+    pub fn asked(&self, seg: u64, epoch: u64, ok: bool) -> bool {
+        self.calls.lock().iter().any(|(f, k)| *k == ok && f.contains(&(seg, epoch)))
+    }
 }
