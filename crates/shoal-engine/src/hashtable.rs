@@ -76,23 +76,7 @@ impl MainBuckets {
     fn new(n: usize) -> MainBuckets {
         let bytes = n * std::mem::size_of::<Bucket>();
         let map_len = bytes + HUGE_PAGE;
-        // SAFETY: an anonymous private mapping with no address hint; checked
-        // before use, unmapped in Drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert!(
-            map != libc::MAP_FAILED,
-            "cannot map {map_len} bytes for the hash table: {}",
-            std::io::Error::last_os_error()
-        );
+        let map = crate::pool::map_anonymous(map_len, "the hash table").as_ptr().cast::<libc::c_void>();
         let start = (map as usize).next_multiple_of(HUGE_PAGE);
         // SAFETY: the range lies within the mapping; the advice is a hint
         // (ignored where transparent huge pages are off).

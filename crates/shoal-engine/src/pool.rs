@@ -43,6 +43,26 @@ pub struct Pool {
 unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
+/// Reserves `len` bytes of zero-filled anonymous memory, backed by the
+/// kernel page by page as it is first written (`what` names it in the
+/// panic if the address space is exhausted). The caller unmaps it.
+pub(crate) fn map_anonymous(len: usize, what: &str) -> NonNull<u8> {
+    // SAFETY: an anonymous private mapping with no address hint; the result
+    // is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert!(ptr != libc::MAP_FAILED, "cannot map {len} bytes for {what}: {}", std::io::Error::last_os_error());
+    NonNull::new(ptr as *mut u8).expect("mmap returned null")
+}
+
 impl Pool {
     /// Reserves `seglets * seglet_bytes` bytes of anonymous memory. The
     /// kernel backs a page only when it is first written, so seglets never
@@ -51,24 +71,8 @@ impl Pool {
     pub fn new(seglet_bytes: usize, seglets: u32, cleaner_reserve: usize, remove_reserve: usize) -> Pool {
         assert!(seglet_bytes.is_power_of_two() && seglets > 0);
         let len = seglet_bytes * seglets as usize;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked before use and unmapped in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert!(
-            ptr != libc::MAP_FAILED,
-            "cannot map {len} bytes for the memory pool: {}",
-            std::io::Error::last_os_error()
-        );
-        let base = NonNull::new(ptr as *mut u8).expect("mmap returned null");
+        let base = map_anonymous(len, "the memory pool");
+
         // Hand out low indices first so that a lightly used pool touches few pages.
         let free: Vec<u32> = (0..seglets).rev().collect();
         Pool {

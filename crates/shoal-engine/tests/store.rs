@@ -536,6 +536,10 @@ fn segment_copy_is_safe_against_the_cleaner() {
     let (mut copies, mut gone) = (0u64, 0u64);
     let end = Instant::now() + Duration::from_secs(2);
     while Instant::now() < end {
+        // log_segments pauses the cleaner while it copies: leave it time to
+        // run between rounds, or a loaded machine starves the writer of
+        // memory.
+        std::thread::sleep(Duration::from_millis(2));
         let ids: Vec<SegmentId> = store.log_segments().into_iter().map(|(id, _)| id).collect();
         for id in ids {
             match store.segment_copy(id) {

@@ -18,6 +18,14 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
+/// Three backups on directories of their own (kept as long as the first
+/// value lives).
+fn three_backups() -> (Vec<tempfile::TempDir>, Vec<Backup>) {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let backups = dirs.iter().map(|d| start(d.path())).collect();
+    (dirs, backups)
+}
+
 /// An address nobody listens on.
 fn dead_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -78,8 +86,7 @@ fn prefix(rec: &SegmentRecord, n: usize) -> SegmentRecord {
 #[test]
 fn find_log_rebuilds_a_cleaned_log_from_the_longest_prefixes() {
     let (store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (_dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     let head = head_of(&rec);
     let head_rec = rec.segments.lock()[&head].clone();
@@ -125,8 +132,7 @@ fn find_log_rebuilds_a_cleaned_log_from_the_longest_prefixes() {
 #[test]
 fn find_log_reports_missing_members_and_unreachable_backups() {
     let (store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (_dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     let head = head_of(&rec);
     // A closed member of the log that no backup got.
@@ -187,8 +193,7 @@ fn find_log_of_an_empty_log_and_of_a_log_without_head() {
 #[test]
 fn find_log_uses_a_good_replica_when_another_is_corrupt() {
     let (_store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     replicate_log(&refs, &rec, |_, _, r| Some(r.clone()));
     for b in &backups {
@@ -311,6 +316,17 @@ fn read_part_with(
     })
 }
 
+/// A new store holding what `parts` replay to.
+fn replay_parts(parts: &[restore::PartSegment]) -> Store {
+    let copy = Store::new(store_config(LogId(99))).unwrap();
+    let mut replay = shoal_engine::Replay::default();
+    for p in parts {
+        copy.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version)).unwrap();
+    }
+    copy.finish_replay(replay).unwrap();
+    copy
+}
+
 /// Three key ranges covering all of table 1's hash space.
 fn thirds() -> Vec<KeyRange> {
     let third = u64::MAX / 3;
@@ -324,8 +340,7 @@ fn thirds() -> Vec<KeyRange> {
 #[test]
 fn read_partition_sends_each_partition_only_its_keys_and_they_replay_to_the_store() {
     let (store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (_dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     replicate_log(&refs, &rec, |_, _, r| Some(r.clone()));
     let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
@@ -346,12 +361,7 @@ fn read_partition_sends_each_partition_only_its_keys_and_they_replay_to_the_stor
         entry_bytes += read.entry_bytes;
 
         // Replayed, the partition holds exactly the store's objects in its range.
-        let copy = Store::new(store_config(LogId(99))).unwrap();
-        let mut replay = shoal_engine::Replay::default();
-        for p in &parts {
-            copy.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version)).unwrap();
-        }
-        copy.finish_replay(replay).unwrap();
+        let copy = replay_parts(&parts);
         assert!(copy.safe_version() >= store.safe_version());
         let mut mine = 0;
         for i in 0..320 {
@@ -376,8 +386,7 @@ fn read_partition_sends_each_partition_only_its_keys_and_they_replay_to_the_stor
 #[test]
 fn read_partition_reads_nothing_from_an_incomplete_log_and_survives_a_corrupt_replica() {
     let (store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (_dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     let head = head_of(&rec);
     let lost = store.log_segments().into_iter().map(|(id, _)| id).find(|id| *id != head).unwrap();
@@ -407,12 +416,7 @@ fn read_partition_reads_nothing_from_an_incomplete_log_and_survives_a_corrupt_re
         let (read, parts) = read_part(&addrs, vec![all], spread);
         let read = read.unwrap();
         assert_eq!(parts.len(), read.segments);
-        let copy = Store::new(store_config(LogId(99))).unwrap();
-        let mut replay = shoal_engine::Replay::default();
-        for p in &parts {
-            copy.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version)).unwrap();
-        }
-        copy.finish_replay(replay).unwrap();
+        let copy = replay_parts(&parts);
         for i in 0..320 {
             let k = key(i);
             let want = store.read(TableId(1), k.as_bytes(), Default::default()).ok();
@@ -430,8 +434,7 @@ fn read_partition_reads_nothing_from_an_incomplete_log_and_survives_a_corrupt_re
 #[test]
 fn stale_replicas_below_their_floor_are_never_used() {
     let (store, rec) = cleaned_log();
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let backups: Vec<Backup> = dirs.iter().map(|d| start(d.path())).collect();
+    let (_dirs, backups) = three_backups();
     let refs: Vec<&Backup> = backups.iter().collect();
     let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
     let head = head_of(&rec);
