@@ -79,8 +79,14 @@ impl MainBuckets {
         let map = crate::pool::map_anonymous(map_len, "the hash table").as_ptr().cast::<libc::c_void>();
         let start = (map as usize).next_multiple_of(HUGE_PAGE);
         // SAFETY: the range lies within the mapping; the advice is a hint
-        // (ignored where transparent huge pages are off).
-        unsafe { libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE) };
+        // (ignored where transparent huge pages are off). Populating then
+        // makes the table resident at once, in huge pages where the kernel
+        // has them, as a table built bucket by bucket was: its memory is
+        // the server's from the start, not charged to the first writes.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_POPULATE_WRITE);
+        }
         MainBuckets { map, map_len, buckets: start as *const Bucket, n }
     }
 }
@@ -142,20 +148,6 @@ impl HashTable {
             overflow_used: AtomicUsize::new(0),
             overflow_alloc: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-        }
-    }
-
-    /// Makes the main buckets resident (huge pages where available), for
-    /// `StoreConfig::prefault`; contents are untouched.
-    pub fn populate(&self) -> std::io::Result<()> {
-        let bytes = self.main.len() * std::mem::size_of::<Bucket>();
-        // SAFETY: the range is the buckets' own memory; populating changes
-        // no byte of it.
-        let r = unsafe { libc::madvise(self.main.buckets as *mut libc::c_void, bytes, libc::MADV_POPULATE_WRITE) };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
         }
     }
 

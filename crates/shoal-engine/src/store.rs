@@ -1293,9 +1293,6 @@ fn prefault(inner: &Inner) {
     }
     let pool = &inner.segs.pool;
     let started = Instant::now();
-    if let Err(e) = inner.ht.populate() {
-        tracing::warn!("cannot prefault the hash table ({e})");
-    }
     let mut at = 0;
     while at < pool.len() && !inner.shutdown.load(Ordering::Acquire) {
         let len = CHUNK.min(pool.len() - at);
