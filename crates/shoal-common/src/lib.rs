@@ -5,6 +5,8 @@
 //! version or a segment id is expected. The key hash is part of Shoal's
 //! protocol: it must never change (see `docs/log-format.md`, "Key hash").
 
+pub mod os;
+
 use std::fmt;
 
 /// A table's 64-bit id. Names belong to the coordinator; the store only sees ids.

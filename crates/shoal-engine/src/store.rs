@@ -1285,12 +1285,7 @@ impl Store {
 /// on a busy machine (a server that misses them is declared dead).
 fn prefault(inner: &Inner) {
     const CHUNK: usize = 2 << 20;
-    // SAFETY: plain system calls on this thread's own id; a failure only
-    // leaves the priority unchanged.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-    }
+    shoal_common::os::lower_this_thread_priority(19);
     let pool = &inner.segs.pool;
     let started = Instant::now();
     let mut at = 0;

@@ -33,12 +33,7 @@ pub fn spawn_recovery_work<T: Send + 'static>(
 ) -> std::io::Result<tokio::sync::oneshot::Receiver<T>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new().name(name.into()).spawn(move || {
-        // SAFETY: plain system calls on this thread's own id; a failure
-        // leaves the priority as it was.
-        unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, RECOVERY_NICE);
-        }
+        shoal_common::os::lower_this_thread_priority(RECOVERY_NICE);
         let _ = tx.send(f());
     })?;
     Ok(rx)

@@ -194,23 +194,8 @@ pub(crate) fn pick_port(port: u16) -> Result<u16, String> {
     if port != 0 {
         return Ok(port);
     }
-    // Below Linux's ephemeral range (32768 and up): a port from that range
-    // could be taken by an outgoing connection or a port-0 listener of
-    // another process before the child binds it.
-    let seed = std::process::id().wrapping_mul(7919);
-    let mut n = PORTS_TRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    for _ in 0..12_000 {
-        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(131)) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-        n = PORTS_TRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    Err("cannot find a free port in 20000-31999".into())
+    shoal_common::os::free_local_port().ok_or_else(|| "cannot find a free port in 20000-31999".to_string())
 }
-
-/// Ports [`pick_port`] tried, so that successive picks differ.
-static PORTS_TRIED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 pub fn local(cmd: &LocalCommand) -> ExitCode {
     match run_local(cmd) {

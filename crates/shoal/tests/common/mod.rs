@@ -9,7 +9,7 @@ use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, TableId};
 use shoal_cluster::{ClusterMap, ControlClient, ServerState};
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,16 +24,7 @@ pub const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
 /// server it is for (seen: a coordinator's port taken by another test's
 /// connection).
 pub fn free_port() -> u16 {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let seed = std::process::id().wrapping_mul(7919);
-    for _ in 0..12_000 {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(131)) % 12_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000-31999");
+    shoal_common::os::free_local_port().expect("a free port in 20000-31999")
 }
 
 /// A temporary root removed at the end (kept if the test failed, for its logs).

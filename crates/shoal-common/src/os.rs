@@ -1,0 +1,33 @@
+//! Small operating-system helpers shared by the binaries and their tests.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Lowers the calling thread's CPU priority to `nice` (Linux: priorities
+/// are per thread). A failure leaves the priority as it was. Raising it
+/// back needs privileges, so call this only on threads of their own.
+pub fn lower_this_thread_priority(nice: i32) {
+    // SAFETY: plain system calls on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
+/// Ports [`free_local_port`] tried, so that successive picks differ.
+static PORTS_TRIED: AtomicU32 = AtomicU32::new(0);
+
+/// A port of 127.0.0.1 nobody listens on, from 20000-31999: below Linux's
+/// ephemeral range (32768 and up), so that no outgoing connection or
+/// port-0 listener of another process can take it between this check and
+/// the bind of the process it is for. `None` if every port there is taken.
+pub fn free_local_port() -> Option<u16> {
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..12_000 {
+        let n = PORTS_TRIED.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(131)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Some(port);
+        }
+    }
+    None
+}
