@@ -17,7 +17,8 @@
 #               --pipeline 1 (Shoal native, Shoal RESP, Redis RESP)
 #   memory      MEMORY_KEYS keys with 100-byte values loaded into a fresh
 #               process of each store: RSS per object and bytes per object
-#               beyond key and value (RSS from /proc/<pid>/status)
+#               beyond key and value (RSS growth from /proc/<pid>/status,
+#               plus Shoal's hash table, resident from the start)
 #
 # Throughput and latency steps run --runs times; the summary gives medians.
 # Every step runs under `timeout`; the script kills only the processes it
@@ -37,7 +38,7 @@ YCSB_RECORDS=1000000    # shoal bench ycsb --records
 YCSB_OPS=1000000        # shoal bench ycsb --operations per workload
 YCSB_THREADS=4
 LATENCY_REQUESTS=100000 # redis-benchmark -c 1 -n, and ycsb ops at 1x1
-MEMORY_KEYS=1000000     # keys loaded for the memory step (comma-separated list)
+MEMORY_KEYS=1000000,10000000 # keys loaded for the memory step (comma-separated list)
 RUNS=3                  # repetitions of throughput and latency steps
 STEP_TIMEOUT=600        # seconds any one step may take
 OUT=""
@@ -301,9 +302,11 @@ EOF
 )
     for store in shoal redis memcached; do
         case "$store" in
-            # Memory for objects: 1 GiB per 4 million objects (about 256
-            # bytes each; the hash table is sized from it), at least 1 GiB.
-            shoal) start_shoal "$(( (keys + 3999999) / 4000000 ))GiB"; pid=$SHOAL_PID; protocol=native; addr="127.0.0.1:$SHOAL_NATIVE" ;;
+            # Memory for objects: 256 bytes per object, about 1.7 times
+            # what they take, as an operator would size it. The hash table
+            # (a 16th of that) is resident from the start, so it is added
+            # to the growth below.
+            shoal) start_shoal "$(( (keys * 256 + 1048575) / 1048576 ))MiB"; pid=$SHOAL_PID; protocol=native; addr="127.0.0.1:$SHOAL_NATIVE" ;;
             redis) start_redis; pid=$REDIS_PID; protocol=resp; addr="127.0.0.1:$REDIS_PORT" ;;
             memcached) start_memcached; pid=$MEMCACHED_PID; protocol=memcached; addr="127.0.0.1:$MEMCACHED_PORT" ;;
         esac
@@ -314,8 +317,15 @@ EOF
             --load --workload C --operations 1 --threads 2 --pipeline 256 --value-size 100 >/dev/null 2>>"$WORK/ycsb.log"
         sleep 1
         after=$(rss_kib "$pid")
+        # Memory the store holds from the start for its index (Shoal's hash
+        # table; Redis and memcached grow theirs as keys come, so it is in
+        # their growth).
+        preallocated=0
+        if [[ "$store" == shoal ]]; then
+            preallocated=$("$SHOAL" stats --server "$addr" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["hash_table_bytes"])')
+        fi
         record step=memory store="$store" keys="$keys" key_bytes="$KEY_BYTES" value_bytes=100 \
-            rss_before_kib="$before" rss_after_kib="$after"
+            rss_before_kib="$before" rss_after_kib="$after" preallocated_bytes="$preallocated"
         stop "$pid"
     done
 done
@@ -367,7 +377,7 @@ for step in ["ycsb", "ycsb_latency"]:
 print("\nmemory (fresh process per store; RSS growth over the load)")
 print(f"{'store':<11}{'keys':>10}{'RSS MiB':>9}{'B/object':>10}{'beyond k+v':>11}")
 for r in pick("memory"):
-    grown = (r["rss_after_kib"] - r["rss_before_kib"]) * 1024
+    grown = (r["rss_after_kib"] - r["rss_before_kib"]) * 1024 + r.get("preallocated_bytes", 0)
     per = grown / r["keys"]
     beyond = per - (r["key_bytes"] / r["keys"] + r["value_bytes"])
     s = dict(kind="memory", store=r["store"], keys=r["keys"], rss_after_kib=r["rss_after_kib"],

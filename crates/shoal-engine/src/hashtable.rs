@@ -28,6 +28,7 @@
 //! overflow bucket is added behind slot 7 (its content is copied to the new
 //! bucket before the chain pointer is published, so readers never miss it).
 
+use crate::pool::HugeMapping;
 use crate::segment::LogRef;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -53,41 +54,24 @@ impl Bucket {
     }
 }
 
-/// The main buckets: an anonymous mapping (zero-filled, so every bucket
-/// starts empty) aligned to 2 MiB and marked for transparent huge pages.
-/// Lookups land on random buckets of a table of tens or hundreds of MiB;
-/// with 4 KiB pages nearly every one misses the TLB, and under
-/// virtualisation a TLB miss walks two sets of page tables.
+/// The main buckets: a huge-page mapping (zero-filled, so every bucket
+/// starts empty; see [`HugeMapping`]). Lookups land on random buckets of a
+/// table of tens or hundreds of MiB.
 struct MainBuckets {
-    /// The whole mapping (for munmap) and the aligned buckets within it.
-    map: *mut libc::c_void,
-    map_len: usize,
-    buckets: *const Bucket,
+    mem: HugeMapping,
     n: usize,
 }
-
-// SAFETY: the buckets are atomics; the mapping lives as long as the value.
-unsafe impl Send for MainBuckets {}
-unsafe impl Sync for MainBuckets {}
-
-const HUGE_PAGE: usize = 2 << 20;
 
 impl MainBuckets {
     fn new(n: usize) -> MainBuckets {
         let bytes = n * std::mem::size_of::<Bucket>();
-        let map_len = bytes + HUGE_PAGE;
-        let map = crate::pool::map_anonymous(map_len, "the hash table").as_ptr().cast::<libc::c_void>();
-        let start = (map as usize).next_multiple_of(HUGE_PAGE);
-        // SAFETY: the range lies within the mapping; the advice is a hint
-        // (ignored where transparent huge pages are off). Populating then
-        // makes the table resident at once, in huge pages where the kernel
-        // has them, as a table built bucket by bucket was: its memory is
-        // the server's from the start, not charged to the first writes.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
-            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_POPULATE_WRITE);
-        }
-        MainBuckets { map, map_len, buckets: start as *const Bucket, n }
+        let mem = HugeMapping::new(bytes, "the hash table");
+        // The table is resident at once, in huge pages where the kernel has
+        // them, as a table built bucket by bucket was: its memory is the
+        // server's from the start, not charged to the first writes. Where
+        // populating is not supported, pages come on first write.
+        let _ = mem.populate(0, bytes);
+        MainBuckets { mem, n }
     }
 }
 
@@ -97,15 +81,7 @@ impl std::ops::Deref for MainBuckets {
         // SAFETY: `n` buckets from `buckets` lie within the mapping, which
         // is zero-filled (all-zero atomics are valid empty buckets) and
         // lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.buckets, self.n) }
-    }
-}
-
-impl Drop for MainBuckets {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`; no reference to it outlives
-        // `self` (slices borrow `self`).
-        unsafe { libc::munmap(self.map, self.map_len) };
+        unsafe { std::slice::from_raw_parts(self.mem.start().as_ptr() as *const Bucket, self.n) }
     }
 }
 

@@ -16,7 +16,7 @@ use crate::epoch::Epochs;
 use crate::format::{self, Entry};
 use crate::hashtable::{HashTable, SlotPos};
 use crate::log::{Batch, Log, LogObserver, NoSpace};
-use crate::pool::{Pool, Tier};
+use crate::pool::{self, Pool, Tier};
 use crate::segment::{LogRef, Segments};
 use parking_lot::{Condvar, Mutex, RwLock};
 pub use shoal_common::RejectRules;
@@ -234,8 +234,9 @@ pub struct StoreStats {
     pub cleaning_ms: u64,
     /// (bytes appended by clients + bytes relocated) / bytes appended by clients.
     pub write_cost: f64,
-    /// Bytes of the pool made resident so far by `StoreConfig::prefault`
-    /// (`memory_bytes` once done; 0 without it).
+    /// Bytes of the pool made resident so far ahead of use by the
+    /// populating thread: a few MiB past the memory in use, or with
+    /// `StoreConfig::prefault` the whole pool (`memory_bytes` once done).
     pub prefaulted_bytes: u64,
 }
 
@@ -618,16 +619,14 @@ impl Store {
         } else {
             None
         };
-        let prefault = if inner.config.prefault {
+        let prefault = {
             let i = inner.clone();
             Some(
                 std::thread::Builder::new()
-                    .name("shoal-prefault".into())
-                    .spawn(move || prefault(&i))
-                    .expect("spawn prefault"),
+                    .name("shoal-populate".into())
+                    .spawn(move || populate(&i))
+                    .expect("spawn populate"),
             )
-        } else {
-            None
         };
         Ok(Store { inner, cleaner, prefault })
     }
@@ -1277,29 +1276,51 @@ impl Store {
     }
 }
 
-/// Makes the pool resident (`StoreConfig::prefault`). The thread runs at
-/// the lowest CPU priority and populates 2 MiB at a time: populating holds
-/// the process's memory-map lock, and a thread of the server that needs it
-/// exclusively (a mapping made by the allocator) waits for the chunk, so
-/// the chunks are kept short for the server to answer pings promptly even
-/// on a busy machine (a server that misses them is declared dead).
-fn prefault(inner: &Inner) {
+/// Keeps the pool resident ahead of use: [`pool::POPULATE_AHEAD`] bytes
+/// beyond the highest seglet handed out, so that the first write to fresh
+/// memory (a page fault and the zeroing of a page, 2 MiB at once with huge
+/// pages) is taken here rather than by a worker in the middle of its
+/// clients' requests. Sleeps (parked) while it is far enough ahead; the
+/// pool wakes it. With `StoreConfig::prefault` it makes the whole pool
+/// resident instead, at the lowest CPU priority. Populates 2 MiB at a
+/// time: populating holds the process's memory-map lock, and a thread of
+/// the server that needs it exclusively (a mapping made by the allocator)
+/// waits for the chunk, so the chunks are kept short for the server to
+/// answer pings promptly even on a busy machine (a server that misses them
+/// is declared dead).
+fn populate(inner: &Inner) {
     const CHUNK: usize = 2 << 20;
-    shoal_common::os::lower_this_thread_priority(19);
-    let pool = &inner.segs.pool;
+    let whole = inner.config.prefault;
+    if whole {
+        shoal_common::os::lower_this_thread_priority(19);
+    }
+    let memory = &inner.segs.pool;
+    memory.set_populator(std::thread::current());
     let started = Instant::now();
     let mut at = 0;
-    while at < pool.len() && !inner.shutdown.load(Ordering::Acquire) {
-        let len = CHUNK.min(pool.len() - at);
-        if let Err(e) = pool.populate(at, len) {
-            tracing::warn!("cannot prefault the memory pool ({e}); pages are faulted in as they are first written");
+    while at < memory.len() && !inner.shutdown.load(Ordering::Acquire) {
+        let target =
+            if whole { memory.len() } else { (memory.frontier_bytes() + pool::POPULATE_AHEAD).min(memory.len()) };
+        if at >= target {
+            std::thread::park();
+            continue;
+        }
+        let len = CHUNK.min(memory.len() - at);
+        if let Err(e) = memory.populate(at, len) {
+            if whole {
+                tracing::warn!("cannot prefault the memory pool ({e}); pages are faulted in as they are first written");
+            }
             return;
         }
         at += len;
         inner.counters.prefaulted.store(at as u64, Ordering::Relaxed);
-        std::thread::yield_now();
+        if whole {
+            std::thread::yield_now();
+        }
     }
-    tracing::info!("memory pool resident: {} MiB in {} ms", at >> 20, started.elapsed().as_millis());
+    if whole {
+        tracing::info!("memory pool resident: {} MiB in {} ms", at >> 20, started.elapsed().as_millis());
+    }
 }
 
 impl Drop for Store {
@@ -1310,6 +1331,7 @@ impl Drop for Store {
             let _ = h.join();
         }
         if let Some(h) = self.prefault.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
     }

@@ -8,10 +8,8 @@
 //! sent the front end's [`FrontEnd::refusal`] (without waiting) and closed.
 
 use crate::context::{ServerContext, ServerStats};
-use crate::workers::Workers;
-use std::future::Future;
+use crate::workers::{Placement, Served, Workers};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +28,11 @@ pub trait FrontEnd: Send + Sync + 'static {
 
     /// Serves one accepted connection until the peer closes it, it breaks a
     /// limit, or shutdown is asked (`conn.ctx.shutdown_signal()`); on
-    /// shutdown it should finish the replies it owes, then return.
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// shutdown it should finish the replies it owes, then return `None`.
+    /// Between requests, with no reply owed, it asks
+    /// [`Placement::should_move`] and on `true` returns the connection
+    /// ([`Moved`]) for another worker to resume.
+    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served;
 }
 
 /// One accepted connection: its id (unique in this server), peer and the
@@ -126,7 +127,7 @@ pub async fn run<F: FrontEnd>(
             Connection { id, peer, ctx: ctx.clone(), _open: OpenGuard { ctx: ctx.clone(), _tracker: tracker.clone() } };
         debug!("{name}: connection {id} from {peer}");
         let front_end = front_end.clone();
-        workers.spawn(stream, move |stream| front_end.serve(stream, conn));
+        workers.spawn(stream, move |stream, placement| front_end.serve(stream, conn, placement));
     }
     info!("{name}: stopped accepting");
 }

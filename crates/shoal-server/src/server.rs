@@ -20,7 +20,7 @@
 
 use crate::cluster::ClusterNode;
 use crate::config::{ConfigError, ServerConfig};
-use crate::context::ServerContext;
+use crate::context::{ServerContext, ServerStats};
 use crate::listener::{self, ConnectionTracker};
 use crate::native::NativeFrontEnd;
 use crate::resp::RespFrontEnd;
@@ -100,7 +100,9 @@ impl Server {
             .enable_all()
             .build()
             .map_err(ServerError::Runtime)?;
-        let workers = Arc::new(Workers::start(WORKER_THREADS, "shoal-worker").map_err(ServerError::Runtime)?);
+        let counted = ctx.clone();
+        let requests = Box::new(move || ServerStats::get(&counted.stats.commands));
+        let workers = Arc::new(Workers::start(WORKER_THREADS, "shoal-worker", requests).map_err(ServerError::Runtime)?);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let c = ctx.clone();
         let thread = std::thread::Builder::new()

@@ -25,11 +25,11 @@ mod execute;
 
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
+use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
 use shoal_proto::{check_frame, encode_error, ErrorStatus, FrameError, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -70,14 +70,23 @@ impl FrontEnd for NativeFrontEnd {
         &REFUSAL
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(async move {
-            let id = conn.id;
-            if let Err(why) = serve_connection(stream, &conn.ctx).await {
-                debug!("native: connection {id} from {}: closed: {why}", conn.peer);
-            }
-        })
+    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+        resume(NativeConn::new(conn), stream, placement)
     }
+}
+
+/// Serves `c` on the worker of `placement` until it ends or moves.
+fn resume(mut c: NativeConn, stream: TcpStream, placement: Placement) -> Served {
+    Box::pin(async move {
+        match c.serve(stream, &placement).await {
+            Ok(Some(stream)) => {
+                return Some(Moved { stream, resume: Box::new(move |stream, placement| resume(c, stream, placement)) })
+            }
+            Ok(None) => {}
+            Err(why) => debug!("native: connection {} from {}: closed: {why}", c.conn.id, c.conn.peer),
+        }
+        None
+    })
 }
 
 /// The limits a connection works within, from the server's configuration.
@@ -108,24 +117,64 @@ impl Limits {
 /// Why a connection ended early (for the debug log).
 type Closed = String;
 
-/// Runs one connection until the peer closes it, it breaks a limit, or the
-/// server shuts down (after the replies owed are written).
-async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Result<(), Closed> {
-    let limits = Limits::of(ctx);
-    let mut shutdown = ctx.shutdown_signal();
-    let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut scratch = Scratch::default();
+/// One connection's state, kept across a move to another worker.
+struct NativeConn {
+    conn: Connection,
+    limits: Limits,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Received bytes not yet run: at most a part of one frame between reads.
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    scratch: Scratch,
+}
+
+impl NativeConn {
+    fn new(conn: Connection) -> NativeConn {
+        NativeConn {
+            limits: Limits::of(&conn.ctx),
+            shutdown: conn.ctx.shutdown_signal(),
+            inbuf: Vec::with_capacity(16 * 1024),
+            out: Vec::with_capacity(16 * 1024),
+            scratch: Scratch::default(),
+            conn,
+        }
+    }
+
+    /// Runs the connection until the peer closes it, it breaks a limit, or
+    /// the server shuts down (after the replies owed are written): `None`;
+    /// or until it is asked to move: its socket.
+    async fn serve(&mut self, stream: TcpStream, placement: &Placement) -> Result<Option<std::net::TcpStream>, Closed> {
+        let NativeConn { conn, limits, shutdown, inbuf, out, scratch } = self;
+        serve_connection(stream, &conn.ctx, limits, shutdown, inbuf, out, scratch, placement).await
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection(
+    mut stream: TcpStream,
+    ctx: &Arc<ServerContext>,
+    limits: &Limits,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    inbuf: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    scratch: &mut Scratch,
+    placement: &Placement,
+) -> Result<Option<std::net::TcpStream>, Closed> {
     loop {
+        // Between requests, with every reply written: the connection may
+        // move to another worker.
+        if placement.should_move() {
+            return stream.into_std().map(Some).map_err(|e| format!("cannot move: {e}"));
+        }
         // Read what is available (at least one byte), within the bound. The
         // buffer never holds a whole frame here (those ran), so there is room.
         let want = (limits.request_buffer - inbuf.len()).min(READ_CHUNK);
         inbuf.reserve(want);
         let read = {
-            let mut dst = (&mut inbuf).limit(want);
+            let mut dst = (&mut *inbuf).limit(want);
             tokio::select! {
                 r = with_timeout(limits.idle, stream.read_buf(&mut dst)) => r,
-                _ = shutdown.wait_for(|s| *s) => return Ok(()),
+                _ = shutdown.wait_for(|s| *s) => return Ok(None),
             }
         };
         match read {
@@ -134,7 +183,7 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
                 return Err(if inbuf.is_empty() { "idle".into() } else { "stalled in the middle of a frame".into() });
             }
             Some(Ok(0)) => {
-                return if inbuf.is_empty() { Ok(()) } else { Err("peer closed in the middle of a frame".into()) }
+                return if inbuf.is_empty() { Ok(None) } else { Err("peer closed in the middle of a frame".into()) }
             }
             Some(Ok(n)) => ServerStats::add(&ctx.stats.bytes_in, n as u64),
             Some(Err(e)) => return Err(format!("read: {e}")),
@@ -146,11 +195,11 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
             match check_frame(&inbuf[pos..], limits.max_body) {
                 Ok(Some(h)) => {
                     let body = &inbuf[pos + HEADER_LEN..pos + h.frame_len()];
-                    execute(ctx, &h, body, &mut out, &mut scratch, limits.max_response);
+                    execute(ctx, &h, body, out, scratch, limits.max_response);
                     pos += h.frame_len();
                     if out.len() >= limits.reply_buffer {
-                        settle(ctx, &mut scratch).await?;
-                        flush(&mut stream, &mut out, ctx, limits.idle).await?;
+                        settle(ctx, scratch).await?;
+                        flush(&mut stream, out, ctx, limits.idle).await?;
                     }
                 }
                 Ok(None) => break,
@@ -165,7 +214,7 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
                             (header.request_id, header.opcode, ErrorStatus::FrameTooLarge { len: header.body_len, max })
                         }
                     };
-                    encode_error(&mut out, id, opcode, &status);
+                    encode_error(out, id, opcode, &status);
                     fatal = Some(e.to_string());
                     break;
                 }
@@ -174,12 +223,12 @@ async fn serve_connection(mut stream: TcpStream, ctx: &Arc<ServerContext>) -> Re
         inbuf.drain(..pos);
         scratch.trim();
         if inbuf.is_empty() && inbuf.capacity() > 1 << 20 {
-            inbuf = Vec::with_capacity(16 * 1024);
+            *inbuf = Vec::with_capacity(16 * 1024);
         }
-        settle(ctx, &mut scratch).await?;
-        flush(&mut stream, &mut out, ctx, limits.idle).await?;
+        settle(ctx, scratch).await?;
+        flush(&mut stream, out, ctx, limits.idle).await?;
         if out.capacity() > limits.reply_buffer.max(1 << 20) {
-            out = Vec::with_capacity(16 * 1024);
+            *out = Vec::with_capacity(16 * 1024);
         }
         if let Some(why) = fatal {
             let _ = stream.shutdown().await;

@@ -37,6 +37,7 @@ use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::routing::NO_TABLET_RETRY;
 use crate::resp::session::{Session, Step};
 use crate::spin;
+use crate::workers::{Moved, Placement, Served};
 use bytes::{Buf, BufMut, BytesMut};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -73,19 +74,31 @@ enum End {
     /// Replication stopped before the replies' writes were durable.
     NotDurable,
     Io(std::io::Error),
+    /// Handed back to move to another worker (see `workers`).
+    Moved(std::net::TcpStream),
 }
 
 /// What a connection awaits in a cluster (owned, so the select loop may
 /// poll it beside reading and writing).
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
 
-pub(crate) async fn serve(stream: TcpStream, conn: Connection) {
-    let id = conn.id;
-    let mut c = Conn::new(conn);
-    match c.run(stream).await {
-        End::Io(e) => debug!("resp connection {id} ended: i/o error: {e}"),
-        end => debug!("resp connection {id} ended: {end:?}"),
-    }
+pub(crate) fn serve(stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+    resume(Conn::new(conn), stream, placement)
+}
+
+/// Serves `c` on the worker of `placement` until it ends or moves.
+fn resume(mut c: Conn, stream: TcpStream, placement: Placement) -> Served {
+    Box::pin(async move {
+        let id = c._conn.id;
+        match c.run(stream, &placement).await {
+            End::Moved(stream) => {
+                return Some(Moved { stream, resume: Box::new(move |stream, placement| resume(c, stream, placement)) })
+            }
+            End::Io(e) => debug!("resp connection {id} ended: i/o error: {e}"),
+            end => debug!("resp connection {id} ended: {end:?}"),
+        }
+        None
+    })
 }
 
 struct Conn {
@@ -144,7 +157,7 @@ impl Conn {
         }
     }
 
-    async fn run(&mut self, stream: TcpStream) -> End {
+    async fn run(&mut self, stream: TcpStream, placement: &Placement) -> End {
         let (mut rd, mut wr) = stream.into_split();
         let ctx = self.ctx.clone();
         // One future for the whole connection: creating it per loop would
@@ -171,6 +184,26 @@ impl Conn {
             if closing.is_some() && self.output.is_empty() && !draining && self.forward.is_none() {
                 let _ = wr.shutdown().await;
                 return closing.map_or(End::Closed, |(end, _)| end);
+            }
+            // Between requests, owing nothing and awaiting nothing, the
+            // connection may move to another worker (asked last: a yes
+            // claims the move).
+            if closing.is_none()
+                && self.output.is_empty()
+                && !draining
+                && self.forward.is_none()
+                && self.durable.is_none()
+                && self.held.is_empty()
+                && placement.should_move()
+            {
+                return match rd
+                    .reunite(wr)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| s.into_std().map_err(|e| e.to_string()))
+                {
+                    Ok(s) => End::Moved(s),
+                    Err(e) => End::Io(std::io::Error::other(e)),
+                };
             }
             if self.durable.is_none() {
                 if let Some(&(pos, _)) = self.held.front() {

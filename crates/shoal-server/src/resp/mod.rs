@@ -22,8 +22,7 @@ mod session;
 
 use crate::context::ServerContext;
 use crate::listener::{Connection, FrontEnd};
-use std::future::Future;
-use std::pin::Pin;
+use crate::workers::{Placement, Served};
 use std::sync::Arc;
 use tokio::net::TcpStream;
 
@@ -45,7 +44,7 @@ impl FrontEnd for RespFrontEnd {
         b"-ERR max number of clients reached\r\n"
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(connection::serve(stream, conn))
+    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+        connection::serve(stream, conn, placement)
     }
 }
