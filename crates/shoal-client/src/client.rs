@@ -332,7 +332,8 @@ impl Client {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,
             };
-            match disposition(&status) {
+            let next = disposition(&status, Some(&self.inner.map.read().expect("map lock")));
+            match next {
                 Disposition::Final => return Err(E::from(status)),
                 Disposition::RefreshAndRetry => self.refresh_map(),
                 Disposition::RetryAfter(d) => tokio::time::sleep(d).await,
@@ -518,7 +519,8 @@ impl Client {
                 replies.push(self.channel(b.addr).await?.send(&build(&b.items))?);
             }
             pending.clear();
-            let mut retry = Retries { pending: &mut pending, refresh: false, delay: None };
+            let map = self.inner.map.read().expect("map lock").clone();
+            let mut retry = Retries { map: &map, pending: &mut pending, refresh: false, delay: None };
             for (b, reply) in batches.iter().zip(replies) {
                 let frame = reply.wait().await?;
                 let items = match frame.reply()? {

@@ -3,6 +3,7 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
+use crate::tablet::TabletMap;
 use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, Version};
 use std::time::Duration;
 
@@ -66,9 +67,15 @@ pub(crate) enum Disposition {
     RetryAfter(Duration),
 }
 
-pub(crate) fn disposition(status: &ErrorStatus) -> Disposition {
+/// `map` is the client's map when the request was routed by it (`None`
+/// once attempts are spent).
+pub(crate) fn disposition(status: &ErrorStatus, map: Option<&TabletMap>) -> Disposition {
     match status {
         ErrorStatus::UnknownTablet => Disposition::RefreshAndRetry,
+        // A cluster member whose map is older than the client's: the table
+        // was created since it last heard from the coordinator. Retried
+        // while a fresh map still names the table.
+        ErrorStatus::UnknownTable(t) if map.is_some_and(|m| m.names_table(*t)) => Disposition::RefreshAndRetry,
         ErrorStatus::Retry { after_us } => {
             Disposition::RetryAfter(Duration::from_micros(u64::from(*after_us)).min(MAX_RETRY_DELAY))
         }
@@ -79,6 +86,8 @@ pub(crate) fn disposition(status: &ErrorStatus) -> Disposition {
 /// What one round of a multi-op learned: the items to send again, and
 /// whether to refresh the tablet map or wait first.
 pub(crate) struct Retries<'a> {
+    /// The map the items were routed by.
+    pub map: &'a TabletMap,
     pub pending: &'a mut Vec<usize>,
     pub refresh: bool,
     pub delay: Option<Duration>,
@@ -95,7 +104,7 @@ impl Retries<'_> {
         results: &mut [Option<Result<T, ErrorStatus>>],
     ) -> Option<ErrorStatus> {
         match r {
-            Err(s) => match disposition(&s) {
+            Err(s) => match disposition(&s, Some(self.map)) {
                 Disposition::Final => {
                     results[i] = Some(Err(s));
                     None
@@ -220,5 +229,28 @@ pub(crate) mod conv {
             Response::MultiRemove(items) if items.len() == n => Ok(items),
             r => Err(mismatch(&r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tablet::Tablet;
+    use shoal_proto::TableId;
+
+    #[test]
+    fn an_unknown_table_is_retried_only_where_the_clients_map_names_it() {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        let cluster = TabletMap::new(
+            vec![Tablet { table: Some(TableId(7)), start_hash: 0, end_hash: u64::MAX, server: addr }],
+            addr,
+        );
+        let single = TabletMap::single(addr);
+        let unknown = |t| ErrorStatus::UnknownTable(TableId(t));
+        // A server behind the coordinator: the client's map has the table.
+        assert!(matches!(disposition(&unknown(7), Some(&cluster)), Disposition::RefreshAndRetry));
+        assert!(matches!(disposition(&unknown(8), Some(&cluster)), Disposition::Final));
+        assert!(matches!(disposition(&unknown(7), Some(&single)), Disposition::Final));
+        assert!(matches!(disposition(&unknown(7), None), Disposition::Final));
     }
 }

@@ -58,6 +58,12 @@ impl TabletMap {
         self.admin
     }
 
+    /// Whether a tablet of this map names `table` (a cluster's map does;
+    /// a single server's catch-all entry names none).
+    pub fn names_table(&self, table: TableId) -> bool {
+        self.tablets.iter().any(|t| t.table == Some(table))
+    }
+
     pub fn tablets(&self) -> &[Tablet] {
         &self.tablets
     }
