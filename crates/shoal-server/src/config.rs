@@ -77,9 +77,9 @@ pub struct ServerConfig {
     /// Milliseconds a backup may leave appended bytes unacknowledged before its
     /// replica is re-opened on another backup.
     pub replica_timeout_ms: u64,
-    /// Make all of `memory` resident at start (in the background), so that no
-    /// write, and no recovery replaying into this server, pays for faulting
-    /// in fresh pages; resident memory is then `memory` from the start.
+    /// Make all of `memory` resident at start (in the background) rather
+    /// than a few MiB ahead of the writes; resident memory is then `memory`
+    /// from the start.
     pub prefault_memory: bool,
 }
 
@@ -349,9 +349,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "MS")]
     pub replica_timeout_ms: Option<u64>,
     /// Make all of --memory resident at start, in the background (as
-    /// RAMCloud reserves its memory): writes and recoveries into this
-    /// server never pay for faulting in fresh pages, at the cost of
-    /// resident memory the size of --memory from the start.
+    /// RAMCloud reserves its memory), at the cost of resident memory the
+    /// size of --memory from the start. Without it, a thread keeps the
+    /// memory resident a few MiB ahead of the writes, so resident memory
+    /// follows the data; a recovery replaying into this server faster than
+    /// that thread faults pages in then waits for them.
     #[arg(long)]
     pub prefault_memory: bool,
 }
