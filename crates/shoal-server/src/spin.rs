@@ -142,13 +142,13 @@ impl Drop for SpinPermit<'_> {
 /// bytes, within its spare capacity) until bytes come, the peer closes
 /// (`Ok(Some(0))`), or `until` passes (`Ok(None)`). Yields to the runtime
 /// between tries. Dropping the future mid-way leaves `buf` as it was.
-pub async fn read_until(
+pub async fn read_until<B: SpinBuf>(
     stream: &TcpStream,
-    buf: &mut bytes::BytesMut,
+    buf: &mut B,
     room: usize,
     until: Instant,
 ) -> io::Result<Option<usize>> {
-    let max = room.min(buf.capacity() - buf.len()).min(SPIN_READ);
+    let max = room.min(buf.spare()).min(SPIN_READ);
     if max == 0 {
         return Ok(None);
     }
@@ -167,12 +167,41 @@ pub async fn read_until(
 }
 
 /// One non-blocking read straight from the socket, appended to `buf`.
-fn try_read(stream: &TcpStream, buf: &mut bytes::BytesMut, max: usize) -> io::Result<usize> {
+fn try_read<B: SpinBuf>(stream: &TcpStream, buf: &mut B, max: usize) -> io::Result<usize> {
     let len = buf.len();
-    buf.resize(len + max, 0);
+    buf.set_len_zeroed(len + max);
     let r = (&*socket2::SockRef::from(stream)).read(&mut buf[len..]);
-    buf.truncate(len + *r.as_ref().unwrap_or(&0));
+    buf.set_len_zeroed(len + *r.as_ref().unwrap_or(&0));
     r
+}
+
+/// A connection's input buffer, as a spinning read appends to it (RESP
+/// keeps a `BytesMut`, the native protocol a `Vec<u8>`).
+pub trait SpinBuf: std::ops::DerefMut<Target = [u8]> {
+    /// Bytes that fit without growing.
+    fn spare(&self) -> usize;
+    /// Grows (with zeros) or cuts to `len` bytes.
+    fn set_len_zeroed(&mut self, len: usize);
+}
+
+impl SpinBuf for bytes::BytesMut {
+    fn spare(&self) -> usize {
+        self.capacity() - self.len()
+    }
+
+    fn set_len_zeroed(&mut self, len: usize) {
+        self.resize(len, 0);
+    }
+}
+
+impl SpinBuf for Vec<u8> {
+    fn spare(&self) -> usize {
+        self.capacity() - self.len()
+    }
+
+    fn set_len_zeroed(&mut self, len: usize) {
+        self.resize(len, 0);
+    }
 }
 
 #[cfg(test)]

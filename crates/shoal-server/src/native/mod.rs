@@ -25,6 +25,7 @@ mod execute;
 
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
+use crate::spin;
 use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
@@ -126,6 +127,10 @@ struct NativeConn {
     inbuf: Vec<u8>,
     out: Vec<u8>,
     scratch: Scratch,
+    /// Whether to spin for the client's next request (see `spin`), and
+    /// when the last replies were all written (`None` since the last read).
+    spin: spin::SpinPolicy,
+    replied_at: Option<std::time::Instant>,
 }
 
 impl NativeConn {
@@ -136,6 +141,8 @@ impl NativeConn {
             inbuf: Vec::with_capacity(16 * 1024),
             out: Vec::with_capacity(16 * 1024),
             scratch: Scratch::default(),
+            spin: spin::SpinPolicy::default(),
+            replied_at: None,
             conn,
         }
     }
@@ -144,22 +151,17 @@ impl NativeConn {
     /// the server shuts down (after the replies owed are written): `None`;
     /// or until it is asked to move: its socket.
     async fn serve(&mut self, stream: TcpStream, placement: &Placement) -> Result<Option<std::net::TcpStream>, Closed> {
-        let NativeConn { conn, limits, shutdown, inbuf, out, scratch } = self;
-        serve_connection(stream, &conn.ctx, limits, shutdown, inbuf, out, scratch, placement).await
+        serve_connection(stream, self, placement).await
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn serve_connection(
     mut stream: TcpStream,
-    ctx: &Arc<ServerContext>,
-    limits: &Limits,
-    shutdown: &mut tokio::sync::watch::Receiver<bool>,
-    inbuf: &mut Vec<u8>,
-    out: &mut Vec<u8>,
-    scratch: &mut Scratch,
+    c: &mut NativeConn,
     placement: &Placement,
 ) -> Result<Option<std::net::TcpStream>, Closed> {
+    let NativeConn { conn, limits, shutdown, inbuf, out, scratch, spin: policy, replied_at } = c;
+    let ctx = &conn.ctx;
     loop {
         // Between requests, with every reply written: the connection may
         // move to another worker.
@@ -170,13 +172,36 @@ async fn serve_connection(
         // buffer never holds a whole frame here (those ran), so there is room.
         let want = (limits.request_buffer - inbuf.len()).min(READ_CHUNK);
         inbuf.reserve(want);
-        let read = {
-            let mut dst = (&mut *inbuf).limit(want);
-            tokio::select! {
-                r = with_timeout(limits.idle, stream.read_buf(&mut dst)) => r,
-                _ = shutdown.wait_for(|s| *s) => return Ok(None),
+        // Right after answering a client that sends its requests back to
+        // back, spin briefly for the next one (see `spin`).
+        let mut caught = None;
+        if replied_at.is_some() && policy.spin_next() {
+            match ctx.spin.try_enter(&ctx.stats) {
+                Some(_permit) => {
+                    let until = std::time::Instant::now() + spin::SPIN;
+                    caught = spin::read_until(&stream, inbuf, want, until).await.transpose();
+                }
+                None => policy.not_spinning(),
+            }
+        }
+        let read = match caught {
+            Some(r) => Some(r),
+            None => {
+                let mut dst = (&mut *inbuf).limit(want);
+                tokio::select! {
+                    r = with_timeout(limits.idle, stream.read_buf(&mut dst)) => r,
+                    _ = shutdown.wait_for(|s| *s) => return Ok(None),
+                }
             }
         };
+        if let Some(Ok(n)) = read {
+            if n > 0 {
+                match replied_at.take() {
+                    Some(t) => policy.record(t.elapsed()),
+                    None => policy.disarm(),
+                }
+            }
+        }
         match read {
             None => {
                 ServerStats::add(&ctx.stats.idle_timeouts, 1);
@@ -226,7 +251,11 @@ async fn serve_connection(
             *inbuf = Vec::with_capacity(16 * 1024);
         }
         settle(ctx, scratch).await?;
+        let replied = !out.is_empty();
         flush(&mut stream, out, ctx, limits.idle).await?;
+        if replied && inbuf.is_empty() {
+            *replied_at = Some(std::time::Instant::now());
+        }
         if out.capacity() > limits.reply_buffer.max(1 << 20) {
             *out = Vec::with_capacity(16 * 1024);
         }
