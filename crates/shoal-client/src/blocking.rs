@@ -147,7 +147,7 @@ impl Client {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,
             };
-            match disposition(&status, Some(&self.map)) {
+            match disposition(&status, |t| self.map.names_table(t)) {
                 Disposition::Final => return Err(E::from(status)),
                 Disposition::RefreshAndRetry => self.refresh_map(),
                 Disposition::RetryAfter(d) => std::thread::sleep(d),
@@ -327,8 +327,8 @@ impl Client {
                 b.id = sent?;
             }
             pending.clear();
-            let map = self.map.clone();
-            let mut retry = Retries { map: &map, pending: &mut pending, refresh: false, delay: None };
+            let per_table = self.map.per_table();
+            let mut retry = Retries { per_table, pending: &mut pending, refresh: false, delay: None };
             for b in &batches {
                 let got = self.conn(b.addr)?.recv_id(b.id);
                 let frame = self.drop_on_error(b.addr, got)?;
@@ -381,7 +381,7 @@ pub(crate) fn resolve(addr: impl ToSocketAddrs) -> Result<SocketAddr, ClientErro
 /// A multi-op item's status as its family's error; a retryable status left
 /// after the last attempt means the client gave up.
 pub(crate) fn item_error<E: From<ErrorStatus> + From<ClientError>>(s: ErrorStatus) -> E {
-    match disposition(&s, None) {
+    match disposition(&s, |_| false) {
         Disposition::Final => E::from(s),
         _ => E::from(ClientError::Unavailable { attempts: MAX_ATTEMPTS, last: s }),
     }

@@ -332,8 +332,7 @@ impl Client {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,
             };
-            let next = disposition(&status, Some(&self.inner.map.read().expect("map lock")));
-            match next {
+            match disposition(&status, |t| self.inner.map.read().expect("map lock").names_table(t)) {
                 Disposition::Final => return Err(E::from(status)),
                 Disposition::RefreshAndRetry => self.refresh_map(),
                 Disposition::RetryAfter(d) => tokio::time::sleep(d).await,
@@ -500,7 +499,7 @@ impl Client {
                 break;
             }
             let mut batches: Vec<Batch> = Vec::new();
-            {
+            let per_table = {
                 let map = self.inner.map.read().expect("map lock");
                 for &i in &pending {
                     let (t, h, size) = routes[i];
@@ -513,14 +512,14 @@ impl Client {
                         None => batches.push(Batch { addr, items: vec![i] }),
                     }
                 }
-            }
+                map.per_table()
+            };
             let mut replies = Vec::with_capacity(batches.len());
             for b in &batches {
                 replies.push(self.channel(b.addr).await?.send(&build(&b.items))?);
             }
             pending.clear();
-            let map = self.inner.map.read().expect("map lock").clone();
-            let mut retry = Retries { map: &map, pending: &mut pending, refresh: false, delay: None };
+            let mut retry = Retries { per_table, pending: &mut pending, refresh: false, delay: None };
             for (b, reply) in batches.iter().zip(replies) {
                 let frame = reply.wait().await?;
                 let items = match frame.reply()? {

@@ -3,8 +3,7 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
-use crate::tablet::TabletMap;
-use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, Version};
+use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, TableId, Version};
 use std::time::Duration;
 
 /// A response frame as received: its opcode and body, owned.
@@ -67,15 +66,15 @@ pub(crate) enum Disposition {
     RetryAfter(Duration),
 }
 
-/// `map` is the client's map when the request was routed by it (`None`
-/// once attempts are spent).
-pub(crate) fn disposition(status: &ErrorStatus, map: Option<&TabletMap>) -> Disposition {
+/// `named(t)` tells whether the client's map names table `t` (asked only
+/// for `UNKNOWN_TABLE`; answer false once attempts are spent).
+pub(crate) fn disposition(status: &ErrorStatus, named: impl FnOnce(TableId) -> bool) -> Disposition {
     match status {
         ErrorStatus::UnknownTablet => Disposition::RefreshAndRetry,
         // A cluster member whose map is older than the client's: the table
         // was created since it last heard from the coordinator. Retried
         // while a fresh map still names the table.
-        ErrorStatus::UnknownTable(t) if map.is_some_and(|m| m.names_table(*t)) => Disposition::RefreshAndRetry,
+        ErrorStatus::UnknownTable(t) if named(*t) => Disposition::RefreshAndRetry,
         ErrorStatus::Retry { after_us } => {
             Disposition::RetryAfter(Duration::from_micros(u64::from(*after_us)).min(MAX_RETRY_DELAY))
         }
@@ -86,8 +85,10 @@ pub(crate) fn disposition(status: &ErrorStatus, map: Option<&TabletMap>) -> Disp
 /// What one round of a multi-op learned: the items to send again, and
 /// whether to refresh the tablet map or wait first.
 pub(crate) struct Retries<'a> {
-    /// The map the items were routed by.
-    pub map: &'a TabletMap,
+    /// Whether the map the items were routed by names each table
+    /// ([`TabletMap::per_table`]): then it names every item's table, since
+    /// every item was routed by it.
+    pub per_table: bool,
     pub pending: &'a mut Vec<usize>,
     pub refresh: bool,
     pub delay: Option<Duration>,
@@ -104,7 +105,7 @@ impl Retries<'_> {
         results: &mut [Option<Result<T, ErrorStatus>>],
     ) -> Option<ErrorStatus> {
         match r {
-            Err(s) => match disposition(&s, Some(self.map)) {
+            Err(s) => match disposition(&s, |_| self.per_table) {
                 Disposition::Final => {
                     results[i] = Some(Err(s));
                     None
@@ -235,8 +236,7 @@ pub(crate) mod conv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tablet::Tablet;
-    use shoal_proto::TableId;
+    use crate::tablet::{Tablet, TabletMap};
 
     #[test]
     fn an_unknown_table_is_retried_only_where_the_clients_map_names_it() {
@@ -248,9 +248,10 @@ mod tests {
         let single = TabletMap::single(addr);
         let unknown = |t| ErrorStatus::UnknownTable(TableId(t));
         // A server behind the coordinator: the client's map has the table.
-        assert!(matches!(disposition(&unknown(7), Some(&cluster)), Disposition::RefreshAndRetry));
-        assert!(matches!(disposition(&unknown(8), Some(&cluster)), Disposition::Final));
-        assert!(matches!(disposition(&unknown(7), Some(&single)), Disposition::Final));
-        assert!(matches!(disposition(&unknown(7), None), Disposition::Final));
+        assert!(matches!(disposition(&unknown(7), |t| cluster.names_table(t)), Disposition::RefreshAndRetry));
+        assert!(matches!(disposition(&unknown(8), |t| cluster.names_table(t)), Disposition::Final));
+        assert!(matches!(disposition(&unknown(7), |t| single.names_table(t)), Disposition::Final));
+        assert!(matches!(disposition(&unknown(7), |_| false), Disposition::Final));
+        assert!(cluster.per_table() && !single.per_table());
     }
 }

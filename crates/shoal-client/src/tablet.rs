@@ -64,6 +64,12 @@ impl TabletMap {
         self.tablets.iter().any(|t| t.table == Some(table))
     }
 
+    /// Whether every tablet names its table (a cluster's map), so that any
+    /// key the map locates is of a table it names.
+    pub fn per_table(&self) -> bool {
+        self.tablets.iter().all(|t| t.table.is_some())
+    }
+
     pub fn tablets(&self) -> &[Tablet] {
         &self.tablets
     }
