@@ -26,9 +26,10 @@ pub enum Tier {
     Cleaner,
 }
 
+/// The pool's bytes are shared memory whose access discipline is enforced
+/// by the log (see `read`/`write`); the free list is locked.
 pub struct Pool {
     mem: HugeMapping,
-    len: usize,
     seglet_bytes: usize,
     seglets: u32,
     free: Mutex<Vec<u32>>,
@@ -57,13 +58,8 @@ pub struct Pool {
 /// and the resident memory it adds is small beside any real data set.
 pub const POPULATE_AHEAD: usize = 4 << 20;
 
-// SAFETY: the pool's bytes are shared memory whose access discipline is
-// enforced by the log (see `read`/`write`); the free list is locked.
-unsafe impl Send for Pool {}
-unsafe impl Sync for Pool {}
-
 /// Size of a transparent huge page on x86-64.
-pub(crate) const HUGE_PAGE: usize = 2 << 20;
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Zero-filled anonymous memory aligned to [`HUGE_PAGE`] and marked for
 /// transparent huge pages, unmapped when dropped. The kernel backs it only
@@ -151,7 +147,6 @@ impl Pool {
         let free: Vec<u32> = (0..seglets).rev().collect();
         Pool {
             mem,
-            len,
             seglet_bytes,
             seglets,
             free_count: AtomicUsize::new(free.len()),
@@ -166,7 +161,7 @@ impl Pool {
 
     /// Bytes of the whole pool.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len
     }
 
     /// Makes `len` bytes of the pool from `offset` resident (writable pages
@@ -182,6 +177,11 @@ impl Pool {
     /// cover (see `frontier`).
     pub fn frontier_bytes(&self) -> usize {
         self.frontier.load(Ordering::Acquire) * self.seglet_bytes
+    }
+
+    /// Bytes from the start of the pool made resident by [`Pool::populate`].
+    pub fn populated_bytes(&self) -> usize {
+        self.populated.load(Ordering::Acquire)
     }
 
     /// Makes the calling thread the one [`Pool::alloc`] wakes

@@ -268,8 +268,6 @@ pub(crate) struct Counters {
     pub seglets_freed: AtomicU64,
     pub cleaning_ns: AtomicU64,
     _pad_cleaner: [u64; 8],
-    // The prefault thread.
-    pub prefaulted: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -291,7 +289,7 @@ pub(crate) struct Inner {
 pub struct Store {
     inner: Arc<Inner>,
     cleaner: Option<JoinHandle<()>>,
-    prefault: Option<JoinHandle<()>>,
+    populate: Option<JoinHandle<()>>,
 }
 
 thread_local! {
@@ -619,16 +617,14 @@ impl Store {
         } else {
             None
         };
-        let prefault = {
-            let i = inner.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("shoal-populate".into())
-                    .spawn(move || populate(&i))
-                    .expect("spawn populate"),
-            )
-        };
-        Ok(Store { inner, cleaner, prefault })
+        let i = inner.clone();
+        let populate = Some(
+            std::thread::Builder::new()
+                .name("shoal-populate".into())
+                .spawn(move || populate(&i))
+                .expect("spawn populate"),
+        );
+        Ok(Store { inner, cleaner, populate })
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -954,7 +950,7 @@ impl Store {
             seglets_freed: c.seglets_freed.load(Ordering::Relaxed),
             cleaning_ms: c.cleaning_ns.load(Ordering::Relaxed) / 1_000_000,
             write_cost: if appended == 0 { 1.0 } else { (appended + relocated) as f64 / appended as f64 },
-            prefaulted_bytes: c.prefaulted.load(Ordering::Relaxed),
+            prefaulted_bytes: i.segs.pool.populated_bytes() as u64,
         }
     }
 
@@ -1313,7 +1309,6 @@ fn populate(inner: &Inner) {
             return;
         }
         at += len;
-        inner.counters.prefaulted.store(at as u64, Ordering::Relaxed);
         if whole {
             std::thread::yield_now();
         }
@@ -1330,7 +1325,7 @@ impl Drop for Store {
         if let Some(h) = self.cleaner.take() {
             let _ = h.join();
         }
-        if let Some(h) = self.prefault.take() {
+        if let Some(h) = self.populate.take() {
             h.thread().unpark();
             let _ = h.join();
         }

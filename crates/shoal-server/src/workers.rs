@@ -106,8 +106,6 @@ struct Shared {
     spread: std::sync::atomic::AtomicBool,
     stopping: std::sync::atomic::AtomicBool,
     balancer: OnceLock<std::thread::Thread>,
-    /// Zero point of the workers' busy clocks.
-    epoch: Instant,
 }
 
 struct Worker {
@@ -147,10 +145,10 @@ impl BusyClock {
         }
     }
 
-    /// Nanoseconds busy by `now` (ns since the epoch).
-    fn busy_at(&self, now: u64) -> u64 {
+    /// Nanoseconds busy so far.
+    fn busy_now(&self) -> u64 {
         let since = self.running_since.load(Ordering::Acquire);
-        self.busy_ns.load(Ordering::Acquire) + if since == 0 { 0 } else { now.saturating_sub(since) }
+        self.busy_ns.load(Ordering::Acquire) + if since == 0 { 0 } else { self.now_ns().saturating_sub(since) }
     }
 }
 
@@ -220,7 +218,6 @@ impl Workers {
             spread: Default::default(),
             stopping: Default::default(),
             balancer: OnceLock::new(),
-            epoch,
         });
         let mut threads = Vec::with_capacity(n);
         for (i, runtime) in runtimes.into_iter().enumerate() {
@@ -305,10 +302,6 @@ fn start_on(shared: &Arc<Shared>, w: usize, stream: std::net::TcpStream, resume:
 }
 
 impl Shared {
-    fn now_ns(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() as u64).max(1)
-    }
-
     fn place(&self) -> usize {
         if !self.spread.load(Ordering::Acquire) {
             return 0;
@@ -461,9 +454,8 @@ fn balance(shared: &Arc<Shared>, requests: &(dyn Fn() -> u64 + Send + Sync)) {
             continue;
         }
         std::thread::park_timeout(WINDOW);
-        let now_ns = shared.now_ns();
         let at = Instant::now();
-        let busy = [shared.workers[0].clock.busy_at(now_ns), shared.workers[1].clock.busy_at(now_ns)];
+        let busy = [shared.workers[0].clock.busy_now(), shared.workers[1].clock.busy_now()];
         let count = requests();
         if let Some((t, b0, r0)) = last {
             let span = at.duration_since(t).as_secs_f64();
