@@ -65,6 +65,13 @@ pub enum ControlRequest {
     /// `epoch` are stale. Floors only grow. Answered by `Ok` once saved;
     /// the master acknowledges no more writes to those segments until then.
     RaiseReplicaFloors { server: ServerId, floors: Vec<ReplicaFloor> },
+    /// `server`, writing `log` (the incarnation its `Enlisted` named), asks
+    /// for its master lease to be extended (`docs/recovery.md`, "Leases"):
+    /// it serves its tablets, reads included, only while it holds one.
+    /// Answered by `Lease`, counted from when the server sent this request;
+    /// refused (`invalid_request`) for a server that is down, is being
+    /// declared dead, or has enlisted again since (an older `log`).
+    RenewLease { server: ServerId, log: LogId },
 }
 
 /// Most floors one `RaiseReplicaFloors` may carry.
@@ -91,6 +98,11 @@ pub enum ControlResponse {
     Ok,
     Stats {
         stats: serde_json::Value,
+    },
+    /// A master lease of `ms` milliseconds, counted from when the request
+    /// was sent.
+    Lease {
+        ms: u64,
     },
     Error {
         code: ControlErrorCode,

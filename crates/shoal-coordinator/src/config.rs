@@ -63,6 +63,18 @@ pub struct CoordinatorArgs {
     /// the servers come back one by one, and each recovers its own log.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_RESTART_GRACE_MS)]
     pub restart_grace_ms: u64,
+
+    /// Length of a master's lease, in milliseconds. A server serves its
+    /// tablets (reads included) only while it holds a lease, renewed here
+    /// every quarter of this; a server that cannot renew (stopped, cut off
+    /// from the coordinator) stops serving when it ends, and a dead
+    /// server's tablets are served elsewhere only after its lease surely
+    /// ended (this plus 4% and 50 ms after its last renewal). Longer
+    /// leases ride out longer coordinator outages; shorter ones make crash
+    /// recovery start sooner (docs/recovery.md, "Leases").
+    #[arg(long, value_name = "MS", default_value_t = crate::lease::DEFAULT_LEASE_MS,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub lease_ms: u64,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -88,6 +100,8 @@ pub struct CoordinatorConfig {
     /// After a restart on an existing cluster, how long suspicions of
     /// servers that have not enlisted again are ignored.
     pub restart_grace: Duration,
+    /// Length of master leases (`--lease-ms`).
+    pub lease: Duration,
 }
 
 impl Default for CoordinatorConfig {
@@ -103,6 +117,7 @@ impl Default for CoordinatorConfig {
                 timeout: Duration::from_millis(DEFAULT_PROBE_TIMEOUT_MS),
             },
             restart_grace: Duration::from_millis(DEFAULT_RESTART_GRACE_MS),
+            lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
         }
     }
 }
@@ -116,6 +131,7 @@ impl From<CoordinatorArgs> for CoordinatorConfig {
             log_level: args.log_level,
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             restart_grace: Duration::from_millis(args.restart_grace_ms),
+            lease: Duration::from_millis(args.lease_ms),
             ..CoordinatorConfig::default()
         }
     }

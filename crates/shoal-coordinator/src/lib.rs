@@ -18,6 +18,7 @@
 //! * [`store`]: durability ([`StateStore`], [`DirStore`]).
 
 mod config;
+pub mod lease;
 pub mod probe;
 mod server;
 mod service;

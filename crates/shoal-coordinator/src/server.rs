@@ -64,7 +64,10 @@ impl Coordinator {
         store: Arc<dyn StateStore>,
     ) -> Result<Coordinator, CoordinatorError> {
         let service = Arc::new(
-            Service::open(store, config.replicas, config.probe).await?.with_restart_grace(config.restart_grace),
+            Service::open(store, config.replicas, config.probe)
+                .await?
+                .with_restart_grace(config.restart_grace)
+                .with_lease(config.lease),
         );
         let listener = TcpListener::bind(config.listen)
             .await

@@ -21,11 +21,13 @@
 //! ([`RecoveryClock`]) for the log and `stats`.
 
 use crate::config::CoordinatorError;
+use crate::lease::{Leases, DEFAULT_LEASE_MS};
 use crate::probe::{probe, ProbeConfig};
 use crate::state::{self, ClusterState, Outcome};
 use crate::store::StateStore;
 use shoal_cluster::map::{ClusterMap, Recovery, ServerId, ServerState};
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_common::LogId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -58,6 +60,8 @@ pub(crate) struct Service {
     restart_grace: Duration,
     /// Servers that enlisted since this process started.
     enlisted: parking_lot::Mutex<BTreeSet<ServerId>>,
+    /// Master leases granted by this process (`lease.rs`).
+    leases: parking_lot::Mutex<Leases>,
 }
 
 /// Suspects being checked, and when each was first reported.
@@ -99,6 +103,12 @@ impl Service {
     /// logs.
     pub(crate) fn with_restart_grace(mut self, grace: Duration) -> Service {
         self.restart_grace = grace;
+        self
+    }
+
+    /// Grants master leases of `duration` (`--lease-ms`).
+    pub(crate) fn with_lease(self, duration: Duration) -> Service {
+        *self.leases.lock() = Leases::new(duration, self.started);
         self
     }
 
@@ -160,7 +170,7 @@ impl Service {
             store,
             map,
             probe,
-            started: Instant::now(),
+            started: now,
             requests: AtomicU64::new(0),
             enlistments: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
@@ -170,6 +180,7 @@ impl Service {
             resumed,
             restart_grace: Duration::from_millis(crate::config::DEFAULT_RESTART_GRACE_MS),
             enlisted: Default::default(),
+            leases: parking_lot::Mutex::new(Leases::new(Duration::from_millis(DEFAULT_LEASE_MS), now)),
         })
     }
 
@@ -202,7 +213,18 @@ impl Service {
                 self.suspect(reporter, suspect, shutdown.clone());
                 ControlResponse::Ok
             }
+            ControlRequest::RenewLease { server, log } => {
+                let granted = self.leases.lock().renew(&self.map(), (server, log), Instant::now());
+                match granted {
+                    Ok(d) => ControlResponse::Lease { ms: d.as_millis() as u64 },
+                    Err(why) => ControlResponse::Error {
+                        code: ControlErrorCode::InvalidRequest,
+                        message: format!("no lease for server {server} writing log {}: {why}", log.0),
+                    },
+                }
+            }
             req @ ControlRequest::Enlist { .. } => {
+                self.end_leases_replaced_by(&req).await;
                 let answer = self.change(req).await;
                 if let ControlResponse::Enlisted { server, .. } = &answer {
                     self.enlisted.lock().insert(*server);
@@ -214,6 +236,37 @@ impl Service {
             | ControlRequest::Recovered { .. }
             | ControlRequest::RecoveryDone { .. }
             | ControlRequest::RaiseReplicaFloors { .. }) => self.change(req).await,
+        }
+    }
+
+    /// An enlistment ends the incarnations it replaces (the same id again,
+    /// or a live server's native address): condemns their leases
+    /// and waits until they surely ended, so that the newcomer never serves
+    /// while an old incarnation (a zombie) still may.
+    async fn end_leases_replaced_by(&self, req: &ControlRequest) {
+        let ControlRequest::Enlist { previous, native, .. } = req else { return };
+        let map = self.map();
+        let replaced: Vec<(ServerId, LogId)> = map
+            .servers
+            .iter()
+            .filter(|s| s.state != ServerState::Down)
+            .filter(|s| Some(s.id) == *previous || (!native.ip().is_unspecified() && s.native == *native))
+            .map(|s| (s.id, s.log))
+            .collect();
+        let until = {
+            let mut leases = self.leases.lock();
+            replaced.iter().map(|&inc| leases.condemn(inc)).max()
+        };
+        if let Some(until) = until {
+            let wait = until.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                info!(
+                    "enlistment replaces {:?}: waiting {} ms for their leases to end",
+                    replaced.iter().map(|(s, l)| format!("server {s} (log {})", l.0)).collect::<Vec<_>>(),
+                    wait.as_millis()
+                );
+                tokio::time::sleep_until(until.into()).await;
+            }
         }
     }
 
@@ -276,15 +329,16 @@ impl Service {
     /// `reporter` cannot reach `suspect`: unless it is unknown, already
     /// down, or being checked, check it in the background and declare it
     /// dead if it answers no PING.
-    fn suspect(self: &Arc<Self>, reporter: ServerId, suspect: ServerId, shutdown: watch::Receiver<bool>) {
+    fn suspect(self: &Arc<Self>, reporter: ServerId, suspect: ServerId, mut shutdown: watch::Receiver<bool>) {
         let map = self.map();
         let native = match map.server(suspect) {
             None => return debug!("server {reporter} suspects server {suspect}, which is unknown; ignored"),
             Some(s) if s.state == ServerState::Down => {
                 return debug!("server {reporter} suspects server {suspect}, which is already down; ignored")
             }
-            Some(s) => s.native,
+            Some(s) => (s.native, s.log),
         };
+        let (native, log) = native;
         if self.resumed && self.started.elapsed() < self.restart_grace && !self.enlisted.lock().contains(&suspect) {
             return info!(
                 "server {reporter} suspects server {suspect}, which has not enlisted since this coordinator \
@@ -311,10 +365,22 @@ impl Service {
                 }
                 Err(_) if *shutdown.borrow() => {}
                 Err(why) => {
+                    // Nobody else serves its tablets while it may still hold
+                    // a lease (docs/recovery.md, "Leases").
+                    let until = this.leases.lock().condemn((suspect, log));
                     warn!(
-                        "server {suspect} at {native} answered none of {} pings ({why}); declaring it dead",
-                        this.probe.attempts
+                        "server {suspect} at {native} answered none of {} pings ({why}); declaring it dead once \
+                         its lease has ended ({} ms)",
+                        this.probe.attempts,
+                        until.saturating_duration_since(Instant::now()).as_millis()
                     );
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until.into()) => {}
+                        _ = shutdown.wait_for(|s| *s) => {
+                            this.detection.lock().checking.remove(&suspect);
+                            return;
+                        }
+                    }
                     let declare = move |s: &mut ClusterState, now| Outcome {
                         response: ControlResponse::Ok,
                         changed: s.declare_dead(suspect, now),
@@ -367,6 +433,7 @@ impl Service {
                 }
                 let before = std::mem::replace(&mut *current, next);
                 this.map.send_replace(Arc::new(current.map().clone()));
+                this.leases.lock().retain_live(current.map());
                 after(&this, &out, &current);
                 this.track_recoveries(before.map(), current.map());
             } else {
@@ -591,6 +658,7 @@ fn op_name(req: &ControlRequest) -> &'static str {
         ControlRequest::Suspect { .. } => "suspect",
         ControlRequest::RecoveryDone { .. } => "recovery_done",
         ControlRequest::RaiseReplicaFloors { .. } => "raise_replica_floors",
+        ControlRequest::RenewLease { .. } => "renew_lease",
     }
 }
 

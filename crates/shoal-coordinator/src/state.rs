@@ -213,6 +213,11 @@ impl ClusterState {
                 self.recovery_done(*recovery, *partition, *server)
             }
             ControlRequest::RaiseReplicaFloors { server, floors } => self.raise_replica_floors(*server, floors),
+            // Leases are timing, not durable state: the service grants them
+            // (`lease.rs`) and never passes this request here.
+            ControlRequest::RenewLease { .. } => {
+                Outcome::unchanged(invalid("leases are granted by the coordinator's service, not its state"))
+            }
         }
     }
 

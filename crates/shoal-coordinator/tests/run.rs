@@ -18,6 +18,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         probe_timeout_ms: 250,
         probe_attempts: 2,
         restart_grace_ms: 10_000,
+        lease_ms: 2000,
     };
     let running = tokio::spawn(run(args.clone()));
 

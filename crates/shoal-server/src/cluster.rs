@@ -9,6 +9,7 @@
 //! restart recovery.
 
 use crate::config::{ReplicationMode, ServerConfig};
+use crate::lease::Lease;
 use parking_lot::{Mutex, RwLock};
 use shoal_cluster::control::call_blocking;
 use shoal_cluster::{
@@ -59,6 +60,10 @@ pub enum Route {
     Remote { native: SocketAddr, resp: SocketAddr },
     /// Here, once the restart recovery has rebuilt this server's tablets.
     Recovering,
+    /// Here, but this server's lease has lapsed (it lost touch with the
+    /// coordinator, or was stopped): served again once it is renewed,
+    /// never if the server was declared dead meanwhile.
+    NoLease,
     /// No tablet holds the key (the table does not exist in the cluster).
     NoTablet,
 }
@@ -92,6 +97,9 @@ pub struct ClusterNode {
     /// Declared dead by the coordinator (this server is a zombie): it
     /// serves nothing and stops.
     dead: AtomicBool,
+    /// This incarnation's master lease (`lease.rs`): its tablets are
+    /// served only while it is held.
+    pub lease: Lease,
     /// Crash-recovery partitions this server is replaying now, by
     /// (recovery id, partition index).
     replaying: Mutex<HashSet<(u64, u32)>>,
@@ -198,6 +206,7 @@ impl ClusterNode {
             recover,
             recovery: Mutex::new(RecoveryProgress::default()),
             dead: AtomicBool::new(false),
+            lease: Lease::default(),
             replaying: Mutex::new(HashSet::new()),
             partitions: Mutex::new(Vec::new()),
         };
@@ -251,7 +260,13 @@ impl ClusterNode {
             return Route::NoTablet;
         };
         if t.master == self.id {
-            return if self.is_recovering() { Route::Recovering } else { Route::Local };
+            return if self.is_recovering() {
+                Route::Recovering
+            } else if !self.lease.held() {
+                Route::NoLease
+            } else {
+                Route::Local
+            };
         }
         match map.server(t.master) {
             Some(s) if s.state != ServerState::Down => Route::Remote { native: s.native, resp: s.resp },
@@ -370,6 +385,7 @@ impl ClusterNode {
         let me = map.server(self.id);
         if me.is_some_and(|s| s.state == ServerState::Down) && !self.dead.swap(true, Ordering::AcqRel) {
             warn!("the coordinator declared this server ({}) dead: serving nothing more and stopping", self.id);
+            self.lease.revoke();
             // Writes waiting for replication are never acknowledged.
             self.replicator.shutdown();
             on_dead();

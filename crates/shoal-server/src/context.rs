@@ -88,6 +88,13 @@ impl ServerContext {
         (node.replicator.durable() < pos).then_some(pos)
     }
 
+    /// Whether replies to commands that read or wrote stored data may go
+    /// out: always on a standalone server; in a cluster, while this
+    /// server's lease holds (`lease.rs`). Call it after the commands ran.
+    pub fn lease_held(&self) -> bool {
+        self.cluster.as_ref().is_none_or(|node| node.lease.held())
+    }
+
     /// Waits until the log is durable up to `pos` (from
     /// [`ServerContext::replication_target`]); false if replication stopped
     /// (the server is shutting down) and the writes must not be acknowledged.
@@ -283,6 +290,9 @@ pub struct ServerStats {
     pub reply_overflows: AtomicU64,
     /// Connections closed because they made no progress for the idle timeout.
     pub idle_timeouts: AtomicU64,
+    /// Connections closed because this server's lease lapsed while their
+    /// commands ran (their replies were dropped: `lease.rs`).
+    pub lease_lapses: AtomicU64,
     pub commands: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,

@@ -27,6 +27,7 @@
 pub mod cluster;
 pub mod config;
 pub mod context;
+pub mod lease;
 pub mod listener;
 pub mod native;
 pub mod resp;

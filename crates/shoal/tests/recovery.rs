@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use shoal_client::blocking::Client;
-use shoal_client::{ClientConfig, Connection, Request, TableId};
+use shoal_client::{ClientConfig, Connection, Request, Response, TableId};
 use shoal_cluster::{ClusterMap, ServerId, ServerState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -206,6 +206,101 @@ fn a_zombie_master_acknowledges_nothing_after_its_tablets_moved() {
     let mut c = cluster.client();
     for k in &keys {
         assert_eq!(c.read(table, k).unwrap().0, b"before");
+    }
+    cluster.kill_all();
+}
+
+/// A zombie's stale reads (issue 11): a master stopped (SIGSTOP) while
+/// its tablets are recovered elsewhere and overwritten there must not,
+/// once it runs again, answer reads with the values it still holds, on
+/// connections opened before the pause (native and RESP) or after.
+#[test]
+fn a_zombie_master_answers_no_read_after_its_tablets_moved() {
+    use std::io::{BufRead, BufReader, Write};
+    let root = Root::new("recovery-zombie-reads");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let table = cluster.client().create_table("stale").unwrap();
+    // The RESP port's database 0 is the table "db0".
+    let db0 = cluster.client().create_table("db0").unwrap();
+    table_map(&cluster, db0);
+    let map = table_map(&cluster, table);
+    let zombie = busiest(&map, table);
+    let (zombie_native, zombie_resp) = {
+        let s = map.server(zombie).unwrap();
+        (s.native, s.resp)
+    };
+    let keys: Vec<Vec<u8>> =
+        (0..5000).map(|i| format!("s{i}").into_bytes()).filter(|k| owner(&map, table, k) == zombie).take(20).collect();
+    let mut c = cluster.client();
+    for k in &keys {
+        c.write(table, k, b"before").unwrap();
+    }
+    // Connections opened (and used) before the pause.
+    let config = ClientConfig { timeout: Some(Duration::from_secs(10)), ..ClientConfig::default() };
+    let mut native = Connection::connect(zombie_native, &config).unwrap();
+    native.send(&Request::Read { table, key: &keys[0], rules: Default::default() }).unwrap();
+    assert!(matches!(native.recv().unwrap().reply(), Ok(Ok(Response::Read { value, .. })) if value == b"before"));
+    let mut resp = std::net::TcpStream::connect(zombie_resp).unwrap();
+    resp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut resp_in = BufReader::new(resp.try_clone().unwrap());
+    let get = |key: &[u8]| {
+        let mut cmd = format!("*2\r\n$3\r\nGET\r\n${}\r\n", key.len()).into_bytes();
+        cmd.extend_from_slice(key);
+        cmd.extend_from_slice(b"\r\n");
+        cmd
+    };
+    let resp_key: Vec<u8> =
+        (0..5000).map(|i| format!("r{i}").into_bytes()).find(|k| owner(&map, db0, k) == zombie).unwrap();
+    c.write(db0, &resp_key, b"before").unwrap();
+    let idx = process_of(&root.0, &cluster, zombie);
+    let pid = cluster.servers[idx].id();
+    signal(pid, "-STOP");
+    wait_map(&cluster, "the zombie's recovery", 30, |m| recovered(m, zombie));
+    // New values, acknowledged by the recovery masters.
+    let mut c = cluster.client();
+    for k in &keys {
+        c.write(table, k, b"after").unwrap();
+    }
+    c.write(db0, &resp_key, b"after").unwrap();
+    // Reads sent to the zombie while it is stopped, answered (if at all)
+    // once it runs again.
+    for k in &keys {
+        let _ = native.send(&Request::Read { table, key: k, rules: Default::default() });
+    }
+    resp.write_all(&get(&resp_key)).unwrap();
+    signal(pid, "-CONT");
+    let mut stale = 0;
+    for _ in 0..keys.len() {
+        match native.recv() {
+            Ok(frame) => {
+                if let Ok(Ok(Response::Read { value, .. })) = frame.reply() {
+                    assert_eq!(value, b"after", "a read answered with neither value");
+                    stale += usize::from(value == b"before");
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    assert_eq!(stale, 0, "the zombie answered {stale} reads with stale values on a connection from before the pause");
+    // RESP: the zombie held the key's tablet in its map, so it never
+    // forwards the GET: nothing but an error or a closed connection.
+    let mut line = String::new();
+    match resp_in.read_line(&mut line) {
+        Ok(0) | Err(_) => {}
+        Ok(_) => assert!(line.starts_with('-'), "the zombie answered a RESP GET with {line:?}"),
+    }
+    // The zombie stops on its own.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(_)) = cluster.servers[idx].try_wait() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the zombie did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut c = cluster.client();
+    for k in &keys {
+        assert_eq!(c.read(table, k).unwrap().0, b"after");
     }
     cluster.kill_all();
 }

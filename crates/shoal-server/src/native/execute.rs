@@ -24,9 +24,11 @@ const ENUMERATE_BYTES: usize = 1 << 20;
 pub struct Scratch {
     value: Vec<u8>,
     values: Vec<u8>,
-    /// A request since the last reset may have appended to the log: its
-    /// reply waits until the log is durable (see `ServerContext::wait_durable`).
-    pub mutated: bool,
+    /// A request since the last reset read or wrote stored data: its reply
+    /// waits until the log is durable (a read must not show what a crash
+    /// could still lose; see `ServerContext::wait_durable`) and needs the
+    /// lease (`ServerContext::lease_held`).
+    pub touched: bool,
 }
 
 impl Scratch {
@@ -84,8 +86,16 @@ fn apply<'s>(
     max_response: usize,
 ) -> Result<Response<'s>, ErrorStatus> {
     let store = &ctx.store;
-    if req.mutates() {
-        scratch.mutated = true;
+    // Table operations go to the coordinator; PING and STATS read no object.
+    if !matches!(
+        req,
+        Request::Ping
+            | Request::Stats
+            | Request::CreateTable { .. }
+            | Request::DropTable { .. }
+            | Request::GetTableId { .. }
+    ) {
+        scratch.touched = true;
     }
     Ok(match req {
         Request::Ping => Response::Ping,
@@ -251,6 +261,10 @@ fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
         Route::Local => Ok(()),
         Route::Remote { .. } => Err(ErrorStatus::UnknownTablet),
         Route::Recovering => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+        // This server's lease lapsed: renewed within a few tenths of a
+        // second if the coordinator answers; if this server was declared
+        // dead instead, the client's map refresh sends it elsewhere.
+        Route::NoLease => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
         Route::NoTablet => match node.map().tables.iter().any(|t| t.id == table) {
             true => Err(ErrorStatus::UnknownTablet),
             false => Err(ErrorStatus::UnknownTable(table)),

@@ -266,12 +266,20 @@ async fn serve_connection(
     }
 }
 
-/// Before replies to writes go out: in a cluster, waits until the log is
-/// durable up to everything applied so far (group commit: every write of
-/// every connection applied meanwhile rides the same replication round).
+/// Before replies go out, if a request since the last call read or wrote
+/// stored data (in a cluster): the connection closes without them unless
+/// this server's lease held after those requests ran (another server may
+/// serve their keys by now), and they wait until the log is durable up to
+/// everything applied so far (group commit: every write of every
+/// connection applied meanwhile rides the same replication round; a read
+/// never shows what a crash could still lose).
 async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed> {
-    if !std::mem::take(&mut scratch.mutated) {
+    if !std::mem::take(&mut scratch.touched) {
         return Ok(());
+    }
+    if !ctx.lease_held() {
+        ServerStats::add(&ctx.stats.lease_lapses, 1);
+        return Err("this server's lease lapsed while its requests ran; replies dropped".into());
     }
     match ctx.replication_target() {
         Some(pos) if !ctx.wait_durable(pos).await => Err("replication stopped; writes not acknowledged".into()),

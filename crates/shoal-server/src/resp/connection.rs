@@ -73,6 +73,9 @@ enum End {
     Shutdown,
     /// Replication stopped before the replies' writes were durable.
     NotDurable,
+    /// This server's lease lapsed while commands of the last batch ran:
+    /// their replies were dropped (see `Conn::hold`).
+    LeaseLapsed,
     Io(std::io::Error),
     /// Handed back to move to another worker (see `workers`).
     Moved(std::net::TcpStream),
@@ -334,7 +337,11 @@ impl Conn {
                     self.forward = None;
                     let from = self.output.len();
                     self.output.extend_from_slice(&reply);
-                    self.hold(from);
+                    if let Some(end) = self.hold(from) {
+                        closing = Some((end, Instant::now() + CLOSE_GRACE));
+                        timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                        continue;
+                    }
                     if self.output.len() > self.reply_limit {
                         ServerStats::add(&self.ctx.stats.reply_overflows, 1);
                         return End::ReplyOverflow;
@@ -435,24 +442,35 @@ impl Conn {
         if self.inline.capacity() > KEEP_BUFFER {
             self.inline = Vec::new();
         }
-        self.hold(from);
-        end
+        self.hold(from).or(end)
     }
 
-    /// Replies were appended to `output` from offset `from` on: in a
-    /// cluster, holds them back if a command since the last call wrote
-    /// (until the log is durable up to now), or if replies before them are
-    /// held.
-    fn hold(&mut self, from: usize) {
+    /// Replies were appended to `output` from offset `from` on. In a
+    /// cluster, if a command since the last call read or wrote stored data,
+    /// they are held back until the log is durable up to now (so that no
+    /// reply shows data a crash could still lose), or if replies before
+    /// them are held. If this server's lease did not hold after those
+    /// commands ran, the new replies are dropped and the connection must
+    /// close ([`End::LeaseLapsed`]): another server may already serve their
+    /// keys, so what they read may be stale.
+    fn hold(&mut self, from: usize) -> Option<End> {
         let appended = self.output.len() - from;
-        let target = if std::mem::take(&mut self.session.mutated) { self.ctx.replication_target() } else { None };
+        let touched = std::mem::take(&mut self.session.touched);
+        if touched && !self.ctx.lease_held() {
+            ServerStats::add(&self.ctx.stats.lease_lapses, 1);
+            self.output.truncate(from);
+            self.more = false;
+            return Some(End::LeaseLapsed);
+        }
+        let target = if touched { self.ctx.replication_target() } else { None };
         match (target, self.held.back_mut()) {
-            (None, None) => return,
+            (None, None) => return None,
             (Some(pos), Some(back)) if back.0 >= pos => back.1 += appended,
             (Some(pos), _) => self.held.push_back((pos, appended)),
             (None, Some(back)) => back.1 += appended,
         }
         self.held_bytes += appended;
+        None
     }
 
     fn protocol_error(&mut self, e: frame::FrameError) -> End {

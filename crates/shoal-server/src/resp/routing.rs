@@ -43,6 +43,11 @@ pub const CROSSSLOT: ErrorReply = ErrorReply::new("CROSSSLOT Keys in request don
 pub const NOT_HERE: ErrorReply =
     ErrorReply::new("TRYAGAIN the key's tablet is not served by this server (cluster map changing)");
 pub const NO_TABLET: ErrorReply = ErrorReply::new("TRYAGAIN no tablet serves this key yet (cluster map changing)");
+/// How long a command on a key of this server is retried while the
+/// server's lease has lapsed, before it is refused with [`NO_LEASE`].
+pub const NO_LEASE_PATIENCE: Duration = Duration::from_secs(3);
+pub const NO_LEASE: ErrorReply =
+    ErrorReply::new("TRYAGAIN this server's lease on the key's tablet has lapsed (no contact with the coordinator)");
 
 /// What to do with one command.
 pub enum Routed {
@@ -68,6 +73,7 @@ enum Owner {
 enum Unserved {
     Recovering,
     NoTablet,
+    NoLease,
 }
 
 /// Decides where the command `entry` with `args` (arity checked) runs, for
@@ -160,20 +166,25 @@ fn owner_of_hash(node: &ClusterNode, table: TableId, hash: KeyHash) -> Result<Ow
         Route::Remote { resp, .. } => Ok(Owner::There(resp)),
         Route::Recovering => Err(Unserved::Recovering),
         Route::NoTablet => Err(Unserved::NoTablet),
+        Route::NoLease => Err(Unserved::NoLease),
     }
 }
 
 fn unserved(s: &mut Session, why: Unserved) -> Routed {
     match why {
         Unserved::Recovering => Routed::Error(RECOVERING),
-        Unserved::NoTablet => {
-            let since = *s.no_tablet_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= NO_TABLET_PATIENCE {
-                Routed::Error(NO_TABLET)
-            } else {
-                Routed::Wait
-            }
-        }
+        Unserved::NoTablet => wait_or(s, NO_TABLET_PATIENCE, NO_TABLET),
+        Unserved::NoLease => wait_or(s, NO_LEASE_PATIENCE, NO_LEASE),
+    }
+}
+
+/// Runs the command again after [`NO_TABLET_RETRY`] until it has waited
+/// `patience`, then answers `error`.
+fn wait_or(s: &mut Session, patience: Duration, error: ErrorReply) -> Routed {
+    let since = *s.no_tablet_since.get_or_insert_with(Instant::now);
+    match since.elapsed() >= patience {
+        true => Routed::Error(error),
+        false => Routed::Wait,
     }
 }
 
@@ -270,8 +281,8 @@ fn run_here(s: &mut Session, entry: &'static Entry, words: &[&[u8]]) -> BytesMut
     if let Err(e) = (entry.run)(Args::new(&data, &spans), s, &mut reply) {
         reply.error(&e);
     }
-    if cmd::writes(entry.spec) {
-        s.mutated = true;
+    if cmd::touches_data(entry.spec) {
+        s.touched = true;
     }
     out
 }

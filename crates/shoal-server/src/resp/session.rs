@@ -36,10 +36,10 @@ pub struct Session {
     /// Set by SHOAL.LOCAL (on connections from other servers): run every
     /// command here, never forward (see `routing`).
     pub local_only: bool,
-    /// In a cluster: a command run since the connection last took this
-    /// flag may have written to the log, so its reply must wait until the
-    /// log is durable.
-    pub mutated: bool,
+    /// In a cluster: a command run here since the connection last took
+    /// this flag read or wrote stored data (`cmd::touches_data`): its reply
+    /// waits until the log is durable and needs the lease.
+    pub touched: bool,
     /// When the request being retried first found no tablet for its key.
     pub no_tablet_since: Option<Instant>,
     tables: TableCache,
@@ -73,7 +73,7 @@ impl Session {
             scratch: Vec::new(),
             clustered,
             local_only: false,
-            mutated: false,
+            touched: false,
             no_tablet_since: None,
             tables: TableCache::default(),
         }
@@ -112,8 +112,8 @@ impl Session {
                     return Step::Forward(job);
                 }
             }
-            if cmd::writes(entry.spec) {
-                self.mutated = true;
+            if cmd::touches_data(entry.spec) {
+                self.touched = true;
             }
         }
         ServerStats::add(&self.ctx.stats.commands, 1);

@@ -139,6 +139,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("rejected_connections:{}", get(&st.connections_rejected));
             line!("client_output_buffer_limit_disconnections:{}", get(&st.reply_overflows));
             line!("client_idle_timeout_disconnections:{}", get(&st.idle_timeouts));
+            line!("lease_lapse_disconnections:{}", get(&st.lease_lapses));
             line!("total_error_replies:0");
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));

@@ -130,10 +130,17 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
 ];
 
-/// Whether the command may write (its reply then waits, in a cluster,
-/// until the log is durable).
+/// Whether the command may write.
 pub fn writes(spec: &CommandSpec) -> bool {
     spec.flags.contains(&"write")
+}
+
+/// Whether the command reads or writes stored data (Redis's `readonly` and
+/// `write` flags). In a cluster its reply waits until the log is durable
+/// (a read must not return what a crash could still lose) and goes out
+/// only if this server's lease held after it ran (`lease.rs`).
+pub fn touches_data(spec: &CommandSpec) -> bool {
+    writes(spec) || spec.flags.contains(&"readonly")
 }
 
 /// The entry for a command name, in any case.
