@@ -6,7 +6,7 @@
 //! process), and one that is closed (a killed process).
 
 use shoal_cluster::{
-    ClusterMap, ControlClient, ControlErrorCode, ControlRequest, ControlResponse, ServerId, ServerState,
+    ClusterMap, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId, ServerState,
 };
 use shoal_coordinator::{Coordinator, CoordinatorConfig};
 use shoal_proto::{check_frame, Response};
@@ -18,10 +18,17 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// A coordinator with 100 ms leases: the fake servers here never renew,
+/// so a declaration waits at most 100 ms * 1.04 + 50 ms after its start.
 async fn start(dir: &Path) -> Coordinator {
+    start_with_lease(dir, Duration::from_millis(100)).await
+}
+
+async fn start_with_lease(dir: &Path, lease: Duration) -> Coordinator {
     let config = CoordinatorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         data_dir: dir.to_path_buf(),
+        lease,
         ..CoordinatorConfig::default()
     };
     Coordinator::start(config).await.expect("coordinator starts")
@@ -163,6 +170,46 @@ async fn a_silent_server_is_declared_dead_and_an_answering_one_is_not() {
     assert_eq!(s["recoveries"][0]["id"], r.id);
     assert!(s["recoveries"][0]["detection_ms"].as_u64().unwrap() >= 450);
     assert!(s["recoveries"][0]["elapsed_ms"].is_u64());
+}
+
+/// Leases (docs/recovery.md): a suspect that renewed its lease is declared
+/// dead (and its tablets planned for recovery) only once that lease has
+/// surely ended, and it gets no renewal once condemned.
+#[tokio::test]
+async fn a_dead_server_s_tablets_wait_for_its_lease_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let lease = Duration::from_millis(1500);
+    let coordinator = start_with_lease(dir.path(), lease).await;
+    let mut c = ControlClient::new(coordinator.local_addr());
+    let (alive_addr, _) = answering().await;
+    let alive = enlist(&mut c, None, alive_addr).await;
+    let killed = enlist(&mut c, None, closed()).await;
+    c.create_table("t", 2).await.unwrap();
+    let log = c.get_map().await.unwrap().server(killed).unwrap().log;
+    // Wait out the lease this coordinator assumes at its start, then renew.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    let renewed = Instant::now();
+    let renew = ControlRequest::RenewLease { server: killed, log };
+    assert_eq!(c.call(&renew).await.unwrap(), ControlResponse::Lease { ms: 1500 });
+    suspect(&mut c, alive, killed).await;
+    // The probe fails at once (closed port); the declaration waits.
+    let map = wait_map(&mut c, Duration::from_secs(5), |m| state(m, killed) == ServerState::Down).await.unwrap();
+    let took = renewed.elapsed();
+    assert!(took >= Duration::from_millis(1500 * 104 / 100 + 50), "declared {took:?} after the renewal");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert_eq!(map.recoveries.len(), 1);
+    // Condemned, then down: no more leases for it, nor for a stale log.
+    match c.call(&renew).await {
+        Err(ControlError::Refused { code: ControlErrorCode::InvalidRequest, .. }) => {}
+        other => panic!("a dead server got {other:?}"),
+    }
+    let alive_log = map.server(alive).unwrap().log;
+    let stale = ControlRequest::RenewLease { server: alive, log: shoal_common::LogId(alive_log.0 + 100) };
+    assert!(matches!(c.call(&stale).await, Err(ControlError::Refused { .. })));
+    assert_eq!(
+        c.call(&ControlRequest::RenewLease { server: alive, log: alive_log }).await.unwrap(),
+        ControlResponse::Lease { ms: 1500 }
+    );
 }
 
 #[tokio::test]
