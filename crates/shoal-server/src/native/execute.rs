@@ -7,7 +7,7 @@ use crate::cluster::Route;
 use crate::context::{ServerContext, ServerStats, TableError};
 use shoal_engine::{key_hash, EnumCursor, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
 use shoal_proto::{
-    encode_error, DecodeError, ErrorStatus, Header, Object, Request, Response, Stat, StatValue, Version,
+    encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, Version,
 };
 use std::borrow::Cow;
 
@@ -27,6 +27,8 @@ pub struct Scratch {
     /// A request since the last reset may have appended to the log: its
     /// reply waits until the log is durable (see `ServerContext::wait_durable`).
     pub mutated: bool,
+    /// An AUTH request of this connection logged it in.
+    authenticated: bool,
 }
 
 impl Scratch {
@@ -59,6 +61,15 @@ pub fn execute(
         encode_error(out, id, header.opcode, &e);
         return;
     }
+    // Before logging in, only PING (so that failure detectors need no
+    // credentials) and AUTH are even decoded.
+    if !scratch.authenticated
+        && ctx.auth.required()
+        && !matches!(Opcode::from_u8(header.opcode), Some(Opcode::Ping | Opcode::Auth))
+    {
+        encode_error(out, id, header.opcode, &ErrorStatus::NotAuthenticated);
+        return;
+    }
     let req = match Request::decode(header.opcode, body) {
         Ok(r) => r,
         Err(e) => {
@@ -89,6 +100,13 @@ fn apply<'s>(
     }
     Ok(match req {
         Request::Ping => Response::Ping,
+        Request::Auth { user, password } => {
+            if !ctx.auth.authenticate(user, password) {
+                return Err(ErrorStatus::AuthFailed);
+            }
+            scratch.authenticated = true;
+            Response::Auth
+        }
         Request::Read { table, key, rules } => {
             owner(ctx, table, key)?;
             let version = store.read_into(table, key, rules, &mut scratch.value).map_err(status_of)?;
