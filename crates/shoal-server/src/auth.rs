@@ -180,8 +180,10 @@ impl Users {
         })
     }
 
-    /// The users given `requirepass` and the text of an ACL file.
+    /// The users given `requirepass` and the text of an ACL file. An empty
+    /// `requirepass` is no password, as in Redis.
     pub fn new(requirepass: Option<&Password>, acl: Option<&str>) -> Result<Users, String> {
+        let requirepass = requirepass.filter(|p| !p.0.is_empty());
         let mut users: Vec<User> = Vec::new();
         for (n, line) in acl.unwrap_or("").lines().enumerate() {
             let line = line.trim();
@@ -301,6 +303,13 @@ mod tests {
         assert!(!u.authenticate(b"alice", b"anything"));
         assert_eq!(u.requirepass(), "");
         assert!(u.peer_credentials().is_none());
+    }
+
+    #[test]
+    fn new_with_an_empty_requirepass_has_no_password() {
+        let u = Users::new(Some(&pw("")), None).unwrap();
+        assert!(!u.required());
+        assert_eq!(u.requirepass(), "");
     }
 
     #[test]
