@@ -11,7 +11,7 @@ RESPONSE = 0x01
 OP = {
     "ping": 1, "read": 2, "write": 3, "remove": 4, "increment": 5,
     "multi_read": 6, "multi_write": 7, "multi_remove": 8, "enumerate": 9,
-    "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19,
+    "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20,
 }
 
 STATUS = {
@@ -19,6 +19,7 @@ STATUS = {
     "object_doesnt_exist": 4, "object_exists": 5, "wrong_version": 6,
     "not_an_integer": 7, "overflow": 8, "out_of_memory": 9,
     "unknown_table_name": 10, "unknown_tablet": 11, "retry": 12,
+    "not_authenticated": 13, "auth_failed": 14,
     "malformed_request": 16, "unknown_opcode": 17, "frame_too_large": 18,
     "unsupported_version": 19,
 }
@@ -84,6 +85,12 @@ VECTORS = [
            response=True)),
     ("unknown-table response to a read (id 9, table 42)",
      frame("read", 9, bytes([STATUS["unknown_table"]]) + struct.pack("<Q", 42), response=True)),
+    ("auth request (id 10, user `default`, password `s3cret`)",
+     frame("auth", 10, struct.pack("<HH", 7, 6) + b"default" + b"s3cret")),
+    ("auth response (id 10)", frame("auth", 10, ok(), response=True)),
+    ("auth response: auth failed (id 10)", frame("auth", 10, bytes([STATUS["auth_failed"]]), response=True)),
+    ("not-authenticated response to a read (id 11)",
+     frame("read", 11, bytes([STATUS["not_authenticated"]]), response=True)),
 ]
 
 if __name__ == "__main__":

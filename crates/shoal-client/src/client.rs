@@ -10,7 +10,7 @@
 //! cancelled never leaves half a frame on the socket.
 
 use crate::blocking::{item_error, resolve, Route};
-use crate::conn::ClientConfig;
+use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
     conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
@@ -91,14 +91,25 @@ impl Channel {
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = tokio::spawn(write_loop(w, rx, waiters.clone()));
         let reader = tokio::spawn(read_loop(r, waiters.clone(), config.max_body_bytes));
-        Ok(Arc::new(Channel {
+        let channel = Arc::new(Channel {
             addr,
             tx,
             waiters,
             next_id: AtomicU64::new(1),
             max_body: config.max_body_bytes,
             tasks: [writer, reader],
-        }))
+        });
+        if let Some(c) = &config.credentials {
+            let reply = channel.send(&c.request())?.wait();
+            let frame = match config.timeout {
+                Some(t) => tokio::time::timeout(t, reply)
+                    .await
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply to AUTH"))??,
+                None => reply.await?,
+            };
+            login_result(&frame)?;
+        }
+        Ok(channel)
     }
 
     pub fn addr(&self) -> SocketAddr {

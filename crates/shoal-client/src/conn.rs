@@ -11,7 +11,7 @@
 
 use crate::error::ClientError;
 use crate::ops::ResponseFrame;
-use shoal_proto::{check_frame, FrameError, Request, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
+use shoal_proto::{check_frame, ErrorStatus, FrameError, Request, Response, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,6 +28,43 @@ pub struct ClientConfig {
     pub spin: Duration,
     /// Longest to wait for a connection or for any reply (`None`: forever).
     pub timeout: Option<Duration>,
+    /// Log every new connection in with these before using it (needed
+    /// when the servers have a password or users; see `docs/security.md`).
+    pub credentials: Option<Credentials>,
+}
+
+/// A user name and password for the native protocol's AUTH request.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl Credentials {
+    /// The `default` user (the one a server's `--password` protects).
+    pub fn password(password: impl Into<String>) -> Credentials {
+        Credentials { user: "default".into(), password: password.into() }
+    }
+
+    pub(crate) fn request(&self) -> Request<'_> {
+        Request::Auth { user: self.user.as_bytes(), password: self.password.as_bytes() }
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, <redacted>)", self.user)
+    }
+}
+
+/// The outcome of an AUTH request's response.
+pub(crate) fn login_result(frame: &ResponseFrame) -> Result<(), ClientError> {
+    match frame.reply()? {
+        Ok(Response::Auth) => Ok(()),
+        Ok(r) => Err(ClientError::Protocol(format!("unexpected response to AUTH: {:?}", r.opcode()))),
+        Err(ErrorStatus::AuthFailed) => Err(ClientError::AuthFailed),
+        Err(s) => Err(ClientError::Refused(s)),
+    }
 }
 
 impl Default for ClientConfig {
@@ -36,6 +73,7 @@ impl Default for ClientConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             spin: Duration::from_micros(50),
             timeout: Some(Duration::from_secs(30)),
+            credentials: None,
         }
     }
 }
@@ -90,7 +128,9 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (TCP_NODELAY, non-blocking).
+    /// Connects to `addr` (TCP_NODELAY, non-blocking) and logs in with
+    /// `config.credentials`, if any ([`ClientError::AuthFailed`] if they
+    /// are refused).
     pub fn connect(addr: SocketAddr, config: &ClientConfig) -> Result<Connection, ClientError> {
         let stream = match config.timeout {
             Some(t) => TcpStream::connect_timeout(&addr, t)?,
@@ -98,7 +138,7 @@ impl Connection {
         };
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        Ok(Connection {
+        let mut conn = Connection {
             stream,
             addr,
             buf: vec![0; INITIAL_BUF],
@@ -112,7 +152,11 @@ impl Connection {
             timeout: config.timeout,
             spinner: Spinner { max: config.spin, budget: config.spin },
             last_used: Instant::now(),
-        })
+        };
+        if let Some(c) = &config.credentials {
+            login_result(&conn.call(&c.request())?)?;
+        }
+        Ok(conn)
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -23,6 +23,10 @@ pub enum ClientError {
     /// operation cannot have.
     #[error("server refused the request: {0}")]
     Refused(ErrorStatus),
+    /// The server refused the configured credentials (no such user, wrong
+    /// password, or user disabled).
+    #[error("authentication failed: invalid user-password pair or user is disabled")]
+    AuthFailed,
     /// The request would exceed the frame limit; it was not sent.
     #[error("request of {len} bytes exceeds the frame limit of {max}")]
     RequestTooLarge { len: usize, max: u32 },

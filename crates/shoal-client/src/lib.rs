@@ -16,6 +16,9 @@
 //! [`WriteError`] (write and remove), [`IncrementError`], [`TableError`]
 //! (table management and enumeration), all wrapping [`ClientError`] for
 //! the connection and the protocol.
+//!
+//! With [`ClientConfig::credentials`] set, every new connection first logs
+//! in with an AUTH request; a refusal is [`ClientError::AuthFailed`].
 
 pub mod blocking;
 mod client;
@@ -27,7 +30,7 @@ mod tablet;
 
 pub use client::{Channel, Client, Reply};
 pub use cluster::CoordinatorMap;
-pub use conn::{ClientConfig, Connection};
+pub use conn::{ClientConfig, Connection, Credentials};
 pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
 pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Versioned};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};

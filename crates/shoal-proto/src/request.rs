@@ -25,6 +25,7 @@ pub enum Opcode {
     DropTable = 17,
     GetTableId = 18,
     Stats = 19,
+    Auth = 20,
 }
 
 impl Opcode {
@@ -44,6 +45,7 @@ impl Opcode {
             17 => DropTable,
             18 => GetTableId,
             19 => Stats,
+            20 => Auth,
             _ => return None,
         })
     }
@@ -139,6 +141,14 @@ mod enumerate_op {
 }
 const _: () = assert!(enumerate_op::MAX_COUNT + 4 == enumerate_op::FIXED);
 
+/// AUTH bodies: user name length, password length, user name, password.
+mod auth_op {
+    pub const USER_LEN: usize = 0;
+    pub const PASSWORD_LEN: usize = 2;
+    pub const FIXED: usize = 4;
+}
+const _: () = assert!(auth_op::PASSWORD_LEN + 2 == auth_op::FIXED);
+
 /// One object of a multi-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadItem<'a> {
@@ -208,6 +218,12 @@ pub enum Request<'a> {
         name: &'a str,
     },
     Stats,
+    /// Logs the connection in as `user` (see `docs/wire-format.md`,
+    /// "Authentication"). Names and passwords are bytes, at most 65535 each.
+    Auth {
+        user: &'a [u8],
+        password: &'a [u8],
+    },
 }
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
@@ -268,7 +284,8 @@ impl<'a> Request<'a> {
             | Request::MultiRead(_)
             | Request::Enumerate { .. }
             | Request::GetTableId { .. }
-            | Request::Stats => false,
+            | Request::Stats
+            | Request::Auth { .. } => false,
         }
     }
 
@@ -287,6 +304,7 @@ impl<'a> Request<'a> {
             Request::DropTable { .. } => Opcode::DropTable,
             Request::GetTableId { .. } => Opcode::GetTableId,
             Request::Stats => Opcode::Stats,
+            Request::Auth { .. } => Opcode::Auth,
         }
     }
 
@@ -336,6 +354,12 @@ impl<'a> Request<'a> {
             }
             Request::CreateTable { name } | Request::DropTable { name } | Request::GetTableId { name } => {
                 put_str16(out, name)
+            }
+            Request::Auth { user, password } => {
+                out.extend_from_slice(&len16(user).to_le_bytes());
+                out.extend_from_slice(&len16(password).to_le_bytes());
+                out.extend_from_slice(&user[..len16(user) as usize]);
+                out.extend_from_slice(&password[..len16(password) as usize]);
             }
         }
         finish_frame(out, start)
@@ -409,10 +433,24 @@ impl<'a> Request<'a> {
             Opcode::CreateTable => Request::CreateTable { name: get_name(&mut r)? },
             Opcode::DropTable => Request::DropTable { name: get_name(&mut r)? },
             Opcode::GetTableId => Request::GetTableId { name: get_name(&mut r)? },
+            Opcode::Auth => {
+                let f = r.fixed(auth_op::FIXED)?;
+                let user_len = u16::from_le_bytes([f[auth_op::USER_LEN], f[auth_op::USER_LEN + 1]]);
+                let password_len = u16::from_le_bytes([f[auth_op::PASSWORD_LEN], f[auth_op::PASSWORD_LEN + 1]]);
+                let user = r.take(user_len as usize)?;
+                let password = r.take(password_len as usize)?;
+                Request::Auth { user, password }
+            }
         };
         r.finish()?;
         Ok(req)
     }
+}
+
+/// A name's or password's length as its u16 field; longer ones are cut
+/// to 65535 bytes (no real credential is that long).
+fn len16(b: &[u8]) -> u16 {
+    u16::try_from(b.len()).unwrap_or(u16::MAX)
 }
 
 /// An item count as its u32 field (saturated like [`len32`]).

@@ -104,6 +104,8 @@ pub enum Response<'a> {
         table: TableId,
     },
     Stats(Vec<Stat<'a>>),
+    /// The connection is logged in.
+    Auth,
 }
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
@@ -126,6 +128,7 @@ impl<'a> Response<'a> {
             Response::DropTable => Opcode::DropTable,
             Response::GetTableId { .. } => Opcode::GetTableId,
             Response::Stats(_) => Opcode::Stats,
+            Response::Auth => Opcode::Auth,
         }
     }
 
@@ -135,7 +138,7 @@ impl<'a> Response<'a> {
         let start = encode_header(out, self.opcode() as u8, FLAG_RESPONSE, request_id);
         out.push(StatusCode::Ok as u8);
         match self {
-            Response::Ping | Response::DropTable => {}
+            Response::Ping | Response::DropTable | Response::Auth => {}
             Response::Read { version, value } => put_read(out, *version, value),
             Response::Write { version } => put_u64(out, version.0),
             Response::Remove { version } => put_u64(out, version.map_or(0, |v| v.0)),
@@ -254,6 +257,7 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
     let res = match op {
         Opcode::Ping => Response::Ping,
         Opcode::DropTable => Response::DropTable,
+        Opcode::Auth => Response::Auth,
         Opcode::Read => {
             let (version, value) = get_read(&mut r)?;
             Response::Read { version, value }

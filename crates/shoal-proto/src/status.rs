@@ -23,6 +23,8 @@ pub enum StatusCode {
     UnknownTableName = 10,
     UnknownTablet = 11,
     Retry = 12,
+    NotAuthenticated = 13,
+    AuthFailed = 14,
     MalformedRequest = 16,
     UnknownOpcode = 17,
     FrameTooLarge = 18,
@@ -46,6 +48,8 @@ impl StatusCode {
             10 => UnknownTableName,
             11 => UnknownTablet,
             12 => Retry,
+            13 => NotAuthenticated,
+            14 => AuthFailed,
             16 => MalformedRequest,
             17 => UnknownOpcode,
             18 => FrameTooLarge,
@@ -91,6 +95,14 @@ pub enum ErrorStatus {
     /// the given delay.
     #[error("retry after {after_us} us")]
     Retry { after_us: u32 },
+    /// The server has credentials and this connection has not logged in
+    /// with an AUTH request; only PING and AUTH are served before it does.
+    #[error("authentication required: send AUTH with a user and password first")]
+    NotAuthenticated,
+    /// An AUTH request's user and password do not log in (no such user, a
+    /// wrong password, or a disabled user). The connection's state is unchanged.
+    #[error("invalid user-password pair or user is disabled")]
+    AuthFailed,
     /// The body could not be parsed; the message says why.
     #[error("malformed request: {0}")]
     MalformedRequest(String),
@@ -119,6 +131,8 @@ impl ErrorStatus {
             ErrorStatus::UnknownTableName => StatusCode::UnknownTableName,
             ErrorStatus::UnknownTablet => StatusCode::UnknownTablet,
             ErrorStatus::Retry { .. } => StatusCode::Retry,
+            ErrorStatus::NotAuthenticated => StatusCode::NotAuthenticated,
+            ErrorStatus::AuthFailed => StatusCode::AuthFailed,
             ErrorStatus::MalformedRequest(_) => StatusCode::MalformedRequest,
             ErrorStatus::UnknownOpcode => StatusCode::UnknownOpcode,
             ErrorStatus::FrameTooLarge { .. } => StatusCode::FrameTooLarge,
@@ -149,7 +163,9 @@ impl ErrorStatus {
             | ErrorStatus::UnknownTableName
             | ErrorStatus::UnknownTablet
             | ErrorStatus::UnknownOpcode
-            | ErrorStatus::UnsupportedVersion => {}
+            | ErrorStatus::UnsupportedVersion
+            | ErrorStatus::NotAuthenticated
+            | ErrorStatus::AuthFailed => {}
         }
     }
 
@@ -171,6 +187,8 @@ impl ErrorStatus {
             StatusCode::UnknownTableName => ErrorStatus::UnknownTableName,
             StatusCode::UnknownTablet => ErrorStatus::UnknownTablet,
             StatusCode::Retry => ErrorStatus::Retry { after_us: r.u32()? },
+            StatusCode::NotAuthenticated => ErrorStatus::NotAuthenticated,
+            StatusCode::AuthFailed => ErrorStatus::AuthFailed,
             StatusCode::MalformedRequest => ErrorStatus::MalformedRequest(r.str16()?.to_owned()),
             StatusCode::UnknownOpcode => ErrorStatus::UnknownOpcode,
             StatusCode::UnsupportedVersion => ErrorStatus::UnsupportedVersion,

@@ -54,6 +54,8 @@ fn arb_status() -> impl Strategy<Value = ErrorStatus> {
         Just(ErrorStatus::UnknownOpcode),
         (any::<u32>(), any::<u32>()).prop_map(|(len, max)| ErrorStatus::FrameTooLarge { len, max }),
         Just(ErrorStatus::UnsupportedVersion),
+        Just(ErrorStatus::NotAuthenticated),
+        Just(ErrorStatus::AuthFailed),
     ]
 }
 
@@ -71,7 +73,7 @@ struct Spec {
 
 fn arb_spec() -> impl Strategy<Value = Spec> {
     (
-        0u8..13,
+        0u8..14,
         prop::collection::vec(arb_item(), 0..5),
         prop::collection::vec(prop::option::of(arb_status()), 5),
         any::<u64>(),
@@ -124,7 +126,8 @@ fn request<'a>(s: &'a Spec, it: &'a Item) -> Request<'a> {
         9 => Request::CreateTable { name: &s.name },
         10 => Request::DropTable { name: &s.name },
         11 => Request::GetTableId { name: &s.name },
-        _ => Request::Stats,
+        12 => Request::Stats,
+        _ => Request::Auth { user: &it.key, password: &it.value },
     }
 }
 
@@ -167,6 +170,7 @@ fn response<'a>(s: &'a Spec, it: &'a Item) -> Response<'a> {
         9 => Response::CreateTable { table: TableId(it.table) },
         10 => Response::DropTable,
         11 => Response::GetTableId { table: TableId(it.table) },
+        13 => Response::Auth,
         _ => Response::Stats(
             s.stats
                 .iter()

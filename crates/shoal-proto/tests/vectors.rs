@@ -74,6 +74,11 @@ fn requests_match_python_vectors() {
         7,
         "53 01 10 00 07 00 00 00 00 00 00 00 07 00 00 00 05 00 75 73 65 72 73",
     );
+    check_request(
+        Request::Auth { user: b"default", password: b"s3cret" },
+        10,
+        "53 01 14 00 0a 00 00 00 00 00 00 00 11 00 00 00 07 00 06 00 64 65 66 61 75 6c 74 73 33 63 72 65 74",
+    );
 }
 
 #[test]
@@ -122,6 +127,19 @@ fn responses_match_python_vectors() {
         Opcode::Read,
         9,
         "53 01 02 01 09 00 00 00 00 00 00 00 09 00 00 00 01 2a 00 00 00 00 00 00 00",
+    );
+    check_response(Ok(Response::Auth), Opcode::Auth, 10, "53 01 14 01 0a 00 00 00 00 00 00 00 01 00 00 00 00");
+    check_response(
+        Err(ErrorStatus::AuthFailed),
+        Opcode::Auth,
+        10,
+        "53 01 14 01 0a 00 00 00 00 00 00 00 01 00 00 00 0e",
+    );
+    check_response(
+        Err(ErrorStatus::NotAuthenticated),
+        Opcode::Read,
+        11,
+        "53 01 02 01 0b 00 00 00 00 00 00 00 01 00 00 00 0d",
     );
 }
 

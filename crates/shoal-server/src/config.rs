@@ -7,6 +7,7 @@
 //! value, a reply buffer must hold the largest reply of one value, ...), and
 //! [`ServerConfig::store_config`] derives the engine's configuration.
 
+use crate::auth::{Password, Users};
 use serde::Deserialize;
 use shoal_engine::StoreConfig;
 use std::fmt;
@@ -81,6 +82,13 @@ pub struct ServerConfig {
     /// than a few MiB ahead of the writes; resident memory is then `memory`
     /// from the start.
     pub prefault_memory: bool,
+    /// The `default` user's password (Redis's `requirepass`): set, clients
+    /// must authenticate on every client port before anything but AUTH,
+    /// HELLO, QUIT and (native) PING. See `docs/security.md`.
+    pub requirepass: Option<Password>,
+    /// A Redis-style ACL file of more users (`user NAME on >password`; see
+    /// [`crate::auth`] for the rules accepted). Every user has full access.
+    pub acl_file: Option<PathBuf>,
 }
 
 /// The replication data path (see [`ServerConfig::replication`]).
@@ -117,6 +125,8 @@ impl Default for ServerConfig {
             replication: ReplicationMode::Tailwind,
             replica_timeout_ms: 2000,
             prefault_memory: false,
+            requirepass: None,
+            acl_file: None,
         }
     }
 }
@@ -208,6 +218,7 @@ impl ServerConfig {
         if usize::try_from(self.memory.0).is_err() || usize::try_from(request).is_err() {
             return bad("sizes must fit this machine's address space".into());
         }
+        Users::from_config(self).map_err(ConfigError::Invalid)?;
         self.store_config().validate().map_err(|e| ConfigError::Invalid(e.0))
     }
 }
@@ -273,7 +284,7 @@ pub struct ServerArgs {
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
-    /// prefault_memory (sizes as numbers of bytes or
+    /// prefault_memory, requirepass, acl_file (sizes as numbers of bytes or
     /// strings like "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -356,6 +367,20 @@ pub struct ServerArgs {
     /// that thread faults pages in then waits for them.
     #[arg(long)]
     pub prefault_memory: bool,
+    /// Password of the `default` user (Redis's requirepass): clients must
+    /// authenticate (Redis: AUTH password, or HELLO 3 AUTH default password;
+    /// native protocol: its AUTH request) before any other command, on every
+    /// client port. Also read from SHOAL_PASSWORD, which keeps it out of the
+    /// process list. Give every server of a cluster the same credentials:
+    /// servers use them to forward commands to each other.
+    #[arg(long, value_name = "PASSWORD", env = "SHOAL_PASSWORD", hide_env_values = true)]
+    pub password: Option<Password>,
+    /// File of more users, in Redis's ACL file format: one line per user,
+    /// `user NAME on >PASSWORD` (also off, nopass, several >passwords). Every
+    /// user has full access; rules that would restrict one are refused. A
+    /// `user default ...` line sets the default user instead of --password.
+    #[arg(long, value_name = "FILE")]
+    pub acl_file: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -388,6 +413,12 @@ impl ServerArgs {
         }
         if self.prefault_memory {
             c.prefault_memory = true;
+        }
+        if self.password.is_some() {
+            c.requirepass = self.password;
+        }
+        if self.acl_file.is_some() {
+            c.acl_file = self.acl_file;
         }
         c.validate()?;
         Ok(c)
@@ -436,6 +467,27 @@ mod tests {
         let args = ServerArgs { config: Some(file), resp_port: Some(7003), ..Default::default() };
         let c = args.into_config(ServerConfig::default()).unwrap();
         assert_eq!((c.resp_port, c.native_port), (7003, 7002));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn requirepass_and_acl_file_come_from_file_or_flags() {
+        let dir = std::env::temp_dir().join(format!("shoal-config-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let acl = dir.join("users.acl");
+        std::fs::write(&acl, "user alice on >a\n").unwrap();
+        let file = dir.join("shoal.toml");
+        std::fs::write(&file, format!("requirepass = \"p1\"\nacl_file = {:?}\n", acl.display().to_string())).unwrap();
+        let c = ServerArgs { config: Some(file.clone()), ..Default::default() }.into_config(ServerConfig::default());
+        let c = c.unwrap();
+        assert_eq!(c.requirepass, Some(Password("p1".into())));
+        assert_eq!(c.acl_file.as_deref(), Some(acl.as_path()));
+        let args = ServerArgs { config: Some(file), password: Some(Password("p2".into())), ..Default::default() };
+        assert_eq!(args.into_config(ServerConfig::default()).unwrap().requirepass, Some(Password("p2".into())));
+        std::fs::write(&acl, "user alice on ~cache:*\n").unwrap();
+        let args = ServerArgs { acl_file: Some(acl), ..Default::default() };
+        let e = args.into_config(ServerConfig::default()).unwrap_err().to_string();
+        assert!(e.contains("users.acl: line 1: user 'alice'"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -2,6 +2,7 @@
 //! registry, server-level statistics, the start time and the shutdown
 //! signal. Front ends reach the store only through its public operations.
 
+use crate::auth::Users;
 use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
@@ -24,6 +25,8 @@ pub struct ServerContext {
     pub stats: ServerStats,
     /// Set when the server is part of a cluster.
     pub cluster: Option<Arc<ClusterNode>>,
+    /// The users clients authenticate as (see `auth`).
+    pub auth: Users,
     /// Which connection may spin after a reply (see `spin`).
     pub(crate) spin: SpinGate,
     started: Instant,
@@ -49,6 +52,7 @@ impl ServerContext {
         config: ServerConfig,
         cluster: Option<Arc<ClusterNode>>,
     ) -> Result<ServerContext, shoal_engine::ConfigError> {
+        let auth = Users::from_config(&config).map_err(shoal_engine::ConfigError)?;
         let mut store_config = config.store_config();
         let observer: Option<Arc<dyn shoal_engine::LogObserver>> = match &cluster {
             Some(node) => {
@@ -74,6 +78,7 @@ impl ServerContext {
             tables,
             stats: ServerStats::default(),
             cluster,
+            auth,
             spin: SpinGate::default(),
             started: Instant::now(),
             shutdown: watch::channel(false).0,

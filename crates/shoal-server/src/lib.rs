@@ -1,5 +1,6 @@
 //! Shoal's server: a master's store behind network front ends.
 //!
+//! * [`auth`]: client authentication: users, passwords, checking them.
 //! * [`config`]: [`ServerConfig`] (defaults, TOML file) and [`ServerArgs`]
 //!   (the flags `shoal server` and `shoal local` flatten).
 //! * [`context`]: [`ServerContext`], what every connection shares: the
@@ -24,6 +25,7 @@
 //! operations, and create tables only through [`TableRegistry`], so that
 //! the registry knows every table.
 
+pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod context;

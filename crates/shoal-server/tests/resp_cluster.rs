@@ -11,6 +11,8 @@
 //! * Pipelines mixing local and forwarded commands are answered in order,
 //!   in RESP2 and RESP3, in another database.
 //! * A write's reply comes only once the log holding it is durable.
+//! * With a password, forwarded connections log in and every key is still
+//!   reachable from every server; failure detection still sees the servers.
 
 mod common;
 
@@ -35,6 +37,8 @@ impl Drop for Root {
 
 struct Cluster {
     servers: Vec<Server>,
+    /// What every client connection logs in with first.
+    password: Option<String>,
     _coordinator: Coordinator,
     _runtime: tokio::runtime::Runtime,
     _root: Root,
@@ -46,6 +50,12 @@ impl Cluster {
     }
 
     fn start_with(name: &str, n: usize, idle_timeout_secs: u64) -> Cluster {
+        Cluster::start_configured(name, n, None, |c| c.idle_timeout_secs = idle_timeout_secs)
+    }
+
+    /// `n` servers of the default config changed by `tweak`; clients log in
+    /// with `password`.
+    fn start_configured(name: &str, n: usize, password: Option<&str>, tweak: impl Fn(&mut ServerConfig)) -> Cluster {
         let root = std::env::temp_dir().join(format!("shoal-resp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
@@ -59,7 +69,7 @@ impl Cluster {
             .expect("coordinator starts");
         let servers = (0..n)
             .map(|i| {
-                Server::start(ServerConfig {
+                let mut config = ServerConfig {
                     coordinator: Some(coordinator.local_addr()),
                     data_dir: Some(root.join(format!("server{i}"))),
                     native_port: 0,
@@ -67,19 +77,25 @@ impl Cluster {
                     backup_port: 0,
                     memory: ByteSize(64 << 20),
                     log_level: "warn".into(),
-                    idle_timeout_secs,
                     ..ServerConfig::default()
-                })
-                .expect("server starts")
+                };
+                tweak(&mut config);
+                Server::start(config).expect("server starts")
             })
             .collect();
-        let c = Cluster { servers, _coordinator: coordinator, _runtime: runtime, _root: Root(root) };
+        let c = Cluster {
+            servers,
+            password: password.map(String::from),
+            _coordinator: coordinator,
+            _runtime: runtime,
+            _root: Root(root),
+        };
         // Every server knows every other before a table is created, so that
         // the table gets one tablet per server.
         let deadline = Instant::now() + Duration::from_secs(10);
         for s in &c.servers {
             loop {
-                let info = Client::connect(s.resp_addr()).call(&["INFO", "replication"]);
+                let info = c.client_to(s.resp_addr()).call(&["INFO", "replication"]);
                 if info.contains(&format!("cluster_servers_up:{n}\r\n")) {
                     break;
                 }
@@ -94,9 +110,18 @@ impl Cluster {
         self.servers[i].resp_addr()
     }
 
+    /// A connection to `addr`, logged in if the cluster has a password.
+    fn client_to(&self, addr: SocketAddr) -> Client {
+        let mut c = Client::connect(addr);
+        if let Some(p) = &self.password {
+            assert_eq!(c.call(&["AUTH", p]), "+OK\r\n");
+        }
+        c
+    }
+
     /// A connection to server `i` that sees only that server's keys.
     fn local(&self, i: usize) -> Client {
-        let mut c = Client::connect(self.addr(i));
+        let mut c = self.client_to(self.addr(i));
         assert_eq!(c.call(&["SHOAL.LOCAL"]), "+OK\r\n");
         c
     }
@@ -180,6 +205,42 @@ fn any_server_serves_any_key() {
     assert_eq!(c.call(&["SET", "counter", "z", "XX", "GET"]), bulk("x"));
     assert_eq!(c.call(&["STRLEN", "counter"]), ":1\r\n");
     assert_eq!(c.call(&["INCR", "counter"]), "-ERR value is not an integer or out of range\r\n");
+}
+
+#[test]
+fn with_a_password_forwarded_commands_log_in_and_reach_every_master() {
+    use shoal_server::auth::Password;
+    let cluster = Cluster::start_configured("auth", 3, Some("pw"), |c| c.requirepass = Some(Password("pw".into())));
+    let mut anonymous = Client::connect(cluster.addr(0));
+    assert_eq!(anonymous.call(&["GET", "key:0"]), "-NOAUTH Authentication required.\r\n");
+    assert_eq!(anonymous.call(&["SET", "key:0", "x"]), "-NOAUTH Authentication required.\r\n");
+    let mut c = cluster.client_to(cluster.addr(0));
+    let keys: Vec<String> = (0..100).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&["SET", k, &format!("v-{k}")]), "+OK\r\n");
+    }
+    // Most keys live on the other two masters: they were forwarded there.
+    let mut locals: Vec<Client> = (0..3).map(|i| cluster.local(i)).collect();
+    let per_server: Vec<i64> = locals.iter_mut().map(|l| int(&l.call(&["DBSIZE"]))).collect();
+    assert_eq!(per_server.iter().sum::<i64>(), 100);
+    assert!(per_server[1] > 0 && per_server[2] > 0, "keys on other masters: {per_server:?}");
+    for i in 0..3 {
+        let mut other = cluster.client_to(cluster.addr(i));
+        for k in &keys {
+            assert_eq!(other.call(&["GET", k]), bulk(&format!("v-{k}")));
+        }
+        assert_eq!(int(&other.call(&["DBSIZE"])), 100, "DBSIZE asks every server");
+        let reply = other.call(&["MGET", "key:1", "key:2", "key:3", "nope"]);
+        assert_eq!(reply, format!("*4\r\n{}{}{}$-1\r\n", bulk("v-key:1"), bulk("v-key:2"), bulk("v-key:3")));
+    }
+    // RESP3 after HELLO AUTH, forwarded the same way.
+    let mut r3 = Client::connect(cluster.addr(1));
+    assert!(r3.call(&["HELLO", "3", "AUTH", "default", "pw"]).starts_with("%7\r\n"));
+    assert_eq!(r3.call(&["GET", "key:7"]), bulk("v-key:7"));
+    assert_eq!(r3.call(&["DEL", "key:7", "key:8", "key:9"]), ":3\r\n");
+    // Failure detection (native PINGs, which need no login) declares nobody dead.
+    let info = c.call(&["INFO", "replication"]);
+    assert!(info.contains("cluster_servers_up:3\r\n"), "{info}");
 }
 
 #[test]

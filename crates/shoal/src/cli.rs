@@ -7,14 +7,15 @@
 //! object per line with `--json`. Exit codes: 0 on success, 1 when the
 //! server refused the operation (missing object, reject rule, unknown
 //! table, ...), 2 on bad usage, 3 when the server cannot be reached or
-//! the connection fails.
+//! the connection fails, 4 when the server wants credentials that were not
+//! given or refuses those given (--user, --password or SHOAL_PASSWORD).
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{
-    ClientConfig, ClientError, IncrementError, ReadError, RejectRules, Rejected, StatValue, TableError, TableId,
-    Version, WriteError,
+    ClientConfig, ClientError, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected, StatValue,
+    TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};
@@ -47,13 +48,22 @@ pub struct Common {
     /// Seconds to wait for the connection and for each reply.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
     pub timeout: f64,
+    /// Log in with this password (the servers' --password, or an ACL
+    /// user's with --user). Also read from SHOAL_PASSWORD, which keeps it
+    /// out of the process list and shell history.
+    #[arg(long, value_name = "PASSWORD", env = "SHOAL_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// The user to log in as with --password.
+    #[arg(long, default_value = "default", value_name = "NAME", requires = "password")]
+    pub user: String,
 }
 
 /// The client subcommands (flattened into `shoal`'s own).
 ///
 /// Exit codes: 0 success; 1 the server refused the operation (no such
 /// object, reject rule, unknown table, not an integer); 2 bad usage; 3 the
-/// server could not be reached or the connection failed.
+/// server could not be reached or the connection failed; 4 missing or
+/// refused credentials.
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
     /// Reads an object: prints its value and version.
@@ -186,6 +196,7 @@ struct CliError {
 const REFUSED: u8 = 1;
 const USAGE: u8 = 2;
 const UNREACHABLE: u8 = 3;
+const AUTH: u8 = 4;
 
 impl CliError {
     /// A failed write to stdout: a reader that went away (`shoal scan t |
@@ -249,6 +260,20 @@ impl Target<'_> {
                 kind: "too_large",
                 message: format!("the request ({len} bytes) exceeds the frame limit of {max} bytes"),
                 code: USAGE,
+            },
+            ClientError::AuthFailed => CliError {
+                kind: "auth",
+                message: format!("the server at {} refused the user and password given", self.server),
+                code: AUTH,
+            },
+            ClientError::Refused(ErrorStatus::NotAuthenticated) => CliError {
+                kind: "auth",
+                message: format!(
+                    "the server at {} requires a password: give --password (or set SHOAL_PASSWORD), and --user \
+                     for a user other than default",
+                    self.server
+                ),
+                code: AUTH,
             },
             e @ (ClientError::Refused(_) | ClientError::Unavailable { .. } | ClientError::NoRoute(_)) => {
                 CliError::refused("refused", e.to_string())
@@ -366,7 +391,14 @@ fn connect(common: &Common) -> Result<Client, CliError> {
     if !(common.timeout.is_finite() && common.timeout > 0.0) {
         return Err(CliError { kind: "usage", message: "--timeout must be a positive number".into(), code: USAGE });
     }
-    let config = ClientConfig { timeout: Some(Duration::from_secs_f64(common.timeout)), ..ClientConfig::default() };
+    let config = ClientConfig {
+        timeout: Some(Duration::from_secs_f64(common.timeout)),
+        credentials: common
+            .password
+            .as_ref()
+            .map(|password| Credentials { user: common.user.clone(), password: password.clone() }),
+        ..ClientConfig::default()
+    };
     let target = Target { server: &common.server, table: "", key: None };
     if let Some(coordinator) = common.coordinator {
         return Client::connect_cluster(coordinator, config).map_err(|e| CliError {

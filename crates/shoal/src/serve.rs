@@ -62,6 +62,12 @@ pub struct LocalCommand {
     /// Log level of every process (their logs go to <root>/*/log).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
+    /// Password every server requires of clients, on every client port (the
+    /// `default` user's; see `shoal server --help`). Also read from
+    /// SHOAL_PASSWORD; servers are given it in their environment, never on
+    /// their command line.
+    #[arg(long, value_name = "PASSWORD", env = "SHOAL_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
 /// Starts a server from `args` over `base`, logs, and waits for a signal.
@@ -153,6 +159,11 @@ fn port(base: u16, i: usize) -> String {
 /// Spawns `shoal <args>` with its stderr in `<dir>/log` (also used by
 /// `shoal bench recovery`).
 pub(crate) fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, String> {
+    spawn_with_env(exe, args, &[], dir)
+}
+
+/// [`spawn`], with `env` added to the child's environment.
+fn spawn_with_env(exe: &Path, args: &[String], env: &[(&str, &str)], dir: &Path) -> Result<Child, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -161,6 +172,7 @@ pub(crate) fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, St
         .map_err(|e| format!("cannot open the log in {}: {e}", dir.display()))?;
     Command::new(exe)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
@@ -267,7 +279,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if cmd.sync_open {
             args.push("--sync-open".into());
         }
-        procs.0.push((format!("server {i}"), spawn(&exe, &args, &dir)?));
+        let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
+        procs.0.push((format!("server {i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
 
     // Wait until every server serves (a restart first replays the logs).
@@ -286,13 +299,24 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     for s in &servers {
         println!("  server {}: native protocol {}, Redis protocol {}, backup {}", s.id, s.native, s.resp, s.backup);
     }
+    // With a password, the hints read it from the environment rather than
+    // print it.
+    let (redis_cli, shoal_cli) = match cmd.password {
+        Some(_) => ("REDISCLI_AUTH=\"$SHOAL_PASSWORD\" redis-cli", "SHOAL_PASSWORD=... shoal"),
+        None => ("redis-cli", "shoal"),
+    };
+    if cmd.password.is_some() {
+        println!(
+            "  clients must log in with the password (user `default`): set SHOAL_PASSWORD to it for the hints below"
+        );
+    }
     if let Some(s) = servers.first() {
         println!("  native protocol: {}", s.native);
-        println!("  Redis protocol:  {}    try: redis-cli -p {} set hello world", s.resp, s.resp.port());
+        println!("  Redis protocol:  {}    try: {redis_cli} -p {} set hello world", s.resp, s.resp.port());
     }
     println!(
-        "  shoal CLI:       shoal create-table greetings --coordinator {coordinator}; shoal put greetings hello world \
-         --coordinator {coordinator}"
+        "  shoal CLI:       {shoal_cli} create-table greetings --coordinator {coordinator}; {shoal_cli} put greetings \
+         hello world --coordinator {coordinator}"
     );
     println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
 

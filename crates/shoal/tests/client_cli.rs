@@ -58,6 +58,44 @@ fn json(out: &str) -> Value {
 }
 
 #[test]
+fn password_from_flag_or_environment_logs_in() {
+    let config = ServerConfig {
+        native_port: 0,
+        resp_port: 0,
+        memory: ByteSize(64 << 20),
+        log_level: "warn".into(),
+        requirepass: Some(shoal_server::auth::Password("pw".into())),
+        ..ServerConfig::default()
+    };
+    let server = Server::start(config).expect("server starts");
+    let a = server.addresses().native.expect("native front end");
+    let run = |args: &[&str], env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+        cmd.args(args).args(["--server", &a.to_string()]).env_remove("SHOAL_PASSWORD");
+        if let Some(p) = env {
+            cmd.env("SHOAL_PASSWORD", p);
+        }
+        cmd.output().expect("run shoal")
+    };
+    let o = run(&["create-table", "t"], None);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("requires a password"), "{}", stderr(&o));
+    let o = run(&["create-table", "t", "--password", "wrong"], None);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("refused the user and password"), "{}", stderr(&o));
+    let o = run(&["create-table", "t", "--password", "pw"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["put", "t", "k", "v"], Some("pw"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["get", "t", "k", "--user", "default", "--password", "pw", "--json"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json(&stdout(&o))["value"], "v");
+    let o = run(&["get", "t", "k", "--json"], Some("nope"));
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(json(&stdout(&o))["error"], "auth");
+}
+
+#[test]
 fn every_command_with_human_output() {
     let (_server, a) = start();
     assert_eq!(ok(a, &["create-table", "users"]), "table 'users' has id 1\n");

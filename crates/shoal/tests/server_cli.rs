@@ -93,6 +93,70 @@ fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Sends `cmds` on one RESP connection to `addr`; the replies, as text.
+fn resp(addr: &str, cmds: &[&[&str]]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to the RESP port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reqs = Vec::new();
+    for cmd in cmds {
+        reqs.extend_from_slice(format!("*{}\r\n", cmd.len()).as_bytes());
+        for a in *cmd {
+            reqs.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    s.write_all(&reqs).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Every reply of these commands is one line, but a bulk's two.
+    while got.windows(2).filter(|w| w == b"\r\n").count() < cmds.len() + got.iter().filter(|&&c| c == b'$').count() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "server closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn local_with_a_password_gives_it_to_every_server() {
+    let root = std::env::temp_dir().join(format!("shoal-local-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let mut child = Command::new(SHOAL)
+        .args(["local", "--servers", "2", "--coordinator-port", "0", "--resp-port", "0", "--native-port", "0"])
+        .args(["--backup-port", "0", "--memory", "64MiB", "--password", "pw", "--root"])
+        .arg(&root)
+        .env_remove("SHOAL_PASSWORD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = lines_of(child.stdout.take().unwrap());
+    let servers: Vec<String> = (0..2)
+        .map(|_| {
+            let line = wait_for(&out, ", Redis protocol ");
+            line.split(", Redis protocol ").nth(1).unwrap().split(',').next().unwrap().to_string()
+        })
+        .collect();
+    let hint = wait_for(&out, "Redis protocol:");
+    assert!(hint.contains("REDISCLI_AUTH=") && !hint.contains("pw "), "{hint}");
+    for addr in &servers {
+        assert_eq!(resp(addr, &[&["GET", "k"]]), "-NOAUTH Authentication required.\r\n");
+    }
+    // Keys of both masters, written through one server and read through the other.
+    let keys: Vec<String> = (0..20).map(|i| format!("key{i}")).collect();
+    let mut sets: Vec<Vec<&str>> = vec![vec!["AUTH", "pw"]];
+    sets.extend(keys.iter().map(|k| vec!["SET", k.as_str(), "v"]));
+    let sets: Vec<&[&str]> = sets.iter().map(|c| c.as_slice()).collect();
+    assert_eq!(resp(&servers[0], &sets), "+OK\r\n".repeat(21));
+    let mut gets: Vec<Vec<&str>> = vec![vec!["AUTH", "default", "pw"]];
+    gets.extend(keys.iter().map(|k| vec!["GET", k.as_str()]));
+    let gets: Vec<&[&str]> = gets.iter().map(|c| c.as_slice()).collect();
+    assert_eq!(resp(&servers[1], &gets), format!("+OK\r\n{}", "$1\r\nv\r\n".repeat(20)));
+    signal(&child, "-INT");
+    assert!(wait_exit(&mut child).success());
+    wait_for(&out, "Shoal stopped.");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn server_reads_its_config_file_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("shoal-server-cli-{}", std::process::id()));
@@ -141,6 +205,9 @@ fn server_help_explains_every_option() {
         "--idle-timeout",
         "--log-level",
         "--data-dir",
+        "--password",
+        "SHOAL_PASSWORD",
+        "--acl-file",
     ] {
         assert!(help.contains(flag), "{flag} missing from shoal server --help");
     }

@@ -7,7 +7,7 @@ use crate::cluster::Route;
 use crate::context::{ServerContext, ServerStats, TableError};
 use shoal_engine::{key_hash, EnumCursor, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
 use shoal_proto::{
-    encode_error, DecodeError, ErrorStatus, Header, Object, Request, Response, Stat, StatValue, Version,
+    encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, Version,
 };
 use std::borrow::Cow;
 
@@ -29,6 +29,8 @@ pub struct Scratch {
     /// could still lose; see `ServerContext::wait_durable`) and needs the
     /// lease (`ServerContext::lease_held`).
     pub touched: bool,
+    /// An AUTH request of this connection logged it in.
+    authenticated: bool,
 }
 
 impl Scratch {
@@ -61,6 +63,15 @@ pub fn execute(
         encode_error(out, id, header.opcode, &e);
         return;
     }
+    // Before logging in, only PING (so that failure detectors need no
+    // credentials) and AUTH are even decoded.
+    if !scratch.authenticated
+        && ctx.auth.required()
+        && !matches!(Opcode::from_u8(header.opcode), Some(Opcode::Ping | Opcode::Auth))
+    {
+        encode_error(out, id, header.opcode, &ErrorStatus::NotAuthenticated);
+        return;
+    }
     let req = match Request::decode(header.opcode, body) {
         Ok(r) => r,
         Err(e) => {
@@ -86,10 +97,12 @@ fn apply<'s>(
     max_response: usize,
 ) -> Result<Response<'s>, ErrorStatus> {
     let store = &ctx.store;
-    // Table operations go to the coordinator; PING and STATS read no object.
+    // Table operations go to the coordinator; PING, AUTH and STATS read no
+    // object.
     if !matches!(
         req,
         Request::Ping
+            | Request::Auth { .. }
             | Request::Stats
             | Request::CreateTable { .. }
             | Request::DropTable { .. }
@@ -99,6 +112,13 @@ fn apply<'s>(
     }
     Ok(match req {
         Request::Ping => Response::Ping,
+        Request::Auth { user, password } => {
+            if !ctx.auth.authenticate(user, password) {
+                return Err(ErrorStatus::AuthFailed);
+            }
+            scratch.authenticated = true;
+            Response::Auth
+        }
         Request::Read { table, key, rules } => {
             owner(ctx, table, key)?;
             let version = store.read_into(table, key, rules, &mut scratch.value).map_err(status_of)?;

@@ -7,8 +7,10 @@
 //!
 //! Connections to other servers are pooled per worker thread (a worker runs
 //! a single-threaded runtime, so a pooled socket is only ever used by the
-//! runtime it is registered with). Each is made local-only with
-//! `SHOAL.LOCAL` when it opens, so the receiving server executes what it is
+//! runtime it is registered with). Each first logs in with the server's
+//! own credentials when the cluster has them (`auth::Users::
+//! peer_credentials`: all servers of a cluster share them), then is made
+//! local-only with `SHOAL.LOCAL`, so the receiving server executes what it is
 //! sent itself and never forwards it again; `HELLO` and `SELECT` keep it in
 //! the client's protocol and database, so its replies are relayed
 //! byte for byte. A connection goes back to the pool only after a complete
@@ -17,6 +19,7 @@
 //! Replies from other servers are framed by [`reply_len`], which bounds
 //! them by the client connection's reply limit and never panics.
 
+use crate::auth::Credentials;
 use crate::resp::frame::parse_i64;
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -24,6 +27,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -50,6 +54,8 @@ pub struct Job {
     pub merge: Merge,
     /// Most bytes of one part's reply (the client connection's reply limit).
     pub max_reply: usize,
+    /// What new connections to other servers log in with (`None`: no AUTH).
+    pub credentials: Option<Arc<Credentials>>,
 }
 
 /// One server's share of a command.
@@ -84,13 +90,21 @@ pub enum Merge {
 
 impl Job {
     /// A job that sends the whole request to one server and relays its reply.
-    pub fn relay(db: usize, proto: Protocol, addr: SocketAddr, request: Vec<u8>, max_reply: usize) -> Job {
+    pub fn relay(
+        db: usize,
+        proto: Protocol,
+        addr: SocketAddr,
+        request: Vec<u8>,
+        max_reply: usize,
+        credentials: Option<Arc<Credentials>>,
+    ) -> Job {
         Job {
             db,
             proto,
             parts: vec![Part { target: Target::Remote { addr, request }, slots: Vec::new() }],
             merge: Merge::Relay,
             max_reply,
+            credentials,
         }
     }
 }
@@ -177,7 +191,7 @@ async fn exchange(job: &Job) -> Result<Vec<Bytes>, ForwardError> {
             None => Peer::connect(*addr).await.map_err(|e| ForwardError::Unreachable(*addr, e))?,
         };
         out.clear();
-        let setup = peer.prepare(job.db, job.proto, &mut out);
+        let setup = peer.prepare(job.db, job.proto, job.credentials.as_deref(), &mut out);
         out.extend_from_slice(request);
         peer.stream.write_all(&out).await.map_err(|e| ForwardError::Lost(*addr, e))?;
         peers.push((peer, setup));
@@ -378,10 +392,15 @@ impl Peer {
     }
 
     /// Appends the requests that put the other server's session in `db`
-    /// and `proto` (and local-only, once); how many there are.
-    fn prepare(&mut self, db: usize, proto: Protocol, out: &mut Vec<u8>) -> usize {
+    /// and `proto` (and, once, logged in with `credentials` and
+    /// local-only); how many there are.
+    fn prepare(&mut self, db: usize, proto: Protocol, credentials: Option<&Credentials>, out: &mut Vec<u8>) -> usize {
         let mut n = 0;
         if !self.marked {
+            if let Some(c) = credentials {
+                encode_request(&[b"AUTH", &c.user, &c.password], out);
+                n += 1;
+            }
             encode_request(&[b"SHOAL.LOCAL"], out);
             self.marked = true;
             n += 1;
@@ -525,7 +544,7 @@ mod tests {
     }
 
     fn job(merge: Merge, parts: Vec<Part>) -> Job {
-        Job { db: 0, proto: Protocol::Resp2, parts, merge, max_reply: MAX }
+        Job { db: 0, proto: Protocol::Resp2, parts, merge, max_reply: MAX, credentials: None }
     }
 
     fn merged(j: &Job) -> Vec<u8> {
@@ -583,13 +602,28 @@ mod tests {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut peer = Peer::connect(listener.local_addr().unwrap()).await.unwrap();
             let mut out = Vec::new();
-            assert_eq!(peer.prepare(0, Protocol::Resp2, &mut out), 1);
+            assert_eq!(peer.prepare(0, Protocol::Resp2, None, &mut out), 1);
             assert_eq!(out, b"*1\r\n$11\r\nSHOAL.LOCAL\r\n");
             out.clear();
-            assert_eq!(peer.prepare(0, Protocol::Resp2, &mut out), 0);
+            assert_eq!(peer.prepare(0, Protocol::Resp2, None, &mut out), 0);
             assert!(out.is_empty());
-            assert_eq!(peer.prepare(3, Protocol::Resp3, &mut out), 2);
+            assert_eq!(peer.prepare(3, Protocol::Resp3, None, &mut out), 2);
             assert_eq!(out, b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n");
+        });
+    }
+
+    #[test]
+    fn prepare_logs_in_before_marking() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut peer = Peer::connect(listener.local_addr().unwrap()).await.unwrap();
+            let creds = Credentials { user: b"default".to_vec(), password: b"pw".to_vec() };
+            let mut out = Vec::new();
+            assert_eq!(peer.prepare(0, Protocol::Resp2, Some(&creds), &mut out), 2);
+            assert_eq!(out, b"*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$2\r\npw\r\n*1\r\n$11\r\nSHOAL.LOCAL\r\n");
+            out.clear();
+            assert_eq!(peer.prepare(0, Protocol::Resp2, Some(&creds), &mut out), 0, "once per connection");
         });
     }
 }

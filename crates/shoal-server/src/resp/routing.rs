@@ -193,7 +193,7 @@ fn relay(s: &Session, addr: SocketAddr, args: Args<'_>) -> Routed {
     let words: Vec<&[u8]> = args.iter().collect();
     let mut request = Vec::new();
     encode_request(&words, &mut request);
-    Routed::Forward(Job::relay(s.db, s.proto, addr, request, s.reply_limit))
+    Routed::Forward(Job::relay(s.db, s.proto, addr, request, s.reply_limit, s.ctx.auth.peer_credentials().cloned()))
 }
 
 /// One command per owner, each with the owner's keys (and their values),
@@ -229,7 +229,14 @@ fn split(
         };
         parts.push(Part { target, slots });
     }
-    Routed::Forward(Job { db: s.db, proto: s.proto, parts, merge, max_reply: s.reply_limit })
+    Routed::Forward(Job {
+        db: s.db,
+        proto: s.proto,
+        parts,
+        merge,
+        max_reply: s.reply_limit,
+        credentials: s.ctx.auth.peer_credentials().cloned(),
+    })
 }
 
 /// DBSIZE and FLUSHDB: here and on every other live server.
@@ -251,7 +258,14 @@ fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed 
             .map(|addr| Part { target: Target::Remote { addr, request: request.clone() }, slots: Vec::new() }),
     );
     let merge = if entry.spec.name == "dbsize" { Merge::Sum } else { Merge::AllOk };
-    Routed::Forward(Job { db: s.db, proto: s.proto, parts, merge, max_reply: s.reply_limit })
+    Routed::Forward(Job {
+        db: s.db,
+        proto: s.proto,
+        parts,
+        merge,
+        max_reply: s.reply_limit,
+        credentials: s.ctx.auth.peer_credentials().cloned(),
+    })
 }
 
 /// SCAN: the cursor is a key-hash position, served by the server of the

@@ -24,6 +24,9 @@ pub struct Session {
     pub name: Option<Vec<u8>>,
     pub lib_name: Option<Vec<u8>>,
     pub lib_ver: Option<Vec<u8>>,
+    /// Logged in (see `auth`): every command may run. A connection starts
+    /// logged in when the server needs no authentication.
+    pub authenticated: bool,
     /// Set by QUIT: the connection closes once its replies are sent.
     pub quit: bool,
     /// Most bytes of replies the connection may hold; commands with large
@@ -59,6 +62,7 @@ impl Session {
     pub fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Session {
         let reply_limit = ctx.config.reply_buffer_size.0 as usize;
         let clustered = ctx.cluster.is_some();
+        let authenticated = !ctx.auth.required();
         Session {
             ctx,
             id,
@@ -68,6 +72,7 @@ impl Session {
             name: None,
             lib_name: None,
             lib_ver: None,
+            authenticated,
             quit: false,
             reply_limit,
             scratch: Vec::new(),
@@ -96,6 +101,12 @@ impl Session {
         if !entry.spec.arity_ok(args.len()) {
             ServerStats::add(&self.ctx.stats.commands, 1);
             reply.error(&cmd::wrong_arity(entry.spec.name));
+            return Step::Done;
+        }
+        // As Redis: unknown commands and arity errors are reported first.
+        if !self.authenticated && !cmd::allowed_before_auth(entry.spec) {
+            ServerStats::add(&self.ctx.stats.commands, 1);
+            reply.error(&cmd::NOAUTH);
             return Step::Done;
         }
         if self.clustered {

@@ -70,6 +70,7 @@ fn parameters(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("io-threads", "1".into()),
+        ("requirepass", ctx.auth.requirepass().into()),
     ]
 }
 

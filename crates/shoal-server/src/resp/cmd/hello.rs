@@ -2,10 +2,13 @@
 //! the connection to RESP2 or RESP3 and replies with a map describing the
 //! server (server, version, proto, id, mode, role, modules).
 //!
-//! Shoal has no users: AUTH succeeds for the user "default" with any
-//! password, like a Redis without `requirepass`, and fails for any other.
+//! As in Redis 7, the options take effect one by one as they are read: an
+//! AUTH logs the connection in (see `auth`) and a SETNAME names it even if a
+//! later option is in error. An unauthenticated connection gets NOAUTH
+//! unless the HELLO itself logs it in; the protocol changes only on success.
 
 use super::{is, CommandSpec};
+use crate::resp::cmd::auth::login;
 use crate::resp::cmd::info::REDIS_VERSION;
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
@@ -22,14 +25,21 @@ pub static SPEC: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
-struct Hello<'a> {
+/// Redis 7.0's reply to a HELLO on an unauthenticated connection without AUTH.
+const NOAUTH_HELLO: ErrorReply = ErrorReply::new(
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> \
+     option can be used to authenticate the client and select the RESP protocol version at the same time",
+);
+
+struct Hello {
     proto: Option<Protocol>,
-    setname: Option<&'a [u8]>,
 }
 
-impl<'a> Hello<'a> {
-    fn parse(args: Args<'a>) -> Result<Hello<'a>, ErrorReply> {
-        let mut hello = Hello { proto: None, setname: None };
+impl Hello {
+    /// Parses the protocol version, then reads and applies the options in
+    /// order (AUTH logs in, SETNAME names the connection).
+    fn parse_and_apply_options(args: Args<'_>, session: &mut Session) -> Result<Hello, ErrorReply> {
+        let mut hello = Hello { proto: None };
         if args.len() >= 2 {
             let v = parse_i64(args.get(1))
                 .ok_or(ErrorReply::new("ERR Protocol version is not an integer or out of range"))?;
@@ -39,36 +49,33 @@ impl<'a> Hello<'a> {
                 _ => return Err(ErrorReply::new("NOPROTO unsupported protocol version")),
             });
         }
-        let mut user = None;
         let mut i = 2;
         while i < args.len() {
             let more = args.len() - 1 - i;
             let opt = args.get(i);
             if is(opt, "AUTH") && more >= 2 {
-                user = Some(args.get(i + 1));
+                login(session, args.get(i + 1), args.get(i + 2))?;
                 i += 3;
             } else if is(opt, "SETNAME") && more >= 1 {
-                hello.setname = Some(args.get(i + 1));
+                let name = args.get(i + 1);
+                if !name.iter().all(|c| (b'!'..=b'~').contains(c)) {
+                    return Err(ErrorReply::new(
+                        "ERR Client names cannot contain spaces, newlines or special characters.",
+                    ));
+                }
+                session.name = (!name.is_empty()).then(|| name.to_vec());
                 i += 2;
             } else {
                 return Err(ErrorReply::owned([b"ERR Syntax error in HELLO option '".as_slice(), opt, b"'"].concat()));
             }
         }
-        if user.is_some_and(|u| u != b"default") {
-            return Err(ErrorReply::new("WRONGPASS invalid username-password pair or user is disabled."));
-        }
-        if let Some(name) = hello.setname {
-            if !name.iter().all(|c| (b'!'..=b'~').contains(c)) {
-                return Err(ErrorReply::new("ERR Client names cannot contain spaces, newlines or special characters."));
-            }
+        if !session.authenticated {
+            return Err(NOAUTH_HELLO);
         }
         Ok(hello)
     }
 
     fn apply(self, session: &mut Session, out: &mut Reply) {
-        if let Some(name) = self.setname {
-            session.name = (!name.is_empty()).then(|| name.to_vec());
-        }
         if let Some(p) = self.proto {
             session.proto = p;
         }
@@ -94,6 +101,6 @@ impl<'a> Hello<'a> {
 }
 
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
-    Hello::parse(args)?.apply(session, out);
+    Hello::parse_and_apply_options(args, session)?.apply(session, out);
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
 
 mod append;
+mod auth;
 mod client;
 mod command;
 mod config;
@@ -124,11 +125,21 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &config::SPEC, run: config::run },
     Entry { spec: &client::SPEC, run: client::run },
     Entry { spec: &hello::SPEC, run: hello::run },
+    Entry { spec: &auth::SPEC, run: auth::run },
     Entry { spec: &command::SPEC, run: command::run },
     Entry { spec: &quit::SPEC, run: quit::run },
     Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
 ];
+
+/// Whether the command may run on a connection that has not authenticated
+/// (Redis's `no_auth` flag: AUTH, HELLO, QUIT).
+pub fn allowed_before_auth(spec: &CommandSpec) -> bool {
+    spec.flags.contains(&"no_auth")
+}
+
+/// Redis's reply to any other command before authentication.
+pub const NOAUTH: ErrorReply = ErrorReply::new("NOAUTH Authentication required.");
 
 /// Whether the command may write.
 pub fn writes(spec: &CommandSpec) -> bool {
