@@ -83,6 +83,67 @@ pub fn is_handshake(first: &[u8]) -> bool {
     first.len() >= 4 && first[..4] == MAGIC[..4]
 }
 
+/// Waits (at most `timeout`) until `stream` has its first 4 bytes and
+/// returns them without consuming them, for [`is_handshake`]. `Ok(None)`:
+/// the peer closed first. Errors: the time ran out, or the socket failed.
+pub async fn peek_start(stream: &tokio::net::TcpStream, timeout: Duration) -> io::Result<Option<[u8; 4]>> {
+    let wait = async {
+        let mut first = [0u8; 4];
+        loop {
+            match stream.peek(&mut first).await? {
+                0 => return Ok(None),
+                4 => return Ok(Some(first)),
+                // Fewer bytes so far: peek returns at once while they wait.
+                _ => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, wait).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the peer sent nothing within the handshake time")),
+    }
+}
+
+/// Open connections per peer IP address, for a listener that bounds
+/// them ([`PerIpLimit::take`]); cheap to clone (shared counts).
+#[derive(Clone, Debug, Default)]
+pub struct PerIpLimit {
+    counts: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+/// One open connection counted against its address; dropping it gives
+/// the count back.
+#[derive(Debug)]
+pub struct IpSlot {
+    limit: PerIpLimit,
+    ip: std::net::IpAddr,
+}
+
+impl PerIpLimit {
+    /// A slot for `ip`, unless it already holds `max` of them.
+    pub fn take(&self, ip: std::net::IpAddr, max: usize) -> Option<IpSlot> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot { limit: self.clone(), ip })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut counts = self.limit.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// The cluster's shared secret. Never printed, never sent.
 #[derive(Clone)]
 pub struct ClusterSecret(Vec<u8>);

@@ -15,7 +15,7 @@ pub mod auth;
 pub mod control;
 pub mod map;
 
-pub use control::{ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+pub use control::{ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 pub use map::{
     split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
     TableInfo, TabletInfo,

@@ -81,6 +81,13 @@ pub struct ServerConfig {
     /// than a few MiB ahead of the writes; resident memory is then `memory`
     /// from the start.
     pub prefault_memory: bool,
+    /// File holding the cluster's secret (the coordinator's and every
+    /// server's): control and replication connections prove it
+    /// (`docs/security.md`). Unset: no handshake; the command line then
+    /// requires `insecure_no_secret` for a server with a coordinator.
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Run in a cluster without a secret (command line: otherwise refused).
+    pub insecure_no_secret: bool,
 }
 
 /// The replication data path (see [`ServerConfig::replication`]).
@@ -117,6 +124,8 @@ impl Default for ServerConfig {
             replication: ReplicationMode::Tailwind,
             replica_timeout_ms: 2000,
             prefault_memory: false,
+            cluster_secret_file: None,
+            insecure_no_secret: false,
         }
     }
 }
@@ -273,7 +282,7 @@ pub struct ServerArgs {
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
-    /// prefault_memory (sizes as numbers of bytes or
+    /// prefault_memory, cluster_secret_file, insecure_no_secret (sizes as numbers of bytes or
     /// strings like "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -356,6 +365,16 @@ pub struct ServerArgs {
     /// that thread faults pages in then waits for them.
     #[arg(long)]
     pub prefault_memory: bool,
+    /// The cluster's secret file (the same as the coordinator's; mode
+    /// 0600). This server proves it on every control and replication
+    /// connection, and backups accept only masters that prove it. Required
+    /// with --coordinator unless --insecure-no-secret. See docs/security.md.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Join a cluster without a secret: this server's backup then serves
+    /// anyone who can connect. Only for a network where every peer is trusted.
+    #[arg(long, conflicts_with = "cluster_secret_file")]
+    pub insecure_no_secret: bool,
 }
 
 impl ServerArgs {
@@ -388,6 +407,19 @@ impl ServerArgs {
         }
         if self.prefault_memory {
             c.prefault_memory = true;
+        }
+        if self.cluster_secret_file.is_some() {
+            c.cluster_secret_file = self.cluster_secret_file;
+        }
+        if self.insecure_no_secret {
+            c.insecure_no_secret = true;
+        }
+        if c.coordinator.is_some() && c.cluster_secret_file.is_none() && !c.insecure_no_secret {
+            return Err(ConfigError::Invalid(
+                "a server with --coordinator needs --cluster-secret-file PATH (the coordinator's), or \
+                 --insecure-no-secret to run its cluster unauthenticated"
+                    .into(),
+            ));
         }
         c.validate()?;
         Ok(c)
