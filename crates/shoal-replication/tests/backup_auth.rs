@@ -4,15 +4,21 @@
 //! they should not, and connections per address are bounded.
 
 mod backup_support;
+mod master_common;
 
 use backup_support::*;
+use master_common::{store as master_store, wait, write, Tee, SEGMENT};
+use parking_lot::Mutex;
 use shoal_cluster::auth::{self, AuthError, ClusterSecret, Credential, Identity, Port};
 use shoal_cluster::ServerId;
 use shoal_engine::{LogId, SegmentId};
 use shoal_replication::backup::{Backup, BackupConfig};
+use shoal_replication::master::{ReplicationMode, Replicator, ReplicatorConfig};
+use shoal_replication::restore;
 use shoal_replication::wire::{self, Hello, Kind, Mode, HEADER_LEN};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 const LOG: LogId = LogId(7);
@@ -182,4 +188,45 @@ fn connections_per_address_are_bounded() {
     drop(held);
     wait_stats(&backup, "the connections to close", |s| s.connections_active == 0);
     assert_eq!(listed(backup.local_addr(), LOG), 0);
+}
+
+#[test]
+fn masters_and_readers_with_the_secret_replicate_and_read_back() {
+    // This test binary's replication connections prove the secret.
+    shoal_replication::dial::set_cluster_secret(Some(secret()));
+    for mode in [ReplicationMode::Tailwind, ReplicationMode::Conventional] {
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let backups: Vec<Backup> = dirs
+            .iter()
+            .map(|d| {
+                let mut c = secured_config(d.path());
+                c.segment_bytes = SEGMENT as u32;
+                c.buffers = 8;
+                Backup::start(c).unwrap()
+            })
+            .collect();
+        let rep = Replicator::start(ReplicatorConfig {
+            master: ServerId(1),
+            log: LOG,
+            log_version: 1,
+            segment_bytes: SEGMENT as u32,
+            mode,
+            replica_timeout: Duration::from_millis(1000),
+            floor_recorder: None,
+        });
+        let tee = Arc::new(Tee { rep: rep.clone(), log: Mutex::default() });
+        let store = master_store(&tee);
+        rep.set_backups(
+            backups.iter().enumerate().map(|(i, b)| (ServerId(10 + i as u64), b.local_addr())).collect(),
+            2,
+        );
+        write(&store, 2, 3000, 1000, 1);
+        assert!(wait(&rep, rep.position(), 20), "{mode:?}: writes become durable");
+        let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let found = rt.block_on(restore::find_log(&addrs, LOG, &restore::Floors::none())).unwrap();
+        assert!(found.unreachable.is_empty() && found.head.is_some(), "{mode:?}");
+        assert_eq!(backups.iter().map(|b| b.stats().protocol_errors).sum::<u64>(), 0);
+        rep.shutdown();
+    }
 }

@@ -909,3 +909,24 @@ async fn ping(conns: &mut HashMap<SocketAddr, tokio::net::TcpStream>, addr: Sock
         Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_credential_file_is_private_and_round_trips() {
+        let dir = std::env::temp_dir().join(format!("shoal-credential-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read_credential(&dir).unwrap(), None);
+        let c = Credential::random();
+        write_credential(&dir, &c).unwrap();
+        let mode = std::fs::metadata(dir.join(CREDENTIAL_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(read_credential(&dir).unwrap(), Some(c));
+        std::fs::write(dir.join(CREDENTIAL_FILE), "not hex\n").unwrap();
+        assert!(read_credential(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -83,6 +83,13 @@ impl Cluster {
         self.root.join("cluster-secret")
     }
 
+    /// Makes this test process's replication connections (`restore::*`)
+    /// prove the cluster's secret, as its servers' do.
+    pub fn dial_backups(&self) {
+        let secret = shoal_cluster::auth::ClusterSecret::load(&self.secret_file()).unwrap();
+        shoal_replication::dial::set_cluster_secret(Some(secret));
+    }
+
     pub fn start_coordinator(&mut self) {
         self.start_coordinator_with(&[]);
     }
