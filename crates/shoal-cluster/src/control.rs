@@ -5,7 +5,13 @@
 //! bytes of UTF-8 JSON: one [`ControlRequest`] from the caller, answered by
 //! one [`ControlResponse`], in order, on a connection the caller may reuse.
 //! Bodies over [`MAX_CONTROL_FRAME`] are refused before they are read.
+//!
+//! When the cluster has a secret, a connection begins with the cluster
+//! handshake ([`crate::auth`]); what each kind of connection may ask is in
+//! `docs/security.md` ("Internal ports"). [`ControlAuth`] says how a caller
+//! authenticates.
 
+use crate::auth::{self, AuthError, ClusterSecret, Credential, Identity, Port, Session};
 use crate::map::{ClusterMap, ReplicaFloor, ServerId, TableInfo};
 use serde::{Deserialize, Serialize};
 use shoal_common::LogId;
@@ -83,11 +89,18 @@ pub const MAX_FLOORS_PER_REQUEST: usize = 4096;
 pub enum ControlResponse {
     /// `log`: the log this incarnation writes (new at every enlistment).
     /// `recover`: earlier logs of this server to replay before serving.
+    /// `credential`: the server's credential (hex), issued at its first
+    /// enlistment (and to a server that had none): it keeps it in its data
+    /// directory and proves it to enlist again under its id. On the wire it
+    /// is masked with the connection's handshake session; [`ControlClient`]
+    /// and [`call_blocking_with`] unmask it.
     Enlisted {
         server: ServerId,
         log: LogId,
         recover: Vec<LogId>,
         map: ClusterMap,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        credential: Option<String>,
     },
     Map {
         map: ClusterMap,
@@ -119,6 +132,10 @@ pub enum ControlErrorCode {
     /// No server can take tablets yet.
     NoServers,
     Internal,
+    /// The connection is not authenticated for this request: it needs the
+    /// cluster handshake, or names a server other than the one it proved,
+    /// or an enlistment lacks the credential of the server it claims.
+    Unauthorized,
 }
 
 /// What went wrong in a control call.
@@ -138,6 +155,51 @@ pub enum ControlError {
     Unexpected(String),
     #[error("control call timed out")]
     Timeout,
+    #[error("coordinator handshake: {0}")]
+    Auth(#[from] AuthError),
+}
+
+/// How a caller authenticates its control connections: with the cluster
+/// secret (none: no handshake, which a coordinator with a secret answers
+/// only for the read-only requests), and as a server (its id and
+/// credential) once it has one.
+#[derive(Clone, Debug, Default)]
+pub struct ControlAuth {
+    pub secret: Option<ClusterSecret>,
+    pub identity: Option<Identity>,
+}
+
+impl ControlAuth {
+    /// No handshake: read-only requests, or any cluster without a secret.
+    pub fn anonymous() -> ControlAuth {
+        ControlAuth::default()
+    }
+
+    /// Runs the handshake on `stream` if there is a secret.
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<Option<Session>, ControlError> {
+        match &self.secret {
+            Some(secret) => Ok(Some(auth::initiate(stream, secret, Port::Control, self.identity).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Unmasks the credential of an `Enlisted` answer (masked by the
+/// coordinator with the session's key).
+pub fn unmask_response(resp: &mut ControlResponse, session: Option<&Session>) -> Result<(), ControlError> {
+    mask_response(resp, session).map_err(ControlError::Malformed)
+}
+
+/// Masks (or unmasks: the same operation) an `Enlisted` answer's
+/// credential with `session`. Errors if a credential is present and
+/// malformed, or present without a session to protect it.
+pub fn mask_response(resp: &mut ControlResponse, session: Option<&Session>) -> Result<(), String> {
+    if let ControlResponse::Enlisted { credential: Some(text), .. } = resp {
+        let session = session.ok_or("a credential cannot be sent without a handshake")?;
+        let c = Credential::from_hex(text).ok_or("malformed credential")?;
+        *text = Credential(session.mask(b"issued credential", c.0)).to_hex();
+    }
+    Ok(())
 }
 
 /// Reads one frame and decodes its JSON. `Ok(None)` on a clean end of stream.
@@ -192,14 +254,21 @@ pub async fn write_frame<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T
 /// failure. Calls are sequential; use one client per task.
 pub struct ControlClient {
     addr: SocketAddr,
-    conn: Option<TcpStream>,
+    conn: Option<(TcpStream, Option<Session>)>,
     timeout: Duration,
+    auth: ControlAuth,
 }
 
 impl ControlClient {
     /// A client for `addr`; nothing is connected until the first call.
     pub fn new(addr: SocketAddr) -> ControlClient {
-        ControlClient { addr, conn: None, timeout: Duration::from_secs(10) }
+        ControlClient { addr, conn: None, timeout: Duration::from_secs(10), auth: ControlAuth::default() }
+    }
+
+    /// Authenticates every connection as `auth` says.
+    pub fn with_auth(mut self, auth: ControlAuth) -> ControlClient {
+        self.auth = auth;
+        self
     }
 
     /// Longest a call may take (connecting, sending, answering); default 10 s.
@@ -236,16 +305,20 @@ impl ControlClient {
 
     async fn call_inner(&mut self, req: &ControlRequest) -> Result<ControlResponse, ControlError> {
         if self.conn.is_none() {
-            let s = TcpStream::connect(self.addr)
+            let mut s = TcpStream::connect(self.addr)
                 .await
                 .map_err(|source| ControlError::Connect { addr: self.addr, source })?;
             s.set_nodelay(true)?;
-            self.conn = Some(s);
+            let session = self.auth.handshake(&mut s).await?;
+            self.conn = Some((s, session));
         }
-        let conn = self.conn.as_mut().expect("connected above");
+        let (conn, session) = self.conn.as_mut().expect("connected above");
         write_frame(conn, req).await?;
         match read_frame(conn).await? {
-            Some(r) => Ok(r),
+            Some(mut r) => {
+                unmask_response(&mut r, session.as_ref())?;
+                Ok(r)
+            }
             None => Err(ControlError::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the coordinator closed the connection",
@@ -272,8 +345,19 @@ impl ControlClient {
 
 /// One control call over a blocking socket, for callers without a runtime
 /// (or inside one, where blocking briefly is acceptable: table management).
+/// No handshake: see [`call_blocking_with`].
 pub fn call_blocking(
     addr: SocketAddr,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
+    call_blocking_with(addr, &ControlAuth::anonymous(), req, timeout)
+}
+
+/// [`call_blocking`] on a connection authenticated as `auth` says.
+pub fn call_blocking_with(
+    addr: SocketAddr,
+    auth: &ControlAuth,
     req: &ControlRequest,
     timeout: Duration,
 ) -> Result<ControlResponse, ControlError> {
@@ -283,6 +367,10 @@ pub fn call_blocking(
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
+    let session = match &auth.secret {
+        Some(secret) => Some(auth::initiate_blocking(&mut s, secret, Port::Control, auth.identity)?),
+        None => None,
+    };
     let body = serde_json::to_vec(req).map_err(|e| ControlError::Malformed(e.to_string()))?;
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -296,7 +384,10 @@ pub fn call_blocking(
     }
     let mut body = vec![0u8; len];
     s.read_exact(&mut body)?;
-    match serde_json::from_slice(&body).map_err(|e| ControlError::Malformed(e.to_string()))? {
+    let mut resp: ControlResponse =
+        serde_json::from_slice(&body).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    unmask_response(&mut resp, session.as_ref())?;
+    match resp {
         ControlResponse::Error { code, message } => Err(ControlError::Refused { code, message }),
         other => Ok(other),
     }

@@ -8,11 +8,14 @@
 //!   JSON requests and responses between the coordinator and servers,
 //!   clients and the command line. It is off the data path; the native
 //!   protocol (`shoal-proto`) carries reads and writes.
+//! * [`auth`]: the cluster handshake that opens every internal connection
+//!   (control and replication) when the cluster has a secret.
 
+pub mod auth;
 pub mod control;
 pub mod map;
 
-pub use control::{ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+pub use control::{ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 pub use map::{
     split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
     TableInfo, TabletInfo,

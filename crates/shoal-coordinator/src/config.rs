@@ -1,6 +1,7 @@
 //! The coordinator's command-line flags, configuration and errors.
 
 use crate::probe::ProbeConfig;
+use shoal_cluster::auth::{ClusterSecret, SecretError};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,8 @@ pub const DEFAULT_DATA_DIR: &str = "./shoal-coordinator";
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Default time a suspect has to answer one of the coordinator's PINGs.
 pub const DEFAULT_PROBE_TIMEOUT_MS: u64 = 250;
+/// Default bound on open control connections from one IP address.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 64;
 /// Default number of PINGs a suspect may miss before it is declared dead.
 pub const DEFAULT_PROBE_ATTEMPTS: u32 = 2;
 
@@ -75,6 +78,26 @@ pub struct CoordinatorArgs {
     #[arg(long, value_name = "MS", default_value_t = crate::lease::DEFAULT_LEASE_MS,
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub lease_ms: u64,
+    /// File holding the cluster's secret (16 to 4096 bytes, e.g. 64 hex
+    /// digits; mode 0600, else it is refused). Every server and the
+    /// coordinator need the same file: each control and replication
+    /// connection starts by proving both ends hold it, and servers get a
+    /// credential at their first enlistment. Without the handshake a
+    /// connection may only read the map and statistics. Required unless
+    /// --insecure-no-secret is given. See docs/security.md.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
+
+    /// Run without a cluster secret: anyone who can reach the control port
+    /// can enlist servers, drop tables and have servers declared dead. Only
+    /// for a network where every peer is trusted.
+    #[arg(long, conflicts_with = "cluster_secret_file")]
+    pub insecure_no_secret: bool,
+
+    /// Open control connections one IP address may hold; more are refused,
+    /// so that one client cannot starve the servers' connections.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_IP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections_per_ip: usize,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -102,6 +125,12 @@ pub struct CoordinatorConfig {
     pub restart_grace: Duration,
     /// Length of master leases (`--lease-ms`).
     pub lease: Duration,
+    /// The cluster secret; `None`: no handshake, every request taken at its
+    /// word (docs/security.md).
+    pub secret: Option<ClusterSecret>,
+    /// Open control connections beyond this from one IP address are
+    /// answered with an error and closed.
+    pub max_connections_per_ip: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -118,13 +147,24 @@ impl Default for CoordinatorConfig {
             },
             restart_grace: Duration::from_millis(DEFAULT_RESTART_GRACE_MS),
             lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
+            secret: None,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
         }
     }
 }
 
-impl From<CoordinatorArgs> for CoordinatorConfig {
-    fn from(args: CoordinatorArgs) -> CoordinatorConfig {
-        CoordinatorConfig {
+impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
+    type Error = CoordinatorError;
+
+    /// Errors: neither --cluster-secret-file nor --insecure-no-secret, or
+    /// a secret file that cannot be used.
+    fn try_from(args: CoordinatorArgs) -> Result<CoordinatorConfig, CoordinatorError> {
+        let secret = match (&args.cluster_secret_file, args.insecure_no_secret) {
+            (Some(path), _) => Some(ClusterSecret::load(path)?),
+            (None, true) => None,
+            (None, false) => return Err(CoordinatorError::NoSecret),
+        };
+        Ok(CoordinatorConfig {
             listen: args.listen,
             data_dir: args.data_dir,
             replicas: args.replicas,
@@ -132,8 +172,10 @@ impl From<CoordinatorArgs> for CoordinatorConfig {
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             restart_grace: Duration::from_millis(args.restart_grace_ms),
             lease: Duration::from_millis(args.lease_ms),
+            secret,
+            max_connections_per_ip: args.max_connections_per_ip,
             ..CoordinatorConfig::default()
-        }
+        })
     }
 }
 
@@ -154,6 +196,13 @@ pub enum CoordinatorError {
     LogLevel { level: String, message: String },
     #[error("cannot install signal handlers: {0}")]
     Signals(io::Error),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(
+        "no cluster secret: give --cluster-secret-file PATH (the same file to every server), or \
+         --insecure-no-secret to let anyone who can reach the control port change the cluster"
+    )]
+    NoSecret,
 }
 
 #[cfg(test)]
@@ -169,7 +218,10 @@ mod tests {
 
     #[test]
     fn args_defaults_and_overrides() {
-        let config = CoordinatorConfig::from(Cli::parse_from(["c"]).args);
+        assert!(matches!(CoordinatorConfig::try_from(Cli::parse_from(["c"]).args), Err(CoordinatorError::NoSecret)));
+        let config = CoordinatorConfig::try_from(Cli::parse_from(["c", "--insecure-no-secret"]).args).unwrap();
+        assert!(config.secret.is_none());
+        assert_eq!(config.max_connections_per_ip, DEFAULT_MAX_CONNECTIONS_PER_IP);
         assert_eq!(config.listen, "127.0.0.1:7600".parse().unwrap());
         assert_eq!(config.data_dir, PathBuf::from("./shoal-coordinator"));
         assert_eq!(config.replicas, None);
@@ -191,8 +243,12 @@ mod tests {
             "100",
             "--probe-attempts",
             "3",
+            "--insecure-no-secret",
+            "--max-connections-per-ip",
+            "5",
         ]);
-        let config = CoordinatorConfig::from(cli.args);
+        let config = CoordinatorConfig::try_from(cli.args).unwrap();
+        assert_eq!(config.max_connections_per_ip, 5);
         assert_eq!(config.listen, "0.0.0.0:9".parse().unwrap());
         assert_eq!(config.data_dir, PathBuf::from("/x"));
         assert_eq!(config.replicas, Some(2));

@@ -27,7 +27,7 @@ pub mod store;
 
 pub use config::{CoordinatorArgs, CoordinatorConfig, CoordinatorError};
 pub use probe::ProbeConfig;
-pub use server::{Coordinator, FRAME_TIMEOUT, MAX_REQUEST_FRAME, SHUTDOWN_GRACE, WRITE_TIMEOUT};
+pub use server::{Coordinator, FRAME_TIMEOUT, MAX_ANONYMOUS_FRAME, MAX_REQUEST_FRAME, SHUTDOWN_GRACE, WRITE_TIMEOUT};
 pub use service::{FINISHED_RECOVERIES_KEPT, MAX_WATCH};
 pub use state::ClusterState;
 pub use store::{DirStore, StateStore};
@@ -37,13 +37,16 @@ pub use store::{DirStore, StateStore};
 /// Errors: those of [`Coordinator::start`], a bad `--log-level`, or signal
 /// handlers that cannot be installed.
 pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
-    let config = CoordinatorConfig::from(args);
+    let config = CoordinatorConfig::try_from(args)?;
     init_logging(&config.log_level)?;
     // Install the handlers first, so that a signal right after start is not lost.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).map_err(CoordinatorError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(CoordinatorError::Signals)?;
     let coordinator = Coordinator::start(config.clone()).await?;
+    if config.secret.is_none() {
+        tracing::warn!("running without a cluster secret (--insecure-no-secret): anyone who can reach {} can enlist servers, drop tables and have servers declared dead", config.listen);
+    }
     tracing::info!(
         "shoal coordinator ready: control protocol on {}, state in {}",
         coordinator.local_addr(),

@@ -7,14 +7,24 @@
 //! [`FRAME_TIMEOUT`], an answer not taken within [`WRITE_TIMEOUT`]) gets an
 //! `invalid_request` error where the connection still allows one, then the
 //! connection is closed; nothing reaches the state and other connections
-//! do not notice. At most `max_connections` are open; one more is answered
-//! with an `internal` error and closed.
+//! do not notice. At most `max_connections` are open, and at most
+//! `max_connections_per_ip` from one IP address; one more is answered with
+//! an `internal` error and closed.
+//!
+//! With a cluster secret, a connection's first bytes decide what it may
+//! ask ([`Caller`]): a cluster handshake ([`shoal_cluster::auth`]) makes it
+//! a member, or the server whose credential it presented; anything else is
+//! anonymous, limited to the read-only requests and to frames of
+//! [`MAX_ANONYMOUS_FRAME`] bytes. A peer must send its first 4 bytes within
+//! [`HANDSHAKE_TIMEOUT`]. A failed handshake is refused and closed before
+//! any request is read.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
-use crate::service::Service;
+use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
-use shoal_cluster::control::{read_frame_limited, write_frame};
-use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_cluster::auth::{self, ClusterSecret, IpSlot, PerIpLimit, Port, Session, HANDSHAKE_TIMEOUT};
+use shoal_cluster::control::{mask_response, read_frame_limited, write_frame};
+use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,6 +38,9 @@ use tracing::{debug, info, warn};
 /// largest, `recovered`, lists a server's earlier logs); this bounds what
 /// one connection can make the coordinator allocate.
 pub const MAX_REQUEST_FRAME: usize = 1 << 20;
+/// Largest request body read from an anonymous connection (one without
+/// the handshake, on a coordinator with a secret): its requests are tiny.
+pub const MAX_ANONYMOUS_FRAME: usize = 4096;
 /// Time a peer has to finish sending a request once its first byte came.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time a peer has to take an answer.
@@ -74,7 +87,12 @@ impl Coordinator {
             .map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
         let (shutdown, _) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), config.max_connections.max(1)));
+        let limits = Limits {
+            total: config.max_connections.max(1),
+            per_ip: config.max_connections_per_ip.max(1),
+            secret: config.secret.clone(),
+        };
+        let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
         Ok(Coordinator { addr, service, shutdown, task: Some(task) })
     }
 
@@ -109,9 +127,18 @@ impl Drop for Coordinator {
     }
 }
 
+/// What the listener enforces on every connection.
+struct Limits {
+    total: usize,
+    per_ip: usize,
+    secret: Option<ClusterSecret>,
+}
+
 /// Accepts connections until shutdown, then drains them.
-async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Receiver<bool>, max_connections: usize) {
-    let permits = Arc::new(Semaphore::new(max_connections));
+async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Receiver<bool>, limits: Limits) {
+    let permits = Arc::new(Semaphore::new(limits.total));
+    let per_ip = PerIpLimit::default();
+    let secret = Arc::new(limits.secret);
     let mut connections = JoinSet::new();
     let mut stop = shutdown.clone();
     loop {
@@ -119,14 +146,19 @@ async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Re
             _ = stopped(&mut stop) => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match permits.clone().try_acquire_owned() {
-                    Ok(permit) => {
+                Ok((stream, peer)) => match (permits.clone().try_acquire_owned(), per_ip.take(peer.ip(), limits.per_ip)) {
+                    (Ok(permit), Some(slot)) => {
                         let _ = stream.set_nodelay(true);
-                        connections.spawn(connection(service.clone(), stream, peer, shutdown.clone(), permit));
+                        let slots = (permit, slot);
+                        connections.spawn(connection(service.clone(), secret.clone(), stream, peer, shutdown.clone(), slots));
                     }
-                    Err(_) => {
-                        warn!("refusing a control connection from {peer}: {max_connections} are open");
-                        refuse(stream).await;
+                    (Err(_), _) => {
+                        warn!("refusing a control connection from {peer}: {} are open", limits.total);
+                        refuse(stream, "the coordinator has too many open control connections; retry later").await;
+                    }
+                    (_, None) => {
+                        warn!("refusing a control connection from {peer}: {} are open from {}", limits.per_ip, peer.ip());
+                        refuse(stream, "too many open control connections from this address; retry later").await;
                     }
                 },
                 Err(e) => {
@@ -153,11 +185,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Tells a connection over the limit why it is closed, without waiting for it.
-async fn refuse(stream: TcpStream) {
-    let resp = ControlResponse::Error {
-        code: ControlErrorCode::Internal,
-        message: "the coordinator has too many open control connections; retry later".into(),
-    };
+async fn refuse(stream: TcpStream, message: &str) {
+    let resp = ControlResponse::Error { code: ControlErrorCode::Internal, message: message.into() };
     let mut frame = Vec::new();
     if write_frame(&mut frame, &resp).await.is_ok() {
         let _ = stream.try_write(&frame);
@@ -167,22 +196,82 @@ async fn refuse(stream: TcpStream) {
 /// Serves one control connection (see the module comment).
 async fn connection(
     service: Arc<Service>,
+    secret: Arc<Option<ClusterSecret>>,
     mut stream: TcpStream,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    _slots: (OwnedSemaphorePermit, IpSlot),
 ) {
     service.connections.fetch_add(1, Ordering::Relaxed);
-    serve_requests(&service, &mut stream, peer, &mut shutdown).await;
+    if let Some((caller, session)) = open(&service, (*secret).as_ref(), &mut stream, peer).await {
+        serve_requests(&service, &mut stream, peer, caller, session, &mut shutdown).await;
+    }
     service.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Decides what the connection proved from its first bytes (the module
+/// comment); `None` if it is closed instead.
+async fn open(
+    service: &Arc<Service>,
+    secret: Option<&ClusterSecret>,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+) -> Option<(Caller, Option<Session>)> {
+    let first = match auth::peek_start(stream, HANDSHAKE_TIMEOUT).await {
+        Ok(Some(first)) => first,
+        Ok(None) => return None,
+        Err(e) => {
+            debug!("closing the control connection from {peer}: {e}");
+            return None;
+        }
+    };
+    let Some(secret) = secret else {
+        if auth::is_handshake(&first) {
+            warn!("{peer} opened a cluster handshake, but this coordinator has no cluster secret; closing");
+            return None;
+        }
+        return Some((Caller::Unchecked, None));
+    };
+    if !auth::is_handshake(&first) {
+        return Some((Caller::Anonymous, None));
+    }
+    let accepting = match auth::accept(stream, secret, Port::Control).await {
+        Ok(a) => a,
+        Err(e) => {
+            warn!("refused a control connection from {peer}: {e}");
+            return None;
+        }
+    };
+    let decision = match accepting.identity {
+        None => Ok(Caller::Member),
+        Some(identity) => match service.prove(ServerId(identity.id), &identity.credential).await {
+            Ok(Some(id)) => Ok(Caller::Server(id)),
+            Ok(None) => Ok(Caller::Member),
+            Err(why) => Err(why),
+        },
+    };
+    let caller = match &decision {
+        Ok(c) => *c,
+        Err(_) => Caller::Anonymous,
+    };
+    match accepting.finish(stream, decision.map(|_| ())).await {
+        Ok(session) => Some((caller, Some(session))),
+        Err(e) => {
+            warn!("refused a control connection from {peer}: {e}");
+            None
+        }
+    }
 }
 
 async fn serve_requests(
     service: &Arc<Service>,
     stream: &mut TcpStream,
     peer: SocketAddr,
+    caller: Caller,
+    session: Option<Session>,
     shutdown: &mut watch::Receiver<bool>,
 ) {
+    let limit = if caller == Caller::Anonymous { MAX_ANONYMOUS_FRAME } else { MAX_REQUEST_FRAME };
     loop {
         // Idle connections are fine (servers keep theirs); wait for a byte.
         let mut probe = [0u8; 1];
@@ -194,7 +283,7 @@ async fn serve_requests(
                 Ok(_) => {}
             },
         }
-        let read = tokio::time::timeout(FRAME_TIMEOUT, read_frame_limited(stream, MAX_REQUEST_FRAME)).await;
+        let read = tokio::time::timeout(FRAME_TIMEOUT, read_frame_limited(stream, limit)).await;
         let req: ControlRequest = match read {
             Ok(Ok(Some(req))) => req,
             Ok(Ok(None)) | Ok(Err(ControlError::Io(_))) => return,
@@ -203,7 +292,10 @@ async fn serve_requests(
                 return reject(stream, peer, format!("request not completed within {FRAME_TIMEOUT:?}")).await;
             }
         };
-        let resp = service.handle(req, shutdown).await;
+        let mut resp = service.handle(req, caller, shutdown).await;
+        if let Err(message) = mask_response(&mut resp, session.as_ref()) {
+            resp = ControlResponse::Error { code: ControlErrorCode::Internal, message };
+        }
         if !send(stream, &resp).await {
             return;
         }

@@ -13,6 +13,10 @@
 //! they read the last published map from a `watch` channel, which is also
 //! what wakes the long polls.
 //!
+//! Every request is first checked against what its connection proved
+//! ([`Caller`]; `docs/security.md`, "Internal ports"): a refused one gets
+//! `unauthorized` and reaches nothing.
+//!
 //! Failure detection's last step lives here because it does I/O: a
 //! `suspect` is answered at once, and a task of its own probes the suspect
 //! ([`probe`]) outside the state lock; only its verdict, "dead", becomes a
@@ -23,13 +27,14 @@
 use crate::config::CoordinatorError;
 use crate::lease::{Leases, DEFAULT_LEASE_MS};
 use crate::probe::{probe, ProbeConfig};
-use crate::state::{self, ClusterState, Outcome};
+use crate::state::{self, ClusterState, Enlister, Outcome};
 use crate::store::StateStore;
+use shoal_cluster::auth::Credential;
 use shoal_cluster::map::{ClusterMap, Recovery, ServerId, ServerState};
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::LogId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{watch, Mutex};
@@ -39,6 +44,65 @@ use tracing::{debug, error, info, warn};
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
 /// Finished recoveries `stats` remembers (since this process started).
 pub const FINISHED_RECOVERIES_KEPT: usize = 16;
+
+/// What a control connection proved, decided when it opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// The coordinator has no secret: every request is taken at its word.
+    Unchecked,
+    /// No handshake, on a coordinator with a secret: the read-only
+    /// requests only (`get_map`, `get_table`, `stats`, `watch_map` without
+    /// a server).
+    Anonymous,
+    /// Proved the cluster secret, as no server (an operator's tool, or a
+    /// server that has no id or no credential yet): also table changes and
+    /// enlistment.
+    Member,
+    /// Proved the cluster secret and this server's credential: also the
+    /// requests that speak for this server, and only for it.
+    Server(ServerId),
+}
+
+impl Caller {
+    /// Whether this caller may send `req`; the refusal says why not.
+    fn authorize(self, req: &ControlRequest) -> Result<(), String> {
+        let named = match req {
+            ControlRequest::GetMap | ControlRequest::GetTable { .. } | ControlRequest::Stats => return Ok(()),
+            ControlRequest::WatchMap { server: None, .. } => return Ok(()),
+            ControlRequest::CreateTable { .. } | ControlRequest::DropTable { .. } | ControlRequest::Enlist { .. } => {
+                None
+            }
+            ControlRequest::WatchMap { server: Some(s), .. }
+            | ControlRequest::Recovered { server: s, .. }
+            | ControlRequest::RecoveryDone { server: s, .. }
+            | ControlRequest::RaiseReplicaFloors { server: s, .. }
+            | ControlRequest::RenewLease { server: s, .. }
+            | ControlRequest::Suspect { reporter: s, .. } => Some(*s),
+        };
+        let op = op_name(req);
+        match (self, named) {
+            (Caller::Unchecked, _) => Ok(()),
+            (Caller::Anonymous, _) => Err(format!(
+                "{op} needs a connection that proved the cluster secret (--cluster-secret-file); \
+                 without it only get_map, get_table, stats and watch_map are answered"
+            )),
+            (Caller::Member, None) => Ok(()),
+            (Caller::Server(me), None) => match req {
+                ControlRequest::Enlist { previous, .. } if *previous != Some(me) => {
+                    Err(format!("this connection proved server {me}; it can only enlist again as server {me}"))
+                }
+                _ => Ok(()),
+            },
+            (Caller::Server(me), Some(s)) if s == me => Ok(()),
+            (Caller::Server(me), Some(s)) => {
+                Err(format!("{op} names server {s}, but this connection proved server {me}"))
+            }
+            (Caller::Member, Some(s)) => {
+                Err(format!("{op} speaks for server {s}: it needs a connection that proved server {s}'s credential"))
+            }
+        }
+    }
+}
 
 pub(crate) struct Service {
     state: Arc<Mutex<ClusterState>>,
@@ -189,14 +253,28 @@ impl Service {
         self.map.borrow().clone()
     }
 
-    /// Answers `req`. A `watch_map` returns early, with the current map,
-    /// once `shutdown` turns true; a suspect's check is dropped then.
+    /// The server a connection proved by presenting `credential` for `id`
+    /// ([`ClusterState::prove`]).
+    pub(crate) async fn prove(&self, id: ServerId, credential: &Credential) -> Result<Option<ServerId>, String> {
+        self.state.lock().await.prove(id, credential)
+    }
+
+    /// Answers `req` from `caller` (refused with `unauthorized` if the
+    /// caller may not send it). A `watch_map` returns early, with the
+    /// current map, once `shutdown` turns true; a suspect's check is
+    /// dropped then. An `Enlisted` answer may carry a newly issued
+    /// credential in plain hex: the connection masks it.
     pub(crate) async fn handle(
         self: &Arc<Self>,
         req: ControlRequest,
+        caller: Caller,
         shutdown: &mut watch::Receiver<bool>,
     ) -> ControlResponse {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        if let Err(message) = caller.authorize(&req) {
+            debug!("{} refused: {message}", op_name(&req));
+            return ControlResponse::Error { code: ControlErrorCode::Unauthorized, message };
+        }
         match req {
             ControlRequest::GetMap => ControlResponse::Map { map: (*self.map()).clone() },
             ControlRequest::GetTable { name } => state::get_table(&self.map(), &name),
@@ -224,8 +302,7 @@ impl Service {
                 }
             }
             req @ ControlRequest::Enlist { .. } => {
-                self.end_leases_replaced_by(&req).await;
-                let answer = self.change(req).await;
+                let answer = self.enlist(req, caller).await;
                 if let ControlResponse::Enlisted { server, .. } = &answer {
                     self.enlisted.lock().insert(*server);
                 }
@@ -396,6 +473,48 @@ impl Service {
         });
     }
 
+    /// Decides an enlistment from `caller` ([`ClusterState::enlist_as`]),
+    /// issuing a fresh credential to a server that has none.
+    async fn enlist(self: &Arc<Self>, req: ControlRequest, caller: Caller) -> ControlResponse {
+        let by = match caller {
+            Caller::Unchecked => Enlister::Unchecked,
+            Caller::Server(id) => Enlister::Member(Some(id)),
+            Caller::Member | Caller::Anonymous => Enlister::Member(None),
+        };
+        // An enlistment that will be accepted and replaces a live
+        // incarnation waits for that one's lease to end; one that will be
+        // refused condemns nothing (else a refused claim would cost a live
+        // server its lease).
+        let accepted = {
+            let mut dry = self.state.lock().await.clone();
+            matches!(dry.enlist_as(&req, by, None, unix_ms()).0.response, ControlResponse::Enlisted { .. })
+        };
+        if accepted {
+            self.end_leases_replaced_by(&req).await;
+        }
+        let fresh = Credential::random();
+        let issued = Arc::new(AtomicBool::new(false));
+        let logged = req.clone();
+        let flag = issued.clone();
+        let mut answer = self
+            .commit(
+                "enlist",
+                move |state, now| {
+                    let (out, issued) = state.enlist_as(&req, by, Some(&fresh.digest_hex()), now);
+                    flag.store(issued, Ordering::Relaxed);
+                    out
+                },
+                move |this, out, state| this.log(&logged, out, state),
+            )
+            .await;
+        if let ControlResponse::Enlisted { credential, .. } = &mut answer {
+            if issued.load(Ordering::Relaxed) {
+                *credential = Some(fresh.to_hex());
+            }
+        }
+        answer
+    }
+
     /// Decides `req`, saves the result if it changed, then publishes it.
     async fn change(self: &Arc<Self>, req: ControlRequest) -> ControlResponse {
         let (name, logged) = (op_name(&req), req.clone());
@@ -530,7 +649,7 @@ impl Service {
         match (req, &out.response) {
             (
                 ControlRequest::Enlist { previous, native, .. },
-                ControlResponse::Enlisted { server, log, recover, map },
+                ControlResponse::Enlisted { server, log, recover, map, .. },
             ) => {
                 self.enlistments.fetch_add(1, Ordering::Relaxed);
                 if *previous == Some(*server) {
@@ -667,7 +786,6 @@ mod tests {
     use super::*;
     use std::io;
     use std::net::SocketAddr;
-    use std::sync::atomic::AtomicBool;
 
     /// A store in memory whose saves can be made to fail.
     #[derive(Default)]
@@ -703,7 +821,7 @@ mod tests {
         let saved = store.bytes.lock().clone().unwrap();
         assert_eq!(ClusterState::decode(&saved, None).unwrap().0.map(), &*service.map());
 
-        let resp = service.handle(enlist(), &mut rx).await;
+        let resp = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Enlisted { .. }), "{resp:?}");
         let saved = store.bytes.lock().clone().unwrap();
         assert_eq!(ClusterState::decode(&saved, None).unwrap().0.map(), &*service.map());
@@ -715,19 +833,19 @@ mod tests {
         let store = Arc::new(FlakyStore::default());
         let service = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
         let (_tx, mut rx) = watch::channel(false);
-        service.handle(enlist(), &mut rx).await;
+        service.handle(enlist(), Caller::Unchecked, &mut rx).await;
         let before = service.map();
 
         store.fail.store(true, Ordering::Relaxed);
         let create = ControlRequest::CreateTable { name: "t".into(), span: 2 };
-        let resp = service.handle(create.clone(), &mut rx).await;
+        let resp = service.handle(create.clone(), Caller::Unchecked, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Error { code: ControlErrorCode::Internal, .. }), "{resp:?}");
         assert_eq!(service.map(), before);
-        let get = service.handle(ControlRequest::GetTable { name: "t".into() }, &mut rx).await;
+        let get = service.handle(ControlRequest::GetTable { name: "t".into() }, Caller::Unchecked, &mut rx).await;
         assert!(matches!(get, ControlResponse::Error { code: ControlErrorCode::NotFound, .. }));
 
         store.fail.store(false, Ordering::Relaxed);
-        let resp = service.handle(create, &mut rx).await;
+        let resp = service.handle(create, Caller::Unchecked, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Table { .. }), "{resp:?}");
         assert_eq!(service.map().version, before.version + 1);
     }
@@ -743,7 +861,7 @@ mod tests {
         let mut ids = Vec::new();
         for a in dead {
             let req = ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
-            match first.handle(req, &mut rx).await {
+            match first.handle(req, Caller::Unchecked, &mut rx).await {
                 ControlResponse::Enlisted { server, .. } => ids.push(server),
                 other => panic!("{other:?}"),
             }
@@ -757,10 +875,10 @@ mod tests {
         let resumed = Arc::new(resumed.with_restart_grace(Duration::from_secs(60)));
         let a = dead[0];
         let again = ControlRequest::Enlist { previous: Some(ids[0]), native: a, resp: a, backup: a };
-        assert!(matches!(resumed.handle(again, &mut rx).await, ControlResponse::Enlisted { .. }));
+        assert!(matches!(resumed.handle(again, Caller::Unchecked, &mut rx).await, ControlResponse::Enlisted { .. }));
         for suspect in [ids[1], ids[0]] {
             let req = ControlRequest::Suspect { reporter: ids[0], suspect };
-            assert_eq!(resumed.handle(req, &mut rx).await, ControlResponse::Ok);
+            assert_eq!(resumed.handle(req, Caller::Unchecked, &mut rx).await, ControlResponse::Ok);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while !down(&resumed, ids[0]) && Instant::now() < deadline {
@@ -773,7 +891,7 @@ mod tests {
         drop(resumed);
         let no_grace = Arc::new(Service::open(store, None, probe).await.unwrap().with_restart_grace(Duration::ZERO));
         let req = ControlRequest::Suspect { reporter: ids[0], suspect: ids[1] };
-        assert_eq!(no_grace.handle(req, &mut rx).await, ControlResponse::Ok);
+        assert_eq!(no_grace.handle(req, Caller::Unchecked, &mut rx).await, ControlResponse::Ok);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !down(&no_grace, ids[1]) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -800,6 +918,7 @@ mod tests {
                 service
                     .handle(
                         ControlRequest::WatchMap { known_version: version, timeout_ms: 50_000, server: None },
+                        Caller::Unchecked,
                         &mut rx,
                     )
                     .await

@@ -26,9 +26,13 @@
 //!   since); an unfinished partition's master is up, and a recovery has no
 //!   partitions only while no server is up;
 //! * replica floors (`map.replica_floors`) name logs that may still be read
-//!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2.
+//!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2;
+//! * server credentials (`credentials`) belong to known servers and are
+//!   SHA-256 digests (64 hex digits); a server's credential never changes
+//!   once issued.
 
 use serde::{Deserialize, Serialize};
+use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
     split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
@@ -40,7 +44,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 /// Version of the saved state's layout (`format` in `coordinator.json`).
-pub const STATE_FORMAT: u32 = 1;
+/// 2 added `credentials`; format 1 files are read (their servers have no
+/// credential until they next enlist) and saved as format 2.
+pub const STATE_FORMAT: u32 = 2;
+/// Oldest layout [`ClusterState::decode`] reads.
+pub const OLDEST_STATE_FORMAT: u32 = 1;
+
+/// Who sent an enlistment, as its control connection proved it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enlister {
+    /// A cluster without a secret: nothing is proven. `previous` is taken
+    /// at its word, no credential is issued, and a live server whose
+    /// native address is claimed is declared dead.
+    Unchecked,
+    /// A connection that proved the cluster secret, and the server whose
+    /// credential it proved, if any ([`ClusterState::prove`]).
+    Member(Option<ServerId>),
+}
 /// Longest table name, in bytes.
 pub const MAX_TABLE_NAME: usize = 255;
 /// Most tablets one `CreateTable` may ask for.
@@ -96,6 +116,10 @@ pub struct ClusterState {
     /// Absent from files written before crash recovery existed.
     #[serde(default = "first_id")]
     next_recovery: u64,
+    /// Per server, the SHA-256 (hex) of the credential it was issued.
+    /// Servers enlisted without a secret, or before format 2, have none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    credentials: BTreeMap<ServerId, String>,
     /// `--replicas`: configuration, not state, so not saved.
     #[serde(skip)]
     replicas_config: Option<u32>,
@@ -123,6 +147,7 @@ impl ClusterState {
             log_versions: BTreeMap::new(),
             recover: BTreeMap::new(),
             next_recovery: 1,
+            credentials: BTreeMap::new(),
             replicas_config,
         };
         state.map.replicas = state.effective_replicas();
@@ -138,14 +163,15 @@ impl ClusterState {
             format: u32,
         }
         let format: Format = serde_json::from_slice(bytes).map_err(|e| format!("not a coordinator state: {e}"))?;
-        if format.format != STATE_FORMAT {
+        if !(OLDEST_STATE_FORMAT..=STATE_FORMAT).contains(&format.format) {
             return Err(format!(
-                "state format {} is not supported (this coordinator reads {STATE_FORMAT})",
+                "state format {} is not supported (this coordinator reads {OLDEST_STATE_FORMAT} to {STATE_FORMAT})",
                 format.format
             ));
         }
         let mut state: ClusterState = serde_json::from_slice(bytes).map_err(|e| format!("malformed state: {e}"))?;
         state.check()?;
+        state.format = STATE_FORMAT;
         state.replicas_config = replicas_config;
         let replicas = state.effective_replicas();
         let changed = replicas != state.map.replicas;
@@ -195,11 +221,12 @@ impl ClusterState {
     /// state's part of the statistics (the caller adds its counters), and
     /// `Suspect` with `Ok` (the caller probes the suspect and, if it is dead,
     /// calls [`declare_dead`](Self::declare_dead)).
+    ///
+    /// `Enlist` is decided as [`Enlister::Unchecked`]; a coordinator with a
+    /// secret enlists through [`enlist_as`](Self::enlist_as) instead.
     pub fn apply(&mut self, req: &ControlRequest, now_unix_ms: u64) -> Outcome {
         match req {
-            ControlRequest::Enlist { previous, native, resp, backup } => {
-                Outcome::changed(self.enlist(*previous, *native, *resp, *backup, now_unix_ms))
-            }
+            ControlRequest::Enlist { .. } => self.enlist_as(req, Enlister::Unchecked, None, now_unix_ms).0,
             ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
                 Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
             }
@@ -278,6 +305,90 @@ impl ClusterState {
         self.map.replica_floors.retain(|f| !logs.contains(&f.log));
     }
 
+    /// The server a connection proved to be by presenting `credential` for
+    /// `id`: `Ok(Some(id))` if it is that server's issued credential,
+    /// `Ok(None)` if `id` is unknown here or was never issued one (the
+    /// connection is then a member with no identity), `Err` if `id` has a
+    /// different credential.
+    pub fn prove(&self, id: ServerId, credential: &Credential) -> Result<Option<ServerId>, String> {
+        match self.credentials.get(&id) {
+            Some(digest) if credential.matches(digest) => Ok(Some(id)),
+            Some(_) => Err(format!("the credential presented for server {id} is not its credential")),
+            None => Ok(None),
+        }
+    }
+
+    /// Decides an `Enlist` (anything else is `invalid_request`) sent by
+    /// `by`. `issue`: the digest ([`Credential::digest_hex`]) of a fresh
+    /// credential, recorded for a server that has none (a new one, or one
+    /// enlisted before credentials); returns whether it was, in which case
+    /// the caller hands the credential out with the answer.
+    ///
+    /// For an [`Enlister::Member`], enlisting again under a `previous` id
+    /// that holds a credential needs the connection to have proved that
+    /// server, and no server may claim an address (native, Redis or
+    /// backup) that another live server holds; either is refused
+    /// (`unauthorized`) and changes nothing.
+    pub fn enlist_as(
+        &mut self,
+        req: &ControlRequest,
+        by: Enlister,
+        issue: Option<&str>,
+        now_unix_ms: u64,
+    ) -> (Outcome, bool) {
+        let &ControlRequest::Enlist { previous, native, resp, backup } = req else {
+            return (Outcome::unchanged(invalid("not an enlistment")), false);
+        };
+        let known = previous.filter(|p| self.map.server(*p).is_some_and(|s| s.state != ServerState::Down));
+        let mut issued = false;
+        if let Enlister::Member(proven) = by {
+            if let Some(p) = known.filter(|p| self.credentials.contains_key(p)) {
+                if proven != Some(p) {
+                    return (
+                        Outcome::unchanged(error(
+                            ControlErrorCode::Unauthorized,
+                            format!(
+                                "enlisting again as server {p} needs its credential (the server-credential file in \
+                                 its data directory)"
+                            ),
+                        )),
+                        false,
+                    );
+                }
+            }
+            let claimed = [native, resp, backup];
+            let holder = self.map.servers.iter().find(|s| {
+                Some(s.id) != known
+                    && s.state != ServerState::Down
+                    && claimed.iter().any(|a| !a.ip().is_unspecified() && [s.native, s.resp, s.backup].contains(a))
+            });
+            if let Some(holder) = holder {
+                return (
+                    Outcome::unchanged(error(
+                        ControlErrorCode::Unauthorized,
+                        format!(
+                            "an address of this enlistment is held by live server {}; only that server (with its \
+                             credential) may enlist there, or wait until it is declared dead",
+                            holder.id
+                        ),
+                    )),
+                    false,
+                );
+            }
+            issued = issue.is_some();
+        }
+        let response = self.enlist(previous, native, resp, backup, now_unix_ms);
+        if let ControlResponse::Enlisted { server, .. } = &response {
+            match (issued, issue) {
+                (true, Some(digest)) if !self.credentials.contains_key(server) => {
+                    self.credentials.insert(*server, digest.to_string());
+                }
+                _ => issued = false,
+            }
+        }
+        (Outcome::changed(response), issued)
+    }
+
     /// Enlists a server. A `previous` id that is known and not down keeps
     /// its id and tablets, gets a new log, and must replay its earlier
     /// log(s) first (state `Recovering`); anything else is a new server, `Up`
@@ -340,7 +451,13 @@ impl ClusterState {
         }
         self.assign_recoveries();
         self.bump();
-        ControlResponse::Enlisted { server: id, log, recover: self.recover_list(id).to_vec(), map: self.map.clone() }
+        ControlResponse::Enlisted {
+            server: id,
+            log,
+            recover: self.recover_list(id).to_vec(),
+            map: self.map.clone(),
+            credential: None,
+        }
     }
 
     /// Creates `name` split into `span` tablets (0: one per live server),
@@ -735,6 +852,14 @@ impl ClusterState {
                 return Err(format!("server {} writes log {} that has no replica version", s.id, s.log.0));
             }
         }
+        for (server, digest) in &self.credentials {
+            if self.map.server(*server).is_none() {
+                return Err(format!("credential of unknown server {server}"));
+            }
+            if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("credential digest of server {server} is not 64 hex digits"));
+            }
+        }
         for (server, logs) in &self.recover {
             if self.map.server(*server).is_none() {
                 return Err(format!("recover list of unknown server {server}"));
@@ -957,7 +1082,7 @@ mod tests {
 
     fn enlist(state: &mut ClusterState, previous: Option<u64>, port: u16) -> (ServerId, LogId, Vec<LogId>) {
         match apply(state, enlist_req(previous, port)) {
-            ControlResponse::Enlisted { server, log, recover, map } => {
+            ControlResponse::Enlisted { server, log, recover, map, .. } => {
                 assert_eq!(&map, state.map());
                 (server, log, recover)
             }
@@ -1900,5 +2025,103 @@ mod tests {
             recoveries += s.next_recovery - 1;
         }
         assert!(recoveries >= 60, "only {recoveries} recoveries");
+    }
+
+    fn member_enlist(
+        state: &mut ClusterState,
+        previous: Option<u64>,
+        port: u16,
+        proven: Option<u64>,
+    ) -> (ControlResponse, Option<Credential>) {
+        let fresh = Credential::random();
+        let before = state.clone();
+        let (out, issued) = state.enlist_as(
+            &enlist_req(previous, port),
+            Enlister::Member(proven.map(ServerId)),
+            Some(&fresh.digest_hex()),
+            NOW,
+        );
+        state.check().unwrap();
+        if !out.changed {
+            assert_eq!(*state, before, "a refused enlistment changes nothing");
+        }
+        (out.response, issued.then_some(fresh))
+    }
+
+    fn enlisted_id(resp: &ControlResponse) -> ServerId {
+        match resp {
+            ControlResponse::Enlisted { server, .. } => *server,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn enlist_as_member_issues_a_credential_once_and_requires_it_to_enlist_again() {
+        let mut s = ClusterState::new(None);
+        let (resp, cred) = member_enlist(&mut s, None, 1000, None);
+        let id = enlisted_id(&resp);
+        let cred = cred.expect("a new server is issued a credential");
+        assert_eq!(s.prove(id, &cred), Ok(Some(id)));
+        assert!(s.prove(id, &Credential::random()).is_err());
+        assert_eq!(s.prove(ServerId(99), &cred), Ok(None));
+
+        // Under its id without having proved it: refused, nothing changes.
+        let (resp, _) = member_enlist(&mut s, Some(id.0), 1000, None);
+        assert_eq!(error_code(resp), ControlErrorCode::Unauthorized);
+        let (resp, _) = member_enlist(&mut s, Some(id.0), 1000, Some(7));
+        assert_eq!(error_code(resp), ControlErrorCode::Unauthorized);
+        // Proved: the same id, no new credential.
+        let (resp, again) = member_enlist(&mut s, Some(id.0), 1000, Some(id.0));
+        assert_eq!(enlisted_id(&resp), id);
+        assert!(again.is_none());
+        assert_eq!(s.prove(id, &cred), Ok(Some(id)));
+    }
+
+    #[test]
+    fn enlist_as_member_at_a_live_servers_address_is_refused() {
+        let mut s = ClusterState::new(None);
+        let (resp, _) = member_enlist(&mut s, None, 1000, None);
+        let first = enlisted_id(&resp);
+        // Its native, Redis or backup address.
+        for port in [1000, 999, 998] {
+            let (resp, _) = member_enlist(&mut s, None, port, None);
+            assert_eq!(error_code(resp), ControlErrorCode::Unauthorized, "port {port}");
+        }
+        assert_eq!(s.map().server(first).unwrap().state, ServerState::Up);
+        // Once it is declared dead, its address is free.
+        down(&mut s, first.0);
+        let (resp, _) = member_enlist(&mut s, None, 1000, None);
+        assert_ne!(enlisted_id(&resp), first);
+    }
+
+    #[test]
+    fn enlist_unchecked_keeps_taking_previous_at_its_word_and_issues_nothing() {
+        let mut s = ClusterState::new(None);
+        let (out, issued) = s.enlist_as(&enlist_req(None, 1000), Enlister::Unchecked, Some(&"0".repeat(64)), NOW);
+        assert!(!issued);
+        let id = enlisted_id(&out.response);
+        let (out, _) = s.enlist_as(&enlist_req(Some(id.0), 1000), Enlister::Unchecked, None, NOW);
+        assert_eq!(enlisted_id(&out.response), id);
+        assert!(s.credentials.is_empty());
+    }
+
+    #[test]
+    fn a_format_1_server_is_issued_a_credential_at_its_next_enlistment() {
+        let mut old = cluster(2);
+        old.format = 1;
+        let (mut s, _) = ClusterState::decode(&old.encode(), None).unwrap();
+        assert_eq!(s.format, STATE_FORMAT);
+        let (resp, cred) = member_enlist(&mut s, Some(1), 1000, None);
+        assert_eq!(enlisted_id(&resp), ServerId(1));
+        let cred = cred.expect("issued");
+        let bytes = s.encode();
+        let (back, _) = ClusterState::decode(&bytes, None).unwrap();
+        assert_eq!(back.prove(ServerId(1), &cred), Ok(Some(ServerId(1))));
+        let (resp, _) = member_enlist(&mut s, Some(1), 1000, None);
+        assert_eq!(error_code(resp), ControlErrorCode::Unauthorized);
+
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["credentials"]["1"] = "xyz".into();
+        assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err().contains("credential"));
     }
 }

@@ -34,7 +34,7 @@ fn addr(port: u16) -> SocketAddr {
 async fn enlist(c: &mut ControlClient, previous: Option<ServerId>, port: u16) -> (ServerId, LogId, Vec<LogId>) {
     let req = ControlRequest::Enlist { previous, native: addr(port), resp: addr(port + 1), backup: addr(port + 2) };
     match c.call(&req).await.unwrap() {
-        ControlResponse::Enlisted { server, log, recover, map } => {
+        ControlResponse::Enlisted { server, log, recover, map, .. } => {
             assert_eq!(map.server(server).unwrap().log, log);
             (server, log, recover)
         }

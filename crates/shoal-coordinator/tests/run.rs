@@ -19,6 +19,9 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         probe_attempts: 2,
         restart_grace_ms: 10_000,
         lease_ms: 2000,
+        cluster_secret_file: Some(secret_file(dir.path())),
+        insecure_no_secret: false,
+        max_connections_per_ip: 64,
     };
     let running = tokio::spawn(run(args.clone()));
 
@@ -47,7 +50,16 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
     assert!(result.is_ok(), "{result:?}");
     assert!(c.get_map().await.is_err());
 
+    let no_secret = CoordinatorArgs { cluster_secret_file: None, ..args.clone() };
+    let err = run(no_secret).await.unwrap_err();
+    assert!(matches!(err, shoal_coordinator::CoordinatorError::NoSecret), "{err}");
     let bad = CoordinatorArgs { log_level: "not a [level".into(), ..args };
     let err = run(bad).await.unwrap_err();
     assert!(matches!(err, shoal_coordinator::CoordinatorError::LogLevel { .. }), "{err}");
+}
+
+fn secret_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("cluster-secret");
+    shoal_cluster::auth::ClusterSecret::create_or_load(&path).unwrap();
+    path
 }

@@ -8,10 +8,13 @@
 //! * [`master`]: the master's side: a [`shoal_engine::LogObserver`] that
 //!   streams every segment to R backups and tells writers when their bytes
 //!   are durable (group commit, pipelined rounds).
+//! * [`dial`]: how this process connects to backups (the cluster
+//!   handshake, when it has a secret).
 //! * [`restore`]: finding a log among backups' replicas and fetching it
 //!   (whole-cluster restart now; crash recovery later).
 
 pub mod backup;
+pub mod dial;
 pub mod master;
 pub mod restore;
 pub mod wire;

@@ -170,8 +170,7 @@ struct Reader {
 impl Reader {
     async fn connect(addr: SocketAddr) -> Result<Reader, RestoreError> {
         let io_err = |source| RestoreError::Io { addr, source };
-        let stream = TcpStream::connect(addr).await.map_err(io_err)?;
-        let _ = stream.set_nodelay(true);
+        let stream = crate::dial::connect(addr, None).await.map_err(io_err)?;
         let mut r = Reader { addr, stream };
         let mut out = Vec::new();
         Hello { mode: Mode::Reader, master: ServerId(0), log: LogId(0), log_version: 0 }.encode(&mut out);
@@ -282,8 +281,7 @@ pub async fn read_replica(
 /// from its next frame on (docs/recovery.md).
 pub async fn fence(backup: SocketAddr, log: LogId, version: u64) -> Result<(), RestoreError> {
     let io_err = |source| RestoreError::Io { addr: backup, source };
-    let stream = TcpStream::connect(backup).await.map_err(io_err)?;
-    let _ = stream.set_nodelay(true);
+    let stream = crate::dial::connect(backup, None).await.map_err(io_err)?;
     let mut r = Reader { addr: backup, stream };
     let mut out = Vec::new();
     Hello { mode: Mode::Tailwind, master: ServerId(0), log, log_version: version }.encode(&mut out);

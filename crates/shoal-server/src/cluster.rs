@@ -11,9 +11,11 @@
 use crate::config::{ReplicationMode, ServerConfig};
 use crate::lease::Lease;
 use parking_lot::{Mutex, RwLock};
-use shoal_cluster::control::call_blocking;
+use shoal_cluster::auth::{AuthError, ClusterSecret, Credential, Identity, SecretError};
+use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{
-    ClusterMap, ControlClient, ControlError, ControlRequest, ControlResponse, ReplicaFloor, ServerId, ServerState,
+    ClusterMap, ControlAuth, ControlClient, ControlError, ControlRequest, ControlResponse, ReplicaFloor, ServerId,
+    ServerState,
 };
 use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
@@ -50,6 +52,10 @@ const PART_QUEUE: usize = 8;
 pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
 const ID_FILE: &str = "server-id";
+/// The file beside it with the credential the coordinator issued for that
+/// id (hex, mode 0600): proving it is what lets this server enlist again
+/// under its id.
+const CREDENTIAL_FILE: &str = "server-credential";
 
 /// Where a key is served, as this server sees it now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +92,9 @@ pub struct ClusterNode {
     /// The log this incarnation writes.
     pub log: LogId,
     pub coordinator: SocketAddr,
+    /// How this server's control connections authenticate (the cluster
+    /// secret and this server's credential).
+    pub auth: ControlAuth,
     pub replicator: Arc<Replicator>,
     backup: Mutex<Option<Backup>>,
     backup_addr: SocketAddr,
@@ -134,6 +143,8 @@ pub enum JoinError {
     Enlist { addr: SocketAddr, source: ControlError },
     #[error("the coordinator answered enlistment with {0}")]
     Unexpected(String),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
 }
 
 impl ClusterNode {
@@ -145,6 +156,8 @@ impl ClusterNode {
         let dir = config.data_dir.clone().expect("validated: a cluster server has a data_dir");
         std::fs::create_dir_all(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
         let store_config = config.store_config();
+        let secret = config.cluster_secret_file.as_deref().map(ClusterSecret::load).transpose()?;
+        shoal_replication::dial::set_cluster_secret(secret.clone());
         let backup_config = BackupConfig {
             listen: config.backup_addr(),
             data_dir: dir.clone(),
@@ -153,17 +166,28 @@ impl ClusterNode {
             flush_limit: (config.backup_buffers / 2).max(1),
             sync_open: config.sync_open,
             max_connections: 1024,
+            max_connections_per_ip: 64,
+            secret: secret.clone(),
         };
         let backup =
             Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;
         let backup_addr = backup.local_addr();
         let previous = read_id(&dir);
+        let credential = read_credential(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        let identity = match (previous, credential) {
+            (Some(p), Some(credential)) => Some(Identity { id: p.0, credential }),
+            _ => None,
+        };
+        let enlist_auth = ControlAuth { secret: secret.clone(), identity };
         let req = ControlRequest::Enlist { previous, native, resp, backup: backup_addr };
         let deadline = Instant::now() + ENLIST_PATIENCE;
         let reply = loop {
-            match call_blocking(coordinator, &req, CONTROL_TIMEOUT) {
+            match call_blocking_with(coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
                 Ok(r) => break r,
-                Err(e @ ControlError::Refused { .. }) => {
+                Err(
+                    e @ (ControlError::Refused { .. }
+                    | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_))),
+                ) => {
                     return Err(JoinError::Enlist { addr: coordinator, source: e });
                 }
                 Err(e) if Instant::now() >= deadline => return Err(JoinError::Enlist { addr: coordinator, source: e }),
@@ -173,10 +197,26 @@ impl ClusterNode {
                 }
             }
         };
-        let ControlResponse::Enlisted { server, log, recover, map } = reply else {
+        let ControlResponse::Enlisted { server, log, recover, map, credential: issued } = reply else {
             return Err(JoinError::Unexpected(format!("{reply:?}")));
         };
-        write_id(&dir, server).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        let data_dir_err = |source| JoinError::DataDir { path: dir.clone(), source };
+        // The credential first: an id on disk without its credential could
+        // never enlist under that id again.
+        let credential = match issued {
+            Some(text) => {
+                let c = Credential::from_hex(&text)
+                    .ok_or_else(|| JoinError::Unexpected("a malformed credential".into()))?;
+                write_credential(&dir, &c).map_err(data_dir_err)?;
+                Some(c)
+            }
+            None => identity.filter(|i| i.id == server.0).map(|i| i.credential),
+        };
+        write_id(&dir, server).map_err(data_dir_err)?;
+        let auth = ControlAuth {
+            secret: secret.clone(),
+            identity: credential.map(|credential| Identity { id: server.0, credential }),
+        };
         info!(
             "enlisted with {coordinator} as server {server}, writing log {}; {} earlier log(s) to recover",
             log.0,
@@ -192,12 +232,13 @@ impl ClusterNode {
                 ReplicationMode::Conventional => WireMode::Conventional,
             },
             replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
-            floor_recorder: Some(floor_recorder(coordinator, server, log)),
+            floor_recorder: Some(floor_recorder(coordinator, auth.clone(), server, log)),
         });
         let node = ClusterNode {
             id: server,
             log,
             coordinator,
+            auth,
             replicator,
             backup: Mutex::new(Some(backup)),
             backup_addr,
@@ -212,6 +253,12 @@ impl ClusterNode {
         };
         node.set_map(map);
         Ok(node)
+    }
+
+    /// A control client that proves this server (its secret and
+    /// credential) to the coordinator, for the requests that speak for it.
+    pub fn control_client(&self) -> ControlClient {
+        ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone())
     }
 
     /// The cluster map as last received.
@@ -331,7 +378,8 @@ impl ClusterNode {
         on_map: impl Fn(&ClusterMap),
         on_dead: impl Fn(),
     ) {
-        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let mut client =
+            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         on_map(&self.map());
         self.apply_map(&store, &shutdown, &on_dead);
         loop {
@@ -563,7 +611,8 @@ impl ClusterNode {
             return;
         }
         progress.durable_ms = durable_started.elapsed().as_millis() as u64;
-        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let mut client =
+            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let done = ControlRequest::RecoveryDone {
             recovery: rec.id,
             partition: index as u32,
@@ -616,7 +665,8 @@ impl ClusterNode {
     /// `PING_MISSES` pings in a row is reported to the coordinator.
     pub async fn ping_peers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         use rand::seq::SliceRandom;
-        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let mut client =
+            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let mut conns: HashMap<SocketAddr, tokio::net::TcpStream> = HashMap::new();
         let mut ticker = tokio::time::interval(PING_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -744,7 +794,8 @@ impl ClusterNode {
         if !self.wait_durable(self.position()).await {
             return;
         }
-        let mut client = ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT);
+        let mut client =
+            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         loop {
             match client.call(&ControlRequest::Recovered { server: self.id, logs: self.recover.clone() }).await {
                 Ok(_) => break,
@@ -788,8 +839,9 @@ impl ClusterNode {
 /// Records this server's replica floors at the coordinator
 /// (`RaiseReplicaFloors`), for the replicator of `log`. Runs on the
 /// replicator's runtime, one request at a time, over one kept connection.
-fn floor_recorder(coordinator: SocketAddr, server: ServerId, log: LogId) -> FloorRecorder {
-    let client = Arc::new(tokio::sync::Mutex::new(ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT)));
+fn floor_recorder(coordinator: SocketAddr, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
+    let client = ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(auth);
+    let client = Arc::new(tokio::sync::Mutex::new(client));
     FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
         let client = client.clone();
         async move {
@@ -806,6 +858,31 @@ fn floor_recorder(coordinator: SocketAddr, server: ServerId, log: LogId) -> Floo
 fn read_id(dir: &Path) -> Option<ServerId> {
     let text = std::fs::read_to_string(dir.join(ID_FILE)).ok()?;
     text.trim().parse().ok().map(ServerId)
+}
+
+/// The credential kept in `dir`, if any. Errors: the file exists but
+/// cannot be read or is not a credential.
+fn read_credential(dir: &Path) -> std::io::Result<Option<Credential>> {
+    match std::fs::read_to_string(dir.join(CREDENTIAL_FILE)) {
+        Ok(text) => Credential::from_hex(&text).map(Some).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{CREDENTIAL_FILE} is not a credential"))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the credential atomically, readable by this user only.
+fn write_credential(dir: &Path, credential: &Credential) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!("{CREDENTIAL_FILE}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    writeln!(f, "{}", credential.to_hex())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(CREDENTIAL_FILE))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Writes the id atomically (temporary file, sync, rename).
@@ -852,5 +929,26 @@ async fn ping(conns: &mut HashMap<SocketAddr, tokio::net::TcpStream>, addr: Sock
     match tokio::time::timeout(PING_TIMEOUT, attempt).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_credential_file_is_private_and_round_trips() {
+        let dir = std::env::temp_dir().join(format!("shoal-credential-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read_credential(&dir).unwrap(), None);
+        let c = Credential::random();
+        write_credential(&dir, &c).unwrap();
+        let mode = std::fs::metadata(dir.join(CREDENTIAL_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(read_credential(&dir).unwrap(), Some(c));
+        std::fs::write(dir.join(CREDENTIAL_FILE), "not hex\n").unwrap();
+        assert!(read_credential(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

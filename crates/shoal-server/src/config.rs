@@ -89,6 +89,13 @@ pub struct ServerConfig {
     /// A Redis-style ACL file of more users (`user NAME on >password`; see
     /// [`crate::auth`] for the rules accepted). Every user has full access.
     pub acl_file: Option<PathBuf>,
+    /// File holding the cluster's secret (the coordinator's and every
+    /// server's): control and replication connections prove it
+    /// (`docs/security.md`). Unset: no handshake; the command line then
+    /// requires `insecure_no_secret` for a server with a coordinator.
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Run in a cluster without a secret (command line: otherwise refused).
+    pub insecure_no_secret: bool,
 }
 
 /// The replication data path (see [`ServerConfig::replication`]).
@@ -127,6 +134,8 @@ impl Default for ServerConfig {
             prefault_memory: false,
             requirepass: None,
             acl_file: None,
+            cluster_secret_file: None,
+            insecure_no_secret: false,
         }
     }
 }
@@ -284,8 +293,9 @@ pub struct ServerArgs {
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
-    /// prefault_memory, requirepass, acl_file (sizes as numbers of bytes or
-    /// strings like "512MiB"). Flags override the file.
+    /// prefault_memory, requirepass, acl_file, cluster_secret_file,
+    /// insecure_no_secret (sizes as numbers of bytes or strings like
+    /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, for every protocol [default: 127.0.0.1].
@@ -381,6 +391,16 @@ pub struct ServerArgs {
     /// `user default ...` line sets the default user instead of --password.
     #[arg(long, value_name = "FILE")]
     pub acl_file: Option<PathBuf>,
+    /// The cluster's secret file (the same as the coordinator's; mode
+    /// 0600). This server proves it on every control and replication
+    /// connection, and backups accept only masters that prove it. Required
+    /// with --coordinator unless --insecure-no-secret. See docs/security.md.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Join a cluster without a secret: this server's backup then serves
+    /// anyone who can connect. Only for a network where every peer is trusted.
+    #[arg(long, conflicts_with = "cluster_secret_file")]
+    pub insecure_no_secret: bool,
 }
 
 impl ServerArgs {
@@ -419,6 +439,19 @@ impl ServerArgs {
         }
         if self.acl_file.is_some() {
             c.acl_file = self.acl_file;
+        }
+        if self.cluster_secret_file.is_some() {
+            c.cluster_secret_file = self.cluster_secret_file;
+        }
+        if self.insecure_no_secret {
+            c.insecure_no_secret = true;
+        }
+        if c.coordinator.is_some() && c.cluster_secret_file.is_none() && !c.insecure_no_secret {
+            return Err(ConfigError::Invalid(
+                "a server with --coordinator needs --cluster-secret-file PATH (the coordinator's), or \
+                 --insecure-no-secret to run its cluster unauthenticated"
+                    .into(),
+            ));
         }
         c.validate()?;
         Ok(c)

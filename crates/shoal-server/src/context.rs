@@ -7,8 +7,8 @@ use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
 use parking_lot::RwLock;
-use shoal_cluster::control::call_blocking;
-use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_engine::{EnumCursor, RejectRules, Store, StoreError, TableId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -68,7 +68,7 @@ impl ServerContext {
             let weak = Arc::downgrade(&store);
             node.replicator.set_segment_source(Arc::new(move |id| weak.upgrade()?.segment_copy(id)));
         }
-        let tables = TableRegistry::new(store.clone(), cluster.as_ref().map(|c| c.coordinator));
+        let tables = TableRegistry::new(store.clone(), cluster.as_ref().map(|c| (c.coordinator, c.auth.clone())));
         if let Some(node) = &cluster {
             tables.sync(&node.map());
         }
@@ -135,8 +135,9 @@ impl ServerContext {
 pub struct TableRegistry {
     store: Arc<Store>,
     /// In a cluster, tables are the coordinator's: created and dropped
-    /// there, and learnt from the cluster map.
-    coordinator: Option<SocketAddr>,
+    /// there (over connections authenticated as this server), and learnt
+    /// from the cluster map.
+    coordinator: Option<(SocketAddr, ControlAuth)>,
     inner: RwLock<Registry>,
     /// Changes whenever a table is created or dropped, so that a connection
     /// may cache name lookups and check them with one load.
@@ -149,7 +150,7 @@ struct Registry {
 }
 
 impl TableRegistry {
-    fn new(store: Arc<Store>, coordinator: Option<SocketAddr>) -> TableRegistry {
+    fn new(store: Arc<Store>, coordinator: Option<(SocketAddr, ControlAuth)>) -> TableRegistry {
         TableRegistry {
             store,
             coordinator,
@@ -176,9 +177,9 @@ impl TableRegistry {
         if let Some(id) = self.lookup(name) {
             return Ok(id);
         }
-        if let Some(coordinator) = self.coordinator {
+        if let Some((coordinator, auth)) = &self.coordinator {
             let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0 };
-            let table = match call_blocking(coordinator, &req, COORDINATOR_TIMEOUT) {
+            let table = match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(ControlResponse::Table { table }) => table,
                 Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
                 Err(e) => return Err(TableError::Coordinator(e.to_string())),
@@ -204,9 +205,9 @@ impl TableRegistry {
 
     /// Removes the table and all its objects; returns whether it existed.
     pub fn drop_table(&self, name: &str) -> Result<bool, TableError> {
-        if let Some(coordinator) = self.coordinator {
+        if let Some((coordinator, auth)) = &self.coordinator {
             let req = ControlRequest::DropTable { name: name.to_owned() };
-            match call_blocking(coordinator, &req, COORDINATOR_TIMEOUT) {
+            match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(_) => {}
                 Err(ControlError::Refused { code: ControlErrorCode::NotFound, .. }) => return Ok(false),
                 Err(e) => return Err(TableError::Coordinator(e.to_string())),

@@ -13,7 +13,7 @@
 //! ends [`SAFETY`] early.
 
 use crate::cluster::ClusterNode;
-use shoal_cluster::{ControlClient, ControlRequest, ControlResponse};
+use shoal_cluster::{ControlRequest, ControlResponse};
 use shoal_common::os::boot_time_ns;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ impl Lease {
 /// its tablets until a renewal succeeds.
 pub async fn keep_renewed(node: Arc<ClusterNode>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut granted: Option<Duration> = None;
-    let mut client = ControlClient::new(node.coordinator).with_timeout(Duration::from_secs(1));
+    let mut client = node.control_client().with_timeout(Duration::from_secs(1));
     let req = ControlRequest::RenewLease { server: node.id, log: node.log };
     let mut complaining = false;
     loop {

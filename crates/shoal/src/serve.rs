@@ -7,6 +7,8 @@
 //! coordinator in its own process and N servers as child processes of it,
 //! each with a data directory under one root, and prints how to connect.
 //! Starting it again on the same root brings the cluster back with its data.
+//! Its processes share a cluster secret, `<root>/cluster-secret` (mode
+//! 0600), made at the first start.
 
 use shoal_cluster::{ClusterMap, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
@@ -69,6 +71,10 @@ pub struct LocalCommand {
     #[arg(long, value_name = "PASSWORD", env = "SHOAL_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 }
+
+/// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
+/// clusters), in their root.
+pub(crate) const SECRET_FILE: &str = "cluster-secret";
 
 /// Starts a server from `args` over `base`, logs, and waits for a signal.
 fn start(args: ServerArgs, base: ServerConfig) -> Result<Server, String> {
@@ -226,6 +232,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the shoal executable: {e}"))?;
     std::fs::create_dir_all(&cmd.root).map_err(|e| format!("cannot create {}: {e}", cmd.root.display()))?;
     let root = cmd.root.canonicalize().map_err(|e| format!("{}: {e}", cmd.root.display()))?;
+    let secret = root.join(SECRET_FILE);
+    shoal_cluster::auth::ClusterSecret::create_or_load(&secret).map_err(|e| e.to_string())?;
+    let secret = secret.display().to_string();
     let mut procs = Processes(Vec::new());
     let signals = Signals::install()?;
 
@@ -244,6 +253,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         cdir.join("state").display().to_string(),
         "--log-level".into(),
         cmd.log_level.clone(),
+        "--cluster-secret-file".into(),
+        secret.clone(),
     ];
     if let Some(r) = cmd.replicas {
         args.extend(["--replicas".into(), r.to_string()]);
@@ -275,6 +286,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             },
             "--log-level".into(),
             cmd.log_level.clone(),
+            "--cluster-secret-file".into(),
+            secret.clone(),
         ];
         if cmd.sync_open {
             args.push("--sync-open".into());

@@ -134,6 +134,7 @@ fn a_stalled_backup_is_replaced_and_writes_to_other_masters_go_on() {
     // The victim is a server whose backup holds a replica of another
     // master's open head (every head is replicated from its first bytes).
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    cluster.dial_backups();
     let holds_others = |s: &shoal_cluster::ServerInfo| {
         map.servers.iter().filter(|m| m.id != s.id).any(|m| {
             rt.block_on(shoal_replication::restore::list_replicas(s.backup, m.log))

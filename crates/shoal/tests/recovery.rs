@@ -370,6 +370,7 @@ fn closed_replicas(addr: std::net::SocketAddr, log: shoal_common::LogId) -> Vec<
 fn a_killed_backup_s_segments_get_back_to_r_replicas_and_writes_go_on() {
     let root = Root::new("recovery-kill-backup");
     let mut cluster = Cluster::start(&root.0, 5, 2, 0);
+    cluster.dial_backups();
     let table = cluster.client().create_table("ledger").unwrap();
     let map = table_map(&cluster, table);
     // Big values first, so that every master closes segments (8 MiB each)

@@ -87,6 +87,10 @@ fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
     let addr = line.split_whitespace().nth(2).unwrap().to_string();
     assert!(line.contains("redis-cli -p "), "{line}");
     ping(&addr);
+    // Its processes share a private secret it made in its root.
+    use std::os::unix::fs::PermissionsExt;
+    let secret = std::fs::metadata(root.join("cluster-secret")).unwrap();
+    assert_eq!(secret.permissions().mode() & 0o777, 0o600);
     signal(&child, "-INT");
     assert!(wait_exit(&mut child).success());
     wait_for(&out, "Shoal stopped.");
@@ -208,7 +212,28 @@ fn server_help_explains_every_option() {
         "--password",
         "SHOAL_PASSWORD",
         "--acl-file",
+        "--cluster-secret-file",
+        "--insecure-no-secret",
     ] {
         assert!(help.contains(flag), "{flag} missing from shoal server --help");
     }
+}
+
+#[test]
+fn a_cluster_server_without_a_secret_is_refused_with_a_clear_message() {
+    let dir = std::env::temp_dir().join(format!("shoal-no-secret-{}", std::process::id()));
+    let out = Command::new(SHOAL)
+        .args(["server", "--coordinator", "127.0.0.1:1", "--resp-port", "0", "--native-port", "0", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cluster-secret-file") && err.contains("--insecure-no-secret"), "{err}");
+    let out =
+        Command::new(SHOAL).args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&dir).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cluster-secret-file") && err.contains("--insecure-no-secret"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

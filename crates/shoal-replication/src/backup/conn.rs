@@ -9,6 +9,19 @@
 //! and offset are checked before a single byte reaches the buffer. Any bad
 //! input ends the connection with an ERROR; nothing here panics on input.
 //!
+//! With a cluster secret, a connection begins with the cluster handshake
+//! ([`shoal_cluster::auth`]); until it succeeds nothing is read as a frame
+//! and nothing is allocated. The identity it claims is the only master a
+//! writing HELLO may name (a HELLO naming master 0 only raises the log's
+//! fence: it may send nothing after). A peer that does not complete the
+//! handshake within [`HANDSHAKE_TIMEOUT`] is closed. Connections are also
+//! bounded per peer address (`max_connections_per_ip`).
+//!
+//! Memory: an APPEND's body is read into one buffer per connection, only
+//! for a replica open on that connection and only up to the bytes that
+//! replica has left, so at most one segment's worth; it is released when
+//! the connection has no open replica left.
+//!
 //! An EPOCH is applied in order with the frames around it: at once for a
 //! replica this connection is writing (its buffer's metadata), otherwise
 //! (a closed replica, whose epoch must reach the disk) on the blocking
@@ -18,6 +31,8 @@
 use super::buffers::Buffer;
 use super::replicas::{Opened, PartOut, ReadOut, Shared};
 use crate::wire::{self, Header, Hello, Kind, Mode, DATA_PREFIX, HEADER_LEN, HELLO_LEN, OPEN_LEN};
+use shoal_cluster::auth::{self, ClusterSecret, PerIpLimit, Port, HANDSHAKE_TIMEOUT};
+use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, HeaderCrc};
 use std::collections::HashMap;
@@ -40,6 +55,7 @@ const LINGER: Duration = Duration::from_secs(2);
 
 /// Accepts connections until `stop` is notified; each is served by its own task.
 pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Arc<Notify>) {
+    let per_ip = PerIpLimit::default();
     loop {
         let (stream, peer) = tokio::select! {
             _ = stop.notified() => return,
@@ -64,15 +80,72 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
             });
             continue;
         }
+        let Some(slot) = per_ip.take(peer.ip(), shared.config.max_connections_per_ip) else {
+            c.connections_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, "backup: refusing a connection: too many from this address");
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                wire::encode_text(Kind::Error, SegmentId(0), "too many connections from this address", &mut out);
+                linger_close(stream, &out).await;
+            });
+            continue;
+        };
         c.connections_accepted.fetch_add(1, Ordering::Relaxed);
         c.connections_active.fetch_add(1, Ordering::Relaxed);
         let guard = ActiveGuard(shared.clone());
         let shared = shared.clone();
         tokio::spawn(async move {
-            let _guard = guard;
-            Conn::new(shared, stream, peer).run().await;
+            let (_guard, _slot) = (guard, slot);
+            let mut stream = stream;
+            let proven = match &shared.config.secret {
+                None => None,
+                Some(secret) => match admit(secret, &mut stream).await {
+                    Ok(proven) => proven,
+                    Err(Refusal { message, answer }) => {
+                        shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, error = %message, "backup: refusing a connection");
+                        if answer {
+                            let mut out = Vec::new();
+                            wire::encode_text(Kind::Error, SegmentId(0), &message, &mut out);
+                            linger_close(stream, &out).await;
+                        }
+                        return;
+                    }
+                },
+            };
+            Conn::new(shared, stream, peer, proven).run().await;
         });
     }
+}
+
+/// Why a connection was not admitted; `answer`: tell the peer in an ERROR
+/// frame (an old-protocol peer; the handshake answers for itself).
+struct Refusal {
+    message: String,
+    answer: bool,
+}
+
+/// Runs the acceptor's side of the cluster handshake; returns the server
+/// the peer claims to be (0 on the wire: none).
+async fn admit(secret: &ClusterSecret, stream: &mut TcpStream) -> Result<Option<ServerId>, Refusal> {
+    let first = auth::peek_start(stream, HANDSHAKE_TIMEOUT)
+        .await
+        .map_err(|e| Refusal { message: e.to_string(), answer: false })?
+        .ok_or(Refusal { message: "closed before the handshake".into(), answer: false })?;
+    if !auth::is_handshake(&first) {
+        return Err(Refusal {
+            message: "this backup requires the cluster handshake: the master needs the cluster's \
+                      --cluster-secret-file"
+                .into(),
+            answer: true,
+        });
+    }
+    let accepting = auth::accept(stream, secret, Port::Backup)
+        .await
+        .map_err(|e| Refusal { message: e.to_string(), answer: false })?;
+    let proven = accepting.identity.map(|i| ServerId(i.id));
+    accepting.finish(stream, Ok(())).await.map_err(|e| Refusal { message: e.to_string(), answer: false })?;
+    Ok(proven)
 }
 
 /// Counts a connection as active while it lives (even if its task is
@@ -149,6 +222,8 @@ enum Rx {
 /// What the HELLO established.
 struct Session {
     mode: Mode,
+    /// The master the HELLO named; 0: a fence, which sends nothing more.
+    master: ServerId,
     log: LogId,
     version: u64,
     /// The log's highest version seen (not for readers).
@@ -177,6 +252,9 @@ struct Conn {
     out_pos: usize,
     session: Option<Session>,
     open: HashMap<SegmentId, OpenReplica>,
+    /// With a cluster secret: the server the handshake claimed, the only
+    /// master this connection may write for.
+    proven: Option<ServerId>,
 }
 
 /// A non-blocking read: `None` when it would block, `Some(0)` at EOF.
@@ -192,7 +270,7 @@ fn try_read(stream: &TcpStream, buf: &mut [u8]) -> Result<Option<usize>, Stop> {
 }
 
 impl Conn {
-    fn new(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> Conn {
+    fn new(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, proven: Option<ServerId>) -> Conn {
         Conn {
             shared,
             stream,
@@ -204,6 +282,7 @@ impl Conn {
             out_pos: 0,
             session: None,
             open: HashMap::new(),
+            proven,
         }
     }
 
@@ -356,6 +435,7 @@ impl Conn {
             None => {}
             Some(s) => {
                 let allowed = match s.mode {
+                    Mode::Tailwind | Mode::Conventional if s.master.0 == 0 => false,
                     Mode::Tailwind => {
                         matches!(h.kind, Kind::Open | Kind::Data | Kind::Close | Kind::Free | Kind::Epoch)
                     }
@@ -392,6 +472,20 @@ impl Conn {
         if h.kind == Kind::Data {
             self.rx = Rx::Offset { segment: h.segment, len: h.body_len - DATA_PREFIX, got: 0, bytes: [0; 4] };
             return Ok(None);
+        }
+        if h.kind == Kind::Append {
+            let o = self
+                .open
+                .get(&h.segment)
+                .ok_or_else(|| bad(format!("APPEND to segment {}, which is not open here", h.segment.0)))?;
+            if h.body_len - DATA_PREFIX > o.size - o.received {
+                return Err(bad(format!(
+                    "APPEND of {} bytes to segment {}, which has {} left",
+                    h.body_len - DATA_PREFIX,
+                    h.segment.0,
+                    o.size - o.received
+                )));
+            }
         }
         self.body.clear();
         self.body.resize(h.body_len, 0);
@@ -469,10 +563,12 @@ impl Conn {
                 let o = &self.open[&h.segment];
                 self.shared.close(log, h.segment, &o.buf, o.gen, len, checksum).map_err(bad)?;
                 self.open.remove(&h.segment);
+                self.release_body();
                 wire::encode_u32(Kind::Closed, h.segment, len, &mut self.out);
             }
             Kind::Free => {
                 self.open.remove(&h.segment);
+                self.release_body();
                 self.shared.free(log, h.segment);
             }
             Kind::Append => self.append(h.segment)?,
@@ -497,6 +593,13 @@ impl Conn {
         Ok(None)
     }
 
+    /// Gives an APPEND-sized body buffer back once no replica is open here.
+    fn release_body(&mut self) {
+        if self.open.is_empty() && self.body.capacity() > HEADER_LEN + HELLO_LEN {
+            self.body = Vec::new();
+        }
+    }
+
     fn log_in_body(&self, what: &'static str) -> Result<LogId, Stop> {
         wire::decode_u64(&self.body, what).map(LogId).map_err(|e| bad(e.to_string()))
     }
@@ -506,11 +609,20 @@ impl Conn {
             return Err(bad("a second HELLO"));
         }
         let hello = Hello::decode(&self.body).map_err(|e| bad(format!("HELLO: {e}")))?;
+        let writes = matches!(hello.mode, Mode::Tailwind | Mode::Conventional) && hello.master.0 != 0;
+        if writes && self.shared.config.secret.is_some() && self.proven != Some(hello.master) {
+            return Err(bad(format!(
+                "HELLO as master {}, but this connection's handshake claimed {}",
+                hello.master,
+                self.proven.map_or("no server".to_string(), |p| format!("server {p}"))
+            )));
+        }
         let fence = match hello.mode {
             Mode::Reader => None,
             Mode::Tailwind | Mode::Conventional => Some(self.shared.hello(hello.log, hello.log_version).map_err(bad)?),
         };
-        self.session = Some(Session { mode: hello.mode, log: hello.log, version: hello.log_version, fence });
+        self.session =
+            Some(Session { mode: hello.mode, master: hello.master, log: hello.log, version: hello.log_version, fence });
         wire::encode_empty(Kind::HelloOk, SegmentId(0), &mut self.out);
         Ok(())
     }

@@ -51,11 +51,18 @@ pub struct BackupConfig {
     pub sync_open: bool,
     /// Most connections served at once; more are answered ERROR.
     pub max_connections: usize,
+    /// Most connections from one IP address at once; more are answered ERROR.
+    pub max_connections_per_ip: usize,
+    /// The cluster secret: every connection must open with the cluster
+    /// handshake (`docs/security.md`). `None`: anyone who can connect is
+    /// served.
+    pub secret: Option<shoal_cluster::auth::ClusterSecret>,
 }
 
 impl BackupConfig {
     /// The defaults: 8 MiB segments, 16 buffers, at most 8 of them waiting
-    /// for the disk, no sync of open buffers, 1024 connections.
+    /// for the disk, no sync of open buffers, 1024 connections (64 per
+    /// address), no secret.
     pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> BackupConfig {
         BackupConfig {
             listen,
@@ -65,6 +72,8 @@ impl BackupConfig {
             flush_limit: 8,
             sync_open: false,
             max_connections: 1024,
+            max_connections_per_ip: 64,
+            secret: None,
         }
     }
 
@@ -76,7 +85,7 @@ impl BackupConfig {
         if self.buffers == 0 {
             return bad("a backup needs at least one buffer");
         }
-        if self.max_connections == 0 {
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
             return bad("a backup must accept at least one connection");
         }
         Ok(())

@@ -120,7 +120,8 @@ fn spawn_and_wake(inner: &Arc<Inner>, st: &mut State) {
 
 /// One connection's life: connect, then write and read until either fails.
 async fn run(inner: Arc<Inner>, id: ServerId, gen: u64, addr: SocketAddr, wake: Arc<Notify>, timeout: Duration) {
-    let why = match connect(addr, timeout).await {
+    let master = inner.state.lock().settings.master;
+    let why = match connect(addr, master, timeout).await {
         Ok(stream) => {
             let (rd, wr) = stream.into_split();
             tokio::select! {
@@ -140,12 +141,10 @@ async fn run(inner: Arc<Inner>, id: ServerId, gen: u64, addr: SocketAddr, wake: 
     step(&inner);
 }
 
-async fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+async fn connect(addr: SocketAddr, master: ServerId, timeout: Duration) -> std::io::Result<TcpStream> {
+    tokio::time::timeout(timeout, crate::dial::connect(addr, Some(master)))
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    stream.set_nodelay(true)?;
-    Ok(stream)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
 }
 
 /// Sends what the core queued for this connection: the whole buffer at

@@ -558,8 +558,14 @@ impl Cluster {
         let coordinator: SocketAddr = format!("127.0.0.1:{}", pick_port(0)?).parse().map_err(|e| format!("{e}"))?;
         let mut c = Cluster { coordinator, procs: Vec::new(), root: root.to_path_buf() };
         let cdir = root.join("coordinator");
+        std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        let secret = root.join(crate::serve::SECRET_FILE);
+        shoal_cluster::auth::ClusterSecret::create_or_load(&secret).map_err(|e| e.to_string())?;
+        let secret = secret.display().to_string();
         let args: Vec<String> = vec![
             "coordinator".into(),
+            "--cluster-secret-file".into(),
+            secret.clone(),
             "--listen".into(),
             coordinator.to_string(),
             "--data-dir".into(),
@@ -575,6 +581,8 @@ impl Cluster {
             let dir = root.join(format!("server-{i}"));
             let mut args: Vec<String> = vec![
                 "server".into(),
+                "--cluster-secret-file".into(),
+                secret.clone(),
                 "--coordinator".into(),
                 coordinator.to_string(),
                 "--data-dir".into(),

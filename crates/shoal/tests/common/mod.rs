@@ -67,6 +67,8 @@ impl Cluster {
         let port = if port == 0 { free_port() } else { port };
         let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut c = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.into(), replicas };
+        std::fs::create_dir_all(root).unwrap();
+        shoal_cluster::auth::ClusterSecret::create_or_load(&c.secret_file()).unwrap();
         c.start_coordinator();
         for i in 0..n {
             let s = c.spawn_server(i);
@@ -74,6 +76,18 @@ impl Cluster {
         }
         c.wait_up(n);
         c
+    }
+
+    /// The cluster secret every process of this cluster is given.
+    pub fn secret_file(&self) -> PathBuf {
+        self.root.join("cluster-secret")
+    }
+
+    /// Makes this test process's replication connections (`restore::*`)
+    /// prove the cluster's secret, as its servers' do.
+    pub fn dial_backups(&self) {
+        let secret = shoal_cluster::auth::ClusterSecret::load(&self.secret_file()).unwrap();
+        shoal_replication::dial::set_cluster_secret(Some(secret));
     }
 
     pub fn start_coordinator(&mut self) {
@@ -85,6 +99,8 @@ impl Cluster {
         let dir = self.root.join("coordinator");
         let child = Command::new(SHOAL)
             .args(["coordinator", "--listen", &self.coordinator.to_string(), "--log-level", "info"])
+            .arg("--cluster-secret-file")
+            .arg(self.secret_file())
             .args(extra)
             .args(["--replicas", &self.replicas.to_string()])
             .arg("--data-dir")
@@ -100,6 +116,8 @@ impl Cluster {
         let dir = self.root.join(format!("server-{i}"));
         Command::new(SHOAL)
             .args(["server", "--coordinator", &self.coordinator.to_string()])
+            .arg("--cluster-secret-file")
+            .arg(self.secret_file())
             .args(["--native-port", "0", "--resp-port", "0", "--backup-port", "0"])
             .args(["--memory", "64MiB", "--backup-buffers", "8", "--replica-timeout-ms", "1000"])
             .args(["--log-level", "info"])
