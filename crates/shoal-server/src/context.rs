@@ -2,6 +2,7 @@
 //! registry, server-level statistics, the start time and the shutdown
 //! signal. Front ends reach the store only through its public operations.
 
+use crate::budget::ClientBudget;
 use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
@@ -26,6 +27,8 @@ pub struct ServerContext {
     pub cluster: Option<Arc<ClusterNode>>,
     /// Which connection may spin after a reply (see `spin`).
     pub(crate) spin: SpinGate,
+    /// The bound on all client connections' buffers (see `budget`).
+    pub budget: Arc<ClientBudget>,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -68,6 +71,7 @@ impl ServerContext {
         if let Some(node) = &cluster {
             tables.sync(&node.map());
         }
+        let budget = Arc::new(ClientBudget::new(config.client_buffer_budget.0 as usize));
         Ok(ServerContext {
             config,
             store,
@@ -75,6 +79,7 @@ impl ServerContext {
             stats: ServerStats::default(),
             cluster,
             spin: SpinGate::default(),
+            budget,
             started: Instant::now(),
             shutdown: watch::channel(false).0,
         })
@@ -283,6 +288,11 @@ pub struct ServerStats {
     pub reply_overflows: AtomicU64,
     /// Connections closed because they made no progress for the idle timeout.
     pub idle_timeouts: AtomicU64,
+    /// Connections closed to keep all client buffers within the budget.
+    pub client_buffer_disconnects: AtomicU64,
+    /// Connections closed because part of a request waited longer than the
+    /// request timeout.
+    pub request_timeouts: AtomicU64,
     pub commands: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
