@@ -293,6 +293,7 @@ async fn serve_connection(
         if inbuf.is_empty() && inbuf.capacity() > FREE {
             *inbuf = Vec::with_capacity(16 * 1024);
         }
+        account.report(inbuf.capacity() + out.capacity(), out.len());
         settle(ctx, scratch).await?;
         let replied = !out.is_empty();
         flush(&mut stream, out, ctx, limits.idle, account).await?;
