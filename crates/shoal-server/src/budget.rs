@@ -5,12 +5,13 @@
 //! Each connection owns an [`Account`] and reports to it, after every step
 //! that may have changed them, how many bytes its buffers hold and how many
 //! of those are replies its client has not read yet ([`Account::report`]).
-//! The account charges the shared counter in whole chunks ([`CHUNK`]), so a
-//! connection writes shared memory only when its buffers cross a chunk
-//! boundary: an ordinary connection, whose buffers stay under [`FREE`],
-//! is never charged and never touches the counter. What the budget does
-//! not see is therefore at most [`FREE`] + [`CHUNK`] per connection
-//! (bounded by `max_connections`).
+//! The account charges the shared counter in whole chunks ([`CHUNK`],
+//! rounding up), so a connection writes shared memory only when its buffers
+//! cross a chunk boundary: an ordinary connection, whose buffers stay under
+//! [`FREE`], is never charged and never touches the counter. What the
+//! budget does not see is therefore at most [`FREE`] per connection
+//! (bounded by `max_connections`), plus what a connection's buffers grew by
+//! since its last report (one request or reply).
 //!
 //! When the total goes over the budget:
 //! 1. Back-pressure. A connection with more than [`PAUSE_SLACK`] bytes of
