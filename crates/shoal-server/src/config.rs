@@ -49,6 +49,16 @@ pub struct ServerConfig {
     /// Most client connections at once, over all protocols; more are sent an
     /// error and closed.
     pub max_connections: usize,
+    /// Over all client connections (every front end): most bytes their
+    /// request and reply buffers may hold together. Over it, connections
+    /// with unread replies stop being read, then those holding the most
+    /// unread replies are closed (module `budget`). At least
+    /// `request_buffer_size` + `reply_buffer_size`.
+    pub client_buffer_budget: ByteSize,
+    /// Milliseconds a connection may hold part of a request without
+    /// completing one (a request sent slowly or stalled half way) before it
+    /// is closed; 0 means never. Independent of the idle timeout.
+    pub request_timeout_ms: u64,
     /// Seconds a connection may make no progress (nothing read, nothing of
     /// its replies taken) before it is closed; 0 means never.
     pub idle_timeout_secs: u64,
@@ -122,6 +132,8 @@ impl Default for ServerConfig {
             request_buffer_size: ByteSize(4 << 20),
             reply_buffer_size: ByteSize(64 << 20),
             max_connections: 10_000,
+            client_buffer_budget: ByteSize(256 << 20),
+            request_timeout_ms: 10_000,
             idle_timeout_secs: 300,
             log_level: "info".into(),
             data_dir: None,
@@ -181,6 +193,11 @@ impl ServerConfig {
         (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
     }
 
+    /// `None` when half-sent requests never time out.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (self.request_timeout_ms > 0).then(|| Duration::from_millis(self.request_timeout_ms))
+    }
+
     /// The engine's configuration for this server.
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
@@ -213,6 +230,13 @@ impl ServerConfig {
                 "reply_buffer_size ({}) must exceed max_value_size ({}) by at least 64 KiB, so a reply can carry \
                  the largest value",
                 self.reply_buffer_size, self.max_value_size
+            ));
+        }
+        if self.client_buffer_budget.0 < self.request_buffer_size.0.saturating_add(self.reply_buffer_size.0) {
+            return bad(format!(
+                "client_buffer_budget ({}) must be at least request_buffer_size ({}) + reply_buffer_size ({}), so \
+                 one connection can use its own bounds",
+                self.client_buffer_budget, self.request_buffer_size, self.reply_buffer_size
             ));
         }
         if self.max_connections == 0 {
@@ -291,7 +315,7 @@ pub struct ServerArgs {
     /// TOML config file, with any of the keys listen, native_port,
     /// resp_port, memory, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
-    /// idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
+    /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret (sizes as numbers of bytes or strings like
@@ -332,6 +356,20 @@ pub struct ServerArgs {
     /// reached" and closed [default: 10000].
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Most bytes the request and reply buffers of all client connections
+    /// may hold together. Over it, connections whose clients do not read
+    /// their replies stop being read; if that is not enough, those holding
+    /// the most unread replies are closed (logged, counted in
+    /// client_buffer_disconnects). At least --request-buffer-size +
+    /// --reply-buffer-size [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub client_buffer_budget: Option<ByteSize>,
+    /// Close a connection that holds part of a request and completes none
+    /// for this many milliseconds (a request sent byte by byte, or stalled
+    /// half way); a connection with nothing buffered is left to
+    /// --idle-timeout. 0: never [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub request_timeout_ms: Option<u64>,
     /// Close a connection after this many seconds without progress (idle, or
     /// stalled in the middle of a request, or not reading its replies); 0:
     /// never [default: 300].
@@ -419,7 +457,8 @@ impl ServerArgs {
         set!(listen => listen, native_port => native_port, resp_port => resp_port, memory => memory,
             max_value_size => max_value_size, max_request_size => max_request_size,
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
-            max_connections => max_connections, idle_timeout => idle_timeout_secs, log_level => log_level,
+            max_connections => max_connections, client_buffer_budget => client_buffer_budget,
+            request_timeout_ms => request_timeout_ms, idle_timeout => idle_timeout_secs, log_level => log_level,
             backup_port => backup_port, backup_buffers => backup_buffers, replication => replication,
             replica_timeout_ms => replica_timeout_ms);
         if self.data_dir.is_some() {
@@ -535,6 +574,9 @@ mod tests {
         c.reply_buffer_size = ByteSize(1 << 20);
         assert!(c.validate().is_err(), "reply buffer must hold a value");
         c.reply_buffer_size = ByteSize(64 << 20);
+        c.client_buffer_budget = ByteSize(64 << 20);
+        assert!(c.validate().is_err(), "budget must hold one connection's buffers");
+        c.client_buffer_budget = ByteSize(256 << 20);
         c.memory = ByteSize(1 << 20);
         assert!(c.validate().is_err(), "engine needs more memory");
     }

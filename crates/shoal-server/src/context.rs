@@ -3,6 +3,7 @@
 //! signal. Front ends reach the store only through its public operations.
 
 use crate::auth::Users;
+use crate::budget::ClientBudget;
 use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
@@ -29,6 +30,8 @@ pub struct ServerContext {
     pub auth: Users,
     /// Which connection may spin after a reply (see `spin`).
     pub(crate) spin: SpinGate,
+    /// The bound on all client connections' buffers (see `budget`).
+    pub budget: Arc<ClientBudget>,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -72,6 +75,7 @@ impl ServerContext {
         if let Some(node) = &cluster {
             tables.sync(&node.map());
         }
+        let budget = Arc::new(ClientBudget::new(config.client_buffer_budget.0 as usize));
         Ok(ServerContext {
             config,
             store,
@@ -80,6 +84,7 @@ impl ServerContext {
             cluster,
             auth,
             spin: SpinGate::default(),
+            budget,
             started: Instant::now(),
             shutdown: watch::channel(false).0,
         })
@@ -299,6 +304,11 @@ pub struct ServerStats {
     /// Connections closed because this server's lease lapsed while their
     /// commands ran (their replies were dropped: `lease.rs`).
     pub lease_lapses: AtomicU64,
+    /// Connections closed to keep all client buffers within the budget.
+    pub client_buffer_disconnects: AtomicU64,
+    /// Connections closed because part of a request waited longer than the
+    /// request timeout.
+    pub request_timeouts: AtomicU64,
     pub commands: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,

@@ -8,6 +8,7 @@
 //! * [`server`]: [`Server`], its threads (two workers, each a single-threaded
 //!   runtime serving its share of the connections: `workers`), listeners
 //!   and graceful shutdown.
+//! * [`budget`]: the bound on all client connections' buffers together.
 //! * [`listener`]: accepting connections for a [`FrontEnd`], with the
 //!   server-wide connection limit.
 //! * [`resp`]: the Redis protocol front end.
@@ -26,6 +27,7 @@
 //! the registry knows every table.
 
 pub mod auth;
+pub mod budget;
 pub mod cluster;
 pub mod config;
 pub mod context;

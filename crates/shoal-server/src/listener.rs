@@ -7,6 +7,7 @@
 //! on open connections is shared by all front ends: a connection over it is
 //! sent the front end's [`FrontEnd::refusal`] (without waiting) and closed.
 
+use crate::budget::Account;
 use crate::context::{ServerContext, ServerStats};
 use crate::workers::{Placement, Served, Workers};
 use std::net::SocketAddr;
@@ -36,11 +37,13 @@ pub trait FrontEnd: Send + Sync + 'static {
 }
 
 /// One accepted connection: its id (unique in this server), peer and the
-/// shared context. Dropping it counts the connection as closed.
+/// shared context, and its part of the client buffer budget. Dropping it
+/// counts the connection as closed.
 pub struct Connection {
     pub id: u64,
     pub peer: SocketAddr,
     pub ctx: Arc<ServerContext>,
+    pub account: Account,
     _open: OpenGuard,
 }
 
@@ -123,8 +126,13 @@ pub async fn run<F: FrontEnd>(
         }
         let id = stats.connections_total.fetch_add(1, Ordering::Relaxed) + 1;
         let _ = stream.set_nodelay(true);
-        let conn =
-            Connection { id, peer, ctx: ctx.clone(), _open: OpenGuard { ctx: ctx.clone(), _tracker: tracker.clone() } };
+        let conn = Connection {
+            id,
+            peer,
+            ctx: ctx.clone(),
+            account: ctx.budget.open(id, peer),
+            _open: OpenGuard { ctx: ctx.clone(), _tracker: tracker.clone() },
+        };
         debug!("{name}: connection {id} from {peer}");
         let front_end = front_end.clone();
         workers.spawn(stream, move |stream, placement| front_end.serve(stream, conn, placement));

@@ -239,6 +239,7 @@ async fn serve(
             tracker.handle(),
         )),
     ];
+    tokio::spawn(crate::budget::enforce(ctx.clone()));
     if signals {
         tokio::spawn(stop_on_signals(ctx.clone()));
     }

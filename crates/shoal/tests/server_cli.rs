@@ -206,6 +206,8 @@ fn server_help_explains_every_option() {
         "--request-buffer-size",
         "--reply-buffer-size",
         "--max-connections",
+        "--client-buffer-budget",
+        "--request-timeout-ms",
         "--idle-timeout",
         "--log-level",
         "--data-dir",

@@ -13,7 +13,14 @@
 //! responses stop being produced once `reply_buffer_size` bytes wait to be
 //! written, and nothing more is read until they are. A client that stops
 //! reading its responses, or stalls half way through a frame, makes no
-//! progress and is closed after `idle_timeout_secs`.
+//! progress and is closed after `idle_timeout_secs`. A connection that holds
+//! part of a frame and completes none for `request_timeout_ms` is closed
+//! (slowloris), whatever the idle timeout.
+//!
+//! Over all connections, the client buffer budget (`budget`): while the
+//! server is over it, responses are written (and nothing more read) as soon
+//! as `budget::PAUSE_SLACK` bytes of them wait, rather than at
+//! `reply_buffer_size`; a connection chosen for closing closes at once.
 //!
 //! Bad input: a body that does not parse or an unknown opcode gets an error
 //! response and the connection goes on; a wrong magic byte, an unsupported
@@ -23,6 +30,7 @@
 
 mod execute;
 
+use crate::budget::{Account, FREE, PAUSE_SLACK};
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
 use crate::spin;
@@ -98,6 +106,8 @@ struct Limits {
     /// Largest body of a response whose size the request does not fix.
     max_response: usize,
     idle: Option<Duration>,
+    /// Longest a part of a frame may wait for the rest.
+    request: Option<Duration>,
 }
 
 impl Limits {
@@ -111,6 +121,7 @@ impl Limits {
             reply_buffer,
             max_response: reply_buffer.min(DEFAULT_MAX_BODY_BYTES as usize),
             idle: c.idle_timeout(),
+            request: c.request_timeout(),
         }
     }
 }
@@ -131,6 +142,9 @@ struct NativeConn {
     /// when the last replies were all written (`None` since the last read).
     spin: spin::SpinPolicy,
     replied_at: Option<std::time::Instant>,
+    /// Since when `inbuf` holds part of a frame without a whole frame run
+    /// (kept only with a request timeout).
+    partial: Option<std::time::Instant>,
 }
 
 impl NativeConn {
@@ -143,6 +157,7 @@ impl NativeConn {
             scratch: Scratch::default(),
             spin: spin::SpinPolicy::default(),
             replied_at: None,
+            partial: None,
             conn,
         }
     }
@@ -160,8 +175,9 @@ async fn serve_connection(
     c: &mut NativeConn,
     placement: &Placement,
 ) -> Result<Option<std::net::TcpStream>, Closed> {
-    let NativeConn { conn, limits, shutdown, inbuf, out, scratch, spin: policy, replied_at } = c;
+    let NativeConn { conn, limits, shutdown, inbuf, out, scratch, spin: policy, replied_at, partial } = c;
     let ctx = &conn.ctx;
+    let account = &mut conn.account;
     loop {
         // Between requests, with every reply written: the connection may
         // move to another worker.
@@ -187,11 +203,26 @@ async fn serve_connection(
         let read = match caught {
             Some(r) => Some(r),
             None => {
+                // The idle timeout, or sooner the request timeout of a part of a frame.
+                let stall_at = partial.zip(limits.request).map(|(since, t)| since + t);
+                let limit = match stall_at {
+                    None => limits.idle,
+                    Some(at) => {
+                        let left = at.saturating_duration_since(std::time::Instant::now());
+                        Some(limits.idle.map_or(left, |idle| idle.min(left)))
+                    }
+                };
                 let mut dst = (&mut *inbuf).limit(want);
-                tokio::select! {
-                    r = with_timeout(limits.idle, stream.read_buf(&mut dst)) => r,
+                let read = tokio::select! {
+                    r = with_timeout(limit, stream.read_buf(&mut dst)) => r,
                     _ = shutdown.wait_for(|s| *s) => return Ok(None),
+                    _ = account.evicted(), if account.is_charged() => return Err(OVER_BUDGET.into()),
+                };
+                if read.is_none() && stall_at.is_some_and(|at| std::time::Instant::now() >= at) {
+                    ServerStats::add(&ctx.stats.request_timeouts, 1);
+                    return Err("part of a frame held longer than the request timeout".into());
                 }
+                read
             }
         };
         if let Some(Ok(n)) = read {
@@ -222,9 +253,12 @@ async fn serve_connection(
                     let body = &inbuf[pos + HEADER_LEN..pos + h.frame_len()];
                     execute(ctx, &h, body, out, scratch, limits.max_response);
                     pos += h.frame_len();
-                    if out.len() >= limits.reply_buffer {
+                    if out.len() >= limits.reply_buffer
+                        || (out.len() > PAUSE_SLACK
+                            && over_budget(account, inbuf.capacity() + out.capacity(), out.len()))
+                    {
                         settle(ctx, scratch).await?;
-                        flush(&mut stream, out, ctx, limits.idle).await?;
+                        flush(&mut stream, out, ctx, limits.idle, account).await?;
                     }
                 }
                 Ok(None) => break,
@@ -246,24 +280,45 @@ async fn serve_connection(
             }
         }
         inbuf.drain(..pos);
+        if limits.request.is_some() {
+            if inbuf.is_empty() {
+                *partial = None;
+            } else if pos > 0 || partial.is_none() {
+                *partial = Some(std::time::Instant::now());
+            }
+        }
         scratch.trim();
-        if inbuf.is_empty() && inbuf.capacity() > 1 << 20 {
+        // Larger buffers than everyday ones are not kept (they count
+        // against the budget).
+        if inbuf.is_empty() && inbuf.capacity() > FREE {
             *inbuf = Vec::with_capacity(16 * 1024);
         }
+        account.report(inbuf.capacity() + out.capacity(), out.len());
         settle(ctx, scratch).await?;
         let replied = !out.is_empty();
-        flush(&mut stream, out, ctx, limits.idle).await?;
+        flush(&mut stream, out, ctx, limits.idle, account).await?;
         if replied && inbuf.is_empty() {
             *replied_at = Some(std::time::Instant::now());
         }
-        if out.capacity() > limits.reply_buffer.max(1 << 20) {
+        if out.capacity() > FREE {
             *out = Vec::with_capacity(16 * 1024);
         }
+        account.report(inbuf.capacity() + out.capacity(), 0);
         if let Some(why) = fatal {
             let _ = stream.shutdown().await;
             return Err(why);
         }
     }
+}
+
+/// Why a connection chosen by the budget's enforcer ends (for the log).
+const OVER_BUDGET: &str = "closed to keep client buffers within the budget";
+
+/// Reports the buffers (`held` bytes, `unread` of them responses) to the
+/// client buffer budget; whether the server is over it, so the replies must go out now.
+fn over_budget(account: &mut Account, held: usize, unread: usize) -> bool {
+    account.report(held, unread);
+    account.throttled(unread)
 }
 
 /// Before replies go out, if a request since the last call read or wrote
@@ -288,19 +343,26 @@ async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed
 }
 
 /// Writes every pending response (one write when the socket takes it).
-/// A client that takes none of it for the idle timeout is closed.
+/// A client that takes none of it for the idle timeout is closed, and so is
+/// a connection the budget's enforcer chose.
 async fn flush(
     stream: &mut TcpStream,
     out: &mut Vec<u8>,
     ctx: &ServerContext,
     idle: Option<Duration>,
+    account: &Account,
 ) -> Result<(), Closed> {
     if out.is_empty() {
         return Ok(());
     }
     let mut written = 0;
     while written < out.len() {
-        match with_timeout(idle, stream.write(&out[written..])).await {
+        let wrote = tokio::select! {
+            biased;
+            r = with_timeout(idle, stream.write(&out[written..])) => r,
+            _ = account.evicted(), if account.is_charged() => return Err(OVER_BUDGET.into()),
+        };
+        match wrote {
             None => {
                 ServerStats::add(&ctx.stats.reply_overflows, 1);
                 return Err("client does not read its replies".into());

@@ -9,7 +9,12 @@
 //!   client is disconnected (it pipelines without reading its replies);
 //! * time: no progress (nothing read, nothing of the replies sent) for the
 //!   idle timeout closes the connection, whether it is idle, stalled in the
-//!   middle of a request, or not reading.
+//!   middle of a request, or not reading; part of a request held for the
+//!   request timeout without a complete request closes it too (slowloris).
+//!
+//! And over all connections, the client buffer budget (`budget`): while the
+//! server is over it, a connection with unread replies neither reads nor
+//! executes requests; one chosen for closing closes at once.
 //!
 //! A protocol error (malformed or oversized request) is answered with its
 //! error, then the connection closes, as in Redis. Reading and writing are
@@ -29,6 +34,7 @@
 //!
 //! A standalone server does neither, at the cost of a few untaken branches.
 
+use crate::budget::PAUSE_SLACK;
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::Connection;
 use crate::resp::forward;
@@ -69,7 +75,11 @@ enum End {
     Quit,
     ProtocolError,
     ReplyOverflow,
+    /// Closed to keep all client buffers within the budget.
+    OverBudget,
     Idle,
+    /// Part of a request waited longer than the request timeout.
+    RequestTimeout,
     Shutdown,
     /// Replication stopped before the replies' writes were durable.
     NotDurable,
@@ -114,8 +124,11 @@ struct Conn {
     output: BytesMut,
     spans: Vec<(usize, usize)>,
     inline: Vec<u8>,
-    /// Complete requests are left in `input` (the last batch was cut at `MAX_BATCH`).
+    /// Complete requests are left in `input` (the last batch was cut at
+    /// `MAX_BATCH`, or paused by the budget).
     more: bool,
+    /// Requests executed so far (tells the request timeout that one completed).
+    executed: u64,
     /// How much to make room for before the next read.
     read_chunk: usize,
     /// Whether to spin for the client's next request after answering.
@@ -149,6 +162,7 @@ impl Conn {
             spans: Vec::new(),
             inline: Vec::new(),
             more: false,
+            executed: 0,
             read_chunk: READ_CHUNK,
             spin: spin::SpinPolicy::default(),
             held: VecDeque::new(),
@@ -172,8 +186,11 @@ impl Conn {
         };
         tokio::pin!(shutdown);
         let idle = self.ctx.config.idle_timeout();
+        let request_timeout = self.ctx.config.request_timeout();
         let far = Duration::from_secs(86400 * 365);
         let mut last_progress = Instant::now();
+        // Since when `input` holds part of a request, and `executed` then.
+        let mut partial: Option<(Instant, u64)> = None;
         // When the replies were last all sent (`None`: since the last read).
         let mut replied_at: Option<Instant> = None;
         // Closing: no more reading; the replies owed are sent until this instant.
@@ -214,9 +231,26 @@ impl Conn {
                     self.durable = Some(Box::pin(async move { ctx.wait_durable(pos).await }));
                 }
             }
+            // Over the budget with replies unread: no reading, no executing.
+            let paused = self.over_budget();
+            let draining = draining && !paused;
+            if let Some(t) = request_timeout {
+                let waiting = !self.input.is_empty() && !self.more && self.forward.is_none() && closing.is_none();
+                match partial {
+                    _ if !waiting => partial = None,
+                    Some((_, seen)) if seen == self.executed => {}
+                    // Part of a request arrived (with the last read).
+                    _ => {
+                        partial = Some((last_progress, self.executed));
+                        if timer.deadline() > last_progress + t {
+                            timer.as_mut().reset(last_progress + t);
+                        }
+                    }
+                }
+            }
             let sendable = self.output.len() - self.held_bytes;
             let room = self.request_limit.saturating_sub(self.input.len());
-            let can_read = closing.is_none() && room > 0;
+            let can_read = closing.is_none() && room > 0 && !paused;
             let spare = self.input.capacity() - self.input.len();
             if can_read && spare < self.read_chunk.min(room) {
                 self.input.reserve(self.read_chunk.max(self.input.len()).min(room));
@@ -256,6 +290,7 @@ impl Conn {
                     }
                     Err(e) => return End::Io(e),
                 },
+                _ = self._conn.account.evicted(), if self._conn.account.is_charged() => return End::OverBudget,
                 _ = &mut shutdown, if closing.is_none() => {
                     closing = Some((End::Shutdown, Instant::now() + CLOSE_GRACE));
                     timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
@@ -357,14 +392,28 @@ impl Conn {
                             timer.as_mut().reset(until);
                             closing = Some((end, until));
                         }
-                        None => match idle {
-                            Some(idle) if now >= last_progress + idle => {
+                        None => {
+                            let stalled = partial.zip(request_timeout).map(|((since, _), t)| since + t);
+                            if stalled.is_some_and(|at| now >= at) {
+                                ServerStats::add(&self.ctx.stats.request_timeouts, 1);
+                                debug!(
+                                    "resp connection {} from {}: part of a request held longer than the request \
+                                     timeout: closing",
+                                    self.session.id, self.session.peer
+                                );
+                                return End::RequestTimeout;
+                            }
+                            let idle_at = idle.map(|idle| last_progress + idle);
+                            if idle_at.is_some_and(|at| now >= at) {
                                 ServerStats::add(&self.ctx.stats.idle_timeouts, 1);
                                 return End::Idle;
                             }
-                            Some(idle) => timer.as_mut().reset(last_progress + idle),
-                            None => timer.as_mut().reset(now + far),
-                        },
+                            let next = match (idle_at, stalled) {
+                                (Some(a), Some(b)) => a.min(b),
+                                (a, b) => a.or(b).unwrap_or(now + far),
+                            };
+                            timer.as_mut().reset(next);
+                        }
                     }
                 }
             }
@@ -420,6 +469,7 @@ impl Conn {
                 }
             }
             self.input.advance(n);
+            self.executed += 1;
             if self.output.len() > self.reply_limit {
                 ServerStats::add(&self.ctx.stats.reply_overflows, 1);
                 debug!(
@@ -434,6 +484,10 @@ impl Conn {
                 end = Some(End::Quit);
                 break;
             }
+            if self.output.len() > PAUSE_SLACK && self.over_budget() {
+                self.more = true;
+                break;
+            }
         }
         if self.input.is_empty() && self.input.capacity() > KEEP_BUFFER {
             self.input = BytesMut::new();
@@ -443,6 +497,16 @@ impl Conn {
             self.inline = Vec::new();
         }
         self.hold(from).or(end)
+    }
+
+    /// Reports the buffers to the client buffer budget; whether the
+    /// connection must pause (it holds unread replies and the server is over
+    /// the budget).
+    fn over_budget(&mut self) -> bool {
+        let unread = self.output.len();
+        let account = &mut self._conn.account;
+        account.report(self.input.capacity() + self.output.capacity(), unread);
+        account.throttled(unread)
     }
 
     /// Replies were appended to `output` from offset `from` on. In a

@@ -107,6 +107,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("maxclients:{}", c.max_connections);
             line!("client_recent_max_input_buffer:{}", c.request_buffer_size.0);
             line!("client_recent_max_output_buffer:{}", c.reply_buffer_size.0);
+            line!("client_buffer_budget:{}", ctx.budget.limit());
+            line!("client_buffer_bytes:{}", ctx.budget.used());
             line!("blocked_clients:0");
         }
         "memory" => {
@@ -140,6 +142,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("client_output_buffer_limit_disconnections:{}", get(&st.reply_overflows));
             line!("client_idle_timeout_disconnections:{}", get(&st.idle_timeouts));
             line!("lease_lapse_disconnections:{}", get(&st.lease_lapses));
+            line!("client_buffer_disconnects:{}", get(&st.client_buffer_disconnects));
+            line!("client_request_timeouts:{}", get(&st.request_timeouts));
             line!("total_error_replies:0");
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));
