@@ -191,6 +191,7 @@ type clusterOptions struct {
 	replicas int
 	memory   string
 	logLevel string
+	syncOpen bool
 	// listen[i], if set, is server i's address (in its namespace), and
 	// netns[i] the namespace; coordListen likewise for the coordinator.
 	listen      []string
@@ -238,6 +239,9 @@ func newCluster(exe, root string, o clusterOptions) (*cluster, error) {
 			"--native-port", strconv.Itoa(s.native), "--resp-port", strconv.Itoa(s.resp),
 			"--backup-port", strconv.Itoa(s.backup), "--memory", o.memory,
 			"--backup-buffers", "8", "--log-level", o.logLevel}
+		if o.syncOpen {
+			s.args = append(s.args, "--sync-open")
+		}
 		c.servers = append(c.servers, s)
 	}
 	return c, nil

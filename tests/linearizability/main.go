@@ -37,6 +37,8 @@ type config struct {
 	pause        time.Duration
 	checkTimeout time.Duration
 	keep         bool
+	syncOpen     bool
+	rounds       int
 }
 
 type result struct {
@@ -85,6 +87,8 @@ func main() {
 	flag.DurationVar(&cfg.faultAt, "fault-at", 3*time.Second, "when the fault is injected")
 	flag.DurationVar(&cfg.pause, "pause", 3*time.Second, "how long a fault lasts (SIGSTOP, partition, a killed server staying down)")
 	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 60*time.Second, "the most Porcupine may search per scenario")
+	flag.BoolVar(&cfg.syncOpen, "sync-open", false, "servers run with --sync-open (backups sync before acknowledging: slower rounds, so a longer window for reads of writes not yet durable)")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "faults per scenario (kill and zombie: each on the master of the most keys at the time; restart: whole-cluster restarts)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
 	flag.Parse()
 
@@ -232,7 +236,8 @@ func runScenario(cfg config, name string) *result {
 	r := &result{name: name, verdict: "not checked"}
 	root := filepath.Join(cfg.out, name)
 	os.RemoveAll(root)
-	opts := clusterOptions{servers: cfg.servers, replicas: cfg.replicas, memory: cfg.memory, logLevel: cfg.logLevel}
+	opts := clusterOptions{servers: cfg.servers, replicas: cfg.replicas, memory: cfg.memory, logLevel: cfg.logLevel,
+		syncOpen: cfg.syncOpen}
 	var setup func() error
 	if name == "partition" {
 		var err error
