@@ -41,7 +41,12 @@ func (p *proc) start(exe string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
-		return fmt.Errorf("%s is already running", p.name)
+		select {
+		case <-p.exited:
+			p.cmd = nil // exited on its own: start it again
+		default:
+			return fmt.Errorf("%s is already running", p.name)
+		}
 	}
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		return err

@@ -83,7 +83,7 @@ func main() {
 	flag.IntVar(&cfg.work.maxOps, "max-ops", 3000, "most operations per client per scenario")
 	flag.DurationVar(&cfg.work.timeout, "op-timeout", 5*time.Second, "a client's wait for one reply (longer than -pause, so that connections survive a pause)")
 	flag.DurationVar(&cfg.work.thinkMax, "think", 2*time.Millisecond, "most a client sleeps between operations")
-	flag.DurationVar(&cfg.runFor, "run", 12*time.Second, "how long the clients run in each scenario")
+	flag.DurationVar(&cfg.runFor, "run", 0, "how long the clients run in each scenario (default: until 2 s after the last round has settled)")
 	flag.DurationVar(&cfg.faultAt, "fault-at", 3*time.Second, "when the fault is injected")
 	flag.DurationVar(&cfg.pause, "pause", 3*time.Second, "how long a fault lasts (SIGSTOP, partition, a killed server staying down)")
 	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 60*time.Second, "the most Porcupine may search per scenario")
@@ -92,6 +92,9 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
 	flag.Parse()
 
+	if cfg.runFor == 0 {
+		cfg.runFor = cfg.faultAt + time.Duration(cfg.rounds)*(cfg.pause+settle) + 2*time.Second
+	}
 	exe, err := filepath.Abs(cfg.exe)
 	if err == nil {
 		_, err = os.Stat(exe)

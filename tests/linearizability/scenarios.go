@@ -30,84 +30,108 @@ func (s *scenario) watchRecovery(resp string, deadline time.Time) {
 	}
 }
 
+// roundStart is when round r's fault is injected: rounds are -pause plus
+// 3 s of settling apart.
+func (s *scenario) roundStart(r int) time.Duration {
+	return s.cfg.faultAt + time.Duration(r)*(s.cfg.pause+settle)
+}
+
+const settle = 3 * time.Second
+
 // kill: SIGKILL the master of the most keys; start it again (on the same
-// data directory and ports) after -pause.
+// data directory and ports) after -pause. Once per round.
 func killScenario(s *scenario) {
-	s.sleepUntil(s.cfg.faultAt)
-	v, n := s.victim()
-	srv := s.cl.servers[v]
-	pid := srv.pid()
-	srv.kill()
-	s.fault("SIGKILL %s (pid %d, master of %d of %d keys)", srv.name, pid, n, s.cfg.work.keys)
-	s.watchRecovery(srv.respAddr(), s.rec.start.Add(s.cfg.faultAt+s.cfg.pause))
-	s.sleepUntil(s.cfg.faultAt + s.cfg.pause)
-	if err := srv.start(s.cl.exe); err != nil {
-		s.fault("cannot restart %s: %v", srv.name, err)
-		return
+	for r := 0; r < s.cfg.rounds; r++ {
+		at := s.roundStart(r)
+		s.sleepUntil(at)
+		v, n := s.victim()
+		srv := s.cl.servers[v]
+		pid := srv.pid()
+		srv.kill()
+		s.fault("SIGKILL %s (pid %d, master of %d of %d keys)", srv.name, pid, n, s.cfg.work.keys)
+		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))
+		s.sleepUntil(at + s.cfg.pause)
+		if err := srv.start(s.cl.exe); err != nil {
+			s.fault("cannot restart %s: %v", srv.name, err)
+			return
+		}
+		s.fault("restarted %s on its data directory (pid %d)", srv.name, srv.pid())
 	}
-	s.fault("restarted %s on its data directory (pid %d)", srv.name, srv.pid())
 }
 
 // zombie: SIGSTOP the master of the most keys for -pause, then SIGCONT.
-// Its clients' connections stay open (the op timeout is longer than the
-// pause), so they are served by it again once it resumes.
+// Connections to it stay open (the roaming clients' timeout is longer than
+// the pause; pinned clients reconnect to it), so clients are served by it
+// again once it resumes. If it then exits, it is started again on its data
+// directory before the next round.
 func zombieScenario(s *scenario) {
-	s.sleepUntil(s.cfg.faultAt)
-	v, n := s.victim()
-	srv := s.cl.servers[v]
-	if err := srv.signal(syscall.SIGSTOP); err != nil {
-		s.fault("cannot SIGSTOP %s: %v", srv.name, err)
-		return
-	}
-	s.fault("SIGSTOP %s (pid %d, master of %d of %d keys)", srv.name, srv.pid(), n, s.cfg.work.keys)
-	s.watchRecovery(srv.respAddr(), s.rec.start.Add(s.cfg.faultAt+s.cfg.pause))
-	s.sleepUntil(s.cfg.faultAt + s.cfg.pause)
-	if err := srv.signal(syscall.SIGCONT); err != nil {
-		s.fault("cannot SIGCONT %s: %v", srv.name, err)
-		return
-	}
-	s.fault("SIGCONT %s", srv.name)
-	// Say what became of the zombie.
-	time.Sleep(2 * time.Second)
-	if srv.running() {
-		s.fault("%s still runs 2 s after SIGCONT", srv.name)
-	} else {
+	for r := 0; r < s.cfg.rounds; r++ {
+		at := s.roundStart(r)
+		s.sleepUntil(at)
+		v, n := s.victim()
+		srv := s.cl.servers[v]
+		if err := srv.signal(syscall.SIGSTOP); err != nil {
+			s.fault("cannot SIGSTOP %s: %v", srv.name, err)
+			return
+		}
+		s.fault("SIGSTOP %s (pid %d, master of %d of %d keys)", srv.name, srv.pid(), n, s.cfg.work.keys)
+		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))
+		s.sleepUntil(at + s.cfg.pause)
+		if err := srv.signal(syscall.SIGCONT); err != nil {
+			s.fault("cannot SIGCONT %s: %v", srv.name, err)
+			return
+		}
+		s.fault("SIGCONT %s", srv.name)
+		// Say what became of the zombie.
+		time.Sleep(2 * time.Second)
+		if srv.running() {
+			s.fault("%s still runs 2 s after SIGCONT", srv.name)
+			continue
+		}
 		s.fault("%s exited after SIGCONT", srv.name)
+		if err := srv.start(s.cl.exe); err != nil {
+			s.fault("cannot restart %s: %v", srv.name, err)
+			return
+		}
+		s.fault("restarted %s on its data directory (pid %d)", srv.name, srv.pid())
 	}
 }
 
 // restart: SIGKILL every server and the coordinator at once; a second
 // later start them all again on the same data directories and ports.
+// Once per round.
 func restartScenario(s *scenario) {
-	s.sleepUntil(s.cfg.faultAt)
-	var wg sync.WaitGroup
-	procs := []*proc{s.cl.coordinator}
-	for _, srv := range s.cl.servers {
-		procs = append(procs, &srv.proc)
-	}
-	for _, p := range procs {
-		wg.Add(1)
-		go func(p *proc) { defer wg.Done(); p.kill() }(p)
-	}
-	wg.Wait()
-	s.fault("SIGKILL the coordinator and all %d servers", len(s.cl.servers))
-	time.Sleep(time.Second)
-	if err := s.cl.coordinator.start(s.cl.exe); err != nil {
-		s.fault("cannot restart the coordinator: %v", err)
-		return
-	}
-	for _, srv := range s.cl.servers {
-		if err := srv.start(s.cl.exe); err != nil {
-			s.fault("cannot restart %s: %v", srv.name, err)
+	for r := 0; r < s.cfg.rounds; r++ {
+		s.sleepUntil(s.roundStart(r))
+		var wg sync.WaitGroup
+		procs := []*proc{s.cl.coordinator}
+		for _, srv := range s.cl.servers {
+			procs = append(procs, &srv.proc)
 		}
+		for _, p := range procs {
+			wg.Add(1)
+			go func(p *proc) { defer wg.Done(); p.kill() }(p)
+		}
+		wg.Wait()
+		s.fault("SIGKILL the coordinator and all %d servers", len(s.cl.servers))
+		time.Sleep(time.Second)
+		if err := s.cl.coordinator.start(s.cl.exe); err != nil {
+			s.fault("cannot restart the coordinator: %v", err)
+			return
+		}
+		for _, srv := range s.cl.servers {
+			if err := srv.start(s.cl.exe); err != nil {
+				s.fault("cannot restart %s: %v", srv.name, err)
+			}
+		}
+		s.fault("restarted the coordinator and %d servers on their data directories", len(s.cl.servers))
+		start := time.Now()
+		if err := s.cl.waitReady(30 * time.Second); err != nil {
+			s.fault("not ready: %v", err)
+			return
+		}
+		s.fault("the cluster serves again (%.1f s after the restart)", time.Since(start).Seconds())
 	}
-	s.fault("restarted the coordinator and %d servers on their data directories", len(s.cl.servers))
-	start := time.Now()
-	if err := s.cl.waitReady(s.cfg.runFor); err != nil {
-		s.fault("not ready: %v", err)
-		return
-	}
-	s.fault("the cluster serves again (%.1f s after the restart)", time.Since(start).Seconds())
 }
 
 // partition: see netns.go.
