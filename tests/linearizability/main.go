@@ -38,6 +38,7 @@ type config struct {
 	checkTimeout time.Duration
 	keep         bool
 	syncOpen     bool
+	focus        int
 	rounds       int
 }
 
@@ -89,6 +90,7 @@ func main() {
 	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 60*time.Second, "the most Porcupine may search per scenario")
 	flag.BoolVar(&cfg.syncOpen, "sync-open", false, "servers run with --sync-open (backups sync before acknowledging: slower rounds, so a longer window for reads of writes not yet durable)")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "faults per scenario (kill and zombie: each on the master of the most keys at the time; restart: whole-cluster restarts)")
+	flag.IntVar(&cfg.focus, "focus", 6, "zombie, partition: more clients, each on a connection to the victim, working on its keys during each fault")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
 	flag.Parse()
 
@@ -207,6 +209,7 @@ var scenarioFuncs = map[string]func(s *scenario){
 }
 
 type scenario struct {
+	stop  <-chan struct{}
 	cfg   config
 	cl    *cluster
 	rec   *recorder
@@ -282,13 +285,13 @@ func runScenario(cfg config, name string) *result {
 
 	rec := newRecorder()
 	var fmu sync.Mutex
-	s := &scenario{cfg: cfg, cl: cl, rec: rec, fault: func(format string, args ...any) {
+	stop := make(chan struct{})
+	s := &scenario{stop: stop, cfg: cfg, cl: cl, rec: rec, fault: func(format string, args ...any) {
 		msg := fmt.Sprintf("t=%5.2fs ", time.Since(rec.start).Seconds()) + fmt.Sprintf(format, args...)
 		fmu.Lock()
 		r.faults = append(r.faults, msg)
 		fmu.Unlock()
 	}}
-	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		cfg.work.run(cl, rec, stop, rec.start.Add(cfg.runFor+30*time.Second))

@@ -70,6 +70,7 @@ func zombieScenario(s *scenario) {
 		s.sleepUntil(at)
 		v, n := s.victim()
 		srv := s.cl.servers[v]
+		stopFocus := s.focusOn(v, r, s.cfg.pause+time.Second)
 		if err := srv.signal(syscall.SIGSTOP); err != nil {
 			s.fault("cannot SIGSTOP %s: %v", srv.name, err)
 			return
@@ -83,7 +84,9 @@ func zombieScenario(s *scenario) {
 		}
 		s.fault("SIGCONT %s", srv.name)
 		// Say what became of the zombie.
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
+		stopFocus()
+		time.Sleep(time.Second)
 		if srv.running() {
 			s.fault("%s still runs 2 s after SIGCONT", srv.name)
 			continue
@@ -131,6 +134,42 @@ func restartScenario(s *scenario) {
 			return
 		}
 		s.fault("the cluster serves again (%.1f s after the restart)", time.Since(start).Seconds())
+	}
+}
+
+// focusOn starts -focus more clients, pinned to server v and working on
+// the keys it masters now, until the returned function is called (or for
+// at most d). Round r makes their SET values unique.
+func (s *scenario) focusOn(v, r int, d time.Duration) func() {
+	var mine []string
+	for k := 0; k < s.cfg.work.keys; k++ {
+		if s.cl.masterOf(keyName(k)) == v {
+			mine = append(mine, keyName(k))
+		}
+	}
+	if len(mine) == 0 || s.cfg.focus == 0 {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	both := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+		case <-s.stop:
+		}
+		close(both)
+	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.cfg.work.focus(s.cl, s.rec, v, mine, s.cfg.focus, 1000+100*r, both, time.Now().Add(d))
+	}()
+	time.Sleep(20 * time.Millisecond)
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(stop) })
+		wg.Wait()
 	}
 }
 

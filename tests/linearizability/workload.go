@@ -234,51 +234,78 @@ func keyName(i int) string { return fmt.Sprintf("linz:k%02d", i) }
 // run drives the clients until stop is closed, the deadline passes, or each
 // has done maxOps operations.
 func (w workload) run(cl *cluster, rec *recorder, stop <-chan struct{}, deadline time.Time) {
+	keys := make([]string, w.keys)
+	for k := range keys {
+		keys[k] = keyName(k)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < w.clients+w.pinned; i++ {
+		c := &client{idx: i, rec: rec, cl: cl, server: i, timeout: w.timeout, stop: stop,
+			id: int(rec.nextID.Add(1)) - 1}
+		if i >= w.clients {
+			c.pinned = true
+			c.server = i - w.clients
+			c.timeout = w.pinnedTimeout
+		}
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewSource(time.Now().UnixNano() + int64(i)*7919))
-			c := &client{idx: i, rec: rec, cl: cl, server: i, timeout: w.timeout, stop: stop,
-				id: int(rec.nextID.Add(1)) - 1}
-			if i >= w.clients {
-				c.pinned = true
-				c.server = i - w.clients
-				c.timeout = w.pinnedTimeout
-			}
-			defer func() {
-				if c.conn != nil {
-					c.conn.Close()
-				}
-			}()
-			for n := 0; n < w.maxOps && time.Now().Before(deadline); n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				in := kvInput{Key: keyName(rng.Intn(w.keys))}
-				switch p := rng.Intn(100); {
-				case p < 45:
-					in.Kind = opGet
-				case p < 75:
-					in.Kind = opSet
-					c.seq++
-					in.Val = fmt.Sprintf("%d", int64(i+1)*1_000_000_000+int64(c.seq)*1000)
-				case p < 90:
-					in.Kind = opIncr
-				default:
-					in.Kind = opDel
-				}
-				if !c.do(in, deadline) {
-					return
-				}
-				if w.thinkMax > 0 {
-					time.Sleep(time.Duration(rng.Int63n(int64(w.thinkMax))))
-				}
-			}
-		}(i)
+			c.loop(keys, w.maxOps, deadline, w.thinkMax)
+		}()
 	}
 	wg.Wait()
+}
+
+// focus runs n more clients pinned to one server, on the given keys only,
+// until the deadline (or stop); their operations join the same history.
+// Their index (for unique SET values) starts at first.
+func (w workload) focus(cl *cluster, rec *recorder, server int, keys []string, n, first int, stop <-chan struct{}, deadline time.Time) {
+	var wg sync.WaitGroup
+	for j := 0; j < n; j++ {
+		c := &client{idx: first + j, rec: rec, cl: cl, server: server, timeout: w.pinnedTimeout, stop: stop,
+			pinned: true, id: int(rec.nextID.Add(1)) - 1}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.loop(keys, w.maxOps, deadline, w.thinkMax)
+		}()
+	}
+	wg.Wait()
+}
+
+// loop does random operations on keys: 45% GET, 30% SET of a value unique
+// to this client and operation, 15% INCR, 10% DEL.
+func (c *client) loop(keys []string, maxOps int, deadline time.Time, think time.Duration) {
+	rng := rand.New(rand.NewSource(time.Now().UnixNano() + int64(c.idx)*7919))
+	defer func() {
+		if c.conn != nil {
+			c.conn.Close()
+		}
+	}()
+	for n := 0; n < maxOps && time.Now().Before(deadline); n++ {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		in := kvInput{Key: keys[rng.Intn(len(keys))]}
+		switch p := rng.Intn(100); {
+		case p < 45:
+			in.Kind = opGet
+		case p < 75:
+			in.Kind = opSet
+			c.seq++
+			in.Val = fmt.Sprintf("%d", int64(c.idx+1)*1_000_000_000+int64(c.seq)*1000)
+		case p < 90:
+			in.Kind = opIncr
+		default:
+			in.Kind = opDel
+		}
+		if !c.do(in, deadline) {
+			return
+		}
+		if think > 0 {
+			time.Sleep(time.Duration(rng.Int63n(int64(think))))
+		}
+	}
 }
