@@ -10,6 +10,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -339,6 +340,9 @@ func runScenario(cfg config, name string) *result {
 		r.verdict = "undecided (the check timed out)"
 	}
 	if res != porcupine.Ok {
+		if err := dumpHistory(filepath.Join(cfg.out, name+".history.jsonl"), history); err != nil {
+			fmt.Fprintf(os.Stderr, "linz: cannot write the history: %v\n", err)
+		}
 		r.viz = filepath.Join(cfg.out, name+".html")
 		if err := porcupine.VisualizePath(kvModel, info, r.viz); err != nil {
 			r.viz = ""
@@ -443,4 +447,24 @@ func finalReads(cl *cluster, rec *recorder, keys int) (map[string]kvOutput, erro
 		}
 	}
 	return final, nil
+}
+
+// dumpHistory writes one JSON object per operation (times in ns since the
+// start; an unknown outcome's return is after every other event).
+func dumpHistory(path string, history []porcupine.Operation) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, op := range history {
+		in, out := op.Input.(kvInput), op.Output.(kvOutput)
+		if err := enc.Encode(map[string]any{"client": op.ClientId, "op": in.Kind.String(), "key": in.Key, "arg": in.Val,
+			"call": op.Call, "return": op.Return, "unknown": out.Unknown, "nil": out.Nil, "val": out.Val, "n": out.N,
+			"via": op.Metadata}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
