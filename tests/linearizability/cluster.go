@@ -347,32 +347,43 @@ func (c *cluster) getMap() (*clusterMap, error) {
 	return &ans.Map, nil
 }
 
-// waitReady waits until every running server is up in the map, no
+// waitReady waits until every running server is up in the map (a running
+// server that the map only knows as down, a zombie, is left out), no
 // recovery is in progress, and every running server answers on its Redis
 // port.
 func (c *cluster) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		running := 0
-		for _, s := range c.servers {
-			if s.running() {
-				running++
-			}
-		}
 		m, err := c.getMap()
 		if err == nil {
-			up := 0
+			state := map[string]string{} // by Redis address: up wins over the rest, down loses
 			for _, s := range m.Servers {
-				if s.State == "up" {
-					up++
+				if st, ok := state[s.Resp]; !ok || s.State == "up" || st == "down" {
+					state[s.Resp] = s.State
 				}
 			}
-			last = fmt.Sprintf("%d of %d servers up, %d recoveries", up, running, len(m.Recoveries))
+			up, running, zombies := 0, 0, 0
+			for _, s := range c.servers {
+				if !s.running() {
+					continue
+				}
+				switch state[s.respAddr()] {
+				case "up":
+					up++
+					running++
+				case "down":
+					zombies++
+				default:
+					running++
+				}
+			}
+			last = fmt.Sprintf("%d of %d servers up (%d more running but declared dead), %d recoveries",
+				up, running, zombies, len(m.Recoveries))
 			if up >= running && len(m.Recoveries) == 0 {
 				ok := true
 				for _, s := range c.servers {
-					if !s.running() {
+					if !s.running() || state[s.respAddr()] == "down" {
 						continue
 					}
 					rc, err := dialRESP(s.respAddr(), 300*time.Millisecond)
