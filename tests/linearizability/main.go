@@ -92,9 +92,14 @@ func main() {
 	flag.BoolVar(&cfg.syncOpen, "sync-open", false, "servers run with --sync-open (backups sync before acknowledging: slower rounds, so a longer window for reads of writes not yet durable)")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "faults per scenario (kill and zombie: each on the master of the most keys at the time; restart: whole-cluster restarts)")
 	flag.IntVar(&cfg.focus, "focus", 6, "zombie, partition: more clients, each on a connection to the victim, working on its keys during each fault")
+	var recheck string
+	flag.StringVar(&recheck, "recheck", "", "check a history written by an earlier run (<out>/<scenario>.history.jsonl) again, key by key, within -check-timeout per key, and exit")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
 	flag.Parse()
 
+	if recheck != "" {
+		os.Exit(recheckFile(recheck, cfg.checkTimeout))
+	}
 	if cfg.runFor == 0 {
 		cfg.runFor = cfg.faultAt + time.Duration(cfg.rounds)*(cfg.pause+settle) + 2*time.Second
 	}
@@ -467,4 +472,68 @@ func dumpHistory(path string, history []porcupine.Operation) error {
 		}
 	}
 	return nil
+}
+
+// recheckFile loads a history written by dumpHistory and checks each key
+// on its own: 0 if every key is legal, 1 otherwise.
+func recheckFile(path string, timeout time.Duration) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "linz:", err)
+		return 2
+	}
+	defer f.Close()
+	var history []porcupine.Operation
+	dec := json.NewDecoder(f)
+	for {
+		var o struct {
+			Client  int    `json:"client"`
+			Op      string `json:"op"`
+			Key     string `json:"key"`
+			Arg     string `json:"arg"`
+			Call    int64  `json:"call"`
+			Return  int64  `json:"return"`
+			Unknown bool   `json:"unknown"`
+			Nil     bool   `json:"nil"`
+			Val     string `json:"val"`
+			N       int64  `json:"n"`
+			Via     any    `json:"via"`
+		}
+		if err := dec.Decode(&o); err != nil {
+			if err.Error() != "EOF" {
+				fmt.Fprintln(os.Stderr, "linz:", err)
+				return 2
+			}
+			break
+		}
+		kinds := map[string]opKind{"GET": opGet, "SET": opSet, "INCR": opIncr, "DEL": opDel}
+		history = append(history, porcupine.Operation{ClientId: o.Client,
+			Input:  kvInput{Kind: kinds[o.Op], Key: o.Key, Val: o.Arg},
+			Output: kvOutput{Unknown: o.Unknown, Nil: o.Nil, Val: o.Val, N: o.N},
+			Call:   o.Call, Return: o.Return, Metadata: o.Via})
+	}
+	bad := 0
+	for _, part := range kvModel.Partition(history) {
+		single := kvModel
+		single.Partition = nil
+		start := time.Now()
+		res, info := porcupine.CheckOperationsVerbose(single, part, timeout)
+		key := part[0].Input.(kvInput).Key
+		verdict := map[porcupine.CheckResult]string{porcupine.Ok: "legal", porcupine.Illegal: "illegal"}[res]
+		if verdict == "" {
+			verdict = "undecided (timed out)"
+		}
+		fmt.Printf("%s: %d operations, %s (%.1f s)\n", key, len(part), verdict, time.Since(start).Seconds())
+		if res != porcupine.Ok {
+			bad++
+			viz := strings.TrimSuffix(path, ".history.jsonl") + "." + strings.ReplaceAll(key, ":", "_") + ".html"
+			if err := porcupine.VisualizePath(single, info, viz); err == nil {
+				fmt.Printf("  visualisation: %s\n", viz)
+			}
+		}
+	}
+	if bad > 0 {
+		return 1
+	}
+	return 0
 }
