@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -211,5 +210,3 @@ func partitionFault(s *scenario) {
 		s.fault("restarted %s on its data directory (pid %d)", srv.name, srv.pid())
 	}
 }
-
-var _ = syscall.SIGKILL

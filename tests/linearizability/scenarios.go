@@ -6,15 +6,24 @@ import (
 	"time"
 )
 
-// watchRecovery notes in the fault log when the map first shows the
-// server at resp as down and when no recovery is left, until deadline.
+// watchRecovery notes in the fault log when the map first shows a server
+// at resp as down (one that was not down when it was called) and when no
+// recovery is left, until deadline.
 func (s *scenario) watchRecovery(resp string, deadline time.Time) {
+	wasDown := map[uint64]bool{}
+	if m, err := s.cl.getMap(); err == nil {
+		for _, sv := range m.Servers {
+			if sv.State == "down" {
+				wasDown[sv.ID] = true
+			}
+		}
+	}
 	sawDown, sawRecovery := false, false
 	for time.Now().Before(deadline) {
 		m, err := s.cl.getMap()
 		if err == nil {
 			for _, sv := range m.Servers {
-				if sv.Resp == resp && sv.State == "down" && !sawDown {
+				if sv.Resp == resp && sv.State == "down" && !wasDown[sv.ID] && !sawDown {
 					sawDown = true
 					s.fault("the coordinator declared %s dead (map version %d)", resp, m.Version)
 				}
