@@ -84,7 +84,8 @@ func (r *recorder) history() []porcupine.Operation {
 
 // definite reports whether an error reply says the command was certainly
 // not applied (docs/resp.md: "nothing was sent", the tablet is being
-// recovered, no tablet serves the key yet, the table cannot be created).
+// recovered, no tablet serves the key yet, the table cannot be created,
+// the server does not serve the key's tablet).
 // Every other error may have been applied.
 func definite(msg string) bool {
 	for _, p := range []string{
@@ -92,7 +93,7 @@ func definite(msg string) bool {
 		"TRYAGAIN no tablet serves this key yet",
 		"TRYAGAIN cannot reach the key's master",
 		"TRYAGAIN cannot create the database's table",
-		"LOADING",
+		"TRYAGAIN the key's tablet is not served by this server",
 	} {
 		if strings.HasPrefix(msg, p) {
 			return true
