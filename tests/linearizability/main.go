@@ -40,6 +40,8 @@ type config struct {
 	keep         bool
 	syncOpen     bool
 	focus        int
+	readers      int
+	readInterval time.Duration
 	rounds       int
 }
 
@@ -92,6 +94,8 @@ func main() {
 	flag.BoolVar(&cfg.syncOpen, "sync-open", false, "servers run with --sync-open (backups sync before acknowledging: slower rounds, so a longer window for reads of writes not yet durable)")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "faults per scenario (kill and zombie: each on the master of the most keys at the time; restart: whole-cluster restarts)")
 	flag.IntVar(&cfg.focus, "focus", 6, "zombie, partition: more clients, each on a connection to the victim, working on its keys during each fault")
+	flag.IntVar(&cfg.readers, "readers", 4, "zombie, partition: pipelined readers of the victim's keys during each fault, each on a connection to the victim, sending a GET every -read-interval without waiting for replies")
+	flag.DurationVar(&cfg.readInterval, "read-interval", 50*time.Millisecond, "how often a pipelined reader sends a GET")
 	var recheck string
 	flag.StringVar(&recheck, "recheck", "", "check a history written by an earlier run (<out>/<scenario>.history.jsonl) again, key by key, within -check-timeout per key, and exit")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
@@ -358,17 +362,67 @@ func runScenario(cfg config, name string) *result {
 }
 
 // illegalKeys checks each key's operations on their own, naming the keys
-// whose histories are not linearizable.
+// whose histories are not linearizable, each with a short witness: the
+// longest order Porcupine found, the state it leads to, and the first
+// operation (by return time) that cannot follow it.
 func illegalKeys(history []porcupine.Operation, timeout time.Duration) []string {
 	var keys []string
 	for _, part := range kvModel.Partition(history) {
 		single := kvModel
 		single.Partition = nil
-		if porcupine.CheckOperationsTimeout(single, part, timeout) == porcupine.Illegal {
-			keys = append(keys, part[0].Input.(kvInput).Key)
+		res, info := porcupine.CheckOperationsVerbose(single, part, timeout)
+		if res != porcupine.Illegal {
+			continue
 		}
+		keys = append(keys, part[0].Input.(kvInput).Key+witness(part, info))
 	}
 	return keys
+}
+
+func witness(part []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	lins := info.PartialLinearizations()
+	if len(lins) == 0 {
+		return ""
+	}
+	var longest []int
+	for _, l := range lins[0] {
+		if len(l) > len(longest) {
+			longest = l
+		}
+	}
+	done := make(map[int]bool, len(longest))
+	state := kvModel.Init()
+	for _, id := range longest {
+		done[id] = true
+		_, state = kvModel.Step(state, part[id].Input, part[id].Output)
+	}
+	stuck := -1
+	for i, op := range part {
+		if !done[i] && (stuck < 0 || op.Return < part[stuck].Return) {
+			stuck = i
+		}
+	}
+	if stuck < 0 {
+		return ""
+	}
+	at := func(op porcupine.Operation) string {
+		ret := "never"
+		if op.Return < int64(time.Hour) {
+			ret = fmt.Sprintf("%.4fs", float64(op.Return)/1e9)
+		}
+		return fmt.Sprintf("[%.4fs, %s] %v", float64(op.Call)/1e9, ret, op.Metadata)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n      %d of its %d operations linearize, up to state %s;", len(longest), len(part), kvModel.DescribeState(state))
+	from := len(longest) - 3
+	if from < 0 {
+		from = 0
+	}
+	for _, id := range longest[from:] {
+		fmt.Fprintf(&b, "\n      linearized: %s %s", describeOp(part[id].Input, part[id].Output), at(part[id]))
+	}
+	fmt.Fprintf(&b, "\n      cannot follow: %s %s", describeOp(part[stuck].Input, part[stuck].Output), at(part[stuck]))
+	return b.String()
 }
 
 func createTable(cl *cluster, keys int) error {
@@ -524,6 +578,9 @@ func recheckFile(path string, timeout time.Duration) int {
 			verdict = "undecided (timed out)"
 		}
 		fmt.Printf("%s: %d operations, %s (%.1f s)\n", key, len(part), verdict, time.Since(start).Seconds())
+		if res == porcupine.Illegal {
+			fmt.Println("   " + strings.TrimPrefix(witness(part, info), "\n"))
+		}
 		if res != porcupine.Ok {
 			bad++
 			viz := strings.TrimSuffix(path, ".history.jsonl") + "." + strings.ReplaceAll(key, ":", "_") + ".html"

@@ -147,8 +147,9 @@ func restartScenario(s *scenario) {
 }
 
 // focusOn starts -focus more clients, pinned to server v and working on
-// the keys it masters now, until the returned function is called (or for
-// at most d). Round r makes their SET values unique.
+// the keys it masters now, and -readers pipelined readers of those keys on
+// connections to v, until the returned function is called (or for at most
+// d). Round r makes the clients' SET values unique.
 func (s *scenario) focusOn(v, r int, d time.Duration) func() {
 	var mine []string
 	for k := 0; k < s.cfg.work.keys; k++ {
@@ -156,7 +157,7 @@ func (s *scenario) focusOn(v, r int, d time.Duration) func() {
 			mine = append(mine, keyName(k))
 		}
 	}
-	if len(mine) == 0 || s.cfg.focus == 0 {
+	if len(mine) == 0 || s.cfg.focus+s.cfg.readers == 0 {
 		return func() {}
 	}
 	stop := make(chan struct{})
@@ -174,6 +175,13 @@ func (s *scenario) focusOn(v, r int, d time.Duration) func() {
 		defer wg.Done()
 		s.cfg.work.focus(s.cl, s.rec, v, mine, s.cfg.focus, 1000+100*r, both, time.Now().Add(d))
 	}()
+	for i := 0; i < s.cfg.readers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pipelinedReader(s.cl, s.rec, v, mine, s.cfg.readInterval, 1000, both, time.Now().Add(d))
+		}()
+	}
 	time.Sleep(20 * time.Millisecond)
 	var once sync.Once
 	return func() {

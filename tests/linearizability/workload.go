@@ -310,3 +310,80 @@ func (c *client) loop(keys []string, maxOps int, deadline time.Time, think time.
 		}
 	}
 }
+
+// pipelinedReader sends a GET of one of keys every interval on one
+// connection to server, without waiting for the replies (pipelining), and
+// records each GET when its reply arrives (replies come in request order).
+// While the server is stopped the GETs queue up in its socket; when it
+// resumes it answers them all, each checked against its own call time.
+// Each GET gets a client id of its own (they overlap). It stops at the
+// deadline, on stop, after maxOps GETs, or when the connection fails
+// (GETs without a reply are dropped: a read has no effect).
+func pipelinedReader(cl *cluster, rec *recorder, server int, keys []string, interval time.Duration, maxOps int,
+	stop <-chan struct{}, deadline time.Time) {
+	s := cl.servers[server]
+	rc, err := dialRESP(s.respAddr(), 300*time.Millisecond)
+	if err != nil {
+		return
+	}
+	defer rc.Close()
+	type sent struct {
+		key  string
+		call int64
+	}
+	inflight := make(chan sent, maxOps)
+	done := make(chan struct{})
+	_ = rc.c.SetReadDeadline(deadline.Add(10 * time.Second))
+	go func() {
+		defer close(done)
+		for p := range inflight {
+			rep, err := readReply(rc.r, 0)
+			ret := rec.now()
+			if err != nil {
+				rec.countErr(err.Error())
+				rc.Close()
+				return
+			}
+			if rep.Kind == '-' {
+				rec.countErr(rep.Str)
+				rec.mu.Lock()
+				rec.lostRead++
+				rec.mu.Unlock()
+				continue
+			}
+			if rep.Kind != '$' {
+				rec.countErr(fmt.Sprintf("unexpected reply %c to GET", rep.Kind))
+				continue
+			}
+			rec.add(porcupine.Operation{ClientId: int(rec.nextID.Add(1)) - 1,
+				Input: kvInput{Kind: opGet, Key: p.key}, Call: p.call,
+				Output: kvOutput{Nil: rep.Nil, Val: rep.Str}, Return: ret, Metadata: "pipelined via " + s.name})
+		}
+	}()
+	rng := rand.New(rand.NewSource(time.Now().UnixNano() + int64(server)))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	defer func() {
+		// The replies still due get 2 s more.
+		_ = rc.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		close(inflight)
+		<-done
+	}()
+	for n := 0; n < maxOps && time.Now().Before(deadline); n++ {
+		key := keys[rng.Intn(len(keys))]
+		cmd := fmt.Sprintf("*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key)
+		_ = rc.c.SetWriteDeadline(time.Now().Add(time.Second))
+		call := rec.now()
+		if _, err := rc.c.Write([]byte(cmd)); err != nil {
+			return
+		}
+		inflight <- sent{key, call}
+		select {
+		case <-stop:
+			return
+		case <-done:
+			return
+		case <-tick.C:
+		}
+	}
+}
