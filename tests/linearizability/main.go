@@ -53,7 +53,8 @@ type result struct {
 	unknown   int
 	failed    int
 	lostReads int
-	faults    []string
+	faults    []string // events, with their times
+	injected  int
 	verdict   string
 	illegal   []string
 	losses    []string
@@ -165,7 +166,7 @@ func main() {
 			failed++
 		}
 		fmt.Printf("%-9s %-4s ops=%d faults=%d verdict=%s acked-writes=%d lost=%d\n",
-			r.name, status, r.ops, len(r.faults), r.verdict, r.acked, len(r.losses))
+			r.name, status, r.ops, r.injected, r.verdict, r.acked, len(r.losses))
 	}
 	fmt.Printf("linearizability: %d passed, %d failed\n", len(results)-failed, failed)
 	if failed > 0 {
@@ -180,8 +181,9 @@ func main() {
 func report(r *result) {
 	fmt.Printf("  operations: %d recorded (%d reads, %d writes, %d writes of unknown outcome); %d definite failures and %d unanswered reads dropped\n",
 		r.ops, r.reads, r.writes, r.unknown, r.failed, r.lostReads)
+	fmt.Printf("  faults injected: %d\n", r.injected)
 	for _, f := range r.faults {
-		fmt.Printf("  fault: %s\n", f)
+		fmt.Printf("  event: %s\n", f)
 	}
 	if len(r.errs) > 0 {
 		keys := make([]string, 0, len(r.errs))
@@ -219,11 +221,20 @@ var scenarioFuncs = map[string]func(s *scenario){
 }
 
 type scenario struct {
-	stop  <-chan struct{}
-	cfg   config
-	cl    *cluster
-	rec   *recorder
+	stop <-chan struct{}
+	cfg  config
+	cl   *cluster
+	rec  *recorder
+	// fault logs an event of the scenario, with its time.
 	fault func(format string, args ...any)
+	// injected counts the faults injected.
+	injected *int
+}
+
+// inject logs a fault being injected, and counts it.
+func (s *scenario) inject(format string, args ...any) {
+	s.fault(format, args...)
+	*s.injected++
 }
 
 // sleepUntil sleeps until d after the recorder's start.
@@ -296,7 +307,7 @@ func runScenario(cfg config, name string) *result {
 	rec := newRecorder()
 	var fmu sync.Mutex
 	stop := make(chan struct{})
-	s := &scenario{stop: stop, cfg: cfg, cl: cl, rec: rec, fault: func(format string, args ...any) {
+	s := &scenario{stop: stop, cfg: cfg, cl: cl, rec: rec, injected: &r.injected, fault: func(format string, args ...any) {
 		msg := fmt.Sprintf("t=%5.2fs ", time.Since(rec.start).Seconds()) + fmt.Sprintf(format, args...)
 		fmu.Lock()
 		r.faults = append(r.faults, msg)

@@ -186,7 +186,7 @@ func partitionFault(s *scenario) {
 		if err != nil {
 			s.fault("cannot partition %s: %v", srv.name, err)
 		} else {
-			s.fault("partition: %s (master of %d of %d keys) cut off from the coordinator and the %d other servers; its clients still reach it",
+			s.inject("partition: %s (master of %d of %d keys) cut off from the coordinator and the %d other servers; its clients still reach it",
 				srv.name, nk, s.cfg.work.keys, len(s.cl.servers)-1)
 		}
 		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))

@@ -57,7 +57,7 @@ func killScenario(s *scenario) {
 		srv := s.cl.servers[v]
 		pid := srv.pid()
 		srv.kill()
-		s.fault("SIGKILL %s (pid %d, master of %d of %d keys)", srv.name, pid, n, s.cfg.work.keys)
+		s.inject("SIGKILL %s (pid %d, master of %d of %d keys)", srv.name, pid, n, s.cfg.work.keys)
 		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))
 		s.sleepUntil(at + s.cfg.pause)
 		if err := srv.start(s.cl.exe); err != nil {
@@ -84,7 +84,7 @@ func zombieScenario(s *scenario) {
 			s.fault("cannot SIGSTOP %s: %v", srv.name, err)
 			return
 		}
-		s.fault("SIGSTOP %s (pid %d, master of %d of %d keys)", srv.name, srv.pid(), n, s.cfg.work.keys)
+		s.inject("SIGSTOP %s (pid %d, master of %d of %d keys)", srv.name, srv.pid(), n, s.cfg.work.keys)
 		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))
 		s.sleepUntil(at + s.cfg.pause)
 		if err := srv.signal(syscall.SIGCONT); err != nil {
@@ -125,7 +125,7 @@ func restartScenario(s *scenario) {
 			go func(p *proc) { defer wg.Done(); p.kill() }(p)
 		}
 		wg.Wait()
-		s.fault("SIGKILL the coordinator and all %d servers", len(s.cl.servers))
+		s.inject("SIGKILL the coordinator and all %d servers", len(s.cl.servers))
 		time.Sleep(time.Second)
 		if err := s.cl.coordinator.start(s.cl.exe); err != nil {
 			s.fault("cannot restart the coordinator: %v", err)
