@@ -1,0 +1,213 @@
+package main
+
+// The checker is only as good as its model: these histories are known
+// legal or illegal, and the ledger must tell a lost write from one that a
+// later write may have overwritten.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+const never = int64(1) << 60
+
+func op(client int, kind opKind, key, val string, call, ret int64, out kvOutput) porcupine.Operation {
+	return porcupine.Operation{ClientId: client, Input: kvInput{Kind: kind, Key: key, Val: val}, Call: call, Output: out, Return: ret}
+}
+
+func get(client int, key string, call, ret int64, val string) porcupine.Operation {
+	if val == "" {
+		return op(client, opGet, key, "", call, ret, kvOutput{Nil: true})
+	}
+	return op(client, opGet, key, "", call, ret, kvOutput{Val: val})
+}
+
+func set(client int, key, val string, call, ret int64) porcupine.Operation {
+	return op(client, opSet, key, val, call, ret, kvOutput{})
+}
+
+func unknown(client int, kind opKind, key, val string, call int64) porcupine.Operation {
+	return op(client, kind, key, val, call, never, kvOutput{Unknown: true})
+}
+
+func check(t *testing.T, h []porcupine.Operation) porcupine.CheckResult {
+	t.Helper()
+	return porcupine.CheckOperationsTimeout(kvModel, h, 0)
+}
+
+func TestModel_sequentialHistoryIsLegal(t *testing.T) {
+	h := []porcupine.Operation{
+		get(0, "k", 0, 1, ""),
+		set(0, "k", "10", 2, 3),
+		op(1, opIncr, "k", "", 4, 5, kvOutput{N: 11}),
+		get(1, "k", 6, 7, "11"),
+		op(0, opDel, "k", "", 8, 9, kvOutput{N: 1}),
+		op(0, opDel, "k", "", 10, 11, kvOutput{N: 0}),
+		op(1, opIncr, "k", "", 12, 13, kvOutput{N: 1}),
+		get(2, "j", 0, 20, ""),
+	}
+	if r := check(t, h); r != porcupine.Ok {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_staleReadIsIllegal(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		set(0, "k", "2", 2, 3),
+		get(1, "k", 4, 5, "1"),
+	}
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_concurrentReadMaySeeEither(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		set(0, "k", "2", 2, 10),
+		get(1, "k", 3, 4, "1"),
+		get(2, "k", 5, 6, "2"),
+	}
+	if r := check(t, h); r != porcupine.Ok {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_unknownWriteMayHappenLateOrNever(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		unknown(1, opSet, "k", "2", 2),
+		get(2, "k", 5, 6, "1"),
+		get(2, "k", 7, 8, "2"),
+		get(2, "k", 9, 10, "2"),
+	}
+	if r := check(t, h); r != porcupine.Ok {
+		t.Fatalf("got %v", r)
+	}
+	// ...but once seen it cannot be unseen (a read of data that a crash
+	// then lost).
+	h = append(h, get(2, "k", 11, 12, "1"))
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_unknownWriteCannotHappenBeforeItsCall(t *testing.T) {
+	h := []porcupine.Operation{
+		get(2, "k", 0, 1, "2"),
+		unknown(1, opSet, "k", "2", 2),
+	}
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_lostIncrementIsIllegal(t *testing.T) {
+	h := []porcupine.Operation{
+		op(0, opIncr, "k", "", 0, 1, kvOutput{N: 1}),
+		op(1, opIncr, "k", "", 2, 3, kvOutput{N: 1}),
+	}
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_unknownIncrementCounts(t *testing.T) {
+	h := []porcupine.Operation{
+		op(0, opIncr, "k", "", 0, 1, kvOutput{N: 1}),
+		unknown(1, opIncr, "k", "", 2),
+		op(2, opIncr, "k", "", 3, 4, kvOutput{N: 3}),
+	}
+	if r := check(t, h); r != porcupine.Ok {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_wrongDeleteCountIsIllegal(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		op(1, opDel, "k", "", 2, 3, kvOutput{N: 0}),
+	}
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestModel_keysArePartitioned(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "a", "1", 0, 1),
+		set(1, "b", "2", 0, 1),
+		get(2, "a", 2, 3, "1"),
+		get(2, "b", 4, 5, "1"),
+	}
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %v", r)
+	}
+	if keys := illegalKeys(h, 0); len(keys) != 1 || !strings.HasPrefix(keys[0], "b\n") ||
+		!strings.Contains(keys[0], `cannot follow: GET b -> "1"`) {
+		t.Fatalf("illegal keys %v", keys)
+	}
+}
+
+func TestVisualization_isWritten(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		set(0, "k", "2", 2, 3),
+		get(1, "k", 4, 5, "1"),
+	}
+	res, info := porcupine.CheckOperationsVerbose(kvModel, h, 0)
+	if res != porcupine.Illegal {
+		t.Fatalf("got %v", res)
+	}
+	path := filepath.Join(t.TempDir(), "v.html")
+	if err := porcupine.VisualizePath(kvModel, info, path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("no visualisation: %v", err)
+	}
+}
+
+func TestLedger_lastAcknowledgedWriteMustSurvive(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		set(0, "k", "2", 2, 3),
+	}
+	if l := ledgerLosses(h, map[string]kvOutput{"k": {Val: "2"}}); len(l) != 0 {
+		t.Fatalf("losses %v", l)
+	}
+	if l := ledgerLosses(h, map[string]kvOutput{"k": {Val: "1"}}); len(l) != 1 {
+		t.Fatalf("losses %v", l)
+	}
+	if l := ledgerLosses(h, map[string]kvOutput{"k": {Nil: true}}); len(l) != 1 {
+		t.Fatalf("losses %v", l)
+	}
+	if l := ledgerLosses(h, map[string]kvOutput{}); len(l) != 1 {
+		t.Fatalf("losses %v", l)
+	}
+}
+
+func TestLedger_laterOrConcurrentWritesMayOverwrite(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "k", "1", 0, 10),
+		set(1, "k", "2", 5, 6),
+		unknown(2, opDel, "k", "", 20),
+	}
+	for _, fin := range []kvOutput{{Val: "1"}, {Val: "2"}, {Nil: true}} {
+		if l := ledgerLosses(h, map[string]kvOutput{"k": fin}); len(l) != 0 {
+			t.Fatalf("final %v: losses %v", fin, l)
+		}
+	}
+	h = []porcupine.Operation{
+		set(0, "k", "1", 0, 1),
+		op(1, opIncr, "k", "", 2, 3, kvOutput{N: 2}),
+	}
+	if l := ledgerLosses(h, map[string]kvOutput{"k": {Val: "1"}}); len(l) != 1 {
+		t.Fatalf("losses %v", l)
+	}
+}

@@ -1,0 +1,212 @@
+package main
+
+// Network namespaces for the partition scenario: the coordinator and every
+// server in a namespace of its own, each with one end of a veth pair whose
+// other end is on a bridge in this (the root) namespace; the clients (this
+// program) talk to them from the root namespace through the bridge's
+// address. A partition is made with blackhole routes, in the cut-off
+// server's namespace towards the coordinator and the other servers, and in
+// theirs towards it: its clients still reach it, nothing else does.
+// Everything is named after this process's PID and removed at the end.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+type netns struct {
+	prefix string // short, unique to this run: names of namespaces, links
+	subnet string // "10.213.N"
+	bridge string
+	names  []string // namespaces: coordinator first, then servers
+	ips    []string // their addresses
+	blocks [][2]int // blackhole routes in place: (namespace index, target index)
+}
+
+var (
+	nsMu   sync.Mutex
+	nsLive *netns
+)
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// netnsOptions plans a namespace per role (not yet created: the returned
+// function creates them) and sets the cluster's listen addresses.
+func netnsOptions(o clusterOptions) (clusterOptions, func() error, error) {
+	if os.Geteuid() != 0 {
+		return o, nil, fmt.Errorf("the partition scenario needs root (ip netns)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return o, nil, fmt.Errorf("the partition scenario needs ip (iproute2): %v", err)
+	}
+	id := os.Getpid() % 10000
+	n := &netns{prefix: fmt.Sprintf("lz%d", id), subnet: fmt.Sprintf("10.213.%d", id%250+1)}
+	n.bridge = n.prefix + "br"
+	n.names = append(n.names, n.prefix+"c")
+	n.ips = append(n.ips, n.subnet+".2")
+	for i := 0; i < o.servers; i++ {
+		n.names = append(n.names, fmt.Sprintf("%ss%d", n.prefix, i))
+		n.ips = append(n.ips, fmt.Sprintf("%s.%d", n.subnet, 10+i))
+	}
+	o.coordListen, o.coordNetns = n.ips[0], n.names[0]
+	o.listen, o.netns = n.ips[1:], n.names[1:]
+	return o, func() error {
+		nsMu.Lock()
+		nsLive = n
+		nsMu.Unlock()
+		return n.create()
+	}, nil
+}
+
+func (n *netns) create() error {
+	// The subnet must be nobody else's.
+	if out, err := exec.Command("ip", "-4", "addr").Output(); err == nil && strings.Contains(string(out), n.subnet+".") {
+		return fmt.Errorf("subnet %s.0/24 is already in use", n.subnet)
+	}
+	steps := [][]string{
+		{"link", "add", n.bridge, "type", "bridge"},
+		{"addr", "add", n.subnet + ".1/24", "dev", n.bridge},
+		{"link", "set", n.bridge, "up"},
+	}
+	for i, name := range n.names {
+		host, peer := fmt.Sprintf("%sh%d", n.prefix, i), fmt.Sprintf("%sp%d", n.prefix, i)
+		steps = append(steps,
+			[]string{"netns", "add", name},
+			[]string{"link", "add", host, "type", "veth", "peer", "name", peer},
+			[]string{"link", "set", peer, "netns", name},
+			[]string{"link", "set", host, "master", n.bridge},
+			[]string{"link", "set", host, "up"},
+			[]string{"-n", name, "link", "set", "lo", "up"},
+			[]string{"-n", name, "link", "set", peer, "name", "eth0"},
+			[]string{"-n", name, "addr", "add", n.ips[i] + "/24", "dev", "eth0"},
+			[]string{"-n", name, "link", "set", "eth0", "up"},
+		)
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			return err
+		}
+	}
+	// Every namespace answers on the bridge before anything starts.
+	deadline := time.Now().Add(5 * time.Second)
+	for i := range n.names {
+		for {
+			if exec.Command("ping", "-c", "1", "-W", "1", n.ips[i]).Run() == nil {
+				break
+			}
+			if _, err := exec.LookPath("ping"); err != nil {
+				break // no ping here: the cluster's start will tell
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("namespace %s does not answer at %s", n.names[i], n.ips[i])
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// block adds a blackhole route in namespace from towards namespace to
+// (indexes into names: 0 the coordinator, 1+i server i).
+func (n *netns) block(from, to int) error {
+	if err := ipCmd("-n", n.names[from], "route", "add", "blackhole", n.ips[to]+"/32"); err != nil {
+		return err
+	}
+	n.blocks = append(n.blocks, [2]int{from, to})
+	return nil
+}
+
+func (n *netns) healAll() error {
+	var first error
+	for _, b := range n.blocks {
+		if err := ipCmd("-n", n.names[b[0]], "route", "del", "blackhole", n.ips[b[1]]+"/32"); err != nil && first == nil {
+			first = err
+		}
+	}
+	n.blocks = nil
+	return first
+}
+
+// cleanupNetns removes every namespace, link and route this run made.
+func cleanupNetns() {
+	nsMu.Lock()
+	n := nsLive
+	nsLive = nil
+	nsMu.Unlock()
+	if n == nil {
+		return
+	}
+	for _, name := range n.names {
+		_ = exec.Command("ip", "netns", "del", name).Run() // its veth pair goes with it
+	}
+	_ = exec.Command("ip", "link", "del", n.bridge).Run()
+}
+
+// partitionFault cuts the master of the most keys off from the coordinator
+// and every other server (its clients, in the root namespace, still reach
+// it) for -pause, then heals the partition. Meanwhile focus clients work
+// on its keys through it. If it exits once healed (declared dead), it is
+// started again.
+func partitionFault(s *scenario) {
+	nsMu.Lock()
+	n := nsLive
+	nsMu.Unlock()
+	if n == nil {
+		s.fault("no namespaces")
+		return
+	}
+	for r := 0; r < s.cfg.rounds; r++ {
+		at := s.roundStart(r)
+		s.sleepUntil(at)
+		v, nk := s.victim()
+		srv := s.cl.servers[v]
+		stopFocus := s.focusOn(v, r, s.cfg.pause+time.Second)
+		var err error
+		for other := range n.names {
+			if other == v+1 {
+				continue
+			}
+			if err = n.block(v+1, other); err == nil {
+				err = n.block(other, v+1)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if err != nil {
+			s.fault("cannot partition %s: %v", srv.name, err)
+		} else {
+			s.inject("partition: %s (master of %d of %d keys) cut off from the coordinator and the %d other servers; its clients still reach it",
+				srv.name, nk, s.cfg.work.keys, len(s.cl.servers)-1)
+		}
+		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))
+		s.sleepUntil(at + s.cfg.pause)
+		if err := n.healAll(); err != nil {
+			s.fault("cannot heal the partition: %v", err)
+			return
+		}
+		s.fault("partition healed")
+		stopFocus()
+		time.Sleep(2 * time.Second)
+		if srv.running() {
+			s.fault("%s still runs 2 s after the partition healed", srv.name)
+			continue
+		}
+		s.fault("%s exited after the partition healed", srv.name)
+		if err := srv.start(s.cl.exe); err != nil {
+			s.fault("cannot restart %s: %v", srv.name, err)
+			return
+		}
+		s.fault("restarted %s on its data directory (pid %d)", srv.name, srv.pid())
+	}
+}
