@@ -7,7 +7,9 @@ package main
 // same directories and ports.
 
 import (
+	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,13 +218,26 @@ func newCluster(exe, root string, o clusterOptions) (*cluster, error) {
 		chost = o.coordListen
 	}
 	c.coordAddr = net.JoinHostPort(chost, strconv.Itoa(cport))
+	// The cluster secret every process proves on control and replication
+	// connections (docs/security.md): 32 random bytes as hex, mode 0600.
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	secret := filepath.Join(root, "cluster-secret")
+	raw := make([]byte, 32)
+	if _, err := crand.Read(raw); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(secret, []byte(hex.EncodeToString(raw)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	cdir := filepath.Join(root, "coordinator")
 	c.coordinator = &proc{
 		name:  "coordinator",
 		dir:   cdir,
 		netns: o.coordNetns,
 		args: []string{"coordinator", "--listen", c.coordAddr, "--data-dir", filepath.Join(cdir, "state"),
-			"--replicas", strconv.Itoa(o.replicas), "--log-level", o.logLevel},
+			"--replicas", strconv.Itoa(o.replicas), "--log-level", o.logLevel, "--cluster-secret-file", secret},
 	}
 	for i := 0; i < o.servers; i++ {
 		s := &serverProc{listen: "127.0.0.1"}
@@ -243,7 +258,7 @@ func newCluster(exe, root string, o clusterOptions) (*cluster, error) {
 			"--data-dir", filepath.Join(s.dir, "data"),
 			"--native-port", strconv.Itoa(s.native), "--resp-port", strconv.Itoa(s.resp),
 			"--backup-port", strconv.Itoa(s.backup), "--memory", o.memory,
-			"--backup-buffers", "8", "--log-level", o.logLevel}
+			"--backup-buffers", "8", "--log-level", o.logLevel, "--cluster-secret-file", secret}
 		if o.syncOpen {
 			s.args = append(s.args, "--sync-open")
 		}
