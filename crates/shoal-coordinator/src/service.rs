@@ -458,9 +458,11 @@ impl Service {
                             return;
                         }
                     }
+                    // Only the incarnation that was condemned: one that
+                    // enlisted again meanwhile (a restart) is not this one.
                     let declare = move |s: &mut ClusterState, now| Outcome {
                         response: ControlResponse::Ok,
-                        changed: s.declare_dead(suspect, now),
+                        changed: s.map().server(suspect).is_some_and(|x| x.log == log) && s.declare_dead(suspect, now),
                     };
                     let resp = this.commit("declare_dead", declare, |_, _, _| {});
                     if let ControlResponse::Error { message, .. } = resp.await {
