@@ -438,9 +438,10 @@ pub fn encode_segment_prefix(segment: SegmentId, log_version: u64, state: Replic
     out.extend_from_slice(&len.to_le_bytes());
 }
 
-/// Decodes a SEGMENT body: (log version, state, bytes).
+/// Decodes a SEGMENT body: (log version, state, bytes). The reserved
+/// bytes after the state must be zero, as in every other body.
 pub fn decode_segment(body: &[u8]) -> Result<(u64, ReplicaState, &[u8]), WireError> {
-    if body.len() < SEGMENT_PREFIX {
+    if body.len() < SEGMENT_PREFIX || body[9..12] != [0; 3] {
         return Err(WireError::Malformed("SEGMENT"));
     }
     let state = match body[8] {
@@ -666,6 +667,22 @@ mod tests {
         out.extend_from_slice(b"abc");
         let (v, s, bytes) = decode_segment(&out[HEADER_LEN..]).unwrap();
         assert_eq!((v, s, bytes), (2, ReplicaState::Open, &b"abc"[..]));
+    }
+
+    /// Found by the `replication_frame` fuzz target: a SEGMENT whose
+    /// reserved bytes were not zero decoded, so two different frames meant
+    /// the same answer.
+    #[test]
+    fn decode_segment_refuses_nonzero_reserved_bytes() {
+        let mut out = Vec::new();
+        encode_segment_prefix(SegmentId(4), 2, ReplicaState::Closed, 3, &mut out);
+        out.extend_from_slice(b"abc");
+        assert!(decode_segment(&out[HEADER_LEN..]).is_ok());
+        for at in 9..12 {
+            let mut bad = out[HEADER_LEN..].to_vec();
+            bad[at] = 4;
+            assert_eq!(decode_segment(&bad), Err(WireError::Malformed("SEGMENT")), "reserved byte {at}");
+        }
     }
 
     #[test]

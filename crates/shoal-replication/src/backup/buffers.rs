@@ -44,7 +44,7 @@ const _: () = assert!(META_EPOCH_AT + 8 == META_CRC_AT && META_CRC_AT + 4 == MET
 
 /// What a buffer holds, as its metadata block says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Meta {
+pub struct Meta {
     pub log: LogId,
     pub log_version: u64,
     pub segment: SegmentId,
@@ -56,13 +56,13 @@ pub(crate) struct Meta {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MetaState {
+pub enum MetaState {
     Open,
     Closed { len: u32, checksum: u32 },
 }
 
 impl Meta {
-    fn encode(&self) -> [u8; META_USED] {
+    pub fn encode(&self) -> [u8; META_USED] {
         let mut b = [0u8; META_USED];
         b[0..4].copy_from_slice(&META_MAGIC);
         b[4..6].copy_from_slice(&META_VERSION.to_le_bytes());
@@ -85,7 +85,7 @@ impl Meta {
 
     /// Decodes a metadata block (version 2, or 1 as epoch 1); `None` for a
     /// free or unreadable one.
-    fn decode(b: &[u8]) -> Option<Meta> {
+    pub fn decode(b: &[u8]) -> Option<Meta> {
         let b = b.get(..META_USED)?;
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));

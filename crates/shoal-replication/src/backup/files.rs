@@ -65,7 +65,7 @@ const _: () = assert!(
 
 /// The header of a segment file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FileHeader {
+pub struct FileHeader {
     pub log: LogId,
     pub log_version: u64,
     pub segment: SegmentId,
@@ -76,7 +76,7 @@ pub(crate) struct FileHeader {
 }
 
 impl FileHeader {
-    fn encode(&self) -> [u8; FILE_HEADER_BYTES] {
+    pub fn encode(&self) -> [u8; FILE_HEADER_BYTES] {
         let mut b = [0u8; FILE_HEADER_BYTES];
         b[0..4].copy_from_slice(&FILE_MAGIC);
         b[4..6].copy_from_slice(&FILE_VERSION.to_le_bytes());
@@ -93,7 +93,7 @@ impl FileHeader {
 
     /// Decodes the start of a file (its first block, or all of it if
     /// shorter): the header and where the segment bytes start.
-    fn decode(b: &[u8]) -> io::Result<(FileHeader, usize)> {
+    pub fn decode(b: &[u8]) -> io::Result<(FileHeader, usize)> {
         let version = match b.get(..6) {
             Some(v) => u16::from_le_bytes([v[4], v[5]]),
             None => return Err(invalid("shorter than its header")),

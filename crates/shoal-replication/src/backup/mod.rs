@@ -21,6 +21,28 @@ mod files;
 mod mmap;
 mod replicas;
 
+/// Not an API: the backup's decoders of bytes read from its disk, for the
+/// fuzz targets in `fuzz/` (`docs/fuzzing.md`).
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::buffers::{Meta, MetaState};
+    pub use super::files::FileHeader;
+    use std::io;
+    use std::path::Path;
+
+    /// The header of the segment file at `path`, as the start-up scan reads it.
+    pub fn read_file_header(path: &Path) -> io::Result<FileHeader> {
+        super::files::read_header(path)
+    }
+
+    /// The segment file at `path`, header and bytes, as a READ serves it
+    /// (buffers sized for segments of `segment_bytes`).
+    pub fn read_segment_file(path: &Path, segment_bytes: usize) -> io::Result<(FileHeader, Vec<u8>)> {
+        let (header, bytes) = super::files::read_segment(path, &super::files::ReadBufs::new(segment_bytes))?;
+        Ok((header, bytes.to_vec()))
+    }
+}
+
 use parking_lot::Mutex;
 use replicas::{Job, Shared};
 use shoal_common::LogId;

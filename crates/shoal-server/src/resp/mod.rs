@@ -15,6 +15,8 @@ mod connection;
 mod db;
 mod forward;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod glob;
 mod reply;
 mod routing;

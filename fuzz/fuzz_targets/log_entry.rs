@@ -1,0 +1,141 @@
+//! Log entries (`shoal-engine`, `format`): `read_header`, `decode`,
+//! `decode_trusted`, `parse_object`, `EntryIter` and `filter_entries`.
+//! The first input byte's low bit chooses whether the entries' CRCs are
+//! repaired first (`seal_entries`), to reach what lies behind them.
+//!
+//! Asserts: no panic; `decode` agrees with `read_header` on the length and
+//! never reads past the bytes given; `decode_trusted` accepts whatever
+//! `decode` accepts, identically; an entry that decodes re-encodes (with the
+//! `encode_*` of its type) to bytes that decode to the same entry, are as
+//! long as `*_len` says, and equal the input's bytes exactly when the input
+//! used the shortest length field and varints (writers must; readers need
+//! not insist: the CRC covers them); `parse_object` agrees with `decode`;
+//! `filter_entries` keeps whole entries byte for byte, counts them, and its
+//! safe version is above every version it saw.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use shoal_engine::format::{self, Entry, EntryIter, FORMAT_VERSION};
+use shoal_fuzz::seal_entries;
+
+fn reencode(e: &Entry<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let n = match e {
+        Entry::SegmentHeader(h) => format::encode_segment_header(&mut out, h.log, h.segment, h.capacity),
+        Entry::Object(o) => {
+            let n = format::encode_object(&mut out, o.table, o.version, o.key, o.value);
+            assert_eq!(n, format::object_len(o.table, o.version, o.key.len(), o.value.len()));
+            n
+        }
+        Entry::Tombstone(t) => {
+            let n = format::encode_tombstone(&mut out, t.table, t.version, t.segment, t.key);
+            assert_eq!(n, format::tombstone_len(t.table, t.version, t.segment, t.key.len()));
+            n
+        }
+        Entry::LogDigest(ids) => {
+            let n = format::encode_digest(&mut out, ids);
+            assert_eq!(n, format::digest_len(ids.len()));
+            n
+        }
+        Entry::SafeVersion(v) => format::encode_safe_version(&mut out, *v),
+        Entry::Checksum(c) => format::encode_checksum(&mut out, *c),
+    };
+    assert_eq!(n, out.len());
+    out
+}
+
+fn one_entry(buf: &[u8]) {
+    let decoded = format::decode(buf);
+    let trusted = format::decode_trusted(buf);
+    let Ok((entry, len)) = decoded else { return };
+    assert_eq!(trusted.as_ref(), Ok(&(entry.clone(), len)), "decode_trusted disagrees with decode");
+    let h = format::read_header(buf).expect("a decoded entry has a header");
+    assert_eq!(h.total_len(), len);
+    assert!(len <= buf.len());
+    let input = &buf[..len];
+    if let Entry::Object(o) = &entry {
+        assert_eq!(format::parse_object(input).as_ref(), Ok(o));
+    }
+    let mut out = reencode(&entry);
+    let (back, back_len) = format::decode(&out).expect("an encoded entry decodes");
+    assert_eq!(back_len, out.len());
+    match (&entry, back) {
+        // The writer always writes its own format version.
+        (Entry::SegmentHeader(a), Entry::SegmentHeader(b)) => {
+            assert_eq!(b.format, FORMAT_VERSION);
+            assert_eq!(*a, format::SegmentHeaderView { format: a.format, ..b });
+            if a.format != FORMAT_VERSION && out.len() == input.len() {
+                out[2 + 4] = a.format; // tag, length byte, CRC, then the format
+                seal_entries(&mut out);
+            }
+        }
+        (a, b) => assert_eq!(*a, b, "an entry does not survive a round trip"),
+    }
+    if out.len() == input.len() {
+        assert_eq!(out, input, "an entry in the shortest form does not re-encode to itself");
+    } else {
+        assert!(out.len() < input.len(), "the encoder is not the shortest form");
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let mut buf = rest.to_vec();
+    if mode & 1 == 1 {
+        seal_entries(&mut buf);
+    }
+    let _ = format::read_header(&buf);
+    let _ = format::parse_object(&buf);
+    one_entry(&buf);
+
+    let mut offsets = Vec::new();
+    let mut end = 0;
+    for item in EntryIter::new(&buf) {
+        match item {
+            Ok((at, e)) => {
+                assert_eq!(at, end);
+                one_entry(&buf[at..]);
+                end = at + format::decode(&buf[at..]).expect("iterated").1;
+                offsets.push((at, end, e));
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(end <= buf.len());
+
+    // Keep every other object or tombstone.
+    let mut out = Vec::new();
+    let mut flip = false;
+    let filtered = format::filter_entries(
+        &buf[..end],
+        |_, _| {
+            flip = !flip;
+            flip
+        },
+        &mut out,
+    )
+    .expect("entries that iterate filter");
+    let (mut expect, mut objects, mut tombstones, mut safe, mut keep) = (Vec::new(), 0, 0, 0u64, false);
+    for (at, end, e) in &offsets {
+        let (kept, version) = match e {
+            Entry::Object(o) => {
+                keep = !keep;
+                objects += keep as u32;
+                (keep, o.version.0.saturating_add(1))
+            }
+            Entry::Tombstone(t) => {
+                keep = !keep;
+                tombstones += keep as u32;
+                (keep, t.version.0.saturating_add(1))
+            }
+            Entry::SafeVersion(v) => (false, v.0),
+            _ => (false, 0),
+        };
+        safe = safe.max(version);
+        if kept {
+            expect.extend_from_slice(&buf[*at..*end]);
+        }
+    }
+    assert_eq!(out, expect, "filter_entries did not keep exactly the chosen entries");
+    assert_eq!((filtered.objects, filtered.tombstones, filtered.safe_version), (objects, tombstones, safe));
+});
