@@ -71,6 +71,16 @@ fn recovered(map: &ClusterMap, dead: ServerId) -> bool {
         && map.tablets.iter().all(|t| t.master != dead)
 }
 
+/// Waits until the process of `cluster.servers[idx]` has exited (a zombie
+/// stops on its own once it learns it was declared dead).
+fn wait_exit(cluster: &mut Cluster, idx: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !matches!(cluster.servers[idx].try_wait(), Ok(Some(_))) {
+        assert!(Instant::now() < deadline, "the zombie did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_killed_master_is_recovered_and_no_acknowledged_write_is_lost() {
     let root = Root::new("recovery-kill-master");
@@ -194,14 +204,7 @@ fn a_zombie_master_acknowledges_nothing_after_its_tablets_moved() {
     }
     assert_eq!(acknowledged.load(Ordering::Relaxed), 0, "the zombie acknowledged writes");
     // The zombie stops on its own once it learns it was declared dead.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(Some(_)) = cluster.servers[idx].try_wait() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the zombie did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_exit(&mut cluster, idx, Duration::from_secs(15));
     // The recovered values are the acknowledged ones.
     let mut c = cluster.client();
     for k in &keys {
@@ -290,14 +293,7 @@ fn a_zombie_master_answers_no_read_after_its_tablets_moved() {
         Ok(_) => assert!(line.starts_with('-'), "the zombie answered a RESP GET with {line:?}"),
     }
     // The zombie stops on its own.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(Some(_)) = cluster.servers[idx].try_wait() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the zombie did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_exit(&mut cluster, idx, Duration::from_secs(15));
     let mut c = cluster.client();
     for k in &keys {
         assert_eq!(c.read(table, k).unwrap().0, b"after");

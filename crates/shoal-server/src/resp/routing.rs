@@ -229,14 +229,19 @@ fn split(
         };
         parts.push(Part { target, slots });
     }
-    Routed::Forward(Job {
+    Routed::Forward(job(s, parts, merge))
+}
+
+/// A job of `parts` for this session's database, protocol and credentials.
+fn job(s: &Session, parts: Vec<Part>, merge: Merge) -> Job {
+    Job {
         db: s.db,
         proto: s.proto,
         parts,
         merge,
         max_reply: s.reply_limit,
         credentials: s.ctx.auth.peer_credentials().cloned(),
-    })
+    }
 }
 
 /// DBSIZE and FLUSHDB: here and on every other live server.
@@ -258,14 +263,7 @@ fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed 
             .map(|addr| Part { target: Target::Remote { addr, request: request.clone() }, slots: Vec::new() }),
     );
     let merge = if entry.spec.name == "dbsize" { Merge::Sum } else { Merge::AllOk };
-    Routed::Forward(Job {
-        db: s.db,
-        proto: s.proto,
-        parts,
-        merge,
-        max_reply: s.reply_limit,
-        credentials: s.ctx.auth.peer_credentials().cloned(),
-    })
+    Routed::Forward(job(s, parts, merge))
 }
 
 /// SCAN: the cursor is a key-hash position, served by the server of the
