@@ -36,7 +36,7 @@ run() { # build label round
     for _ in $(seq 100); do grep -q "Redis protocol\|redis-cli" "$dir.out" 2>/dev/null && break; sleep 0.2; done
     sleep 1
     "$B" bench ycsb --coordinator 127.0.0.1:7690 --load --records "$RECORDS" --workload C,B --key-dist zipfian \
-        --threads 4 --pipeline 1 --duration "${SECONDS_PER}s" --json |
+        --threads 4 --pipeline 1 --duration "$SECONDS_PER" --json |
         sed "s/^{/{\"build\":\"$label\",\"round\":$round,/" >>"$out"
     kill -INT "$pid"; wait "$pid" 2>/dev/null || true; pid=
 }
