@@ -75,7 +75,7 @@ func main() {
 	var cfg config
 	var scenarios string
 	flag.StringVar(&cfg.exe, "shoal", "target/debug/shoal", "the shoal binary")
-	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition (or all)")
+	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients (or all: "+strings.Join(allScenarios, ",")+")")
 	flag.StringVar(&cfg.out, "out", "", "directory for cluster data, logs and visualisations (default: a new one under the temp dir)")
 	flag.IntVar(&cfg.servers, "servers", 5, "servers in the cluster")
 	flag.IntVar(&cfg.replicas, "replicas", 2, "replicas of every segment (R)")
@@ -140,7 +140,7 @@ func main() {
 
 	names := strings.Split(scenarios, ",")
 	if scenarios == "all" {
-		names = []string{"kill", "zombie", "restart", "partition"}
+		names = allScenarios
 	}
 	var results []*result
 	for _, name := range names {
@@ -149,7 +149,7 @@ func main() {
 			continue
 		}
 		if _, ok := scenarioFuncs[name]; !ok {
-			fmt.Fprintf(os.Stderr, "linz: unknown scenario %q (kill, zombie, restart, partition)\n", name)
+			fmt.Fprintf(os.Stderr, "linz: unknown scenario %q (%s)\n", name, scenarioNames())
 			os.Exit(2)
 		}
 		fmt.Printf("== scenario %s\n", name)
@@ -165,7 +165,7 @@ func main() {
 			status = "FAIL"
 			failed++
 		}
-		fmt.Printf("%-9s %-4s ops=%d faults=%d verdict=%s acked-writes=%d lost=%d\n",
+		fmt.Printf("%-21s %-4s ops=%d faults=%d verdict=%s acked-writes=%d lost=%d\n",
 			r.name, status, r.ops, r.injected, r.verdict, r.acked, len(r.losses))
 	}
 	fmt.Printf("linearizability: %d passed, %d failed\n", len(results)-failed, failed)
@@ -214,10 +214,26 @@ func report(r *result) {
 // scenarioFuncs inject each scenario's fault at faultAt and heal it; they
 // return when the fault has healed.
 var scenarioFuncs = map[string]func(s *scenario){
-	"kill":      killScenario,
-	"zombie":    zombieScenario,
-	"restart":   restartScenario,
-	"partition": partitionScenario,
+	"kill":                  killScenario,
+	"zombie":                zombieScenario,
+	"restart":               restartScenario,
+	"partition":             partitionScenario("partition"),
+	"partition-backups":     partitionScenario("partition-backups"),
+	"partition-coordinator": partitionScenario("partition-coordinator"),
+	"partition-clients":     partitionScenario("partition-clients"),
+}
+
+// allScenarios is what -scenarios all runs (scripts/check's default).
+var allScenarios = []string{"kill", "zombie", "restart", "partition",
+	"partition-backups", "partition-coordinator", "partition-clients"}
+
+func scenarioNames() string {
+	names := make([]string, 0, len(scenarioFuncs))
+	for n := range scenarioFuncs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 type scenario struct {
@@ -266,7 +282,7 @@ func runScenario(cfg config, name string) *result {
 	opts := clusterOptions{servers: cfg.servers, replicas: cfg.replicas, memory: cfg.memory, logLevel: cfg.logLevel,
 		syncOpen: cfg.syncOpen}
 	var setup func() error
-	if name == "partition" {
+	if _, ok := partitionShapes[name]; ok {
 		var err error
 		if opts, setup, err = netnsOptions(opts); err != nil {
 			r.err = err
@@ -493,6 +509,9 @@ func finalReads(cl *cluster, rec *recorder, keys int) (map[string]kvOutput, erro
 	}
 	final := map[string]kvOutput{}
 	id := int(rec.nextID.Add(1)) - 1
+	// At most a minute in all (a key that no up server could read is a
+	// ledger failure: "no final read").
+	end := time.Now().Add(time.Minute)
 	for _, s := range cl.servers {
 		if !s.running() {
 			continue
@@ -500,6 +519,9 @@ func finalReads(cl *cluster, rec *recorder, keys int) (map[string]kvOutput, erro
 		for k := 0; k < keys; k++ {
 			key := keyName(k)
 			deadline := time.Now().Add(10 * time.Second)
+			if deadline.After(end) {
+				deadline = end
+			}
 			for time.Now().Before(deadline) {
 				rc, err := dialRESP(s.respAddr(), time.Second)
 				if err != nil {
