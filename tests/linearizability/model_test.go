@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -209,5 +210,28 @@ func TestLedger_laterOrConcurrentWritesMayOverwrite(t *testing.T) {
 	}
 	if l := ledgerLosses(h, map[string]kvOutput{"k": {Val: "1"}}); len(l) != 1 {
 		t.Fatalf("losses %v", l)
+	}
+}
+
+// narrowedLegal proves a legal history with long operations legal, and
+// never an illegal one: a stale read stays illegal however narrowed.
+func TestNarrowedLegal(t *testing.T) {
+	ms := int64(time.Millisecond)
+	legal := []porcupine.Operation{
+		set(0, "k", "1", 0, ms),
+		get(1, "k", 2*ms, 900*ms, "2"), // held up, answered late
+		set(2, "k", "2", 3*ms, 898*ms),
+		get(3, "k", 901*ms, 902*ms, "2"),
+	}
+	if !narrowedLegal(legal, time.Second) {
+		t.Fatal("a legal history was not proved legal")
+	}
+	illegal := []porcupine.Operation{
+		set(0, "k", "1", 0, ms),
+		set(0, "k", "2", 2*ms, 3*ms),
+		get(1, "k", 4*ms, 900*ms, "1"), // stale, however late
+	}
+	if narrowedLegal(illegal, time.Second) {
+		t.Fatal("an illegal history was proved legal")
 	}
 }

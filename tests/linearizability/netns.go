@@ -1,13 +1,15 @@
 package main
 
-// Network namespaces for the partition scenario: the coordinator and every
+// Network namespaces for the partition scenarios: the coordinator and every
 // server in a namespace of its own, each with one end of a veth pair whose
 // other end is on a bridge in this (the root) namespace; the clients (this
 // program) talk to them from the root namespace through the bridge's
-// address. A partition is made with blackhole routes, in the cut-off
-// server's namespace towards the coordinator and the other servers, and in
-// theirs towards it: its clients still reach it, nothing else does.
-// Everything is named after this process's PID and removed at the end.
+// address. A partition is made with blackhole routes, on both sides of
+// every path it cuts: in the cut-off server's namespace towards the
+// coordinator, the other servers or the bridge's address (the clients), and
+// in theirs (for the clients: the root namespace's) towards it. Which paths
+// a partition cuts is its shape (partitionShape). Everything is named after
+// this process's PID and removed at the end.
 
 import (
 	"fmt"
@@ -25,6 +27,27 @@ type netns struct {
 	names  []string // namespaces: coordinator first, then servers
 	ips    []string // their addresses
 	blocks [][2]int // blackhole routes in place: (namespace index, target index)
+}
+
+// clientsIdx stands for the root namespace, where the clients run, in
+// block: its address on the bridge is the subnet's .1.
+const clientsIdx = -1
+
+// nsArgs is ip's namespace argument for index i (none for the root
+// namespace).
+func (n *netns) nsArgs(i int) []string {
+	if i == clientsIdx {
+		return nil
+	}
+	return []string{"-n", n.names[i]}
+}
+
+// ip is index i's address.
+func (n *netns) ip(i int) string {
+	if i == clientsIdx {
+		return n.subnet + ".1"
+	}
+	return n.ips[i]
 }
 
 var (
@@ -117,9 +140,11 @@ func (n *netns) create() error {
 }
 
 // block adds a blackhole route in namespace from towards namespace to
-// (indexes into names: 0 the coordinator, 1+i server i).
+// (indexes into names: 0 the coordinator, 1+i server i; or clientsIdx,
+// the root namespace, where the clients run).
 func (n *netns) block(from, to int) error {
-	if err := ipCmd("-n", n.names[from], "route", "add", "blackhole", n.ips[to]+"/32"); err != nil {
+	args := append(n.nsArgs(from), "route", "add", "blackhole", n.ip(to)+"/32")
+	if err := ipCmd(args...); err != nil {
 		return err
 	}
 	n.blocks = append(n.blocks, [2]int{from, to})
@@ -129,7 +154,8 @@ func (n *netns) block(from, to int) error {
 func (n *netns) healAll() error {
 	var first error
 	for _, b := range n.blocks {
-		if err := ipCmd("-n", n.names[b[0]], "route", "del", "blackhole", n.ips[b[1]]+"/32"); err != nil && first == nil {
+		args := append(n.nsArgs(b[0]), "route", "del", "blackhole", n.ip(b[1])+"/32")
+		if err := ipCmd(args...); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -146,18 +172,40 @@ func cleanupNetns() {
 	if n == nil {
 		return
 	}
+	// The root namespace's routes (partition-clients) do not go with the
+	// namespaces.
+	_ = n.healAll()
 	for _, name := range n.names {
 		_ = exec.Command("ip", "netns", "del", name).Run() // its veth pair goes with it
 	}
 	_ = exec.Command("ip", "link", "del", n.bridge).Run()
 }
 
-// partitionFault cuts the master of the most keys off from the coordinator
-// and every other server (its clients, in the root namespace, still reach
-// it) for -pause, then heals the partition. Meanwhile focus clients work
-// on its keys through it. If it exits once healed (declared dead), it is
-// started again.
-func partitionFault(s *scenario) {
+// partitionShape says which of the victim's paths a partition cuts.
+type partitionShape struct {
+	coordinator bool // to and from the coordinator
+	servers     bool // to and from every other server (its backups, its peers)
+	clients     bool // to and from the clients (the root namespace)
+	what        string
+}
+
+// partitionShapes, by scenario name.
+var partitionShapes = map[string]partitionShape{
+	"partition": {coordinator: true, servers: true,
+		what: "cut off from the coordinator and the %d other servers; its clients still reach it"},
+	"partition-backups": {servers: true,
+		what: "cut off from the %d other servers (its backups); the coordinator and its clients still reach it"},
+	"partition-coordinator": {coordinator: true,
+		what: "cut off from the coordinator; the %d other servers and its clients still reach it"},
+	"partition-clients": {clients: true,
+		what: "cut off from its clients; the coordinator and the %d other servers still reach it"},
+}
+
+// partitionFault cuts the master of the most keys off from what the
+// scenario's shape says (partitionShapes) for -pause, then heals the
+// partition. Meanwhile focus clients work on its keys through it. If it
+// exits once healed (declared dead), it is started again.
+func partitionFault(s *scenario, shape partitionShape) {
 	nsMu.Lock()
 	n := nsLive
 	nsMu.Unlock()
@@ -171,11 +219,22 @@ func partitionFault(s *scenario) {
 		v, nk := s.victim()
 		srv := s.cl.servers[v]
 		stopFocus := s.focusOn(v, r, s.cfg.pause+time.Second)
-		var err error
-		for other := range n.names {
-			if other == v+1 {
-				continue
+		var cut []int
+		if shape.coordinator {
+			cut = append(cut, 0)
+		}
+		if shape.servers {
+			for other := 1; other < len(n.names); other++ {
+				if other != v+1 {
+					cut = append(cut, other)
+				}
 			}
+		}
+		if shape.clients {
+			cut = append(cut, clientsIdx)
+		}
+		var err error
+		for _, other := range cut {
 			if err = n.block(v+1, other); err == nil {
 				err = n.block(other, v+1)
 			}
@@ -186,7 +245,7 @@ func partitionFault(s *scenario) {
 		if err != nil {
 			s.fault("cannot partition %s: %v", srv.name, err)
 		} else {
-			s.inject("partition: %s (master of %d of %d keys) cut off from the coordinator and the %d other servers; its clients still reach it",
+			s.inject("partition: %s (master of %d of %d keys) "+shape.what,
 				srv.name, nk, s.cfg.work.keys, len(s.cl.servers)-1)
 		}
 		s.watchRecovery(srv.respAddr(), s.rec.start.Add(at+s.cfg.pause))

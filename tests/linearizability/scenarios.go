@@ -190,7 +190,8 @@ func (s *scenario) focusOn(v, r int, d time.Duration) func() {
 	}
 }
 
-// partition: see netns.go.
-func partitionScenario(s *scenario) {
-	partitionFault(s)
+// partition, partition-backups, partition-coordinator, partition-clients:
+// see netns.go.
+func partitionScenario(name string) func(s *scenario) {
+	return func(s *scenario) { partitionFault(s, partitionShapes[name]) }
 }
