@@ -7,7 +7,8 @@
 use crate::conn::{ClientConfig, Connection};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+    conv, disposition, read_only, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS,
+    UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -142,7 +143,17 @@ impl Client {
                 self.refresh_map();
                 continue;
             }
-            let frame = self.call_on(addr, req)?;
+            let frame = match self.call_on(addr, req) {
+                Ok(f) => f,
+                // The connection closed with the request in flight: a read
+                // may be sent again, a write's outcome is the caller's.
+                Err(ClientError::Closed | ClientError::Io(_)) if read_only(req) && attempt + 1 < MAX_ATTEMPTS => {
+                    std::thread::sleep(UNREACHABLE_DELAY);
+                    self.refresh_map();
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let status = match frame.reply()? {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,

@@ -13,7 +13,8 @@ use crate::blocking::{item_error, resolve, Route};
 use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+    conv, disposition, read_only, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS,
+    UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -338,7 +339,19 @@ impl Client {
                     continue;
                 }
             };
-            let frame = channel.call(req).await?;
+            let frame = match channel.call(req).await {
+                Ok(f) => f,
+                // The connection closed with the request in flight (the
+                // server crashed, or dropped the replies of a batch when its
+                // lease lapsed): a read changed nothing and may be sent
+                // again; a write's outcome is unknown, so it is the caller's.
+                Err(ClientError::Closed | ClientError::Io(_)) if read_only(req) && attempt + 1 < MAX_ATTEMPTS => {
+                    tokio::time::sleep(UNREACHABLE_DELAY).await;
+                    self.refresh_map();
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let status = match frame.reply()? {
                 Ok(r) => return conv(r).map_err(E::from),
                 Err(status) => status,

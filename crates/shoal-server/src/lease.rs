@@ -52,6 +52,24 @@ impl Lease {
     }
 }
 
+/// Runs [`keep_renewed`] on a thread of its own (with its own runtime), so
+/// that no other work of the server's runtime can delay a renewal past the
+/// lease's end. If the thread cannot start, on the current runtime.
+pub fn spawn_renewer(node: Arc<ClusterNode>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    let (n, s) = (node.clone(), shutdown.clone());
+    let started = runtime.map_err(|e| e.to_string()).and_then(|rt| {
+        std::thread::Builder::new()
+            .name("shoal-lease".into())
+            .spawn(move || rt.block_on(keep_renewed(n, s)))
+            .map_err(|e| e.to_string())
+    });
+    if let Err(e) = started {
+        warn!("cannot start the lease thread ({e}); renewing on the server's runtime");
+        tokio::spawn(keep_renewed(node, shutdown));
+    }
+}
+
 /// Keeps `node`'s lease renewed until shutdown or until the server is
 /// declared dead: a renewal every quarter of the granted length, one every
 /// [`FIRST_ASK`] while none is held. A refusal or an unreachable

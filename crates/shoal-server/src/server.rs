@@ -220,7 +220,7 @@ async fn serve(
             move || c2.shutdown(),
         ));
         tokio::spawn(node.clone().ping_peers(ctx.shutdown_signal()));
-        tokio::spawn(crate::lease::keep_renewed(node.clone(), ctx.shutdown_signal()));
+        crate::lease::spawn_renewer(node.clone(), ctx.shutdown_signal());
         tokio::spawn(node.recover(ctx.store.clone(), ctx.shutdown_signal()));
     }
     let acceptors = vec![
