@@ -14,8 +14,8 @@ use parking_lot::{Mutex, RwLock};
 use shoal_cluster::auth::{AuthError, ClusterSecret, Credential, Identity, SecretError};
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{
-    ClusterMap, ControlAuth, ControlClient, ControlError, ControlRequest, ControlResponse, ReplicaFloor, ServerId,
-    ServerState,
+    ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse,
+    ReplicaFloor, ServerId, ServerState,
 };
 use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
@@ -184,6 +184,17 @@ impl ClusterNode {
         let reply = loop {
             match call_blocking_with(coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
                 Ok(r) => break r,
+                // An address this server listens on is still held in the
+                // map by a live server: one that died and had it before
+                // (ports picked by the system are reused). It is declared
+                // dead, or enlists again elsewhere, within seconds: wait
+                // for that rather than stop.
+                Err(ControlError::Refused { code: ControlErrorCode::Unauthorized, ref message })
+                    if message.contains("is held by live server") && Instant::now() < deadline =>
+                {
+                    warn!("cannot enlist yet: {message}; retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
                 Err(
                     e @ (ControlError::Refused { .. }
                     | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_))),
