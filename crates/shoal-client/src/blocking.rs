@@ -7,8 +7,7 @@
 use crate::conn::{ClientConfig, Connection};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, read_only, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS,
-    UNREACHABLE_DELAY,
+    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -147,7 +146,7 @@ impl Client {
                 Ok(f) => f,
                 // The connection closed with the request in flight: a read
                 // may be sent again, a write's outcome is the caller's.
-                Err(ClientError::Closed | ClientError::Io(_)) if read_only(req) && attempt + 1 < MAX_ATTEMPTS => {
+                Err(ClientError::Closed | ClientError::Io(_)) if !req.mutates() && attempt + 1 < MAX_ATTEMPTS => {
                     std::thread::sleep(UNREACHABLE_DELAY);
                     self.refresh_map();
                     continue;

@@ -13,8 +13,7 @@ use crate::blocking::{item_error, resolve, Route};
 use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, read_only, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS,
-    UNREACHABLE_DELAY,
+    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -345,7 +344,7 @@ impl Client {
                 // server crashed, or dropped the replies of a batch when its
                 // lease lapsed): a read changed nothing and may be sent
                 // again; a write's outcome is unknown, so it is the caller's.
-                Err(ClientError::Closed | ClientError::Io(_)) if read_only(req) && attempt + 1 < MAX_ATTEMPTS => {
+                Err(ClientError::Closed | ClientError::Io(_)) if !req.mutates() && attempt + 1 < MAX_ATTEMPTS => {
                     tokio::time::sleep(UNREACHABLE_DELAY).await;
                     self.refresh_map();
                     continue;

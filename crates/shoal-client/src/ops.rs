@@ -3,7 +3,7 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
-use shoal_proto::{decode_response, ErrorStatus, Request, Response, StatValue, TableId, Version};
+use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, TableId, Version};
 use std::time::Duration;
 
 /// A response frame as received: its opcode and body, owned.
@@ -231,20 +231,6 @@ pub(crate) mod conv {
             r => Err(mismatch(&r)),
         }
     }
-}
-
-/// Whether `req` changes nothing, so that it may be sent again when its
-/// connection closed before the reply came.
-pub(crate) fn read_only(req: &Request<'_>) -> bool {
-    matches!(
-        req,
-        Request::Ping
-            | Request::Read { .. }
-            | Request::MultiRead(_)
-            | Request::Enumerate { .. }
-            | Request::GetTableId { .. }
-            | Request::Stats
-    )
 }
 
 #[cfg(test)]
