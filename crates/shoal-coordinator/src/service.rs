@@ -369,6 +369,11 @@ impl Service {
         stats["enlistments"] = self.enlistments.load(Ordering::Relaxed).into();
         stats["connections"] = self.connections.load(Ordering::Relaxed).into();
         {
+            let leases = self.leases.lock();
+            stats["lease_ms"] = (leases.duration().as_millis() as u64).into();
+            stats["leases_held"] = leases.held(Instant::now()).into();
+        }
+        {
             let seen = self.seen.lock();
             if let Some(servers) = stats["servers"].as_array_mut() {
                 for s in servers {
