@@ -36,12 +36,19 @@ def obj(table, version, key, value):
     return structured(2, varint(table) + varint(version) + varint(len(key)) + key + value)
 
 
+def obj_expiring(table, version, expiry_ms, key, value):
+    return structured(7, varint(table) + varint(version) + varint(expiry_ms) + varint(len(key)) + key + value)
+
+
 def tombstone(table, version, segment, key):
     return structured(3, varint(table) + varint(version) + varint(segment) + key)
 
 
+FORMAT_VERSION = 2
+
+
 def segment_header(log, segment, capacity):
-    return structured(1, bytes([1]) + struct.pack("<QQI", log, segment, capacity))
+    return structured(1, bytes([FORMAT_VERSION]) + struct.pack("<QQI", log, segment, capacity))
 
 
 def digest(ids):
@@ -58,6 +65,7 @@ def hexs(b):
 
 if __name__ == "__main__":
     print("object      ", hexs(obj(1, 1, b"key", b"value")))
+    print("obj expiring", hexs(obj_expiring(1, 1, 1700000000000, b"key", b"value")))
     print("tombstone   ", hexs(tombstone(1, 1, 3, b"key")))
     print("safe version", hexs(safe_version(7)))
     print("digest      ", hexs(digest([1, 2])))

@@ -36,6 +36,38 @@ pub struct LogId(pub u64);
 #[serde(transparent)]
 pub struct KeyHash(pub u64);
 
+/// A wall-clock time: milliseconds since the Unix epoch (1970-01-01 UTC),
+/// as Redis keeps expiry times. An object's expiry is one: absolute, so it
+/// means the same after a restart and on another machine. An object whose
+/// expiry is at or before the current time is expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct UnixMillis(pub u64);
+
+impl UnixMillis {
+    /// This machine's wall clock now (0 if it reads before the epoch).
+    pub fn now() -> UnixMillis {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        UnixMillis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// `ms` milliseconds later, saturating at the largest time.
+    pub fn plus_ms(self, ms: u64) -> UnixMillis {
+        UnixMillis(self.0.saturating_add(ms))
+    }
+
+    /// Milliseconds from `earlier` to `self` (0 if `earlier` is later).
+    pub fn ms_since(self, earlier: UnixMillis) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl fmt::Display for UnixMillis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 impl fmt::Display for TableId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

@@ -19,6 +19,29 @@
 //! Every pass pre-allocates from the cleaner's reserve all the seglets it
 //! can need, and each pass frees more than it takes, so cleaning cannot
 //! deadlock. Freed segments are reclaimed after an epoch.
+//!
+//! **Expired objects are dropped, not relocated** (both kinds of pass): the
+//! hash table forgets the object (under its stripe lock, with the safe
+//! version raised above it) and no tombstone is written. This is safe
+//! because neither the object nor an older version of its key can come
+//! back at a recovery:
+//! * The object itself may survive on backups (the original replica of a
+//!   compacted segment, or of a segment whose freeing is not yet durable).
+//!   A replay that meets it finds it expired, since expiry times are
+//!   absolute, and treats it as a tombstone of its key up to its version
+//!   (`Store::replay_entries`). A newer object of the key outranks it:
+//!   the raised safe version gives every later write a higher version.
+//! * Every older version of the key was superseded by a write or a remove
+//!   that appended a tombstone naming the older version's segment, and the
+//!   cleaner keeps a tombstone while the segment it names is in the log
+//!   (`Membership::tombstone_live`). So each older version is either gone
+//!   with its segment or still covered by its tombstone; dropping the
+//!   newest version does not touch those tombstones. (A combined pass that
+//!   cleans the older version's segment together with the tombstone's
+//!   drops both in the same splice.)
+//!
+//! Expiry here is by the store's clock at the start of the segment's
+//! relocation; an object that expires during it is relocated.
 
 use crate::format::{self, Entry, CHECKSUM_ENTRY_BYTES};
 use crate::log::SegmentWriter;
@@ -266,6 +289,8 @@ fn relocate_segment(
     let seg_bytes = inner.segs.segment_bytes();
     let (mut objs, mut tombs) = (0u64, 0u64);
     let end_of_segment = inner.segs.slot(slot).len.load(Ordering::Acquire) as usize;
+    // Read at the first object with an expiry.
+    let mut now = None;
     let mut off = 0;
     // Entries are handled in batches: first every object's key hash is
     // computed and its bucket prefetched, then each is looked up.
@@ -293,12 +318,18 @@ fn relocate_segment(
             let raw = &raw[..];
             let len = raw.len();
             match format::decode_trusted(raw).expect("decoded above").0 {
-                Entry::Object(_) => {
+                Entry::Object(o) => {
                     let old = LogRef::new(slot, at as u32);
                     let _lock = inner.ht.lock(hash);
                     let Some((pos, _)) = inner.ht.find(hash, |r| r == old) else {
                         continue;
                     };
+                    if o.expiry.is_some() && o.expired_at(*now.get_or_insert_with(|| inner.now())) {
+                        // Dropped instead of relocated (see the module comment).
+                        inner.uninstall(o.table, inner.found_at(pos, old, &o, len));
+                        inner.counters.expired_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let w = target.writer(inner, len, spare);
                     let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
                     assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");

@@ -1,8 +1,10 @@
 //! Store configuration and its validation.
 
+use crate::clock::{Clock, SystemClock};
 use crate::format;
 use crate::segment::{MAX_SEGMENT_BYTES, MAX_SLOTS};
-use shoal_common::{LogId, DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES};
+use shoal_common::{LogId, UnixMillis, DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a store is sized and tuned. `StoreConfig::default()` is the
@@ -45,6 +47,17 @@ pub struct StoreConfig {
     /// master's data). Costs resident memory the size of the pool from the
     /// start; off by default, so that resident memory follows the data.
     pub prefault: bool,
+    /// The wall clock that objects' expiry times are compared with.
+    pub clock: Arc<dyn Clock>,
+    /// How often the expiry sweep looks for segments holding expired
+    /// objects (`expiry.rs`). Zero: no sweep thread (expired objects are
+    /// still never read, and the cleaner drops them; tests call
+    /// [`crate::Store::sweep_expired`]).
+    pub expiry_sweep_interval: Duration,
+    /// Most time one sweep pass may take; the rest waits for the next.
+    /// With the interval, this bounds the sweep's share of a core
+    /// (10 ms every 100 ms: 10%).
+    pub expiry_sweep_budget: Duration,
 }
 
 impl Default for StoreConfig {
@@ -62,6 +75,9 @@ impl Default for StoreConfig {
             max_tombstone_ratio: 0.4,
             write_wait: Duration::from_secs(10),
             prefault: false,
+            clock: Arc::new(SystemClock),
+            expiry_sweep_interval: Duration::from_millis(100),
+            expiry_sweep_budget: Duration::from_millis(10),
         }
     }
 }
@@ -122,9 +138,10 @@ impl StoreConfig {
         if self.max_key_bytes > MAX_KEY_BYTES {
             return err(format!("max key size {} above the protocol's {MAX_KEY_BYTES}", self.max_key_bytes));
         }
-        let largest = format::object_len(
+        let largest = format::object_len_with(
             shoal_common::TableId(u64::MAX),
             shoal_common::Version(u64::MAX),
+            Some(UnixMillis(u64::MAX)),
             self.max_key_bytes,
             self.max_value_bytes,
         );

@@ -19,10 +19,12 @@
 //! Decoding never panics and never trusts a length before checking it
 //! against the bytes present: replicas come from other machines.
 
-use shoal_common::{LogId, SegmentId, TableId, Version};
+use shoal_common::{LogId, SegmentId, TableId, UnixMillis, Version};
 
 /// Version of the entry format written by this code (in the segment header).
-pub const FORMAT_VERSION: u8 = 1;
+/// 2 added the object-with-expiry entry (type 7); a version 1 segment is a
+/// valid version 2 segment (it has no such entries).
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Size of a checksum entry: tag byte plus 4-byte CRC.
 pub const CHECKSUM_ENTRY_BYTES: usize = 5;
@@ -34,7 +36,8 @@ pub const MAX_BODY_BYTES: usize = (1 << 24) - 1;
 pub const SEGMENT_HEADER_BYTES: usize = 27;
 
 /// The types of log entries. Matched exhaustively: adding one shows every
-/// place to update.
+/// place to update. Codes 8-31 are free (keyless chunk entries will take
+/// some); 0 is never a type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryType {
     SegmentHeader = 1,
@@ -43,6 +46,9 @@ pub enum EntryType {
     LogDigest = 4,
     SafeVersion = 5,
     Checksum = 6,
+    /// An object with an absolute expiry time (format version 2). Objects
+    /// without one stay type 2, byte for byte.
+    ObjectWithExpiry = 7,
 }
 
 impl EntryType {
@@ -54,6 +60,7 @@ impl EntryType {
             4 => EntryType::LogDigest,
             5 => EntryType::SafeVersion,
             6 => EntryType::Checksum,
+            7 => EntryType::ObjectWithExpiry,
             _ => return None,
         })
     }
@@ -64,9 +71,22 @@ impl EntryType {
             EntryType::Checksum => Some(4),
             EntryType::SegmentHeader
             | EntryType::Object
+            | EntryType::ObjectWithExpiry
             | EntryType::Tombstone
             | EntryType::LogDigest
             | EntryType::SafeVersion => None,
+        }
+    }
+
+    /// Whether entries of this type are objects (with or without expiry).
+    pub fn is_object(self) -> bool {
+        match self {
+            EntryType::Object | EntryType::ObjectWithExpiry => true,
+            EntryType::SegmentHeader
+            | EntryType::Tombstone
+            | EntryType::LogDigest
+            | EntryType::SafeVersion
+            | EntryType::Checksum => false,
         }
     }
 }
@@ -235,10 +255,34 @@ fn verify(entry: &[u8], h: &EntryHeader) -> Result<(), FormatError> {
 // ---------------------------------------------------------------------------
 // Encoders. Each appends one entry to `out` and returns its length.
 
-/// Length an object entry will take, to plan appends before encoding.
+/// Length an object entry without expiry will take, to plan appends
+/// before encoding.
 pub fn object_len(table: TableId, version: Version, key_len: usize, value_len: usize) -> usize {
-    let body = 4 + varint_len(table.0) + varint_len(version.0) + varint_len(key_len as u64) + key_len + value_len;
+    object_len_with(table, version, None, key_len, value_len)
+}
+
+/// Length of an object entry with an optional expiry (type 7 with one,
+/// type 2 without).
+pub fn object_len_with(
+    table: TableId,
+    version: Version,
+    expiry: Option<UnixMillis>,
+    key_len: usize,
+    value_len: usize,
+) -> usize {
+    let body = object_body_len(table, version, expiry, key_len, value_len);
     header_len_for(body) + body
+}
+
+fn object_body_len(
+    table: TableId,
+    version: Version,
+    expiry: Option<UnixMillis>,
+    key_len: usize,
+    value_len: usize,
+) -> usize {
+    let expiry_len = expiry.map_or(0, |e| varint_len(e.0));
+    4 + varint_len(table.0) + varint_len(version.0) + expiry_len + varint_len(key_len as u64) + key_len + value_len
 }
 
 fn header_len_for(body: usize) -> usize {
@@ -251,13 +295,31 @@ fn header_len_for(body: usize) -> usize {
     }
 }
 
+/// Appends an object entry without expiry (type 2).
 pub fn encode_object(out: &mut Vec<u8>, table: TableId, version: Version, key: &[u8], value: &[u8]) -> usize {
+    encode_object_with(out, table, version, None, key, value)
+}
+
+/// Appends an object entry: type 7 carrying `expiry` when there is one,
+/// else type 2 (exactly the bytes [`encode_object`] writes).
+pub fn encode_object_with(
+    out: &mut Vec<u8>,
+    table: TableId,
+    version: Version,
+    expiry: Option<UnixMillis>,
+    key: &[u8],
+    value: &[u8],
+) -> usize {
     let start = out.len();
-    let body = 4 + varint_len(table.0) + varint_len(version.0) + varint_len(key.len() as u64) + key.len() + value.len();
-    let hl = put_header(out, EntryType::Object, body);
+    let body = object_body_len(table, version, expiry, key.len(), value.len());
+    let t = if expiry.is_some() { EntryType::ObjectWithExpiry } else { EntryType::Object };
+    let hl = put_header(out, t, body);
     out.extend_from_slice(&[0; 4]);
     put_varint(out, table.0);
     put_varint(out, version.0);
+    if let Some(e) = expiry {
+        put_varint(out, e.0);
+    }
     put_varint(out, key.len() as u64);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
@@ -366,13 +428,23 @@ impl HeaderCrc {
 // ---------------------------------------------------------------------------
 // Decoded views.
 
-/// An object entry, borrowed from the bytes it was decoded from.
+/// An object entry (type 2, or 7 when `expiry` is set), borrowed from the
+/// bytes it was decoded from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectView<'a> {
     pub table: TableId,
     pub version: Version,
+    /// When the object expires (expired once the clock reaches it).
+    pub expiry: Option<UnixMillis>,
     pub key: &'a [u8],
     pub value: &'a [u8],
+}
+
+impl ObjectView<'_> {
+    /// Whether the object has expired at `now` (never, without an expiry).
+    pub fn expired_at(&self, now: UnixMillis) -> bool {
+        self.expiry.is_some_and(|e| e <= now)
+    }
 }
 
 /// A tombstone entry: the object (table, key, version) it kills lived in `segment`.
@@ -396,6 +468,7 @@ pub struct SegmentHeaderView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry<'a> {
     SegmentHeader(SegmentHeaderView),
+    /// An object, with or without expiry (types 2 and 7).
     Object(ObjectView<'a>),
     Tombstone(TombstoneView<'a>),
     LogDigest(Vec<SegmentId>),
@@ -408,7 +481,7 @@ pub enum Entry<'a> {
 /// [`decode`] to verify.
 pub fn parse_object(entry: &[u8]) -> Result<ObjectView<'_>, FormatError> {
     let h = read_header(entry)?;
-    if h.entry_type != EntryType::Object || entry.len() < h.total_len() {
+    if !h.entry_type.is_object() || entry.len() < h.total_len() {
         return Err(FormatError::Malformed);
     }
     parse_object_body(&entry[..h.total_len()], &h)
@@ -418,12 +491,16 @@ fn parse_object_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<ObjectView<
     let mut pos = h.header_len + 4;
     let table = TableId(get_varint(entry, &mut pos)?);
     let version = Version(get_varint(entry, &mut pos)?);
+    let expiry = match h.entry_type {
+        EntryType::ObjectWithExpiry => Some(UnixMillis(get_varint(entry, &mut pos)?)),
+        _ => None,
+    };
     let key_len = get_varint(entry, &mut pos)? as usize;
     let end = h.total_len();
     if key_len > end.saturating_sub(pos) {
         return Err(FormatError::Malformed);
     }
-    Ok(ObjectView { table, version, key: &entry[pos..pos + key_len], value: &entry[pos + key_len..end] })
+    Ok(ObjectView { table, version, expiry, key: &entry[pos..pos + key_len], value: &entry[pos + key_len..end] })
 }
 
 fn parse_tombstone_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<TombstoneView<'a>, FormatError> {
@@ -459,7 +536,7 @@ fn decode_checked(buf: &[u8], check: bool) -> Result<(Entry<'_>, usize), FormatE
     let body = h.header_len;
     let e = match h.entry_type {
         EntryType::Checksum => Entry::Checksum(get_u32(entry, body)?),
-        EntryType::Object => {
+        EntryType::Object | EntryType::ObjectWithExpiry => {
             verify(entry, &h)?;
             Entry::Object(parse_object_body(entry, &h)?)
         }
@@ -700,6 +777,18 @@ mod tests {
         let mut b = Vec::new();
         encode_object(&mut b, TableId(1), Version(1), b"key", b"value");
         assert_eq!(hex(&b), "22 0f ca af 46 e2 01 01 03 6b 65 79 76 61 6c 75 65");
+        let mut with_none = Vec::new();
+        encode_object_with(&mut with_none, TableId(1), Version(1), None, b"key", b"value");
+        assert_eq!(with_none, b, "an object without expiry keeps the version 1 bytes");
+        let mut b = Vec::new();
+        let expiry = Some(UnixMillis(1_700_000_000_000));
+        let n = encode_object_with(&mut b, TableId(1), Version(1), expiry, b"key", b"value");
+        assert_eq!(n, object_len_with(TableId(1), Version(1), expiry, 3, 5));
+        assert_eq!(hex(&b), "27 15 55 74 dd 9a 01 01 80 d0 95 ff bc 31 03 6b 65 79 76 61 6c 75 65");
+        let o = parse_object(&b).unwrap();
+        assert_eq!((o.expiry, o.key, o.value), (expiry, &b"key"[..], &b"value"[..]));
+        assert!(!o.expired_at(UnixMillis(1_699_999_999_999)) && o.expired_at(UnixMillis(1_700_000_000_000)));
+        assert_eq!(decode(&b).unwrap().0, Entry::Object(o));
         let mut b = Vec::new();
         encode_tombstone(&mut b, TableId(1), Version(1), SegmentId(3), b"key");
         assert_eq!(hex(&b), "23 0a 22 af 84 51 01 01 03 6b 65 79");
@@ -712,7 +801,7 @@ mod tests {
         let mut b = Vec::new();
         encode_segment_header(&mut b, LogId(9), SegmentId(2), 8 << 20);
         assert_eq!(b.len(), SEGMENT_HEADER_BYTES);
-        assert_eq!(hex(&b), "21 19 20 ec 5f c3 01 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
+        assert_eq!(hex(&b), "21 19 17 6a 41 d4 02 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
         // A segment: header, object, checksum over both headers and its own tag.
         let mut seg = Vec::new();
         encode_segment_header(&mut seg, LogId(9), SegmentId(2), 8 << 20);

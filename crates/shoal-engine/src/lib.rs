@@ -9,11 +9,15 @@
 //! Layers, each seeing only the one below: `format` (the byte layout of
 //! entries), `pool` (seglets), `segment` (segments in memory and log
 //! references), `hashtable`, `epoch`, `log` (head, side logs, digest,
-//! observer), `cleaner`, and `store` (operations, statistics, replay).
+//! observer), `cleaner`, `expiry` (the sweep of expired objects), `clock`
+//! (the wall clock expiry times are compared with), and `store`
+//! (operations, statistics, replay).
 
 mod cleaner;
+mod clock;
 mod config;
 mod epoch;
+mod expiry;
 pub mod format;
 mod hashtable;
 mod log;
@@ -21,10 +25,11 @@ mod pool;
 mod segment;
 mod store;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, StoreConfig};
 pub use log::{LogObserver, SegmentKind};
-pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, Version};
+pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
 pub use store::{
-    EnumCursor, EnumeratedObject, RejectRules, Replay, ReplayError, ReplayReport, Store, StoreError, StoreStats,
-    WriteOp, MAX_ATOMIC_BATCH,
+    EnumCursor, EnumeratedObject, Expiry, ObjectMeta, RejectRules, Replay, ReplayError, ReplayReport, Store,
+    StoreError, StoreStats, WriteOp, MAX_ATOMIC_BATCH,
 };

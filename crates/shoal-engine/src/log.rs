@@ -220,8 +220,22 @@ impl Log {
                 self.segs.slot(w.slot).tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
                 self.tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
             }
+            self.note_expiry(w.slot, e, h.entry_type);
         }
         self.seal(w, start);
+    }
+
+    /// Lowers the segment's `next_expiry` to an object's expiry time (the
+    /// expiry sweep's hint). Called for every entry written, before the
+    /// segment can be seen by the sweep with it: under the head lock for a
+    /// head, before the splice or slot replacement for the cleaner's.
+    fn note_expiry(&self, slot: u32, e: &[u8], t: EntryType) {
+        if t != EntryType::ObjectWithExpiry {
+            return;
+        }
+        if let Ok(format::ObjectView { expiry: Some(at), .. }) = format::parse_object(e) {
+            self.segs.slot(slot).next_expiry.fetch_min(at.0, Ordering::AcqRel);
+        }
     }
 
     /// Appends one entry to a writer without sealing (the cleaner's path)
@@ -231,6 +245,7 @@ impl Log {
         let h = format::read_header(e).expect("encoded entry");
         w.crc.add(&e[..h.header_len]);
         self.segs.write(w.slot, w.len, e);
+        self.note_expiry(w.slot, e, h.entry_type);
         let r = LogRef::new(w.slot, w.len as u32);
         w.len += e.len();
         w.unsealed = true;
@@ -359,6 +374,14 @@ impl Log {
             }
         }
         Ok(())
+    }
+
+    /// Runs `f` with no append in progress and none starting until it
+    /// returns (the head lock held): a head's published length and
+    /// `next_expiry` stay still. `f` must be quick and must not append.
+    pub(crate) fn with_appends_paused<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _h = self.head.lock();
+        f()
     }
 
     /// Bytes of tombstones naming each segment (see `HeadState::tomb_refs`).

@@ -81,6 +81,10 @@ pub struct SegmentSlot {
     pub created_ms: AtomicU64,
     /// When its tombstones were last rechecked (ms since start).
     pub tomb_scanned_ms: AtomicU64,
+    /// No live object of this segment expires before this time
+    /// ([`shoal_common::UnixMillis`]; `u64::MAX`: none expires): the
+    /// expiry sweep skips the segment until then (see `expiry.rs`).
+    pub next_expiry: AtomicU64,
     state: AtomicU8,
 }
 
@@ -132,6 +136,7 @@ impl Segments {
                 tomb_gen: AtomicU64::new(0),
                 created_ms: AtomicU64::new(0),
                 tomb_scanned_ms: AtomicU64::new(0),
+                next_expiry: AtomicU64::new(u64::MAX),
                 state: AtomicU8::new(0),
             })
             .collect();
@@ -168,6 +173,7 @@ impl Segments {
         s.tomb_gen.store(0, Ordering::Relaxed);
         s.created_ms.store(created_ms, Ordering::Relaxed);
         s.tomb_scanned_ms.store(created_ms, Ordering::Relaxed);
+        s.next_expiry.store(u64::MAX, Ordering::Relaxed);
         s.set_state(state);
         slot
     }

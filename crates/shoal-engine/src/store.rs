@@ -13,6 +13,7 @@
 use crate::cleaner::{self, CleanerState};
 use crate::config::{ConfigError, StoreConfig};
 use crate::epoch::Epochs;
+use crate::expiry::{self, SweepState};
 use crate::format::{self, Entry};
 use crate::hashtable::{HashTable, SlotPos};
 use crate::log::{Batch, Log, LogObserver, NoSpace};
@@ -20,7 +21,7 @@ use crate::pool::{self, Pool, Tier};
 use crate::segment::{LogRef, Segments};
 use parking_lot::{Condvar, Mutex, RwLock};
 pub use shoal_common::RejectRules;
-use shoal_common::{key_hash, SegmentId, TableId, Version};
+use shoal_common::{key_hash, SegmentId, TableId, UnixMillis, Version};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -128,6 +129,27 @@ impl ReplayError {
     }
 }
 
+/// What a write does to the object's expiry time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expiry {
+    /// The object never expires (an expiry the key had is cleared).
+    #[default]
+    Never,
+    /// The object expires at this wall-clock time (it is expired from then on).
+    At(UnixMillis),
+    /// The object keeps the expiry of the object it replaces, none if the
+    /// key is missing or expired (Redis's KEEPTTL; increments do this).
+    Keep,
+}
+
+/// An object's version and expiry time, as a read finds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub version: Version,
+    /// When the object expires; `None`: never.
+    pub expiry: Option<UnixMillis>,
+}
+
 /// One write of a multi-write.
 #[derive(Clone, Debug)]
 pub struct WriteOp<'a> {
@@ -135,6 +157,7 @@ pub struct WriteOp<'a> {
     pub key: &'a [u8],
     pub value: &'a [u8],
     pub rules: RejectRules,
+    pub expiry: Expiry,
 }
 
 /// One object returned by enumeration.
@@ -165,6 +188,9 @@ pub struct ReplayReport {
     /// Objects removed at the end by a tombstone of the replay: replayed
     /// before their tombstone arrived, or held by the store before.
     pub objects_removed: u64,
+    /// Objects found expired: not installed, and treated as tombstones of
+    /// their key up to their version (an older version must not come back).
+    pub objects_expired: u64,
 }
 
 /// A hasher for keys that are key hashes already (uniform 64-bit values).
@@ -188,6 +214,10 @@ impl std::hash::Hasher for HashIsKey {
 /// Most objects a replay writes as one append group.
 const REPLAY_GROUP: usize = 256;
 
+/// Objects visited per enumeration step when clearing a table: a step
+/// holds the store's epoch, so it stays short.
+const CLEAR_STEP: usize = 256;
+
 /// A replay in progress ([`Store::replay_entries`]): the tombstones seen so
 /// far and what was done.
 #[derive(Debug, Default)]
@@ -196,6 +226,18 @@ pub struct Replay {
     tombs: HashMap<u64, Vec<(TableId, Vec<u8>, Version)>>,
     tables: HashSet<TableId>,
     pub report: ReplayReport,
+}
+
+impl Replay {
+    /// Remembers that every version of (table, key) up to `version` is
+    /// dead (`hash` is the key's hash).
+    fn kill(&mut self, table: TableId, key: &[u8], version: Version, hash: u64) {
+        let same = self.tombs.entry(hash).or_default();
+        match same.iter_mut().find(|(t, k, _)| *t == table && k.as_slice() == key) {
+            Some(x) => x.2 = x.2.max(version),
+            None => same.push((table, key.to_vec(), version)),
+        }
+    }
 }
 
 /// A point-in-time view of the store's statistics. Cheap to take.
@@ -232,6 +274,21 @@ pub struct StoreStats {
     pub bytes_relocated: u64,
     pub seglets_freed: u64,
     pub cleaning_ms: u64,
+    /// Live objects that carry an expiry time (expired ones not yet
+    /// reclaimed included).
+    pub expiring_objects: u64,
+    /// Objects reclaimed because they expired, by every path: the sweep,
+    /// the cleaner, and a remove or overwrite of an expired object
+    /// (Redis's `expired_keys`).
+    pub expired_keys: u64,
+    /// Of those, removed by the expiry sweep (with a tombstone).
+    pub expired_swept: u64,
+    /// Of those, dropped by the cleaner instead of relocated.
+    pub expired_dropped: u64,
+    /// Sweep passes run, segments they scanned, and their time.
+    pub sweep_passes: u64,
+    pub sweep_segments_scanned: u64,
+    pub sweep_ms: u64,
     /// (bytes appended by clients + bytes relocated) / bytes appended by clients.
     pub write_cost: f64,
     /// Bytes of the pool made resident so far ahead of use by the
@@ -254,7 +311,11 @@ pub(crate) struct Counters {
     pub writes: AtomicU64,
     pub removes: AtomicU64,
     pub oom: AtomicU64,
-    _pad_writers: [u64; 9],
+    /// Live objects with an expiry.
+    pub expiring: AtomicU64,
+    /// Expired objects removed or replaced by a write.
+    pub expired_lazily: AtomicU64,
+    _pad_writers: [u64; 7],
     // Readers.
     pub reads: AtomicU64,
     _pad_readers: [u64; 15],
@@ -267,7 +328,22 @@ pub(crate) struct Counters {
     pub relocated: AtomicU64,
     pub seglets_freed: AtomicU64,
     pub cleaning_ns: AtomicU64,
-    _pad_cleaner: [u64; 8],
+    pub expired_dropped: AtomicU64,
+    _pad_cleaner: [u64; 7],
+    // The expiry sweep.
+    pub expired_swept: AtomicU64,
+    pub sweep_passes: AtomicU64,
+    pub sweep_segments: AtomicU64,
+    pub sweep_ns: AtomicU64,
+    _pad_sweep: [u64; 12],
+}
+
+/// A table's object counts.
+#[derive(Default)]
+struct TableCounts {
+    objects: AtomicU64,
+    /// Of those, objects with an expiry.
+    expiring: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -277,9 +353,10 @@ pub(crate) struct Inner {
     pub ht: HashTable,
     pub epochs: Epochs,
     /// The tables, each with its number of objects.
-    tables: RwLock<HashMap<TableId, AtomicU64>>,
+    tables: RwLock<HashMap<TableId, TableCounts>>,
     pub counters: Counters,
     pub cleaner: CleanerState,
+    pub sweep: SweepState,
     pub shutdown: AtomicBool,
     /// Bumped after every cleaner pass; writers waiting for memory watch it.
     pub space: (Mutex<u64>, Condvar),
@@ -289,6 +366,7 @@ pub(crate) struct Inner {
 pub struct Store {
     inner: Arc<Inner>,
     cleaner: Option<JoinHandle<()>>,
+    sweeper: Option<JoinHandle<()>>,
     populate: Option<JoinHandle<()>>,
 }
 
@@ -298,19 +376,23 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(Batch, Vec<LogRef>)> = std::cell::RefCell::new(Default::default());
 }
 
-/// What an update writes: given bytes, or the current integer plus a delta.
+/// What an update writes: given bytes, the current integer plus a delta,
+/// or the current value again (a new expiry time).
 #[derive(Clone, Copy)]
 enum NewValue<'a> {
     Bytes(&'a [u8]),
     Increment(i64),
+    Unchanged,
 }
 
-/// A found object: where its slot is, its reference, version and entry size.
+/// A found object: where its slot is, its reference, version, expiry and
+/// entry size. It may have expired: see [`Inner::live`].
 #[derive(Clone, Copy)]
-struct Found {
+pub(crate) struct Found {
     pos: SlotPos,
     r: LogRef,
     version: Version,
+    expiry: Option<UnixMillis>,
     entry_len: usize,
     kv_len: usize,
 }
@@ -325,16 +407,33 @@ impl Inner {
                 let e = self.segs.entry(r);
                 match format::parse_object(&e) {
                     Ok(o) if o.table == table && o.key == key => {
-                        out = Some((o.version, e.len(), o.key.len() + o.value.len()));
+                        out = Some((o.version, o.expiry, e.len(), o.key.len() + o.value.len()));
                         true
                     }
                     _ => false,
                 }
             })
             .map(|(pos, r)| {
-                let (version, entry_len, kv_len) = out.expect("found");
-                Found { pos, r, version, entry_len, kv_len }
+                let (version, expiry, entry_len, kv_len) = out.expect("found");
+                Found { pos, r, version, expiry, entry_len, kv_len }
             })
+    }
+
+    /// The current wall-clock time, by the store's clock.
+    pub(crate) fn now(&self) -> UnixMillis {
+        self.config.clock.now()
+    }
+
+    /// Whether an object with this expiry has expired. Reads the clock
+    /// only for an object that has an expiry.
+    pub(crate) fn expired(&self, expiry: Option<UnixMillis>) -> bool {
+        expiry.is_some_and(|at| at <= self.now())
+    }
+
+    /// `found` if it has not expired: what reads, reject rules and
+    /// read-modify-writes see (an expired object is a missing key).
+    fn live(&self, found: Option<Found>) -> Option<Found> {
+        found.filter(|f| !self.expired(f.expiry))
     }
 
     fn check_table(&self, table: TableId) -> Result<(), StoreError> {
@@ -400,30 +499,31 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes or overwrites one object. `forced_version` is for replay.
+    /// Writes or overwrites one object.
     fn put(
         &self,
         table: TableId,
         key: &[u8],
         value: &[u8],
         rules: RejectRules,
-        forced_version: Option<Version>,
+        expiry: Expiry,
     ) -> Result<Version, StoreError> {
         self.check_sizes(key, Some(value))?;
-        self.update(table, key, rules, forced_version, NewValue::Bytes(value)).map(|(v, _)| v)
+        self.update(table, key, rules, NewValue::Bytes(value), expiry).map(|(v, _)| v)
     }
 
-    /// The write path shared by write, increment and replay: under the
-    /// key's stripe lock, checks the rules, appends the object (and a
-    /// tombstone for the version it replaces) and installs it. Returns the
-    /// new version and, for an increment, the new integer.
+    /// The write path shared by write, increment and expiry changes: under
+    /// the key's stripe lock, checks the rules against the live object (an
+    /// expired one counts as missing), appends the new object (and a
+    /// tombstone for the one it replaces, expired or not) and installs it.
+    /// Returns the new version and, for an increment, the new integer.
     fn update(
         &self,
         table: TableId,
         key: &[u8],
         rules: RejectRules,
-        forced_version: Option<Version>,
         value: NewValue<'_>,
+        expiry: Expiry,
     ) -> Result<(Version, i64), StoreError> {
         self.check_table(table)?;
         self.check_sizes(key, None)?;
@@ -434,17 +534,14 @@ impl Inner {
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
-                check_rules(&rules, found.map(|f| f.version))?;
-                if let (Some(fv), Some(f)) = (forced_version, found) {
-                    if f.version >= fv {
-                        return Ok((f.version, 0));
-                    }
-                }
+                let live = self.live(found);
+                check_rules(&rules, live.map(|f| f.version))?;
                 let int: [u8; 8];
+                let current;
                 let (bytes, new_int) = match value {
                     NewValue::Bytes(v) => (v, 0),
                     NewValue::Increment(delta) => {
-                        let old = match found {
+                        let old = match live {
                             Some(f) => {
                                 let e = self.segs.entry(f.r);
                                 let o = format::parse_object(&e).expect("live object");
@@ -456,10 +553,20 @@ impl Inner {
                         int = n.to_le_bytes();
                         (&int[..], n)
                     }
+                    NewValue::Unchanged => {
+                        let f = live.ok_or(StoreError::ObjectDoesntExist)?;
+                        current = self.segs.entry(f.r);
+                        (format::parse_object(&current).expect("live object").value, 0)
+                    }
                 };
-                let version = forced_version.unwrap_or_else(|| self.next_version(found.map(|f| f.version)));
+                let expiry = match expiry {
+                    Expiry::Never => None,
+                    Expiry::At(at) => Some(at),
+                    Expiry::Keep => live.and_then(|f| f.expiry),
+                };
+                let version = self.next_version(found.map(|f| f.version));
                 b.clear();
-                format::encode_object(&mut b.buf, table, version, key, bytes);
+                format::encode_object_with(&mut b.buf, table, version, expiry, key, bytes);
                 b.mark();
                 if let Some(f) = found {
                     let seg = self.segs.slot(f.r.slot()).segment_id();
@@ -471,7 +578,11 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.install(table, hash, found, refs[0], b.ends[0], key.len() + bytes.len());
+                let kv_len = key.len() + bytes.len();
+                self.install(table, hash, found, refs[0], b.ends[0], kv_len, expiry);
+                if found.is_some() && live.is_none() {
+                    self.counters.expired_lazily.fetch_add(1, Ordering::Relaxed);
+                }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
                 return Ok((version, new_int));
@@ -489,8 +600,19 @@ impl Inner {
 
     /// Points the hash table at a newly appended object and keeps the
     /// statistics (stripe lock held).
-    fn install(&self, table: TableId, hash: u64, old: Option<Found>, r: LogRef, entry_len: usize, kv_len: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &self,
+        table: TableId,
+        hash: u64,
+        old: Option<Found>,
+        r: LogRef,
+        entry_len: usize,
+        kv_len: usize,
+        expiry: Option<UnixMillis>,
+    ) {
         let c = &self.counters;
+        let expiring_before = old.is_some_and(|f| f.expiry.is_some());
         match old {
             Some(f) => {
                 self.ht.set(f.pos, hash, r);
@@ -502,6 +624,17 @@ impl Inner {
                 self.ht.insert(hash, r);
                 c.objects.fetch_add(1, Ordering::Relaxed);
                 if let Some(n) = self.tables.read().get(&table) {
+                    n.objects.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if expiring_before != expiry.is_some() {
+            let counts = self.tables.read();
+            let per_table = counts.get(&table).map(|n| &n.expiring);
+            for n in [Some(&c.expiring), per_table].into_iter().flatten() {
+                if expiring_before {
+                    n.fetch_sub(1, Ordering::Relaxed);
+                } else {
                     n.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -511,21 +644,39 @@ impl Inner {
         c.live_kv_bytes.fetch_add(kv_len as u64, Ordering::Relaxed);
     }
 
-    /// Removes the object (stripe lock held, `f` found under it) after its
-    /// tombstone was appended at `tomb`.
-    fn uninstall(&self, table: TableId, f: Found) {
+    /// Removes the object from the hash table and the statistics (stripe
+    /// lock held, `f` found under it) after its tombstone was appended, or
+    /// when the cleaner drops it expired. Raises the safe version above
+    /// it, so that the key's next object gets a higher version.
+    pub(crate) fn uninstall(&self, table: TableId, f: Found) {
         let c = &self.counters;
         self.ht.clear(f.pos);
         self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
         c.objects.fetch_sub(1, Ordering::Relaxed);
+        if f.expiry.is_some() {
+            c.expiring.fetch_sub(1, Ordering::Relaxed);
+        }
         if let Some(n) = self.tables.read().get(&table) {
-            n.fetch_sub(1, Ordering::Relaxed);
+            n.objects.fetch_sub(1, Ordering::Relaxed);
+            if f.expiry.is_some() {
+                n.expiring.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         self.log.raise_safe_version(Version(f.version.0 + 1));
     }
 
+    /// The object at `r`, found by the cleaner under the key's stripe lock
+    /// at hash table position `pos`.
+    pub(crate) fn found_at(&self, pos: SlotPos, r: LogRef, o: &format::ObjectView<'_>, entry_len: usize) -> Found {
+        Found { pos, r, version: o.version, expiry: o.expiry, entry_len, kv_len: o.key.len() + o.value.len() }
+    }
+
+    /// Removes the object under `rules` (checked against the live object:
+    /// an expired one counts as missing). An expired object is removed all
+    /// the same (a tombstone is appended) and `None` returned, as for a
+    /// missing key.
     fn remove(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Option<Version>, StoreError> {
         self.check_table(table)?;
         self.check_sizes(key, None)?;
@@ -536,7 +687,8 @@ impl Inner {
             loop {
                 let lock = self.ht.lock(hash);
                 let found = self.lookup(table, key, hash);
-                check_rules(&rules, found.map(|f| f.version))?;
+                let live = self.live(found);
+                check_rules(&rules, live.map(|f| f.version))?;
                 let Some(f) = found else {
                     return Ok(None);
                 };
@@ -550,34 +702,81 @@ impl Inner {
                     continue;
                 }
                 self.uninstall(table, f);
-                self.counters.removes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
+                if live.is_none() {
+                    self.counters.expired_lazily.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                self.counters.removes.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(f.version));
             }
         })
     }
 
-    fn read(&self, table: TableId, key: &[u8], rules: RejectRules, out: &mut Vec<u8>) -> Result<Version, StoreError> {
+    /// Removes (table, key) if it is still at `version` and has expired:
+    /// the expiry sweep's remove, through the normal path (a tombstone is
+    /// appended, so replication carries it). Never waits for memory:
+    /// `OutOfMemory` if the tombstone does not fit now. Ok(false) if the
+    /// object changed, is gone, or has not expired.
+    pub(crate) fn remove_expired(&self, table: TableId, key: &[u8], version: Version) -> Result<bool, StoreError> {
+        if self.check_table(table).is_err() {
+            return Ok(false);
+        }
+        let hash = key_hash(table, key).0;
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            let _lock = self.ht.lock(hash);
+            let f = match self.lookup(table, key, hash) {
+                Some(f) if f.version == version && self.expired(f.expiry) => f,
+                _ => return Ok(false),
+            };
+            b.clear();
+            let seg = self.segs.slot(f.r.slot()).segment_id();
+            format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
+            b.mark();
+            if self.try_append(b, Tier::Remove, refs).is_err() {
+                return Err(StoreError::OutOfMemory);
+            }
+            self.uninstall(table, f);
+            self.counters.expired_swept.fetch_add(1, Ordering::Relaxed);
+            Ok(true)
+        })
+    }
+
+    /// Reads an object: copies its value into `out` when given. An
+    /// expired object is missing. The clock is read only for an object
+    /// that has an expiry.
+    fn read(
+        &self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+        mut out: Option<&mut Vec<u8>>,
+    ) -> Result<ObjectMeta, StoreError> {
         self.check_table(table)?;
         self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let _g = self.epochs.pin();
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        let mut version = None;
+        let mut meta = None;
         self.ht.find(hash, |r| {
             let e = self.segs.entry(r);
             match format::parse_object(&e) {
                 Ok(o) if o.table == table && o.key == key => {
-                    out.clear();
-                    out.extend_from_slice(o.value);
-                    version = Some(o.version);
+                    if !self.expired(o.expiry) {
+                        if let Some(out) = out.as_deref_mut() {
+                            out.clear();
+                            out.extend_from_slice(o.value);
+                        }
+                        meta = Some(ObjectMeta { version: o.version, expiry: o.expiry });
+                    }
                     true
                 }
                 _ => false,
             }
         });
-        check_rules(&rules, version)?;
-        version.ok_or(StoreError::ObjectDoesntExist)
+        check_rules(&rules, meta.map(|m| m.version))?;
+        meta.ok_or(StoreError::ObjectDoesntExist)
     }
 }
 
@@ -602,6 +801,7 @@ impl Store {
             tables: RwLock::new(HashMap::new()),
             counters: Counters::default(),
             cleaner: CleanerState::default(),
+            sweep: SweepState::default(),
             shutdown: AtomicBool::new(false),
             space: (Mutex::new(0), Condvar::new()),
             config,
@@ -617,6 +817,17 @@ impl Store {
         } else {
             None
         };
+        let sweeper = if inner.config.expiry_sweep_interval.is_zero() {
+            None
+        } else {
+            let i = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("shoal-expiry".into())
+                    .spawn(move || expiry::run(i))
+                    .expect("spawn expiry sweep"),
+            )
+        };
         let i = inner.clone();
         let populate = Some(
             std::thread::Builder::new()
@@ -624,7 +835,7 @@ impl Store {
                 .spawn(move || populate(&i))
                 .expect("spawn populate"),
         );
-        Ok(Store { inner, cleaner, populate })
+        Ok(Store { inner, cleaner, sweeper, populate })
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -638,22 +849,48 @@ impl Store {
 
     /// Removes every object of `table` (appending tombstones) and forgets it.
     pub fn drop_table(&self, table: TableId) -> Result<(), StoreError> {
-        self.inner.check_table(table)?;
-        let mut cursor = Some(EnumCursor::START);
-        while let Some(c) = cursor {
-            let (objs, next) = self.enumerate(table, c, 1024)?;
-            for o in objs {
-                self.inner.remove(table, &o.key, RejectRules::default())?;
-            }
-            cursor = next;
-        }
+        self.clear_table(table)?;
         self.inner.tables.write().remove(&table);
         Ok(())
     }
 
-    /// Number of objects in `table`, from a counter (O(1)).
+    /// Removes every object of `table`, expired ones included (appending
+    /// tombstones), keeping the table. Not atomic: objects written
+    /// concurrently may survive.
+    pub fn clear_table(&self, table: TableId) -> Result<(), StoreError> {
+        let mut keys = Vec::new();
+        let mut cursor = Some(EnumCursor::START);
+        while let Some(c) = cursor {
+            keys.clear();
+            cursor = self.enumerate_objects(table, c, CLEAR_STEP, true, |key, _, _| keys.push(key.to_vec()))?;
+            for key in &keys {
+                self.inner.remove(table, key, RejectRules::default())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of objects in `table`, from a counter (O(1)). Expired objects
+    /// count until they are reclaimed (the sweep bounds how long), as
+    /// Redis's DBSIZE counts them.
     pub fn table_objects(&self, table: TableId) -> Result<u64, StoreError> {
-        self.inner.tables.read().get(&table).map(|n| n.load(Ordering::Relaxed)).ok_or(StoreError::UnknownTable(table))
+        self.inner
+            .tables
+            .read()
+            .get(&table)
+            .map(|n| n.objects.load(Ordering::Relaxed))
+            .ok_or(StoreError::UnknownTable(table))
+    }
+
+    /// Number of objects of `table` that carry an expiry (expired ones not
+    /// yet reclaimed included), from a counter.
+    pub fn table_expiring(&self, table: TableId) -> Result<u64, StoreError> {
+        self.inner
+            .tables
+            .read()
+            .get(&table)
+            .map(|n| n.expiring.load(Ordering::Relaxed))
+            .ok_or(StoreError::UnknownTable(table))
     }
 
     pub fn has_table(&self, table: TableId) -> bool {
@@ -668,20 +905,75 @@ impl Store {
         rules: RejectRules,
         out: &mut Vec<u8>,
     ) -> Result<Version, StoreError> {
-        self.inner.read(table, key, rules, out)
+        self.inner.read(table, key, rules, Some(out)).map(|m| m.version)
     }
 
-    /// Reads an object. Errors: `UnknownTable`, `KeyTooLarge`,
-    /// `ObjectDoesntExist`, or a reject rule's error.
+    /// [`Store::read_into`] that also returns the object's expiry time.
+    pub fn read_meta_into(
+        &self,
+        table: TableId,
+        key: &[u8],
+        rules: RejectRules,
+        out: &mut Vec<u8>,
+    ) -> Result<ObjectMeta, StoreError> {
+        self.inner.read(table, key, rules, Some(out))
+    }
+
+    /// An object's version and expiry time, without its value (a TTL read).
+    /// Errors as [`Store::read`].
+    pub fn meta(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<ObjectMeta, StoreError> {
+        self.inner.read(table, key, rules, None)
+    }
+
+    /// Reads an object. An object whose expiry time has come is missing.
+    /// Errors: `UnknownTable`, `KeyTooLarge`, `ObjectDoesntExist`, or a
+    /// reject rule's error.
     pub fn read(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<(Vec<u8>, Version), StoreError> {
         let mut v = Vec::new();
-        let version = self.inner.read(table, key, rules, &mut v)?;
-        Ok((v, version))
+        let meta = self.inner.read(table, key, rules, Some(&mut v))?;
+        Ok((v, meta.version))
     }
 
-    /// Creates or overwrites an object; returns its new version.
+    /// Creates or overwrites an object without expiry (an expiry the key
+    /// had is cleared); returns its new version. Reject rules see an
+    /// expired object as missing.
     pub fn write(&self, table: TableId, key: &[u8], value: &[u8], rules: RejectRules) -> Result<Version, StoreError> {
-        self.inner.put(table, key, value, rules, None)
+        self.inner.put(table, key, value, rules, Expiry::Never)
+    }
+
+    /// [`Store::write`] with an expiry: a time, none, or the replaced
+    /// object's ([`Expiry::Keep`]). A time already past writes an object
+    /// that reads as missing at once.
+    pub fn write_with_expiry(
+        &self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+        expiry: Expiry,
+    ) -> Result<Version, StoreError> {
+        self.inner.put(table, key, value, rules, expiry)
+    }
+
+    /// Gives the object a new expiry time (`None`: never expires), keeping
+    /// its value: a new version of it is written. Errors as
+    /// [`Store::write`], and `ObjectDoesntExist` if the key is missing or
+    /// expired.
+    pub fn set_expiry(
+        &self,
+        table: TableId,
+        key: &[u8],
+        expiry: Option<UnixMillis>,
+        rules: RejectRules,
+    ) -> Result<Version, StoreError> {
+        let expiry = expiry.map_or(Expiry::Never, Expiry::At);
+        self.inner.update(table, key, rules, NewValue::Unchanged, expiry).map(|(v, _)| v)
+    }
+
+    /// The current time by the store's clock (the one expiry times are
+    /// compared with).
+    pub fn now(&self) -> UnixMillis {
+        self.inner.now()
     }
 
     /// Removes an object; returns the version it had, or `None` if it did
@@ -691,7 +983,8 @@ impl Store {
     }
 
     /// Adds `delta` to the object's value read as a little-endian i64 (a
-    /// missing object counts as 0 and is created). Returns the new value and version.
+    /// missing or expired object counts as 0 and is created). The object
+    /// keeps its expiry time. Returns the new value and version.
     pub fn increment(
         &self,
         table: TableId,
@@ -699,7 +992,7 @@ impl Store {
         delta: i64,
         rules: RejectRules,
     ) -> Result<(i64, Version), StoreError> {
-        let (version, n) = self.inner.update(table, key, rules, None, NewValue::Increment(delta))?;
+        let (version, n) = self.inner.update(table, key, rules, NewValue::Increment(delta), Expiry::Keep)?;
         Ok((n, version))
     }
 
@@ -789,12 +1082,14 @@ impl Store {
         loop {
             let _locks: Vec<_> = stripes.iter().map(|s| inner.ht.lock_stripe(*s)).collect();
             b.clear();
-            // (index in idx, item, found, entry index of the object, version)
+            // (index in idx, item, found, entry index of the object,
+            // version, expiry, whether `found` had expired)
             let mut plan = Vec::new();
             for (j, &i) in idx.iter().enumerate() {
                 let op = &items[i];
                 let found = inner.lookup(op.table, op.key, hashes[j]);
-                if let Err(e) = check_rules(&op.rules, found.map(|f| f.version)) {
+                let live = inner.live(found);
+                if let Err(e) = check_rules(&op.rules, live.map(|f| f.version)) {
                     results[i] = Some(Err(e));
                     continue;
                 }
@@ -806,7 +1101,12 @@ impl Store {
                     (Some(v), _) => v[i],
                     (None, _) => inner.next_version(found.map(|f| f.version)),
                 };
-                format::encode_object(&mut b.buf, op.table, version, op.key, op.value);
+                let expiry = match op.expiry {
+                    Expiry::Never => None,
+                    Expiry::At(at) => Some(at),
+                    Expiry::Keep => live.and_then(|f| f.expiry),
+                };
+                format::encode_object_with(&mut b.buf, op.table, version, expiry, op.key, op.value);
                 b.mark();
                 let obj = b.ends.len() - 1;
                 if let Some(f) = found {
@@ -814,7 +1114,7 @@ impl Store {
                     format::encode_tombstone(&mut b.buf, op.table, f.version, seg, op.key);
                     b.mark();
                 }
-                plan.push((j, i, found, obj, version));
+                plan.push((j, i, found, obj, version, expiry, found.is_some() && live.is_none()));
             }
             if plan.is_empty() {
                 return;
@@ -841,9 +1141,13 @@ impl Store {
             // Overwrites first: an insert may move a slot of its bucket into
             // a new overflow bucket, which would stale the positions found.
             plan.sort_by_key(|p| p.2.is_none());
-            for (j, i, found, obj, version) in plan {
+            for (j, i, found, obj, version, expiry, replaced_expired) in plan {
                 let op = &items[i];
-                inner.install(op.table, hashes[j], found, refs[obj], len_of(obj), op.key.len() + op.value.len());
+                let kv_len = op.key.len() + op.value.len();
+                inner.install(op.table, hashes[j], found, refs[obj], len_of(obj), kv_len, expiry);
+                if replaced_expired {
+                    inner.counters.expired_lazily.fetch_add(1, Ordering::Relaxed);
+                }
                 inner.counters.writes.fetch_add(1, Ordering::Relaxed);
                 results[i] = Some(Ok(version));
             }
@@ -878,12 +1182,26 @@ impl Store {
     /// Like [`Store::enumerate`], but hands each object to `visit` (key,
     /// value, version) without copying it, so a caller that needs only keys
     /// copies only keys. `visit` runs while the object's memory is pinned:
-    /// it must be quick and must not call back into the store.
+    /// it must be quick and must not call back into the store. Expired
+    /// objects are left out.
     pub fn enumerate_with(
         &self,
         table: TableId,
         cursor: EnumCursor,
         max: usize,
+        visit: impl FnMut(&[u8], &[u8], Version),
+    ) -> Result<Option<EnumCursor>, StoreError> {
+        self.enumerate_objects(table, cursor, max, false, visit)
+    }
+
+    /// [`Store::enumerate_with`], with the expired objects not yet
+    /// reclaimed when `with_expired`.
+    fn enumerate_objects(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        max: usize,
+        with_expired: bool,
         mut visit: impl FnMut(&[u8], &[u8], Version),
     ) -> Result<Option<EnumCursor>, StoreError> {
         let inner = &self.inner;
@@ -897,7 +1215,7 @@ impl Store {
                 ht.for_each_in_bucket(bucket, |r| {
                     let e = inner.segs.entry(r);
                     if let Ok(o) = format::parse_object(&e) {
-                        if o.table == table {
+                        if o.table == table && (with_expired || !inner.expired(o.expiry)) {
                             visit(o.key, o.value, o.version);
                             count += 1;
                         }
@@ -949,9 +1267,26 @@ impl Store {
             bytes_relocated: relocated,
             seglets_freed: c.seglets_freed.load(Ordering::Relaxed),
             cleaning_ms: c.cleaning_ns.load(Ordering::Relaxed) / 1_000_000,
+            expiring_objects: c.expiring.load(Ordering::Relaxed),
+            expired_keys: c.expired_lazily.load(Ordering::Relaxed)
+                + c.expired_swept.load(Ordering::Relaxed)
+                + c.expired_dropped.load(Ordering::Relaxed),
+            expired_swept: c.expired_swept.load(Ordering::Relaxed),
+            expired_dropped: c.expired_dropped.load(Ordering::Relaxed),
+            sweep_passes: c.sweep_passes.load(Ordering::Relaxed),
+            sweep_segments_scanned: c.sweep_segments.load(Ordering::Relaxed),
+            sweep_ms: c.sweep_ns.load(Ordering::Relaxed) / 1_000_000,
             write_cost: if appended == 0 { 1.0 } else { (appended + relocated) as f64 / appended as f64 },
             prefaulted_bytes: i.segs.pool.populated_bytes() as u64,
         }
+    }
+
+    /// Runs one expiry sweep pass now (in this thread), over every segment
+    /// that may hold an expired object, without a time budget; returns the
+    /// objects it removed. For tests, and for stores without the sweep
+    /// thread (`StoreConfig::expiry_sweep_interval` zero).
+    pub fn sweep_expired(&self) -> u64 {
+        expiry::sweep(&self.inner, None)
     }
 
     /// Runs cleaner passes now (in this thread) until one frees nothing or
@@ -1057,6 +1392,8 @@ impl Store {
         let mut versions: Vec<Version> = Vec::with_capacity(REPLAY_GROUP);
         // Key hashes in the group (two keys of one hash just end it early).
         let mut keys: HashSet<u64, BuildHasherDefault<HashIsKey>> = HashSet::default();
+        // Read once, at the first object with an expiry.
+        let mut now = None;
         let mut pos = 0;
         while pos < entries.len() {
             let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
@@ -1068,6 +1405,14 @@ impl Store {
             match e {
                 Entry::Object(o) => {
                     let hash = key_hash(o.table, o.key).0;
+                    if o.expiry.is_some() && o.expired_at(*now.get_or_insert_with(|| inner.now())) {
+                        // Not installed, and a tombstone for its key up to
+                        // its version: an older version replayed from
+                        // another segment must not come back in its place.
+                        replay.report.objects_expired += 1;
+                        replay.kill(o.table, o.key, o.version, hash);
+                        continue;
+                    }
                     let killed = replay
                         .tombs
                         .get(&hash)
@@ -1088,16 +1433,19 @@ impl Store {
                     }
                     inner.check_sizes(o.key, Some(o.value)).map_err(ReplayError::Store)?;
                     keys.insert(hash);
-                    ops.push(WriteOp { table: o.table, key: o.key, value: o.value, rules: RejectRules::default() });
+                    let expiry = o.expiry.map_or(Expiry::Never, Expiry::At);
+                    ops.push(WriteOp {
+                        table: o.table,
+                        key: o.key,
+                        value: o.value,
+                        rules: RejectRules::default(),
+                        expiry,
+                    });
                     versions.push(o.version);
                 }
                 Entry::Tombstone(t) => {
                     replay.report.tombstones += 1;
-                    let same = replay.tombs.entry(key_hash(t.table, t.key).0).or_default();
-                    match same.iter_mut().find(|(tt, k, _)| *tt == t.table && k.as_slice() == t.key) {
-                        Some(x) => x.2 = x.2.max(t.version),
-                        None => same.push((t.table, t.key.to_vec(), t.version)),
-                    }
+                    replay.kill(t.table, t.key, t.version, key_hash(t.table, t.key).0);
                 }
                 // Not what a filter keeps; harmless if a caller passes them.
                 Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
@@ -1154,15 +1502,19 @@ impl Store {
     /// pauses the cleaner; call when no writes are running):
     /// every hash table reference points at a live object entry of a segment
     /// in the log, no key appears twice, every segment of the log scans to
-    /// its full length, and per-segment and global counters equal a recount.
+    /// its full length, per-segment and global counters equal a recount,
+    /// and no object expires before its segment's `next_expiry` (the
+    /// sweep would miss it).
     pub fn check_invariants(&self) -> Result<(), String> {
         let _pause = self.inner.cleaner.pause();
+        let _sweep = self.inner.sweep.pause();
         let inner = &self.inner;
         let members = inner.log.members();
         let member_slots: HashMap<u32, SegmentId> = members.iter().map(|(id, s)| (*s, *id)).collect();
         let mut live_per_slot: HashMap<u32, u64> = HashMap::new();
         let mut keys = HashSet::new();
         let (mut objects, mut live, mut kv) = (0u64, 0u64, 0u64);
+        let mut expiring: HashMap<TableId, u64> = HashMap::new();
         for b in 0..inner.ht.main_buckets() {
             let mut err = None;
             inner.ht.for_each_in_bucket(b, |r| {
@@ -1187,6 +1539,13 @@ impl Store {
                         live += len as u64;
                         kv += (o.key.len() + o.value.len()) as u64;
                         *live_per_slot.entry(r.slot()).or_default() += len as u64;
+                        if let Some(at) = o.expiry {
+                            *expiring.entry(o.table).or_default() += 1;
+                            let hint = inner.segs.slot(r.slot()).next_expiry.load(Ordering::Acquire);
+                            if at.0 < hint {
+                                err = Some(format!("object expiring at {at} in a segment whose next expiry is {hint}"));
+                            }
+                        }
                     }
                     other => err = Some(format!("reference {r:?} to a non-object or corrupt entry: {other:?}")),
                 }
@@ -1200,10 +1559,18 @@ impl Store {
             *per_table.entry(*t).or_default() += 1;
         }
         for (t, n) in inner.tables.read().iter() {
-            let (have, want) = (n.load(Ordering::Relaxed), per_table.get(t).copied().unwrap_or(0));
+            let (have, want) = (n.objects.load(Ordering::Relaxed), per_table.get(t).copied().unwrap_or(0));
             if have != want {
                 return Err(format!("table {t}: object count {have} != recount {want}"));
             }
+            let (have, want) = (n.expiring.load(Ordering::Relaxed), expiring.get(t).copied().unwrap_or(0));
+            if have != want {
+                return Err(format!("table {t}: expiring object count {have} != recount {want}"));
+            }
+        }
+        let (have, want) = (inner.counters.expiring.load(Ordering::Relaxed), expiring.values().sum::<u64>());
+        if have != want {
+            return Err(format!("expiring object counter {have} != recount {want}"));
         }
         let c = &inner.counters;
         let counted = (
@@ -1322,7 +1689,11 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::Release);
         cleaner::request(&self.inner);
+        expiry::wake(&self.inner);
         if let Some(h) = self.cleaner.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.sweeper.take() {
             let _ = h.join();
         }
         if let Some(h) = self.populate.take() {

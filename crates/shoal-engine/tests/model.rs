@@ -1,13 +1,23 @@
 //! Model-based tests: random sequences of every operation against the store
 //! and a `BTreeMap` model, in memory small enough that both cleaners run
-//! many times. After every step the store's own invariants are checked
-//! (every live object reachable exactly once, counters equal a recount).
+//! many times. Objects may carry expiry times, on a clock the test moves;
+//! the expiry sweep runs as one of the operations. After every step the
+//! store's own invariants are checked (every live object reachable exactly
+//! once, counters equal a recount, no object expiring before its segment's
+//! sweep hint).
 
 mod common;
 
 use proptest::prelude::*;
-use shoal_engine::{RejectRules, Store, StoreError, TableId, Version, WriteOp};
+use shoal_engine::{
+    Expiry, ManualClock, RejectRules, Store, StoreConfig, StoreError, TableId, UnixMillis, Version, WriteOp,
+};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the test's clock starts (ms since the epoch).
+const T0: u64 = 1_000_000;
 
 const TABLES: [TableId; 2] = [TableId(1), TableId(7)];
 
@@ -20,9 +30,20 @@ enum Rule {
     VersionGreater(u64),
 }
 
+/// An expiry for a write, relative to the test's clock now.
+#[derive(Clone, Copy, Debug)]
+enum Ttl {
+    Never,
+    In(u64),
+    Keep,
+}
+
 #[derive(Clone, Debug)]
 enum Op {
-    Write { t: usize, k: u8, len: usize, fill: u8, rule: Rule },
+    Write { t: usize, k: u8, len: usize, fill: u8, rule: Rule, ttl: Ttl },
+    SetExpiry { t: usize, k: u8, ttl: Option<u64>, rule: Rule },
+    Advance { ms: u64 },
+    Sweep,
     Remove { t: usize, k: u8, rule: Rule },
     Read { t: usize, k: u8, rule: Rule },
     Increment { t: usize, k: u8, delta: i64 },
@@ -42,13 +63,25 @@ fn rule() -> impl Strategy<Value = Rule> {
     ]
 }
 
+fn ttl() -> impl Strategy<Value = Ttl> {
+    prop_oneof![
+        4 => Just(Ttl::Never),
+        3 => (0u64..60).prop_map(Ttl::In),
+        1 => Just(Ttl::Keep),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let key = 0u8..48;
     let t = 0usize..2;
     let len = prop_oneof![4 => 0usize..200, 2 => 200usize..1500, 1 => 1500usize..4000];
     prop_oneof![
-        30 => (t.clone(), key.clone(), len.clone(), any::<u8>(), rule())
-            .prop_map(|(t, k, len, fill, rule)| Op::Write { t, k, len, fill, rule }),
+        30 => (t.clone(), key.clone(), len.clone(), any::<u8>(), rule(), ttl())
+            .prop_map(|(t, k, len, fill, rule, ttl)| Op::Write { t, k, len, fill, rule, ttl }),
+        4 => (t.clone(), key.clone(), prop::option::of(0u64..60), rule())
+            .prop_map(|(t, k, ttl, rule)| Op::SetExpiry { t, k, ttl, rule }),
+        5 => (0u64..25).prop_map(|ms| Op::Advance { ms }),
+        2 => Just(Op::Sweep),
         10 => (t.clone(), key.clone(), rule()).prop_map(|(t, k, rule)| Op::Remove { t, k, rule }),
         10 => (t.clone(), key.clone(), rule()).prop_map(|(t, k, rule)| Op::Read { t, k, rule }),
         4 => (t.clone(), key.clone(), -5i64..5).prop_map(|(t, k, delta)| Op::Increment { t, k, delta }),
@@ -83,16 +116,31 @@ fn value(len: usize, fill: u8) -> Vec<u8> {
     (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
 }
 
-/// The model: live objects, and the highest version each key ever had.
-#[derive(Default)]
+/// A modelled object: value, version, expiry time.
+type Modelled = (Vec<u8>, Version, Option<u64>);
+
+/// The model: objects (some maybe expired), the highest version each key
+/// ever had, and the clock.
 struct Model {
-    objects: BTreeMap<(TableId, Vec<u8>), (Vec<u8>, Version)>,
+    objects: BTreeMap<(TableId, Vec<u8>), Modelled>,
     max_version: HashMap<(TableId, Vec<u8>), Version>,
+    now: u64,
 }
 
 impl Model {
+    /// The object if it exists and has not expired.
+    fn live(&self, t: TableId, k: &[u8]) -> Option<&Modelled> {
+        self.objects.get(&(t, k.to_vec())).filter(|o| o.2.is_none_or(|at| at > self.now))
+    }
+
+    /// Forgets expired objects (what a full sweep does to the store).
+    fn prune(&mut self) {
+        let now = self.now;
+        self.objects.retain(|_, o| o.2.is_none_or(|at| at > now));
+    }
+
     fn expect(&self, t: TableId, k: &[u8], r: &RejectRules) -> Result<(), StoreError> {
-        let cur = self.objects.get(&(t, k.to_vec())).map(|o| o.1);
+        let cur = self.live(t, k).map(|o| o.1);
         match cur {
             None if r.doesnt_exist => Err(StoreError::ObjectDoesntExist),
             Some(v) if r.exists => Err(StoreError::ObjectExists { version: v }),
@@ -103,27 +151,44 @@ impl Model {
     }
 
     /// Records a new version, checking it exceeds every earlier one of the key.
-    fn written(&mut self, t: TableId, k: &[u8], val: Vec<u8>, v: Version) {
+    fn written(&mut self, t: TableId, k: &[u8], val: Vec<u8>, v: Version, expiry: Option<u64>) {
         let max = self.max_version.entry((t, k.to_vec())).or_default();
         assert!(v > *max, "version {v} of {k:?} not above earlier {max}");
         *max = v;
-        self.objects.insert((t, k.to_vec()), (val, v));
+        self.objects.insert((t, k.to_vec()), (val, v, expiry));
     }
 }
 
+/// A model's object as the store reads it.
+fn read_of(o: &Modelled) -> (Vec<u8>, Version) {
+    (o.0.clone(), o.1)
+}
+
 fn run(ops: Vec<Op>, cleaner_thread: bool) {
-    let store = Store::new(common::small_config(256, cleaner_thread)).unwrap();
+    let clock = Arc::new(ManualClock::new(UnixMillis(T0)));
+    // No sweep thread: the sweep runs as an operation.
+    let config = StoreConfig {
+        clock: clock.clone(),
+        expiry_sweep_interval: Duration::ZERO,
+        ..common::small_config(256, cleaner_thread)
+    };
+    let store = Store::new(config).unwrap();
     for t in TABLES {
         store.create_table(t);
     }
-    let mut m = Model::default();
+    let mut m = Model { objects: BTreeMap::new(), max_version: HashMap::new(), now: T0 };
     for op in ops {
         match op {
-            Op::Write { t, k, len, fill, rule } => {
+            Op::Write { t, k, len, fill, rule, ttl } => {
                 let (t, k, val, r) = (TABLES[t], key(k), value(len, fill), rules(&rule));
                 let expected = m.expect(t, &k, &r);
-                match (store.write(t, &k, &val, r), expected) {
-                    (Ok(v), Ok(())) => m.written(t, &k, val, v),
+                let (expiry, want_expiry) = match ttl {
+                    Ttl::Never => (Expiry::Never, None),
+                    Ttl::In(ms) => (Expiry::At(UnixMillis(m.now + ms)), Some(m.now + ms)),
+                    Ttl::Keep => (Expiry::Keep, m.live(t, &k).and_then(|o| o.2)),
+                };
+                match (store.write_with_expiry(t, &k, &val, r, expiry), expected) {
+                    (Ok(v), Ok(())) => m.written(t, &k, val, v, want_expiry),
                     (Err(StoreError::OutOfMemory), Ok(())) => {
                         let s = store.stats();
                         assert!(s.memory_utilisation > 0.5, "refused write at utilisation {}", s.memory_utilisation);
@@ -131,13 +196,42 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                     (got, want) => assert_eq!(got.map(|_| ()), want, "write {k:?}"),
                 }
             }
+            Op::SetExpiry { t, k, ttl, rule } => {
+                let (t, k, r) = (TABLES[t], key(k), rules(&rule));
+                let expected = m.expect(t, &k, &r).and_then(|()| match m.live(t, &k) {
+                    Some(_) => Ok(()),
+                    None => Err(StoreError::ObjectDoesntExist),
+                });
+                let at = ttl.map(|ms| m.now + ms);
+                match (store.set_expiry(t, &k, at.map(UnixMillis), r), expected) {
+                    (Ok(v), Ok(())) => {
+                        let val = m.live(t, &k).expect("live").0.clone();
+                        m.written(t, &k, val, v, at);
+                    }
+                    (Err(StoreError::OutOfMemory), Ok(())) => {}
+                    (got, want) => assert_eq!(got.map(|_| ()), want, "set expiry of {k:?}"),
+                }
+            }
+            Op::Advance { ms } => {
+                clock.advance_ms(ms);
+                m.now += ms;
+            }
+            Op::Sweep => {
+                store.sweep_expired();
+                m.prune();
+                let s = store.stats();
+                assert_eq!(s.objects as usize, m.objects.len(), "objects after a full sweep");
+                let expiring = m.objects.values().filter(|o| o.2.is_some()).count();
+                assert_eq!(s.expiring_objects as usize, expiring);
+            }
             Op::Remove { t, k, rule } => {
                 let (t, k, r) = (TABLES[t], key(k), rules(&rule));
                 let expected = m.expect(t, &k, &r);
                 let got = store.remove(t, &k, r);
                 match expected {
                     Ok(()) => {
-                        let had = m.objects.remove(&(t, k.clone())).map(|o| o.1);
+                        let had = m.live(t, &k).map(|o| o.1);
+                        m.objects.remove(&(t, k.clone()));
                         assert_eq!(got, Ok(had), "remove {k:?}");
                     }
                     Err(e) => assert_eq!(got, Err(e)),
@@ -146,23 +240,28 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
             Op::Read { t, k, rule } => {
                 let (t, k, r) = (TABLES[t], key(k), rules(&rule));
                 let got = store.read(t, &k, r);
-                match (m.expect(t, &k, &r), m.objects.get(&(t, k.clone()))) {
+                match (m.expect(t, &k, &r), m.live(t, &k)) {
                     (Err(e), _) => assert_eq!(got, Err(e)),
-                    (Ok(()), Some(o)) => assert_eq!(got.as_ref(), Ok(o), "read {k:?}"),
+                    (Ok(()), Some(o)) => {
+                        assert_eq!(got, Ok(read_of(o)), "read {k:?}");
+                        let meta = store.meta(t, &k, RejectRules::default()).unwrap();
+                        assert_eq!((meta.version, meta.expiry), (o.1, o.2.map(UnixMillis)), "meta of {k:?}");
+                    }
                     (Ok(()), None) => assert_eq!(got, Err(StoreError::ObjectDoesntExist)),
                 }
             }
             Op::Increment { t, k, delta } => {
                 let (t, k) = (TABLES[t], key(k));
-                let cur = m.objects.get(&(t, k.clone())).map(|o| o.0.clone());
+                let cur = m.live(t, &k).cloned();
                 let got = store.increment(t, &k, delta, RejectRules::default());
-                match cur.as_deref().map(<[u8; 8]>::try_from) {
+                match cur.as_ref().map(|o| <[u8; 8]>::try_from(o.0.as_slice())) {
                     Some(Err(_)) => assert_eq!(got, Err(StoreError::NotAnInteger)),
                     other => {
                         let old = other.map(|b| i64::from_le_bytes(b.unwrap())).unwrap_or(0);
                         let (n, v) = got.expect("increment");
                         assert_eq!(n, old + delta);
-                        m.written(t, &k, n.to_le_bytes().to_vec(), v);
+                        // The counter keeps its expiry.
+                        m.written(t, &k, n.to_le_bytes().to_vec(), v, cur.and_then(|o| o.2));
                     }
                 }
             }
@@ -171,12 +270,18 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                     items.iter().map(|(t, k, len, fill)| (TABLES[*t], key(*k), value(*len, *fill))).collect();
                 let ops: Vec<WriteOp> = owned
                     .iter()
-                    .map(|(t, k, v)| WriteOp { table: *t, key: k, value: v, rules: RejectRules::default() })
+                    .map(|(t, k, v)| WriteOp {
+                        table: *t,
+                        key: k,
+                        value: v,
+                        rules: RejectRules::default(),
+                        expiry: Expiry::Never,
+                    })
                     .collect();
                 let res = store.multi_write(&ops);
                 for ((t, k, v), r) in owned.into_iter().zip(res) {
                     match r {
-                        Ok(ver) => m.written(t, &k, v, ver),
+                        Ok(ver) => m.written(t, &k, v, ver, None),
                         Err(StoreError::OutOfMemory) => {}
                         Err(e) => panic!("multi-write {k:?}: {e}"),
                     }
@@ -188,7 +293,8 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                     keys.iter().map(|(t, k)| (*t, k.as_slice(), RejectRules::default())).collect();
                 let res = store.multi_remove(&req);
                 for ((t, k), r) in keys.into_iter().zip(res) {
-                    let had = m.objects.remove(&(t, k.clone())).map(|o| o.1);
+                    let had = m.live(t, &k).map(|o| o.1);
+                    m.objects.remove(&(t, k.clone()));
                     assert_eq!(r, Ok(had), "multi-remove {k:?}");
                 }
             }
@@ -213,8 +319,8 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                 let want: BTreeMap<_, _> = m
                     .objects
                     .iter()
-                    .filter(|((tt, _), _)| *tt == t)
-                    .map(|((_, k), o)| (k.clone(), o.clone()))
+                    .filter(|((tt, k), _)| *tt == t && m.live(t, k).is_some())
+                    .map(|((_, k), o)| (k.clone(), read_of(o)))
                     .collect();
                 assert_eq!(got, want, "enumeration of table {t}");
             }
@@ -224,11 +330,14 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
         }
         store.check_invariants().unwrap_or_else(|e| panic!("invariant broken: {e}"));
     }
-    // Everything still readable at the end, after a final forced clean.
+    // Everything still readable at the end, after a final forced clean
+    // (which drops expired objects) and a sweep.
     store.clean_now(4, true);
+    store.sweep_expired();
+    m.prune();
     store.check_invariants().unwrap();
     for ((t, k), o) in &m.objects {
-        assert_eq!(store.read(*t, k, RejectRules::default()).as_ref(), Ok(o));
+        assert_eq!(store.read(*t, k, RejectRules::default()), Ok(read_of(o)));
     }
     let s = store.stats();
     assert_eq!(s.objects as usize, m.objects.len());

@@ -10,7 +10,7 @@ use crate::spin::SpinGate;
 use parking_lot::RwLock;
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
-use shoal_engine::{EnumCursor, RejectRules, Store, StoreError, TableId};
+use shoal_engine::{Store, StoreError, TableId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -258,19 +258,10 @@ impl TableRegistry {
         self.store.table_objects(table)
     }
 
-    /// Removes every object of `table`, keeping the table. Not atomic:
-    /// writes that run concurrently may survive.
+    /// Removes every object of `table`, expired ones included, keeping the
+    /// table. Not atomic: writes that run concurrently may survive.
     pub fn clear(&self, table: TableId) -> Result<(), StoreError> {
-        let mut keys = Vec::new();
-        let mut cursor = Some(EnumCursor::START);
-        while let Some(c) = cursor {
-            keys.clear();
-            cursor = self.store.enumerate_with(table, c, ENUM_STEP, |key, _, _| keys.push(key.to_vec()))?;
-            for key in &keys {
-                self.store.remove(table, key, RejectRules::default())?;
-            }
-        }
-        Ok(())
+        self.store.clear_table(table)
     }
 }
 
@@ -285,10 +276,6 @@ pub enum TableError {
 
 /// Longest a table call to the coordinator may take.
 const COORDINATOR_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Objects visited per call into the store's enumeration when counting or
-/// clearing a table: a step holds the store's epoch, so it stays short.
-const ENUM_STEP: usize = 256;
 
 /// Server-level counters, updated without locks.
 #[derive(Default)]
@@ -332,6 +319,7 @@ impl ServerStats {
 mod tests {
     use super::*;
     use crate::config::ByteSize;
+    use shoal_engine::RejectRules;
 
     fn ctx() -> ServerContext {
         ServerContext::new(ServerConfig { memory: ByteSize(64 << 20), ..Default::default() }).unwrap()

@@ -5,7 +5,7 @@
 
 use crate::cluster::Route;
 use crate::context::{ServerContext, ServerStats, TableError};
-use shoal_engine::{key_hash, EnumCursor, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
+use shoal_engine::{key_hash, EnumCursor, Expiry, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
 use shoal_proto::{
     encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, Version,
 };
@@ -171,7 +171,13 @@ fn apply<'s>(
                 .iter()
                 .zip(&checks)
                 .filter(|(_, c)| c.is_ok())
-                .map(|(w, _)| WriteOp { table: w.table, key: w.key, value: w.value, rules: w.rules })
+                .map(|(w, _)| WriteOp {
+                    table: w.table,
+                    key: w.key,
+                    value: w.value,
+                    rules: w.rules,
+                    expiry: Expiry::Never,
+                })
                 .collect();
             let mut done = store.multi_write(&ops).into_iter();
             Response::MultiWrite(
@@ -353,6 +359,13 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         bytes_relocated,
         seglets_freed,
         cleaning_ms,
+        expiring_objects,
+        expired_keys,
+        expired_swept,
+        expired_dropped,
+        sweep_passes,
+        sweep_segments_scanned,
+        sweep_ms,
         write_cost,
         prefaulted_bytes,
     } = ctx.store.stats();
@@ -401,6 +414,13 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("bytes_relocated", bytes_relocated),
         u("seglets_freed", seglets_freed),
         u("cleaning_ms", cleaning_ms),
+        u("expiring_objects", expiring_objects),
+        u("expired_keys", expired_keys),
+        u("expired_swept", expired_swept),
+        u("expired_dropped", expired_dropped),
+        u("expiry_sweep_passes", sweep_passes),
+        u("expiry_sweep_segments_scanned", sweep_segments_scanned),
+        u("expiry_sweep_ms", sweep_ms),
         f("write_cost", write_cost),
         u("prefaulted_bytes", prefaulted_bytes),
     ];
