@@ -11,7 +11,7 @@ RESPONSE = 0x01
 OP = {
     "ping": 1, "read": 2, "write": 3, "remove": 4, "increment": 5,
     "multi_read": 6, "multi_write": 7, "multi_remove": 8, "enumerate": 9,
-    "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20,
+    "write_ttl": 10, "read_ttl": 11, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20,
 }
 
 STATUS = {
@@ -91,6 +91,14 @@ VECTORS = [
     ("auth response: auth failed (id 10)", frame("auth", 10, bytes([STATUS["auth_failed"]]), response=True)),
     ("not-authenticated response to a read (id 11)",
      frame("read", 11, bytes([STATUS["not_authenticated"]]), response=True)),
+    ("write-ttl request (id 12, table 7, key `k`, value `v`, ttl 60000 ms)",
+     frame("write_ttl", 12, struct.pack("<Q", 7) + rules() + struct.pack("<QII", 60000, 1, 1) + b"k" + b"v")),
+    ("write-ttl response (id 12, version 3)", frame("write_ttl", 12, ok(struct.pack("<Q", 3)), response=True)),
+    ("read-ttl request (id 13, table 7, key `k`)", frame("read_ttl", 13, key_op(7, b"k", rules()))),
+    ("read-ttl response (id 13, version 3, expires at 1700000060000, 59000 ms left)",
+     frame("read_ttl", 13, ok(struct.pack("<QQQ", 3, 1700000060000, 59000)), response=True)),
+    ("read-ttl response (id 14, version 2, no expiry)",
+     frame("read_ttl", 14, ok(struct.pack("<QQQ", 2, 0, 0)), response=True)),
 ]
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 use crate::conn::{ClientConfig, Connection};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+    conv, disposition, ttl_ms, Disposition, Page, ResponseFrame, Retries, Stats, Ttl, Versioned, MAX_ATTEMPTS,
+    UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -16,6 +17,7 @@ use shoal_proto::{
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 /// Where a request goes.
 #[derive(Clone, Copy)]
@@ -195,6 +197,33 @@ impl Client {
     ) -> Result<Version, WriteError> {
         let route = Route::Key(table, key_hash(table, key));
         self.execute(route, &Request::Write { table, key, value, rules }, conv::write)
+    }
+
+    /// Creates or overwrites an object that expires `ttl` after the server
+    /// applies the write (whole milliseconds, rounded up); returns its new
+    /// version. Once expired, the object reads as missing.
+    pub fn write_ttl(&mut self, table: TableId, key: &[u8], value: &[u8], ttl: Duration) -> Result<Version, WriteError> {
+        self.write_ttl_with(table, key, value, ttl, RejectRules::default())
+    }
+
+    pub fn write_ttl_with(
+        &mut self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        ttl: Duration,
+        rules: RejectRules,
+    ) -> Result<Version, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        let req = Request::WriteTtl { table, key, value, rules, ttl_ms: ttl_ms(ttl) };
+        self.execute(route, &req, conv::write)
+    }
+
+    /// An object's version and expiry time, without its value. A missing
+    /// or expired object is `ObjectDoesntExist`.
+    pub fn ttl(&mut self, table: TableId, key: &[u8]) -> Result<Ttl, ReadError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::ReadTtl { table, key, rules: RejectRules::default() }, conv::ttl)
     }
 
     /// Removes an object; returns the version it had (`None`: it did not exist).

@@ -13,7 +13,8 @@ use crate::blocking::{item_error, resolve, Route};
 use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, Disposition, Page, ResponseFrame, Retries, Stats, Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
+    conv, disposition, ttl_ms, Disposition, Page, ResponseFrame, Retries, Stats, Ttl, Versioned, MAX_ATTEMPTS,
+    UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
@@ -393,6 +394,39 @@ impl Client {
     ) -> Result<Version, WriteError> {
         let route = Route::Key(table, key_hash(table, key));
         self.execute(route, &Request::Write { table, key, value, rules }, conv::write).await
+    }
+
+    /// Creates or overwrites an object that expires `ttl` after the server
+    /// applies the write (whole milliseconds, rounded up); returns its new
+    /// version. Once expired, the object reads as missing.
+    pub async fn write_ttl(
+        &self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        ttl: std::time::Duration,
+    ) -> Result<Version, WriteError> {
+        self.write_ttl_with(table, key, value, ttl, RejectRules::default()).await
+    }
+
+    pub async fn write_ttl_with(
+        &self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        ttl: std::time::Duration,
+        rules: RejectRules,
+    ) -> Result<Version, WriteError> {
+        let route = Route::Key(table, key_hash(table, key));
+        let req = Request::WriteTtl { table, key, value, rules, ttl_ms: ttl_ms(ttl) };
+        self.execute(route, &req, conv::write).await
+    }
+
+    /// An object's version and expiry time, without its value. A missing
+    /// or expired object is `ObjectDoesntExist`.
+    pub async fn ttl(&self, table: TableId, key: &[u8]) -> Result<Ttl, ReadError> {
+        let route = Route::Key(table, key_hash(table, key));
+        self.execute(route, &Request::ReadTtl { table, key, rules: RejectRules::default() }, conv::ttl).await
     }
 
     /// Removes an object; returns the version it had (`None`: it did not exist).

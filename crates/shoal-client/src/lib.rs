@@ -32,10 +32,10 @@ pub use client::{Channel, Client, Reply};
 pub use cluster::CoordinatorMap;
 pub use conn::{ClientConfig, Connection, Credentials};
 pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
-pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Versioned};
+pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Ttl, Versioned};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 
 pub use shoal_proto::{
-    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId, Version,
-    WriteItem,
+    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId,
+    UnixMillis, Version, WriteItem,
 };

@@ -3,7 +3,7 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
-use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, TableId, Version};
+use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, TableId, UnixMillis, Version};
 use std::time::Duration;
 
 /// A response frame as received: its opcode and body, owned.
@@ -39,6 +39,22 @@ pub struct Page {
 
 /// A value and its version, as reads return them.
 pub type Versioned = (Vec<u8>, Version);
+
+/// An object's expiry, as a TTL read finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ttl {
+    pub version: Version,
+    /// When the object expires (wall-clock time); `None`: never.
+    pub expires_at: Option<UnixMillis>,
+    /// The time left until then by the server's clock; `None`: never expires.
+    pub remaining: Option<Duration>,
+}
+
+/// A time to live as the wire carries it: whole milliseconds, rounded up,
+/// at least 1.
+pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
+}
 
 /// One result per item of a multi-op, each with its own status.
 pub type ItemResults<T> = Vec<Result<T, ErrorStatus>>;
@@ -155,7 +171,18 @@ pub(crate) mod conv {
 
     pub fn write(r: Response<'_>) -> Result<Version, ClientError> {
         match r {
-            Response::Write { version } => Ok(version),
+            Response::Write { version } | Response::WriteTtl { version } => Ok(version),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn ttl(r: Response<'_>) -> Result<Ttl, ClientError> {
+        match r {
+            Response::ReadTtl { version, expires_at, ttl_ms } => Ok(Ttl {
+                version,
+                expires_at,
+                remaining: expires_at.map(|_| Duration::from_millis(ttl_ms)),
+            }),
             r => Err(mismatch(&r)),
         }
     }

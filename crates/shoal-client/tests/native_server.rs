@@ -129,6 +129,67 @@ fn errors_are_typed() {
     assert_eq!(c.read(t, b"s").unwrap().0, b"not a number");
 }
 
+/// An object written with a time to live: its TTL read, then, once the
+/// time is up, a missing key to every read; old WRITE requests still write
+/// objects without expiry, and a plain write clears one.
+#[test]
+fn write_ttl_expires_objects_and_ttl_reads_them() {
+    let (_server, addr) = start();
+    let mut c = blocking::Client::connect(addr).unwrap();
+    let t = c.create_table("t").unwrap();
+    let before = UnixMillis::now();
+    let v = c.write_ttl(t, b"short", b"v", Duration::from_millis(300)).unwrap();
+    c.write_ttl(t, b"long", b"v", Duration::from_secs(3600)).unwrap();
+    let vp = c.write(t, b"plain", b"v").unwrap();
+    let ttl = c.ttl(t, b"short").unwrap();
+    assert_eq!(ttl.version, v);
+    let at = ttl.expires_at.expect("an expiry");
+    assert!(at >= before.plus_ms(300) && at <= UnixMillis::now().plus_ms(300), "{at} vs {before}");
+    assert!(ttl.remaining.unwrap() <= Duration::from_millis(300));
+    assert_eq!(c.ttl(t, b"plain").unwrap(), Ttl { version: vp, expires_at: None, remaining: None });
+    assert!(matches!(c.ttl(t, b"missing"), Err(ReadError::NotFound)));
+    assert_eq!(c.read(t, b"short").unwrap().0, b"v");
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(matches!(c.read(t, b"short"), Err(ReadError::NotFound)));
+    assert!(matches!(c.ttl(t, b"short"), Err(ReadError::NotFound)));
+    assert!(c.multi_read(&[(t, &b"short"[..])]).unwrap()[0].is_err());
+    assert!(c.enumerate_all(t).unwrap().iter().all(|o| o.key != b"short"));
+    // A write only if absent succeeds on the expired key.
+    c.write_with(t, b"short", b"again", RejectRules::must_not_exist()).unwrap();
+    // A plain write clears an expiry; an increment keeps it.
+    c.write(t, b"long", b"v2").unwrap();
+    assert_eq!(c.ttl(t, b"long").unwrap().expires_at, None);
+    c.write_ttl(t, b"n", &5i64.to_le_bytes(), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.increment(t, b"n", 1).unwrap().0, 6);
+    assert!(c.ttl(t, b"n").unwrap().expires_at.is_some());
+    // A TTL of 0 ms is malformed; the connection goes on.
+    let req = Request::WriteTtl { table: t, key: b"z", value: b"v", rules: RejectRules::default(), ttl_ms: 0 };
+    let mut out = Vec::new();
+    req.encode(7, &mut out);
+    let mut s = Raw::connect(addr);
+    s.s.write_all(&out).unwrap();
+    let (id, _, r) = s.read_frame().unwrap();
+    assert!(id == 7 && matches!(r, Err(ErrorStatus::MalformedRequest(_))), "{r:?}");
+    s.s.write_all(&frame(1, 8, &[])).unwrap();
+    assert!(matches!(s.read_frame().unwrap(), (8, _, Ok(Response::Ping))));
+    let stats = c.stats().unwrap();
+    let expired = stats.iter().find(|(n, _)| n == "expired_keys").map(|(_, v)| *v);
+    assert_eq!(expired, Some(StatValue::U64(1)), "the write over the expired key reclaimed it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_client_write_ttl_and_ttl() {
+    let (_server, addr) = start();
+    let c = Client::connect(addr).await.unwrap();
+    let t = c.create_table("t").await.unwrap();
+    let v = c.write_ttl(t, b"k", b"v", Duration::from_millis(1500)).await.unwrap();
+    let ttl = c.ttl(t, b"k").await.unwrap();
+    assert_eq!(ttl.version, v);
+    assert!(ttl.remaining.unwrap() > Duration::from_millis(1000));
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(matches!(c.read(t, b"k").await, Err(ReadError::NotFound)));
+}
+
 #[test]
 fn multi_ops_have_one_result_per_item() {
     let (_server, addr) = start();

@@ -37,4 +37,4 @@ pub use response::{decode_response, encode_error, Object, Response, Stat, StatVa
 pub use status::{ErrorStatus, StatusCode};
 pub use wire::DecodeError;
 
-pub use shoal_common::{key_hash, KeyHash, TableId, Version};
+pub use shoal_common::{key_hash, KeyHash, TableId, UnixMillis, Version};

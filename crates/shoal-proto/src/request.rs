@@ -21,6 +21,8 @@ pub enum Opcode {
     MultiWrite = 7,
     MultiRemove = 8,
     Enumerate = 9,
+    WriteTtl = 10,
+    ReadTtl = 11,
     CreateTable = 16,
     DropTable = 17,
     GetTableId = 18,
@@ -41,6 +43,8 @@ impl Opcode {
             7 => MultiWrite,
             8 => MultiRemove,
             9 => Enumerate,
+            10 => WriteTtl,
+            11 => ReadTtl,
             16 => CreateTable,
             17 => DropTable,
             18 => GetTableId,
@@ -113,6 +117,18 @@ mod write_op {
     pub const FIXED: usize = VALUE_LEN + 4;
 }
 const _: () = assert!(write_op::FIXED == 25);
+
+/// WRITE_TTL bodies: table, rules, time to live, key and value lengths,
+/// key, value.
+mod write_ttl_op {
+    pub const TABLE: usize = 0;
+    pub const RULES: usize = 8;
+    pub const TTL: usize = RULES + super::RULES_LEN;
+    pub const KEY_LEN: usize = TTL + 8;
+    pub const VALUE_LEN: usize = KEY_LEN + 4;
+    pub const FIXED: usize = VALUE_LEN + 4;
+}
+const _: () = assert!(write_ttl_op::FIXED == 33);
 
 /// INCREMENT bodies: table, rules, delta, key length, key.
 mod increment_op {
@@ -224,6 +240,21 @@ pub enum Request<'a> {
         user: &'a [u8],
         password: &'a [u8],
     },
+    /// WRITE of an object that expires `ttl_ms` (at least 1) milliseconds
+    /// after the server applies it.
+    WriteTtl {
+        table: TableId,
+        key: &'a [u8],
+        value: &'a [u8],
+        rules: RejectRules,
+        ttl_ms: u64,
+    },
+    /// An object's version and expiry time, without its value.
+    ReadTtl {
+        table: TableId,
+        key: &'a [u8],
+        rules: RejectRules,
+    },
 }
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
@@ -273,6 +304,7 @@ impl<'a> Request<'a> {
     pub fn mutates(&self) -> bool {
         match self {
             Request::Write { .. }
+            | Request::WriteTtl { .. }
             | Request::Remove { .. }
             | Request::Increment { .. }
             | Request::MultiWrite(_)
@@ -281,6 +313,7 @@ impl<'a> Request<'a> {
             | Request::DropTable { .. } => true,
             Request::Ping
             | Request::Read { .. }
+            | Request::ReadTtl { .. }
             | Request::MultiRead(_)
             | Request::Enumerate { .. }
             | Request::GetTableId { .. }
@@ -305,6 +338,8 @@ impl<'a> Request<'a> {
             Request::GetTableId { .. } => Opcode::GetTableId,
             Request::Stats => Opcode::Stats,
             Request::Auth { .. } => Opcode::Auth,
+            Request::WriteTtl { .. } => Opcode::WriteTtl,
+            Request::ReadTtl { .. } => Opcode::ReadTtl,
         }
     }
 
@@ -314,8 +349,17 @@ impl<'a> Request<'a> {
         let start = encode_header(out, self.opcode() as u8, 0, request_id);
         match self {
             Request::Ping | Request::Stats => {}
-            Request::Read { table, key, rules } | Request::Remove { table, key, rules } => {
-                put_key_op(out, *table, rules, key)
+            Request::Read { table, key, rules }
+            | Request::Remove { table, key, rules }
+            | Request::ReadTtl { table, key, rules } => put_key_op(out, *table, rules, key),
+            Request::WriteTtl { table, key, value, rules, ttl_ms } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                encode_rules(rules, out);
+                out.extend_from_slice(&ttl_ms.to_le_bytes());
+                out.extend_from_slice(&len32(key));
+                out.extend_from_slice(&len32(value));
+                out.extend_from_slice(key);
+                out.extend_from_slice(value);
             }
             Request::Write { table, key, value, rules } => {
                 put_write_op(out, &WriteItem { table: *table, key, value, rules: *rules })
@@ -385,6 +429,22 @@ impl<'a> Request<'a> {
             Opcode::Write => {
                 let w = get_write_op(&mut r)?;
                 Request::Write { table: w.table, key: w.key, value: w.value, rules: w.rules }
+            }
+            Opcode::WriteTtl => {
+                let f = r.fixed(write_ttl_op::FIXED)?;
+                let table = TableId(get_u64(f, write_ttl_op::TABLE));
+                let rules = decode_rules(f, write_ttl_op::RULES)?;
+                let ttl_ms = get_u64(f, write_ttl_op::TTL);
+                if ttl_ms == 0 {
+                    return Err(DecodeError::Malformed("a time to live must be at least 1 ms"));
+                }
+                let key = r.take(get_u32(f, write_ttl_op::KEY_LEN) as usize)?;
+                let value = r.take(get_u32(f, write_ttl_op::VALUE_LEN) as usize)?;
+                Request::WriteTtl { table, key, value, rules, ttl_ms }
+            }
+            Opcode::ReadTtl => {
+                let (table, rules, key) = get_key_op(&mut r)?;
+                Request::ReadTtl { table, key, rules }
             }
             Opcode::Increment => {
                 let f = r.fixed(increment_op::FIXED)?;

@@ -5,7 +5,7 @@ use crate::frame::{encode_header, finish_frame, FLAG_RESPONSE};
 use crate::request::{len32_count, Opcode};
 use crate::status::{ErrorStatus, StatusCode};
 use crate::wire::{get_u32, get_u64, len32, put_str8, DecodeError, Reader};
-use shoal_common::{TableId, Version};
+use shoal_common::{TableId, UnixMillis, Version};
 use std::borrow::Cow;
 
 /// ENUMERATE result: flags (bit 0: more follow), next cursor, object count.
@@ -34,6 +34,15 @@ mod read_res {
     pub const FIXED: usize = 12;
 }
 const _: () = assert!(read_res::VALUE_LEN + 4 == read_res::FIXED);
+
+/// READ_TTL result: version, expiry time (0: never), milliseconds left.
+mod read_ttl_res {
+    pub const VERSION: usize = 0;
+    pub const EXPIRES_AT: usize = 8;
+    pub const TTL: usize = 16;
+    pub const FIXED: usize = 24;
+}
+const _: () = assert!(read_ttl_res::TTL + 8 == read_ttl_res::FIXED);
 
 /// INCREMENT result: new value, new version.
 mod increment_res {
@@ -106,6 +115,17 @@ pub enum Response<'a> {
     Stats(Vec<Stat<'a>>),
     /// The connection is logged in.
     Auth,
+    /// WRITE_TTL: the new version.
+    WriteTtl {
+        version: Version,
+    },
+    /// READ_TTL: the object's version and expiry time (`None`: never), and
+    /// the milliseconds left until then by the server's clock (0 for none).
+    ReadTtl {
+        version: Version,
+        expires_at: Option<UnixMillis>,
+        ttl_ms: u64,
+    },
 }
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
@@ -129,6 +149,8 @@ impl<'a> Response<'a> {
             Response::GetTableId { .. } => Opcode::GetTableId,
             Response::Stats(_) => Opcode::Stats,
             Response::Auth => Opcode::Auth,
+            Response::WriteTtl { .. } => Opcode::WriteTtl,
+            Response::ReadTtl { .. } => Opcode::ReadTtl,
         }
     }
 
@@ -140,7 +162,12 @@ impl<'a> Response<'a> {
         match self {
             Response::Ping | Response::DropTable | Response::Auth => {}
             Response::Read { version, value } => put_read(out, *version, value),
-            Response::Write { version } => put_u64(out, version.0),
+            Response::Write { version } | Response::WriteTtl { version } => put_u64(out, version.0),
+            Response::ReadTtl { version, expires_at, ttl_ms } => {
+                put_u64(out, version.0);
+                put_u64(out, expires_at.map_or(0, |t| t.0));
+                put_u64(out, *ttl_ms);
+            }
             Response::Remove { version } => put_u64(out, version.map_or(0, |v| v.0)),
             Response::Increment { value, version } => {
                 out.extend_from_slice(&value.to_le_bytes());
@@ -263,6 +290,16 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
             Response::Read { version, value }
         }
         Opcode::Write => Response::Write { version: Version(r.u64()?) },
+        Opcode::WriteTtl => Response::WriteTtl { version: Version(r.u64()?) },
+        Opcode::ReadTtl => {
+            let f = r.fixed(read_ttl_res::FIXED)?;
+            let at = get_u64(f, read_ttl_res::EXPIRES_AT);
+            Response::ReadTtl {
+                version: Version(get_u64(f, read_ttl_res::VERSION)),
+                expires_at: (at != 0).then_some(UnixMillis(at)),
+                ttl_ms: get_u64(f, read_ttl_res::TTL),
+            }
+        }
         Opcode::Remove => Response::Remove { version: removed_version(r.u64()?) },
         Opcode::Increment => {
             let f = r.fixed(increment_res::FIXED)?;

@@ -73,7 +73,7 @@ struct Spec {
 
 fn arb_spec() -> impl Strategy<Value = Spec> {
     (
-        0u8..14,
+        0u8..16,
         prop::collection::vec(arb_item(), 0..5),
         prop::collection::vec(prop::option::of(arb_status()), 5),
         any::<u64>(),
@@ -127,6 +127,14 @@ fn request<'a>(s: &'a Spec, it: &'a Item) -> Request<'a> {
         10 => Request::DropTable { name: &s.name },
         11 => Request::GetTableId { name: &s.name },
         12 => Request::Stats,
+        14 => Request::WriteTtl {
+            table: t,
+            key: &it.key,
+            value: &it.value,
+            rules: it.rules,
+            ttl_ms: (it.delta as u64).max(1),
+        },
+        15 => Request::ReadTtl { table: t, key: &it.key, rules: it.rules },
         _ => Request::Auth { user: &it.key, password: &it.value },
     }
 }
@@ -171,6 +179,12 @@ fn response<'a>(s: &'a Spec, it: &'a Item) -> Response<'a> {
         10 => Response::DropTable,
         11 => Response::GetTableId { table: TableId(it.table) },
         13 => Response::Auth,
+        14 => Response::WriteTtl { version: v },
+        15 => Response::ReadTtl {
+            version: v,
+            expires_at: (s.cursor != 0).then_some(UnixMillis(s.cursor)),
+            ttl_ms: s.count as u64,
+        },
         _ => Response::Stats(
             s.stats
                 .iter()

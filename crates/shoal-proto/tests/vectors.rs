@@ -79,6 +79,27 @@ fn requests_match_python_vectors() {
         10,
         "53 01 14 00 0a 00 00 00 00 00 00 00 11 00 00 00 07 00 06 00 64 65 66 61 75 6c 74 73 33 63 72 65 74",
     );
+    check_request(
+        Request::WriteTtl { table: TableId(7), key: b"k", value: b"v", rules: RejectRules::default(), ttl_ms: 60_000 },
+        12,
+        "53 01 0a 00 0c 00 00 00 00 00 00 00 23 00 00 00 07 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 60 ea 00 00 00 00 00 00 01 00 00 00 01 00 00 00 6b 76",
+    );
+    check_request(
+        Request::ReadTtl { table: TableId(7), key: b"k", rules: RejectRules::default() },
+        13,
+        "53 01 0b 00 0d 00 00 00 00 00 00 00 16 00 00 00 07 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 6b",
+    );
+}
+
+/// A WRITE_TTL whose time to live is 0 is malformed (an object must be
+/// alive when written), and the new opcodes leave WRITE and READ as they were.
+#[test]
+fn write_ttl_of_zero_is_malformed() {
+    let mut out = Vec::new();
+    Request::WriteTtl { table: TableId(7), key: b"k", value: b"v", rules: RejectRules::default(), ttl_ms: 0 }
+        .encode(1, &mut out);
+    let (h, b) = body(&out);
+    assert_eq!(Request::decode(h.opcode, b), Err(DecodeError::Malformed("a time to live must be at least 1 ms")));
 }
 
 #[test]
@@ -140,6 +161,28 @@ fn responses_match_python_vectors() {
         Opcode::Read,
         11,
         "53 01 02 01 0b 00 00 00 00 00 00 00 01 00 00 00 0d",
+    );
+    check_response(
+        Ok(Response::WriteTtl { version: Version(3) }),
+        Opcode::WriteTtl,
+        12,
+        "53 01 0a 01 0c 00 00 00 00 00 00 00 09 00 00 00 00 03 00 00 00 00 00 00 00",
+    );
+    check_response(
+        Ok(Response::ReadTtl {
+            version: Version(3),
+            expires_at: Some(UnixMillis(1_700_000_060_000)),
+            ttl_ms: 59_000,
+        }),
+        Opcode::ReadTtl,
+        13,
+        "53 01 0b 01 0d 00 00 00 00 00 00 00 19 00 00 00 00 03 00 00 00 00 00 00 00 60 52 e6 cf 8b 01 00 00 78 e6 00 00 00 00 00 00",
+    );
+    check_response(
+        Ok(Response::ReadTtl { version: Version(2), expires_at: None, ttl_ms: 0 }),
+        Opcode::ReadTtl,
+        14,
+        "53 01 0b 01 0e 00 00 00 00 00 00 00 19 00 00 00 00 02 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00",
     );
 }
 

@@ -73,8 +73,15 @@ pub enum ClientCommand {
     /// Writes an object (creates or overwrites); prints its new version.
     ///
     /// Reject rules make the write conditional; when one refuses, nothing
-    /// changes and the command exits 1.
+    /// changes and the command exits 1. With --ttl-ms the object expires
+    /// that long after the write (then it reads as missing); without, it
+    /// never expires (an expiry it had is cleared).
     Put(PutArgs),
+    /// Prints when an object expires (a wall-clock time, ms since the Unix
+    /// epoch) and the time left, or that it never expires.
+    ///
+    /// Exits 1 if the object does not exist (or has expired).
+    Ttl(GetArgs),
     /// Removes an object; prints the version it had.
     ///
     /// Removing a missing object is not an error (it prints that nothing
@@ -135,6 +142,9 @@ pub struct PutArgs {
     pub value: OsString,
     #[command(flatten)]
     pub rules: PutRules,
+    /// The object expires this many milliseconds after the write (at least 1).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ttl_ms: Option<u64>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -363,7 +373,7 @@ impl Target<'_> {
 /// Runs one client subcommand and reports its outcome.
 pub fn run(cmd: &ClientCommand) -> ExitCode {
     let common = match cmd {
-        ClientCommand::Get(a) => &a.common,
+        ClientCommand::Get(a) | ClientCommand::Ttl(a) => &a.common,
         ClientCommand::Put(a) => &a.common,
         ClientCommand::Del(a) => &a.common,
         ClientCommand::Incr(a) => &a.common,
@@ -431,13 +441,41 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Put(a) => {
             let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
             let table = lookup(c, &t)?;
-            let version = c
-                .write_with(table, a.key.as_bytes(), a.value.as_bytes(), a.rules.rules())
-                .map_err(|e| t.write_error(e))?;
+            let (key, value, rules) = (a.key.as_bytes(), a.value.as_bytes(), a.rules.rules());
+            let version = match a.ttl_ms {
+                Some(ms) => c.write_ttl_with(table, key, value, Duration::from_millis(ms), rules),
+                None => c.write_with(table, key, value, rules),
+            }
+            .map_err(|e| t.write_error(e))?;
             if json {
                 out!("{}", json!({ "table": a.table, "key": lossy(a.key.as_bytes()), "version": version.0 }));
             } else {
                 out!("OK (version {version})");
+            }
+        }
+        ClientCommand::Ttl(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let ttl = c.ttl(table, a.key.as_bytes()).map_err(|e| t.read_error(e))?;
+            let remaining = ttl.remaining.map(|d| d.as_millis() as u64);
+            if json {
+                out!(
+                    "{}",
+                    json!({
+                        "table": a.table,
+                        "key": lossy(a.key.as_bytes()),
+                        "version": ttl.version.0,
+                        "expires_at_ms": ttl.expires_at.map(|t| t.0),
+                        "ttl_ms": remaining,
+                    })
+                );
+            } else {
+                match (ttl.expires_at, remaining) {
+                    (Some(at), Some(left)) => {
+                        out!("expires at {at} ms since the Unix epoch, in {left} ms (version {})", ttl.version)
+                    }
+                    _ => out!("never expires (version {})", ttl.version),
+                }
             }
         }
         ClientCommand::Del(a) => {

@@ -190,6 +190,27 @@ fn errors_have_messages_and_exit_codes() {
 }
 
 #[test]
+fn put_with_a_ttl_expires_and_ttl_shows_it() {
+    let (_server, a) = start();
+    ok(a, &["create-table", "t"]);
+    ok(a, &["put", "t", "long", "v", "--ttl-ms", "600000"]);
+    let o = ok(a, &["ttl", "t", "long"]);
+    assert!(o.starts_with("expires at ") && o.contains(" ms since the Unix epoch, in "), "{o}");
+    let j = json(&ok(a, &["ttl", "t", "long", "--json"]));
+    let left = j["ttl_ms"].as_u64().unwrap();
+    assert!(left > 590_000 && left <= 600_000, "{j}");
+    assert!(j["expires_at_ms"].as_u64().unwrap() > 1_700_000_000_000, "{j}");
+    ok(a, &["put", "t", "plain", "v"]);
+    assert_eq!(ok(a, &["ttl", "t", "plain"]), "never expires (version 1)\n");
+    assert_eq!(json(&ok(a, &["ttl", "t", "plain", "--json"]))["expires_at_ms"], Value::Null);
+    ok(a, &["put", "t", "short", "v", "--ttl-ms", "100"]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(fails(a, &["get", "t", "short"], 1).contains("no such object"));
+    assert!(fails(a, &["ttl", "t", "short"], 1).contains("no such object"));
+    fails(a, &["put", "t", "k", "v", "--ttl-ms", "0"], 2);
+}
+
+#[test]
 fn connection_refused_is_exit_code_3() {
     // A port nothing listens on: bind one, then free it.
     let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

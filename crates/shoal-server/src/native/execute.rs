@@ -129,6 +129,17 @@ fn apply<'s>(
             owner(ctx, table, key)?;
             Response::Write { version: store.write(table, key, value, rules).map_err(status_of)? }
         }
+        Request::WriteTtl { table, key, value, rules, ttl_ms } => {
+            owner(ctx, table, key)?;
+            let expiry = Expiry::At(store.now().plus_ms(ttl_ms));
+            Response::WriteTtl { version: store.write_with_expiry(table, key, value, rules, expiry).map_err(status_of)? }
+        }
+        Request::ReadTtl { table, key, rules } => {
+            owner(ctx, table, key)?;
+            let meta = store.meta(table, key, rules).map_err(status_of)?;
+            let ttl_ms = meta.expiry.map_or(0, |at| at.ms_since(store.now()));
+            Response::ReadTtl { version: meta.version, expires_at: meta.expiry, ttl_ms }
+        }
         Request::Remove { table, key, rules } => {
             owner(ctx, table, key)?;
             Response::Remove { version: store.remove(table, key, rules).map_err(status_of)? }
