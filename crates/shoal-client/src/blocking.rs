@@ -202,7 +202,13 @@ impl Client {
     /// Creates or overwrites an object that expires `ttl` after the server
     /// applies the write (whole milliseconds, rounded up); returns its new
     /// version. Once expired, the object reads as missing.
-    pub fn write_ttl(&mut self, table: TableId, key: &[u8], value: &[u8], ttl: Duration) -> Result<Version, WriteError> {
+    pub fn write_ttl(
+        &mut self,
+        table: TableId,
+        key: &[u8],
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<Version, WriteError> {
         self.write_ttl_with(table, key, value, ttl, RejectRules::default())
     }
 

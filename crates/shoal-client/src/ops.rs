@@ -178,11 +178,9 @@ pub(crate) mod conv {
 
     pub fn ttl(r: Response<'_>) -> Result<Ttl, ClientError> {
         match r {
-            Response::ReadTtl { version, expires_at, ttl_ms } => Ok(Ttl {
-                version,
-                expires_at,
-                remaining: expires_at.map(|_| Duration::from_millis(ttl_ms)),
-            }),
+            Response::ReadTtl { version, expires_at, ttl_ms } => {
+                Ok(Ttl { version, expires_at, remaining: expires_at.map(|_| Duration::from_millis(ttl_ms)) })
+            }
             r => Err(mismatch(&r)),
         }
     }

@@ -8,11 +8,24 @@ Usage: resp_compat.py --shoal-port PORT [--seed N] [--ops N]
 
 Without --redis-port it starts `redis-server` itself on a free loopback port
 (no persistence) and stops it at the end. Both protocols are exercised: the
-sequence runs once over RESP2 and once over RESP3 (HELLO 3). Exits 1 on any
-difference, printing the first ones.
+sequence runs once over RESP2 and once over RESP3 (HELLO 3), followed each
+time by a fixed expiry scenario that sleeps for keys to expire. Exits 1 on
+any difference, printing the first ones.
 
-Commands whose replies differ by design are left out: SET with EX/PX (keys
-do not expire in Shoal), CLIENT ID, INFO, COMMAND, HELLO's server fields.
+Expiry in the random sequence: every time given is either far in the
+future (so no key expires while the sequence runs, and the two servers
+agree whatever the small delay between their clocks) or already past,
+zero, negative or out of range (so the key is deleted at once, or the
+command refused); times to live read back (TTL, PTTL, EXPIRETIME,
+PEXPIRETIME) are compared within a tolerance, since each server measures
+them from its own moment of the command. Keys that expire by waiting are
+the scenario's (`expiry_scenario`), with short times and sleeps well past
+them.
+
+Commands whose replies differ by design are left out: CLIENT ID, INFO,
+COMMAND, HELLO's server fields, and DBSIZE while expired keys may not be
+reclaimed yet (Redis drops them when they are touched, Shoal within the
+sweep's interval; the scenario waits for both).
 """
 
 import argparse
@@ -33,6 +46,12 @@ VALUES = [
 DELTAS = [b"1", b"-1", b"0", b"5", b"-100", b"9223372036854775807", b"-9223372036854775808",
           b"abc", b"", b"1.0", b"+3", b"007", b"99999999999999999999"]
 PATTERNS = [b"*", b"k*", b"n?", b"*1*", b"[kn]0", b"[^k]*", b"k\\*", b"nomatch*", b"?"]
+# Times the random sequence uses, beside random long ones: refused or
+# deleting at once, and out of range.
+BAD_TIMES = [b"0", b"-1", b"-100", b"abc", b"", b"1.5", b"9223372036854775807", b"9223372036854776",
+             b"-9223372036854775808", b"-9223372036854776", b"9223372036854775", b"+5"]
+# Commands whose integer reply is a time: compared within a tolerance.
+TIME_REPLIES = {b"TTL": 2, b"PTTL": 2000, b"EXPIRETIME": 2, b"PEXPIRETIME": 2000}
 
 
 def free_port():
@@ -58,14 +77,38 @@ def start_redis(path):
     raise SystemExit("redis-server did not start on port %d" % port)
 
 
-def gen_ops(rng, n):
-    """A list of commands (argument lists); "SCAN-ALL" is a whole iteration."""
+def gen_ops(rng, n, now_s):
+    """A list of commands (argument lists); "SCAN-ALL" is a whole iteration.
+    `now_s`: the current Unix time in seconds, for absolute expiry times."""
     key = lambda: rng.choice(KEYS)
     val = lambda: rng.choice(VALUES)
+
+    def future(unit):
+        """A time to live or a Unix time, in seconds or ms, far from now."""
+        kind = rng.randrange(4)
+        if kind == 0:  # relative seconds
+            return b"%d" % rng.randrange(1000, 10 ** 7)
+        if kind == 1:  # relative ms
+            return b"%d" % rng.randrange(10 ** 6, 10 ** 10)
+        if kind == 2:  # absolute seconds
+            return b"%d" % (now_s + rng.randrange(10 ** 4, 10 ** 8))
+        return b"%d" % ((now_s + rng.randrange(10 ** 4, 10 ** 8)) * 1000 + rng.randrange(1000))
+
+    def time_arg(absolute, millis):
+        r = rng.random()
+        if r < 0.2:
+            return rng.choice(BAD_TIMES)
+        if r < 0.3 and absolute:  # in the past: deletes (EXPIREAT, GETEX) or stays refused
+            return b"%d" % rng.choice([1, 1000, now_s - 10 ** 5])
+        v = rng.randrange(10 ** 4, 10 ** 8)
+        if absolute:
+            v += now_s
+        return b"%d" % (v * 1000 + rng.randrange(1000) if millis else v)
+
     ops = []
     for _ in range(n):
         r = rng.random()
-        c = rng.randrange(34)
+        c = rng.randrange(44)
         if c == 0:
             opts = rng.choice([[], [b"NX"], [b"XX"], [b"GET"], [b"NX", b"GET"], [b"XX", b"GET"],
                                [b"nx", b"xx"], [b"FOO"], [b"GET", b"GET"], [b"KEEPTTL", b"EX"]])
@@ -143,6 +186,45 @@ def gen_ops(rng, n):
                                    [b"HELLO", b"2", b"BAD"], [b"HELLO", b"2", b"SETNAME", b"a b"]]))
         elif c == 30:
             ops.append([b"SET", key(), val(), rng.choice([b"NX", b"XX", b"GET"]), rng.choice([b"XX", b"NX", b"GET"])])
+        elif c in (31, 32):
+            # SET with an expiry: never one that is past (Redis keeps such
+            # a key until touched, Shoal until swept; see the scenario).
+            opt = rng.choice([b"EX", b"PX", b"EXAT", b"PXAT"])
+            absolute, millis = opt.endswith(b"AT"), opt.startswith(b"P")
+            t = time_arg(False, millis) if not absolute else b"%d" % (
+                (now_s + rng.randrange(10 ** 4, 10 ** 8)) * (1000 if millis else 1))
+            if r < 0.15:
+                t = rng.choice([b"0", b"-1", b"abc", b"9223372036854775807", b"9223372036854776"])
+            extra = rng.choice([[], [], [b"NX"], [b"XX"], [b"GET"], [b"XX", b"GET"], [b"KEEPTTL"], [opt, t],
+                                [b"EX" if opt != b"EX" else b"PX", t], [b"PERSIST"]])
+            args = [opt, t] + extra
+            if r > 0.8:
+                rng.shuffle(args)
+            ops.append([b"SET", key(), val()] + args)
+        elif c == 33:
+            ops.append([b"SET", key(), val(), b"KEEPTTL"] + rng.choice([[], [b"GET"], [b"XX"], [b"KEEPTTL"]]))
+        elif c == 34:
+            ops.append([rng.choice([b"SETEX", b"PSETEX"]), key(), time_arg(False, r < 0.5), val()])
+        elif c == 35:
+            opt = rng.choice([[], [b"PERSIST"], [b"EX", time_arg(False, False)], [b"PX", time_arg(False, True)],
+                              [b"EXAT", time_arg(True, False)], [b"PXAT", time_arg(True, True)],
+                              [b"KEEPTTL"], [b"NX"], [b"EX"], [b"PERSIST", b"EX", b"100"],
+                              [b"EX", b"100", b"PERSIST"], [b"EX", b"100", b"PX", b"100"]])
+            ops.append([b"GETEX", key()] + opt)
+        elif c in (36, 37, 38):
+            cmd = rng.choice([b"EXPIRE", b"PEXPIRE", b"EXPIREAT", b"PEXPIREAT"])
+            absolute, millis = cmd.endswith(b"AT"), cmd.startswith(b"P")
+            conds = rng.choice([[], [], [b"NX"], [b"XX"], [b"GT"], [b"LT"], [b"xx", b"gt"], [b"XX", b"LT"],
+                                [b"NX", b"XX"], [b"NX", b"GT"], [b"GT", b"LT"], [b"NX", b"NX"], [b"FOO"],
+                                [b"GT", b"GT"]])
+            ops.append([cmd, key(), time_arg(absolute, millis)] + conds)
+        elif c in (39, 40):
+            ops.append([rng.choice(list(TIME_REPLIES)), key()])
+        elif c == 41:
+            ops.append([b"PERSIST", key()])
+        elif c == 42:
+            ops.append(rng.choice([[b"EXPIRE", b"k0"], [b"TTL"], [b"TTL", b"a", b"b"], [b"PERSIST"], [b"SETEX", b"k", b"1"],
+                                   [b"PSETEX"], [b"GETEX"], [b"EXPIRETIME"], [b"PEXPIREAT", b"k"]]))
         else:
             ops.append([b"GET", key()])
     return ops
@@ -164,9 +246,71 @@ def run(client, op):
         return ("err", type(e).__name__, str(e))
 
 
+def same(op, a, b):
+    """Whether two outcomes of `op` agree: equal, or for a time read back
+    (TTL, ...), both the same special value (-1, -2) or within tolerance."""
+    if a == b:
+        return True
+    tolerance = TIME_REPLIES.get(op[0].upper()) if isinstance(op[0], bytes) else None
+    if tolerance is None or a[0] != "ok" or b[0] != "ok":
+        return False
+    x, y = a[1], b[1]
+    if not (isinstance(x, int) and isinstance(y, int)) or min(x, y) < 0:
+        return False
+    return abs(x - y) <= tolerance
+
+
+def expiry_scenario():
+    """Steps for keys that expire by waiting: ("SLEEP", seconds), ("WAIT",
+    op) for a reply that must agree once both servers reclaimed expired
+    keys, or a command."""
+    steps = [[b"FLUSHDB"]]
+    for k in (b"e1", b"e2", b"e3", b"e4", b"e5", b"e6", b"e7", b"e8", b"e9"):
+        steps.append([b"SET", k, b"5", b"PX", b"500"])
+    steps += [
+        [b"SETEX", b"s1", b"100", b"v"],
+        [b"PSETEX", b"s2", b"500", b"v"],
+        [b"SET", b"g1", b"v", b"EX", b"100"],
+        [b"GETEX", b"g1", b"PX", b"500"],
+        [b"SET", b"p1", b"v", b"PX", b"500"],
+        [b"PERSIST", b"p1"],
+        [b"SET", b"x1", b"v"],
+        [b"PEXPIRE", b"x1", b"500"],
+        [b"SET", b"c1", b"10", b"PX", b"500"],
+        [b"INCR", b"c1"],
+        [b"APPEND", b"c1", b"0"],
+        [b"SET", b"kt", b"v", b"PX", b"500"],
+        [b"SET", b"kt", b"w", b"KEEPTTL"],
+        [b"SET", b"past", b"v", b"PXAT", b"1"],
+        [b"SET", b"past2", b"v", b"EXAT", b"1000"],
+        [b"GET", b"past"], [b"EXISTS", b"past", b"past2"], [b"TTL", b"past"], [b"MGET", b"past", b"s1"],
+        [b"PTTL", b"e1"], [b"TTL", b"s1"], [b"PTTL", b"g1"], [b"TTL", b"p1"], [b"PTTL", b"c1"], [b"PTTL", b"kt"],
+        # Redis deleted the keys set in the past when they were touched, Shoal's sweep
+        # removes them within its interval (a tenth of a second); the others live on.
+        ("WAIT", [b"DBSIZE"]),
+        ["SLEEP", 0.9],
+        [b"GET", b"e1"], [b"EXISTS", b"e2", b"s1", b"e2"], [b"MGET", b"e3", b"s1", b"p1"],
+        [b"TTL", b"e4"], [b"PTTL", b"e4"], [b"EXPIRETIME", b"e4"], [b"PEXPIRETIME", b"e4"],
+        [b"INCR", b"e5"], [b"TTL", b"e5"],
+        [b"SET", b"e6", b"nx", b"NX"], [b"GET", b"e6"],
+        [b"SET", b"e7", b"xx", b"XX"], [b"SETNX", b"e7", b"n"], [b"GET", b"e7"],
+        [b"APPEND", b"e8", b"tail"], [b"STRLEN", b"e8"],
+        [b"GETSET", b"e9", b"new"],
+        [b"DEL", b"s2"], [b"EXPIRE", b"g1", b"100"], [b"PERSIST", b"x1"], [b"GETEX", b"c1", b"PERSIST"],
+        [b"SET", b"kt", b"again", b"KEEPTTL"], [b"TTL", b"kt"],
+        [b"GET", b"p1"], [b"TTL", b"p1"], [b"TTL", b"s1"],
+        [b"SET", b"e9", b"v", b"XX", b"GET"],
+        [b"EXPIRE", b"s1", b"0"], [b"EXISTS", b"s1"], [b"PEXPIREAT", b"p1", b"1"], [b"GET", b"p1"],
+        [b"GETEX", b"e7", b"EXAT", b"1"], [b"GET", b"e7"],
+        [b"SCAN-ALL"],
+        ("WAIT", [b"DBSIZE"]),
+    ]
+    return steps
+
+
 def compare(shoal_port, redis_port, seed, n, protocol):
     rng = random.Random(seed)
-    ops = gen_ops(rng, n)
+    ops = gen_ops(rng, n, int(time.time()))
     clients = []
     for port in (shoal_port, redis_port):
         c = redis.Redis(host="127.0.0.1", port=port, protocol=protocol, socket_timeout=10,
@@ -180,11 +324,31 @@ def compare(shoal_port, redis_port, seed, n, protocol):
     mismatches = []
     for i, op in enumerate(ops):
         a, b = run(clients[0], op), run(clients[1], op)
-        if a != b:
+        if not same(op, a, b):
+            mismatches.append((i, op, a, b))
+    steps = expiry_scenario()
+    for i, step in enumerate(steps, start=len(ops)):
+        if step[0] == "SLEEP":
+            time.sleep(step[1])
+            continue
+        if step[0] == "WAIT":
+            # Redis reclaims the expired keys touched above at once; Shoal's
+            # sweep within its interval: wait a while for the same answer.
+            op = step[1]
+            deadline = time.time() + 3
+            b = run(clients[1], op)
+            a = run(clients[0], op)
+            while a != b and time.time() < deadline:
+                time.sleep(0.05)
+                a = run(clients[0], op)
+        else:
+            op = step
+            a, b = run(clients[0], op), run(clients[1], op)
+        if not same(op, a, b):
             mismatches.append((i, op, a, b))
     for c in clients:
         c.close()
-    return len(ops), mismatches
+    return len(ops) + len(steps), mismatches
 
 
 def main():

@@ -30,9 +30,10 @@ fn basic_commands_reply_like_redis() {
     assert_eq!(c.call(&["SET", "k", "w", "NX"]), "$-1\r\n");
     assert_eq!(c.call(&["SET", "k", "w", "XX", "GET"]), "$1\r\nv\r\n");
     assert_eq!(c.call(&["SET", "k", "w", "NX", "XX"]), "-ERR syntax error\r\n");
-    assert!(c
-        .call(&["SET", "k", "w", "EX", "10"])
-        .starts_with("-ERR EX, PX, EXAT, PXAT and KEEPTTL are not supported"));
+    assert_eq!(c.call(&["SET", "k", "w", "EX", "10"]), "+OK\r\n");
+    assert_eq!(c.call(&["TTL", "k"]), ":10\r\n");
+    assert_eq!(c.call(&["SET", "k", "w", "EX", "0"]), "-ERR invalid expire time in 'set' command\r\n");
+    assert_eq!(c.call(&["PERSIST", "k"]), ":1\r\n");
     assert_eq!(c.call(&["GET"]), "-ERR wrong number of arguments for 'get' command\r\n");
     assert_eq!(c.call(&["INCR", "k"]), "-ERR value is not an integer or out of range\r\n");
     assert_eq!(c.call(&["INCRBY", "n", "5"]), ":5\r\n");
@@ -59,6 +60,43 @@ fn basic_commands_reply_like_redis() {
     assert!(c.call(&["INFO", "shoal"]).contains("log_utilisation:"));
     assert_eq!(c.call(&["QUIT"]), "+OK\r\n");
     assert!(c.closed_by_server());
+}
+
+/// Keys set to expire are gone to every command once their time comes,
+/// the sweep reclaims them without anyone touching them, and INFO counts
+/// them (`expired_keys`, `expires=` of the keyspace).
+#[test]
+fn expired_keys_are_gone_and_reclaimed_and_counted() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    for i in 0..50 {
+        assert_eq!(c.call(&["SET", &format!("short:{i}"), "v", "PX", "200"]), "+OK\r\n");
+    }
+    assert_eq!(c.call(&["SET", "long", "v", "EX", "1000"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", "plain", "v"]), "+OK\r\n");
+    assert_eq!(c.call(&["DBSIZE"]), ":52\r\n");
+    assert!(c.call(&["INFO", "keyspace"]).contains("db0:keys=52,expires=51,avg_ttl=0"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.call(&["GET", "short:0"]), "$-1\r\n");
+    assert_eq!(c.call(&["EXISTS", "short:1", "long"]), ":1\r\n");
+    assert_eq!(c.call(&["TTL", "short:2"]), ":-2\r\n");
+    assert_eq!(c.call(&["INCR", "short:3"]), ":1\r\n");
+    assert_eq!(c.call(&["TTL", "short:3"]), ":-1\r\n");
+    // Nobody touches the others: the sweep removes them.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.call(&["DBSIZE"]) != ":3\r\n" {
+        assert!(Instant::now() < deadline, "expired keys still counted: {}", c.call(&["DBSIZE"]));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(c.call(&["INFO", "stats"]).contains("expired_keys:50\r\n"));
+    assert!(c.call(&["INFO", "keyspace"]).contains("db0:keys=3,expires=1,avg_ttl=0"));
+    let shoal = c.call(&["INFO", "shoal"]);
+    assert!(shoal.contains("expiring_objects:1\r\n") && shoal.contains("expiry_sweep_passes:"), "{shoal}");
+    // The commands' specs name their key, so that a cluster routes them.
+    let info = c.call(&["COMMAND", "INFO", "ttl"]);
+    assert!(info.contains("$3\r\nttl\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"), "{info}");
+    let info = c.call(&["COMMAND", "INFO", "expire"]);
+    assert!(info.contains("$6\r\nexpire\r\n:-3\r\n") && info.contains(":1\r\n:1\r\n:1\r\n"), "{info}");
 }
 
 #[test]

@@ -132,7 +132,9 @@ fn apply<'s>(
         Request::WriteTtl { table, key, value, rules, ttl_ms } => {
             owner(ctx, table, key)?;
             let expiry = Expiry::At(store.now().plus_ms(ttl_ms));
-            Response::WriteTtl { version: store.write_with_expiry(table, key, value, rules, expiry).map_err(status_of)? }
+            Response::WriteTtl {
+                version: store.write_with_expiry(table, key, value, rules, expiry).map_err(status_of)?,
+            }
         }
         Request::ReadTtl { table, key, rules } => {
             owner(ctx, table, key)?;

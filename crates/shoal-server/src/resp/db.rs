@@ -5,11 +5,20 @@
 //! Read-modify-write commands (INCR, APPEND, SET GET, ...) go through
 //! [`Db::update`], which reads the value and its version and writes back
 //! only if the version is unchanged (or, for a missing key, if it is still
-//! missing), retrying otherwise: each such command is atomic.
+//! missing), retrying otherwise: each such command is atomic. Commands that
+//! change only a key's expiry (EXPIRE, PERSIST, GETEX) do the same with
+//! [`Db::meta`] and a versioned [`Db::set_expiry`] or [`Db::remove_if`].
+//!
+//! Expiry: a key whose expiry time has come is missing to every read and
+//! every rule here (the store sees to it); it keeps counting in
+//! [`Db::len`] until the store reclaims it, as Redis's DBSIZE counts
+//! expired keys not yet deleted.
 
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::reply::ErrorReply;
-use shoal_engine::{key_hash, EnumCursor, Expiry, RejectRules, StoreError, TableId, Version, WriteOp};
+use shoal_engine::{
+    key_hash, EnumCursor, Expiry, ObjectMeta, RejectRules, StoreError, TableId, UnixMillis, Version, WriteOp,
+};
 use std::cell::Cell;
 
 /// Objects a SCAN examines per call into the store's enumeration.
@@ -39,6 +48,17 @@ pub fn store_error(e: StoreError) -> ErrorReply {
             ErrorReply::owned(format!("ERR key exceeds maximum allowed size ({max} bytes)"))
         }
         other => ErrorReply::owned(format!("ERR {other}")),
+    }
+}
+
+/// A write's outcome: `Ok(false)` if a reject rule refused it.
+fn refused_is_false<T>(r: Result<T, StoreError>) -> Result<bool, ErrorReply> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. }) => {
+            Ok(false)
+        }
+        Err(e) => Err(store_error(e)),
     }
 }
 
@@ -113,14 +133,34 @@ impl<'a> Db<'a> {
 
     /// Reads `key`'s value into `out`; `Ok(None)` if it does not exist.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Version>, ErrorReply> {
+        Ok(self.read(key, Some(out))?.map(|m| m.version))
+    }
+
+    /// [`Db::get_into`] that also returns the key's expiry time.
+    pub fn get_meta_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<ObjectMeta>, ErrorReply> {
+        self.read(key, Some(out))
+    }
+
+    /// `key`'s version and expiry time, without its value; `Ok(None)` if
+    /// it does not exist.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>, ErrorReply> {
+        self.read(key, None)
+    }
+
+    fn read(&self, key: &[u8], out: Option<&mut Vec<u8>>) -> Result<Option<ObjectMeta>, ErrorReply> {
         let Some(t) = self.table() else {
             self.count(false);
             return Ok(None);
         };
-        match self.ctx.store.read_into(t, key, RejectRules::default(), out) {
-            Ok(v) => {
+        let store = &self.ctx.store;
+        let read = match out {
+            Some(out) => store.read_meta_into(t, key, RejectRules::default(), out),
+            None => store.meta(t, key, RejectRules::default()),
+        };
+        match read {
+            Ok(m) => {
                 self.count(true);
-                Ok(Some(v))
+                Ok(Some(m))
             }
             // A key too long to be stored cannot exist.
             Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
@@ -131,18 +171,53 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// The current time by the store's clock, which expiry times are
+    /// compared with.
+    pub fn now(&self) -> UnixMillis {
+        self.ctx.store.now()
+    }
+
     pub fn exists(&self, key: &[u8], scratch: &mut Vec<u8>) -> Result<bool, ErrorReply> {
         Ok(self.get_into(key, scratch)?.is_some())
     }
 
-    /// Writes `key` under `rules`; `Ok(false)` if a rule refused it.
+    /// Writes `key` under `rules`, without expiry (clearing one the key
+    /// had); `Ok(false)` if a rule refused it.
     pub fn write(&self, key: &[u8], value: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
+        self.write_with_expiry(key, value, rules, Expiry::Never)
+    }
+
+    /// [`Db::write`] with an expiry: a time, none, or the old value's (KEEPTTL).
+    pub fn write_with_expiry(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+        expiry: Expiry,
+    ) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
-        match self.ctx.store.write(t, key, value, rules) {
-            Ok(_) => Ok(true),
-            Err(StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. }) => {
-                Ok(false)
-            }
+        refused_is_false(self.ctx.store.write_with_expiry(t, key, value, rules, expiry))
+    }
+
+    /// Gives `key` a new expiry time (`None`: never expires), keeping its
+    /// value; `Ok(false)` if `rules` refused or the key is missing.
+    pub fn set_expiry(&self, key: &[u8], expiry: Option<UnixMillis>, rules: RejectRules) -> Result<bool, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(false) };
+        refused_is_false(self.ctx.store.set_expiry(t, key, expiry, rules))
+    }
+
+    /// Removes `key` under `rules`; whether it was removed (`Ok(false)`: a
+    /// rule refused, or it did not exist).
+    pub fn remove_if(&self, key: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(false) };
+        match self.ctx.store.remove(t, key, rules) {
+            Ok(v) => Ok(v.is_some()),
+            Err(
+                StoreError::ObjectExists { .. }
+                | StoreError::ObjectDoesntExist
+                | StoreError::WrongVersion { .. }
+                | StoreError::UnknownTable(_),
+            ) => Ok(false),
             Err(e) => Err(store_error(e)),
         }
     }
@@ -199,10 +274,13 @@ impl<'a> Db<'a> {
     /// Atomic read-modify-write of `key`: `step` sees the current value
     /// (`None` if missing) and decides; a write happens only if nobody
     /// changed the key in between, else `step` runs again on the new value.
+    /// The value written gets `expiry` (`Expiry::Keep`: the key's own, as
+    /// INCR and APPEND keep it).
     pub fn update<T>(
         &self,
         key: &[u8],
         scratch: &mut Vec<u8>,
+        expiry: Expiry,
         mut step: impl FnMut(Option<&[u8]>) -> Result<Update<T>, ErrorReply>,
     ) -> Result<T, ErrorReply> {
         loop {
@@ -216,7 +294,7 @@ impl<'a> Db<'a> {
                 Some(v) => RejectRules::version_is(v),
                 None => RejectRules::must_not_exist(),
             };
-            if self.write(key, &value, rules)? {
+            if self.write_with_expiry(key, &value, rules, expiry)? {
                 return Ok(result);
             }
         }
@@ -270,7 +348,8 @@ impl<'a> Db<'a> {
         Ok((keys, next.map(|c| c.0)))
     }
 
-    /// Number of keys.
+    /// Number of keys (expired ones not yet reclaimed included, as Redis
+    /// counts them).
     pub fn len(&self) -> Result<u64, ErrorReply> {
         match self.table() {
             None => Ok(0),

@@ -1,5 +1,6 @@
 //! APPEND key value: appends to the value (creating the key if missing);
-//! the reply is the new length. Atomic (a versioned read-modify-write). A
+//! the reply is the new length. The key keeps its expiry, as in Redis.
+//! Atomic (a versioned read-modify-write). A
 //! result over the maximum value size is "ERR string exceeds maximum
 //! allowed size (proto-max-bulk-len)" and changes nothing.
 
@@ -8,7 +9,7 @@ use crate::resp::db::{store_error, Update};
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
-use shoal_engine::StoreError;
+use shoal_engine::{Expiry, StoreError};
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "append",
@@ -37,7 +38,7 @@ impl<'a> Append<'a> {
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
         let max = session.ctx.store.config().max_value_bytes;
         let mut scratch = std::mem::take(&mut session.scratch);
-        let result = session.db().update(self.key, &mut scratch, |current| {
+        let result = session.db().update(self.key, &mut scratch, Expiry::Keep, |current| {
             let current = current.unwrap_or_default();
             let len = current.len() + self.value.len();
             if len > max {

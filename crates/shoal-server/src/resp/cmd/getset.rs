@@ -1,4 +1,5 @@
-//! GETSET key value: SET key value GET (the old value, or null).
+//! GETSET key value: SET key value GET (the old value, or null). Like a
+//! plain SET, it clears the key's expiry.
 
 use super::set::{Condition, Set};
 use super::CommandSpec;
@@ -20,7 +21,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 };
 
 fn parse(args: Args<'_>) -> Set<'_> {
-    Set { key: args.get(1), value: args.get(2), condition: Condition::Always, get: true }
+    Set { key: args.get(1), value: args.get(2), condition: Condition::Always, get: true, expiry: None, keepttl: false }
 }
 
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {

@@ -5,7 +5,8 @@
 //! Values and deltas must be integers as Redis writes them ("-12", never
 //! "+12", "012" or " 12"), else "ERR value is not an integer or out of
 //! range"; a result outside i64 is "ERR increment or decrement would
-//! overflow". Atomic: a versioned read-modify-write ([`Db::update`]).
+//! overflow". Atomic: a versioned read-modify-write ([`Db::update`]). The
+//! key keeps its expiry, as in Redis; an expired key counts as missing (0).
 //!
 //! [`Db::update`]: crate::resp::db::Db::update
 
@@ -14,6 +15,7 @@ use crate::resp::db::Update;
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use shoal_engine::Expiry;
 
 const BASE: CommandSpec = CommandSpec {
     name: "incr",
@@ -62,7 +64,7 @@ impl<'a> Incr<'a> {
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
         let mut scratch = std::mem::take(&mut session.scratch);
-        let result = session.db().update(self.key, &mut scratch, |current| {
+        let result = session.db().update(self.key, &mut scratch, Expiry::Keep, |current| {
             let old = match current {
                 None => 0,
                 Some(v) => parse_i64(v).ok_or(NOT_AN_INTEGER)?,

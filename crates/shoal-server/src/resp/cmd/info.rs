@@ -148,7 +148,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));
             line!("keyspace_misses:{}", get(&st.keyspace_misses));
-            line!("expired_keys:0");
+            line!("expired_keys:{}", ctx.store.stats().expired_keys);
             line!("evicted_keys:0");
         }
         "replication" => {
@@ -165,7 +165,10 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
                 if let Some(table) = ctx.tables.lookup(table_name(db)) {
                     match ctx.tables.len(table) {
                         Ok(0) | Err(_) => {}
-                        Ok(n) => line!("db{db}:keys={n},expires=0,avg_ttl=0"),
+                        Ok(n) => {
+                            let expires = ctx.store.table_expiring(table).unwrap_or(0);
+                            line!("db{db}:keys={n},expires={expires},avg_ttl=0")
+                        }
                     }
                 }
             }
@@ -199,6 +202,13 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("cleaner_bytes_relocated:{}", s.bytes_relocated);
             line!("cleaner_seglets_freed:{}", s.seglets_freed);
             line!("cleaner_ms:{}", s.cleaning_ms);
+            line!("expiring_objects:{}", s.expiring_objects);
+            line!("expired_keys:{}", s.expired_keys);
+            line!("expired_swept:{}", s.expired_swept);
+            line!("expired_dropped_by_cleaner:{}", s.expired_dropped);
+            line!("expiry_sweep_passes:{}", s.sweep_passes);
+            line!("expiry_sweep_segments_scanned:{}", s.sweep_segments_scanned);
+            line!("expiry_sweep_ms:{}", s.sweep_ms);
             line!("write_cost:{:.4}", s.write_cost);
             line!("tables:{}", ctx.tables.list().len());
         }

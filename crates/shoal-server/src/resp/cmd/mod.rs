@@ -21,8 +21,10 @@ mod dbsize;
 mod del;
 mod echo;
 mod exists;
+mod expire;
 mod flushdb;
 mod get;
+mod getex;
 mod getset;
 mod hello;
 mod incr;
@@ -30,14 +32,17 @@ mod info;
 mod mget;
 mod mset;
 mod msetnx;
+mod persist;
 mod ping;
 mod quit;
 mod scan;
 mod select;
 mod set;
+mod setex;
 mod setnx;
 mod shoal_local;
 mod strlen;
+mod ttl;
 mod wait;
 
 pub use scan::parse_cursor as scan_cursor;
@@ -130,6 +135,18 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &quit::SPEC, run: quit::run },
     Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
+    Entry { spec: &setex::SETEX, run: setex::run_setex },
+    Entry { spec: &setex::PSETEX, run: setex::run_psetex },
+    Entry { spec: &getex::SPEC, run: getex::run },
+    Entry { spec: &expire::EXPIRE, run: expire::run_expire },
+    Entry { spec: &expire::PEXPIRE, run: expire::run_pexpire },
+    Entry { spec: &expire::EXPIREAT, run: expire::run_expireat },
+    Entry { spec: &expire::PEXPIREAT, run: expire::run_pexpireat },
+    Entry { spec: &ttl::TTL, run: ttl::run_ttl },
+    Entry { spec: &ttl::PTTL, run: ttl::run_pttl },
+    Entry { spec: &ttl::EXPIRETIME, run: ttl::run_expiretime },
+    Entry { spec: &ttl::PEXPIRETIME, run: ttl::run_pexpiretime },
+    Entry { spec: &persist::SPEC, run: persist::run },
 ];
 
 /// Whether the command may run on a connection that has not authenticated
@@ -206,7 +223,7 @@ pub fn unknown_subcommand(args: Args<'_>) -> ErrorReply {
 }
 
 /// `s` as C's "%.{max}s" prints it: up to the first NUL, at most `max` bytes.
-fn c_string(s: &[u8], max: usize) -> &[u8] {
+pub(super) fn c_string(s: &[u8], max: usize) -> &[u8] {
     let s = s.split(|&c| c == 0).next().unwrap_or(s);
     &s[..s.len().min(max)]
 }
