@@ -84,9 +84,21 @@ pub fn execute(
             return;
         }
     };
+    let touched_before = scratch.touched;
     match apply(ctx, req, scratch, max_response) {
         Ok(resp) => resp.encode(id, out),
-        Err(status) => encode_error(out, id, header.opcode, &status),
+        Err(status) => {
+            // Refused by routing (not this server's key or table, or no
+            // lease or a recovery yet): no stored data was read or
+            // written, so the refusal goes out whatever the lease (a
+            // connection whose first request came before the server's
+            // first lease was closed, failing a write that had changed
+            // nothing).
+            if matches!(status, ErrorStatus::Retry { .. } | ErrorStatus::UnknownTablet | ErrorStatus::UnknownTable(_)) {
+                scratch.touched = touched_before;
+            }
+            encode_error(out, id, header.opcode, &status)
+        }
     };
 }
 
