@@ -344,6 +344,30 @@ fn a_returning_server_does_not_resurrect_deleted_or_overwritten_objects() {
     cluster.kill_all();
 }
 
+/// Expiry times across a crash recovery: the recovery masters replay each
+/// object with its expiry time unchanged, and serve an object only until
+/// it; an object that had expired before the crash does not come back,
+/// nor the older version it had replaced.
+#[test]
+fn expiry_times_survive_crash_recovery_and_expired_objects_stay_gone() {
+    let root = Root::new("recovery-expiry");
+    // Four servers: after the crash, each master still has two backups.
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let table = cluster.client().create_table("ttl").unwrap();
+    let map = table_map(&cluster, table);
+    let victim = busiest(&map, table);
+    let keys: Vec<Vec<u8>> =
+        (0..5000).map(|i| format!("x{i}").into_bytes()).filter(|k| owner(&map, table, k) == victim).take(200).collect();
+    let written = ExpiringKeys::write(&mut cluster.client(), table, keys);
+    let idx = process_of(&root.0, &cluster, victim);
+    kill(&mut cluster, idx);
+    wait_map(&cluster, "the recovery", 30, |m| recovered(m, victim));
+    let mut c = Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    let alive = written.check(&mut c, table);
+    assert!(alive > 0, "the recovery took longer than the medium keys live: nothing checked their expiry times");
+    cluster.kill_all();
+}
+
 /// The STATS of every server in `ids`, by id (None for one that did not answer).
 fn stats_of(map: &ClusterMap, ids: &[ServerId]) -> Vec<(ServerId, Option<shoal_client::Stats>)> {
     ids.iter()

@@ -279,3 +279,83 @@ pub fn check_ledger(c: &mut Client, table: TableId, ledger: &HashMap<Vec<u8>, Ve
     }
     assert_eq!(missing, 0, "{missing} of {} acknowledged writes lost", ledger.len());
 }
+
+/// Keys of four kinds for the expiry tests, by index mod 4: 0 expires in
+/// an hour, 1 never, 2 expired (after half a second) over an older version
+/// that never expires, 3 expires [`ExpiringKeys::MEDIUM`] after it was
+/// written (after the crash or restart under test, if that is quick).
+pub struct ExpiringKeys {
+    pub keys: Vec<Vec<u8>>,
+    /// The expiry time each key of kinds 0 and 3 got, as READ_TTL said.
+    pub expires: HashMap<Vec<u8>, shoal_client::UnixMillis>,
+}
+
+impl ExpiringKeys {
+    pub const MEDIUM: Duration = Duration::from_secs(12);
+
+    /// Writes `keys`, then waits until the kind 2 keys have expired.
+    pub fn write(c: &mut Client, table: TableId, keys: Vec<Vec<u8>>) -> ExpiringKeys {
+        let mut expires = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            match i % 4 {
+                0 => c.write_ttl(table, k, b"hour", Duration::from_secs(3600)),
+                1 => c.write(table, k, b"plain"),
+                2 => {
+                    c.write(table, k, b"old").and_then(|_| c.write_ttl(table, k, b"short", Duration::from_millis(500)))
+                }
+                _ => c.write_ttl(table, k, b"medium", Self::MEDIUM),
+            }
+            .unwrap();
+            if i % 4 == 0 || i % 4 == 3 {
+                expires.insert(k.clone(), c.ttl(table, k).unwrap().expires_at.expect("an expiry"));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        ExpiringKeys { keys, expires }
+    }
+
+    /// Checks every key after the crash or restart: the same expiry times,
+    /// values where alive, and the expired ones gone (not their older
+    /// versions back). Then waits for the kind 3 keys to expire and checks
+    /// that they are gone too. Returns how many kind 3 keys were still
+    /// alive (and checked alive) after the crash or restart.
+    pub fn check(&self, c: &mut Client, table: TableId) -> usize {
+        let mut medium_alive = 0;
+        for (i, k) in self.keys.iter().enumerate() {
+            let name = String::from_utf8_lossy(k);
+            let read = c.read(table, k);
+            match i % 4 {
+                0 | 3 => {
+                    let want = self.expires[k];
+                    // A medium key may expire while this runs: check it
+                    // only well before its time.
+                    if i % 4 == 3 && shoal_client::UnixMillis::now().plus_ms(1000) >= want {
+                        continue;
+                    }
+                    medium_alive += (i % 4 == 3) as usize;
+                    let value: &[u8] = if i % 4 == 0 { b"hour" } else { b"medium" };
+                    assert_eq!(read.unwrap().0, value, "{name}");
+                    assert_eq!(c.ttl(table, k).unwrap().expires_at, Some(want), "expiry time of {name} changed");
+                }
+                1 => {
+                    assert_eq!(read.unwrap().0, b"plain", "{name}");
+                    assert_eq!(c.ttl(table, k).unwrap().expires_at, None, "{name}");
+                }
+                _ => assert!(
+                    matches!(read, Err(shoal_client::ReadError::NotFound)),
+                    "expired {name} came back: {read:?}"
+                ),
+            }
+        }
+        let last = self.expires.iter().filter(|(k, _)| self.keys.iter().position(|x| x == *k).unwrap() % 4 == 3);
+        if let Some(latest) = last.map(|(_, t)| *t).max() {
+            let wait = latest.ms_since(shoal_client::UnixMillis::now()) + 300;
+            std::thread::sleep(Duration::from_millis(wait));
+        }
+        for (i, k) in self.keys.iter().enumerate().filter(|(i, _)| i % 4 == 3) {
+            let read = c.read(table, k);
+            assert!(matches!(read, Err(shoal_client::ReadError::NotFound)), "key {i} still there: {read:?}");
+        }
+        medium_alive
+    }
+}
