@@ -207,6 +207,45 @@ fn any_server_serves_any_key() {
     assert_eq!(c.call(&["INCR", "counter"]), "-ERR value is not an integer or out of range\r\n");
 }
 
+/// Expiry commands on keys of every master through one server (most are
+/// forwarded): the expiry is set on the key's master, read back through
+/// any server, and the key is gone everywhere once it expires.
+#[test]
+fn expiry_commands_reach_every_master() {
+    let cluster = Cluster::start("expiry", 3);
+    let mut c = Client::connect(cluster.addr(0));
+    let keys: Vec<String> = (0..60).map(|i| format!("ttl:{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let reply = match i % 4 {
+            0 => c.call(&["SET", k, "v", "EX", "1000"]),
+            1 => c.call(&["SETEX", k, "1000", "v"]),
+            2 => c.call(&["SET", k, "v", "PX", "300"]),
+            _ => c.call(&["PSETEX", k, "300", "v"]),
+        };
+        assert_eq!(reply, "+OK\r\n", "{k}");
+    }
+    let mut other = Client::connect(cluster.addr(2));
+    for (i, k) in keys.iter().enumerate().filter(|(i, _)| i % 4 < 2) {
+        assert_eq!(other.call(&["TTL", k]), ":1000\r\n", "{k}");
+        match i % 4 {
+            0 => assert_eq!(c.call(&["EXPIRE", k, "2000", "GT"]), ":1\r\n"),
+            _ => assert_eq!(c.call(&["PERSIST", k]), ":1\r\n"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    for (i, k) in keys.iter().enumerate() {
+        let want = match i % 4 {
+            0 => ":2000\r\n",
+            1 => ":-1\r\n",
+            _ => ":-2\r\n",
+        };
+        assert_eq!(other.call(&["TTL", k]), want, "{k}");
+        assert_eq!(c.call(&["EXISTS", k]), if i % 4 < 2 { ":1\r\n" } else { ":0\r\n" }, "{k}");
+    }
+    assert_eq!(c.call(&["GETEX", "ttl:0", "PERSIST"]), bulk("v"));
+    assert_eq!(other.call(&["PEXPIRETIME", "ttl:0"]), ":-1\r\n");
+}
+
 #[test]
 fn with_a_password_forwarded_commands_log_in_and_reach_every_master() {
     use shoal_server::auth::Password;
