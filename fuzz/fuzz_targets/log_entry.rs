@@ -23,8 +23,8 @@ fn reencode(e: &Entry<'_>) -> Vec<u8> {
     let n = match e {
         Entry::SegmentHeader(h) => format::encode_segment_header(&mut out, h.log, h.segment, h.capacity),
         Entry::Object(o) => {
-            let n = format::encode_object(&mut out, o.table, o.version, o.key, o.value);
-            assert_eq!(n, format::object_len(o.table, o.version, o.key.len(), o.value.len()));
+            let n = format::encode_object_with(&mut out, o.table, o.version, o.expiry, o.key, o.value);
+            assert_eq!(n, format::object_len_with(o.table, o.version, o.expiry, o.key.len(), o.value.len()));
             n
         }
         Entry::Tombstone(t) => {

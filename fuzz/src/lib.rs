@@ -27,6 +27,7 @@ pub fn seal_entries(buf: &mut [u8]) {
             EntryType::Checksum => buf[body..end].copy_from_slice(&crc.value().to_le_bytes()),
             EntryType::SegmentHeader
             | EntryType::Object
+            | EntryType::ObjectWithExpiry
             | EntryType::Tombstone
             | EntryType::LogDigest
             | EntryType::SafeVersion => {
