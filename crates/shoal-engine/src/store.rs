@@ -160,6 +160,13 @@ pub struct WriteOp<'a> {
     pub expiry: Expiry,
 }
 
+impl<'a> WriteOp<'a> {
+    /// A write of an object that never expires.
+    pub fn new(table: TableId, key: &'a [u8], value: &'a [u8], rules: RejectRules) -> WriteOp<'a> {
+        WriteOp { table, key, value, rules, expiry: Expiry::Never }
+    }
+}
+
 /// One object returned by enumeration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnumeratedObject {
@@ -569,9 +576,7 @@ impl Inner {
                 format::encode_object_with(&mut b.buf, table, version, expiry, key, bytes);
                 b.mark();
                 if let Some(f) = found {
-                    let seg = self.segs.slot(f.r.slot()).segment_id();
-                    format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
-                    b.mark();
+                    self.push_tombstone(b, table, key, &f);
                 }
                 if self.try_append(b, Tier::Write, refs).is_err() {
                     drop(lock);
@@ -667,6 +672,14 @@ impl Inner {
         self.log.raise_safe_version(Version(f.version.0 + 1));
     }
 
+    /// Adds to `b` the tombstone of `f`, the object of (table, key) that a
+    /// write or remove replaces: it names the segment `f` is in now.
+    fn push_tombstone(&self, b: &mut Batch, table: TableId, key: &[u8], f: &Found) {
+        let seg = self.segs.slot(f.r.slot()).segment_id();
+        format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
+        b.mark();
+    }
+
     /// The object at `r`, found by the cleaner under the key's stripe lock
     /// at hash table position `pos`.
     pub(crate) fn found_at(&self, pos: SlotPos, r: LogRef, o: &format::ObjectView<'_>, entry_len: usize) -> Found {
@@ -693,9 +706,7 @@ impl Inner {
                     return Ok(None);
                 };
                 b.clear();
-                let seg = self.segs.slot(f.r.slot()).segment_id();
-                format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
-                b.mark();
+                self.push_tombstone(b, table, key, &f);
                 if self.try_append(b, Tier::Remove, refs).is_err() {
                     drop(lock);
                     self.wait_for_space(started)?;
@@ -731,9 +742,7 @@ impl Inner {
                 _ => return Ok(false),
             };
             b.clear();
-            let seg = self.segs.slot(f.r.slot()).segment_id();
-            format::encode_tombstone(&mut b.buf, table, f.version, seg, key);
-            b.mark();
+            self.push_tombstone(b, table, key, &f);
             if self.try_append(b, Tier::Remove, refs).is_err() {
                 return Err(StoreError::OutOfMemory);
             }
@@ -1110,9 +1119,7 @@ impl Store {
                 b.mark();
                 let obj = b.ends.len() - 1;
                 if let Some(f) = found {
-                    let seg = inner.segs.slot(f.r.slot()).segment_id();
-                    format::encode_tombstone(&mut b.buf, op.table, f.version, seg, op.key);
-                    b.mark();
+                    inner.push_tombstone(&mut b, op.table, op.key, &f);
                 }
                 plan.push((j, i, found, obj, version, expiry, found.is_some() && live.is_none()));
             }

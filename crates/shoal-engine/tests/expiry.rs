@@ -210,27 +210,26 @@ fn replay_treats_an_expired_object_as_a_tombstone() {
     format::encode_object(&mut older, T, Version(3), b"k", b"older");
     let mut newer = Vec::new();
     format::encode_object_with(&mut newer, T, Version(7), Some(UnixMillis(T0 + 10)), b"k", b"newer");
-    for order in [[&older, &newer], [&newer, &older]] {
+    // A new store that replayed both, in this order.
+    let replayed = |first: &[u8], second: &[u8]| {
         let store = store_on(&c);
         let mut replay = shoal_engine::Replay::default();
-        for entries in order {
+        for entries in [first, second] {
             // As `format::filter_entries` computes it: above every version.
             store.replay_entries(&mut replay, entries, Version(8)).unwrap();
         }
         let report = store.finish_replay(replay).unwrap();
+        (store, report)
+    };
+    for (first, second) in [(&older, &newer), (&newer, &older)] {
+        let (store, report) = replayed(first, second);
         // Not expired yet: the newer one, with its expiry.
         let meta = store.meta(T, b"k", NONE).unwrap();
         assert_eq!((meta.version, meta.expiry), (Version(7), Some(UnixMillis(T0 + 10))), "{report:?}");
     }
     c.advance_ms(10);
-    for order in [[&older, &newer], [&newer, &older]] {
-        let store = store_on(&c);
-        let mut replay = shoal_engine::Replay::default();
-        for entries in order {
-            // As `format::filter_entries` computes it: above every version.
-            store.replay_entries(&mut replay, entries, Version(8)).unwrap();
-        }
-        let report = store.finish_replay(replay).unwrap();
+    for (first, second) in [(&older, &newer), (&newer, &older)] {
+        let (store, report) = replayed(first, second);
         assert_eq!(report.objects_expired, 1);
         assert_eq!(store.read(T, b"k", NONE), Err(StoreError::ObjectDoesntExist), "{report:?}");
         assert_eq!(store.stats().objects, 0);

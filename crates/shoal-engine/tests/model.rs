@@ -268,16 +268,8 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
             Op::MultiWrite { items } => {
                 let owned: Vec<(TableId, Vec<u8>, Vec<u8>)> =
                     items.iter().map(|(t, k, len, fill)| (TABLES[*t], key(*k), value(*len, *fill))).collect();
-                let ops: Vec<WriteOp> = owned
-                    .iter()
-                    .map(|(t, k, v)| WriteOp {
-                        table: *t,
-                        key: k,
-                        value: v,
-                        rules: RejectRules::default(),
-                        expiry: Expiry::Never,
-                    })
-                    .collect();
+                let ops: Vec<WriteOp> =
+                    owned.iter().map(|(t, k, v)| WriteOp::new(*t, k, v, RejectRules::default())).collect();
                 let res = store.multi_write(&ops);
                 for ((t, k, v), r) in owned.into_iter().zip(res) {
                     match r {

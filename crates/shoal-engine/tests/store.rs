@@ -5,7 +5,7 @@ mod common;
 
 use shoal_engine::format;
 use shoal_engine::{
-    Expiry, LogObserver, RejectRules, SegmentId, SegmentKind, Store, StoreConfig, StoreError, TableId, Version,
+    LogObserver, RejectRules, SegmentId, SegmentKind, Store, StoreConfig, StoreError, TableId, Version,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -419,13 +419,7 @@ fn multi_write_all_or_nothing_writes_all_or_none() {
     let store = Store::new(common::small_config(256, true)).unwrap();
     store.create_table(T);
     store.write(T, b"b", b"old", RejectRules::default()).unwrap();
-    let op = |k: &'static [u8], v: &'static [u8], rules| WriteOp {
-        table: T,
-        key: k,
-        value: v,
-        rules,
-        expiry: Expiry::Never,
-    };
+    let op = |k: &'static [u8], v: &'static [u8], rules| WriteOp::new(T, k, v, rules);
     // One refusal (b exists) refuses the whole batch: a and c stay absent.
     let refused = store.multi_write_all_or_nothing(&[
         op(b"a", b"1", RejectRules::must_not_exist()),

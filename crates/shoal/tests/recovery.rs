@@ -65,6 +65,19 @@ fn busiest(map: &ClusterMap, table: TableId) -> ServerId {
     best.1
 }
 
+/// The server owning the most tablets of `table` (the one to kill) and
+/// `n` keys it masters: `prefix` followed by a number.
+fn keys_of_busiest(cluster: &Cluster, table: TableId, prefix: &str, n: usize) -> (ServerId, Vec<Vec<u8>>) {
+    let map = table_map(cluster, table);
+    let victim = busiest(&map, table);
+    let keys = (0..100 * n)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .filter(|k| owner(&map, table, k) == victim)
+        .take(n)
+        .collect();
+    (victim, keys)
+}
+
 fn recovered(map: &ClusterMap, dead: ServerId) -> bool {
     map.server(dead).is_some_and(|s| s.state == ServerState::Down)
         && map.recoveries.is_empty()
@@ -306,10 +319,7 @@ fn a_returning_server_does_not_resurrect_deleted_or_overwritten_objects() {
     let root = Root::new("recovery-return");
     let mut cluster = Cluster::start(&root.0, 4, 2, 0);
     let table = cluster.client().create_table("ledger").unwrap();
-    let map = table_map(&cluster, table);
-    let victim = busiest(&map, table);
-    let keys: Vec<Vec<u8>> =
-        (0..5000).map(|i| format!("r{i}").into_bytes()).filter(|k| owner(&map, table, k) == victim).take(300).collect();
+    let (victim, keys) = keys_of_busiest(&cluster, table, "r", 300);
     let mut c = cluster.client();
     for k in &keys {
         c.write(table, k, b"old").unwrap();
@@ -354,10 +364,7 @@ fn expiry_times_survive_crash_recovery_and_expired_objects_stay_gone() {
     // Four servers: after the crash, each master still has two backups.
     let mut cluster = Cluster::start(&root.0, 4, 2, 0);
     let table = cluster.client().create_table("ttl").unwrap();
-    let map = table_map(&cluster, table);
-    let victim = busiest(&map, table);
-    let keys: Vec<Vec<u8>> =
-        (0..5000).map(|i| format!("x{i}").into_bytes()).filter(|k| owner(&map, table, k) == victim).take(200).collect();
+    let (victim, keys) = keys_of_busiest(&cluster, table, "x", 200);
     let written = ExpiringKeys::write(&mut cluster.client(), table, keys);
     let idx = process_of(&root.0, &cluster, victim);
     kill(&mut cluster, idx);

@@ -196,13 +196,7 @@ fn apply<'s>(
                 .iter()
                 .zip(&checks)
                 .filter(|(_, c)| c.is_ok())
-                .map(|(w, _)| WriteOp {
-                    table: w.table,
-                    key: w.key,
-                    value: w.value,
-                    rules: w.rules,
-                    expiry: Expiry::Never,
-                })
+                .map(|(w, _)| WriteOp::new(w.table, w.key, w.value, w.rules))
                 .collect();
             let mut done = store.multi_write(&ops).into_iter();
             Response::MultiWrite(

@@ -227,8 +227,7 @@ impl<'a> Db<'a> {
     /// refused it. On an error, pairs before it may have been written.
     pub fn write_all(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<Vec<Option<Version>>, ErrorReply> {
         let t = self.table_for_write()?;
-        let ops: Vec<WriteOp> =
-            pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules, expiry: Expiry::Never }).collect();
+        let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp::new(t, key, value, rules)).collect();
         let mut written = Vec::with_capacity(ops.len());
         for r in self.ctx.store.multi_write(&ops) {
             match r {
@@ -247,8 +246,7 @@ impl<'a> Db<'a> {
     /// and at most [`shoal_engine::MAX_ATOMIC_BATCH`]; the caller checks both.
     pub fn write_all_or_nothing(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
-        let ops: Vec<WriteOp> =
-            pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules, expiry: Expiry::Never }).collect();
+        let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp::new(t, key, value, rules)).collect();
         match self.ctx.store.multi_write_all_or_nothing(&ops) {
             Ok(_) => Ok(true),
             Err((

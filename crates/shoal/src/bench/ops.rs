@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use shoal_bench_baseline::{key_of, KEY_BYTES};
 use shoal_engine::format::object_len;
-use shoal_engine::{Expiry, RejectRules, Store, StoreError, TableId, Version, WriteOp};
+use shoal_engine::{RejectRules, Store, StoreError, TableId, Version, WriteOp};
 use std::time::{Duration, Instant};
 
 const TABLE: TableId = TableId(1);
@@ -160,16 +160,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     while id < n {
         let end = (id + 64).min(n);
         let keys: Vec<[u8; KEY_BYTES]> = (id..end).map(key_of).collect();
-        let ops: Vec<WriteOp> = keys
-            .iter()
-            .map(|k| WriteOp {
-                table: TABLE,
-                key: k,
-                value: &value,
-                rules: RejectRules::default(),
-                expiry: Expiry::Never,
-            })
-            .collect();
+        let ops: Vec<WriteOp> = keys.iter().map(|k| WriteOp::new(TABLE, k, &value, RejectRules::default())).collect();
         if let Some(e) = store.multi_write(&ops).into_iter().find_map(|r| r.err()) {
             return Err(format!("populating at object {id}: {e}"));
         }

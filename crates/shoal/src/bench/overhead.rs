@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 use serde::Serialize;
 use shoal_bench_baseline::rss::rss_bytes;
 use shoal_engine::format::object_len;
-use shoal_engine::{Expiry, RejectRules, Store, TableId, Version, WriteOp};
+use shoal_engine::{RejectRules, Store, TableId, Version, WriteOp};
 use std::time::Instant;
 
 const KEY: usize = 16;
@@ -99,17 +99,8 @@ fn load(store: &Store, n: u64, batched: bool) -> Result<(), String> {
             let end = (i + BATCH as u64).min(n);
             let keys: Vec<[u8; KEY]> = (i..end).map(key_of).collect();
             let values: Vec<[u8; VALUE]> = (i..end).map(value_of).collect();
-            let ops: Vec<WriteOp> = keys
-                .iter()
-                .zip(&values)
-                .map(|(k, v)| WriteOp {
-                    table: TABLE,
-                    key: k,
-                    value: v,
-                    rules: RejectRules::default(),
-                    expiry: Expiry::Never,
-                })
-                .collect();
+            let ops: Vec<WriteOp> =
+                keys.iter().zip(&values).map(|(k, v)| WriteOp::new(TABLE, k, v, RejectRules::default())).collect();
             if let Some(e) = store.multi_write(&ops).into_iter().find_map(|r| r.err()) {
                 return Err(format!("multi_write at object {i}: {e}"));
             }

@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use shoal_bench_baseline::{key_of, KEY_BYTES};
 use shoal_engine::format::{object_len, tombstone_len};
-use shoal_engine::{Expiry, RejectRules, SegmentId, Store, StoreStats, TableId, Version, WriteOp};
+use shoal_engine::{RejectRules, SegmentId, Store, StoreStats, TableId, Version, WriteOp};
 use std::time::{Duration, Instant};
 
 /// Options of `shoal bench utilization`.
@@ -198,16 +198,7 @@ fn run_one(args: &Args, plan: &Plan, size: usize, dist: Dist, util: u32) -> Util
     while id < n {
         let end = (id + 64).min(n);
         let keys: Vec<[u8; KEY_BYTES]> = (id..end).map(key_of).collect();
-        let ops: Vec<WriteOp> = keys
-            .iter()
-            .map(|k| WriteOp {
-                table: TABLE,
-                key: k,
-                value: &value,
-                rules: RejectRules::default(),
-                expiry: Expiry::Never,
-            })
-            .collect();
+        let ops: Vec<WriteOp> = keys.iter().map(|k| WriteOp::new(TABLE, k, &value, RejectRules::default())).collect();
         if let Some(e) = store.multi_write(&ops).into_iter().find_map(|x| x.err()) {
             r.error = Some(format!("fill at object {id} of {n}: {e}"));
             return r;
