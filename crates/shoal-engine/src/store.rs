@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+mod txn;
+pub use txn::{Commit, Txn};
+
 /// Applies reject rules to an object's current version (`None`: absent).
 fn check_rules(rules: &RejectRules, current: Option<Version>) -> Result<(), StoreError> {
     match current {
@@ -64,6 +67,8 @@ pub enum StoreError {
     /// An all-or-nothing multi-write repeats a key or has more than
     /// [`MAX_ATOMIC_BATCH`] items.
     InvalidBatch,
+    /// A transaction used a key it did not declare ([`Store::transaction`]).
+    NotInTransaction,
 }
 
 /// Most items an all-or-nothing multi-write takes.
@@ -84,6 +89,7 @@ impl std::fmt::Display for StoreError {
             StoreError::InvalidBatch => {
                 write!(f, "an all-or-nothing write repeats a key or has more than {MAX_ATOMIC_BATCH} items")
             }
+            StoreError::NotInTransaction => write!(f, "the key is not one the transaction declared"),
         }
     }
 }

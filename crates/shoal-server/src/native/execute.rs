@@ -320,7 +320,7 @@ fn status_of(e: StoreError) -> ErrorStatus {
         StoreError::NotAnInteger => ErrorStatus::NotAnInteger,
         StoreError::Overflow => ErrorStatus::Overflow,
         StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
-        StoreError::InvalidBatch => ErrorStatus::MalformedRequest(e.to_string()),
+        StoreError::InvalidBatch | StoreError::NotInTransaction => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 
