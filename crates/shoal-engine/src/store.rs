@@ -23,7 +23,7 @@ pub use shoal_common::RejectRules;
 use shoal_common::{key_hash, SegmentId, TableId, Version};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -289,6 +289,16 @@ pub(crate) struct Inner {
     pub shutdown: AtomicBool,
     /// Bumped after every cleaner pass; writers waiting for memory watch it.
     pub space: (Mutex<u64>, Condvar),
+    /// Removals so far, per [`ABSENCE_SLOTS`] slice of the key-hash space
+    /// ([`Store::absence_stamp`]); bumped under the key's stripe lock.
+    removals: Box<[AtomicU32]>,
+}
+
+/// Slices of the key-hash space that absence stamps count removals in.
+const ABSENCE_SLOTS: usize = 1 << 16;
+
+fn absence_slot(hash: u64) -> usize {
+    (hash >> 48) as usize % ABSENCE_SLOTS
 }
 
 /// A master's in-memory store. Cheap to share: wrap in an `Arc`.
@@ -519,9 +529,10 @@ impl Inner {
 
     /// Removes the object (stripe lock held, `f` found under it) after its
     /// tombstone was appended at `tomb`.
-    fn uninstall(&self, table: TableId, f: Found) {
+    fn uninstall(&self, table: TableId, hash: u64, f: Found) {
         let c = &self.counters;
         self.ht.clear(f.pos);
+        self.removals[absence_slot(hash)].fetch_add(1, Ordering::Release);
         self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
@@ -555,7 +566,7 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.uninstall(table, f);
+                self.uninstall(table, hash, f);
                 self.counters.removes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
                 return Ok(Some(f.version));
@@ -610,6 +621,7 @@ impl Store {
             cleaner: CleanerState::default(),
             shutdown: AtomicBool::new(false),
             space: (Mutex::new(0), Condvar::new()),
+            removals: (0..ABSENCE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
             config,
         });
         let cleaner = if inner.config.cleaner_thread {
@@ -707,6 +719,16 @@ impl Store {
     ) -> Result<(i64, Version), StoreError> {
         let (version, n) = self.inner.update(table, key, rules, None, NewValue::Increment(delta))?;
         Ok((n, version))
+    }
+
+    /// A stamp that changes whenever a key that hashes like (`table`, `key`)
+    /// is removed (1 in 65,536 of the key-hash space shares it): with the
+    /// key absent both times, an unchanged stamp means it was not created
+    /// and removed again in between (WATCH of an absent key). A removal of
+    /// another key of the same slice changes it too, so the answer errs
+    /// only towards "changed". Read it before checking that the key is absent.
+    pub fn absence_stamp(&self, table: TableId, key: &[u8]) -> u32 {
+        self.inner.removals[absence_slot(key_hash(table, key).0)].load(Ordering::Acquire)
     }
 
     /// Reads several objects; one result per item, in order.

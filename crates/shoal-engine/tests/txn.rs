@@ -32,7 +32,7 @@ fn transaction_reads_its_own_writes_and_applies_them_together() {
     assert_eq!(buf, b"2");
     txn.write(T, b"b", b"x", RejectRules::must_not_exist()).unwrap();
     assert_eq!(txn.remove(T, b"c", RejectRules::default()), Ok(None));
-    assert_eq!(txn.version(T, b"b").unwrap().is_some(), true);
+    assert!(txn.version(T, b"b").unwrap().is_some());
     // Not visible to others before the commit.
     assert_eq!(store.read(T, b"a", RejectRules::default()).unwrap().0, b"1");
     assert_eq!(store.read(T, b"b", RejectRules::default()), Err(StoreError::ObjectDoesntExist));

@@ -100,6 +100,18 @@ impl Txn {
         Ok(self.inner.lookup(table, key, hash).map(|f| f.version))
     }
 
+    /// The key's [`Store::absence_stamp`] (committed removals only).
+    pub fn absence_stamp(&self, table: TableId, key: &[u8]) -> Result<u32, StoreError> {
+        let hash = self.locked_hash(table, key)?;
+        Ok(self.inner.removals[super::absence_slot(hash)].load(Ordering::Acquire))
+    }
+
+    /// Whether `rules` accept a write or remove of the key now: the refusal
+    /// a [`Txn::write`] would return, without staging anything.
+    pub fn check(&self, table: TableId, key: &[u8], rules: &RejectRules) -> Result<(), StoreError> {
+        check_rules(rules, self.version(table, key)?)
+    }
+
     /// Reads the key into `out` (replacing its contents); its version, or
     /// `ObjectDoesntExist`.
     pub fn read_into(&self, table: TableId, key: &[u8], out: &mut Vec<u8>) -> Result<Version, StoreError> {
@@ -224,7 +236,7 @@ impl Txn {
                     inner.counters.writes.fetch_add(1, Ordering::Relaxed);
                 }
                 (None, Some(f)) => {
-                    inner.uninstall(table, f);
+                    inner.uninstall(table, hash, f);
                     inner.counters.removes.fetch_add(1, Ordering::Relaxed);
                 }
                 (None, None) => unreachable!("unchanged keys are not planned"),

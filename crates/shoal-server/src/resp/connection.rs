@@ -370,6 +370,7 @@ impl Conn {
                     }
                 }, if self.forward.is_some() => {
                     self.forward = None;
+                    let reply = self.session.forwarded(reply);
                     let from = self.output.len();
                     self.output.extend_from_slice(&reply);
                     if let Some(end) = self.hold(from) {
@@ -505,7 +506,8 @@ impl Conn {
     fn over_budget(&mut self) -> bool {
         let unread = self.output.len();
         let account = &mut self._conn.account;
-        account.report(self.input.capacity() + self.output.capacity(), unread);
+        let held = self.input.capacity() + self.output.capacity() + self.session.transaction_bytes();
+        account.report(held, unread);
         account.throttled(unread)
     }
 

@@ -6,11 +6,18 @@
 //! [`Db::update`], which reads the value and its version and writes back
 //! only if the version is unchanged (or, for a missing key, if it is still
 //! missing), retrying otherwise: each such command is atomic.
+//!
+//! Inside EXEC (`multi`), the connection holds a store transaction and every
+//! read and write of a key goes through it instead: staged, seen by the
+//! transaction's later commands, applied together at its commit. The
+//! keyless operations (scan, len, clear) are refused there; MULTI refuses
+//! the commands that need them when they are queued.
 
 use crate::context::{ServerContext, ServerStats};
+use crate::resp::multi::Seen;
 use crate::resp::reply::ErrorReply;
-use shoal_engine::{key_hash, EnumCursor, RejectRules, StoreError, TableId, Version, WriteOp};
-use std::cell::Cell;
+use shoal_engine::{key_hash, EnumCursor, RejectRules, StoreError, TableId, Txn, Version, WriteOp};
+use std::cell::{Cell, RefCell};
 
 /// Objects a SCAN examines per call into the store's enumeration.
 const SCAN_STEP: usize = 16;
@@ -70,11 +77,21 @@ pub struct Db<'a> {
     ctx: &'a ServerContext,
     index: usize,
     cache: &'a TableCache,
+    /// The connection's transaction while EXEC runs its commands.
+    txn: &'a RefCell<Option<Txn>>,
 }
 
+/// The error of a keyless operation inside a transaction (MULTI refuses
+/// the commands that would need one, so it is not expected).
+const NOT_IN_TRANSACTION: ErrorReply = ErrorReply::new("ERR this command cannot run inside a transaction");
+
 impl<'a> Db<'a> {
-    pub fn new(ctx: &'a ServerContext, index: usize, cache: &'a TableCache) -> Db<'a> {
-        Db { ctx, index, cache }
+    pub fn new(ctx: &'a ServerContext, index: usize, cache: &'a TableCache, txn: &'a RefCell<Option<Txn>>) -> Db<'a> {
+        Db { ctx, index, cache, txn }
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.txn.borrow().is_some()
     }
 
     /// The table, if it was ever written.
@@ -117,7 +134,11 @@ impl<'a> Db<'a> {
             self.count(false);
             return Ok(None);
         };
-        match self.ctx.store.read_into(t, key, RejectRules::default(), out) {
+        let read = match self.txn.borrow().as_ref() {
+            Some(txn) => txn.read_into(t, key, out),
+            None => self.ctx.store.read_into(t, key, RejectRules::default(), out),
+        };
+        match read {
             Ok(v) => {
                 self.count(true);
                 Ok(Some(v))
@@ -135,10 +156,36 @@ impl<'a> Db<'a> {
         Ok(self.get_into(key, scratch)?.is_some())
     }
 
+    /// What WATCH records of the key: its version, or that it is absent
+    /// and the store's absence stamp (read first) then.
+    pub fn seen(&self, key: &[u8]) -> Result<Seen, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(Seen::Absent(0)) };
+        let (stamp, found) = match self.txn.borrow().as_ref() {
+            Some(txn) => (txn.absence_stamp(t, key), txn.version(t, key)),
+            None => (
+                Ok(self.ctx.store.absence_stamp(t, key)),
+                self.ctx.store.read(t, key, RejectRules::default()).map(|(_, v)| Some(v)),
+            ),
+        };
+        let stamp = stamp.map_err(store_error)?;
+        match found {
+            Ok(Some(v)) => Ok(Seen::Present(v)),
+            Ok(None)
+            | Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
+                Ok(Seen::Absent(stamp))
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
     /// Writes `key` under `rules`; `Ok(false)` if a rule refused it.
     pub fn write(&self, key: &[u8], value: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
-        match self.ctx.store.write(t, key, value, rules) {
+        let written = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.write(t, key, value, rules),
+            None => self.ctx.store.write(t, key, value, rules),
+        };
+        match written {
             Ok(_) => Ok(true),
             Err(StoreError::ObjectExists { .. } | StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. }) => {
                 Ok(false)
@@ -153,8 +200,12 @@ impl<'a> Db<'a> {
     pub fn write_all(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<Vec<Option<Version>>, ErrorReply> {
         let t = self.table_for_write()?;
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
+        let results = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => ops.iter().map(|op| txn.write(t, op.key, op.value, op.rules)).collect(),
+            None => self.ctx.store.multi_write(&ops),
+        };
         let mut written = Vec::with_capacity(ops.len());
-        for r in self.ctx.store.multi_write(&ops) {
+        for r in results {
             match r {
                 Ok(v) => written.push(Some(v)),
                 Err(
@@ -171,6 +222,24 @@ impl<'a> Db<'a> {
     /// and at most [`shoal_engine::MAX_ATOMIC_BATCH`]; the caller checks both.
     pub fn write_all_or_nothing(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
+        if let Some(txn) = self.txn.borrow_mut().as_mut() {
+            // Every rule is checked before anything is staged.
+            for (key, _) in pairs {
+                match txn.check(t, key, &rules) {
+                    Ok(()) => {}
+                    Err(
+                        StoreError::ObjectExists { .. }
+                        | StoreError::ObjectDoesntExist
+                        | StoreError::WrongVersion { .. },
+                    ) => return Ok(false),
+                    Err(e) => return Err(store_error(e)),
+                }
+            }
+            for (key, value) in pairs {
+                txn.write(t, key, value, RejectRules::default()).map_err(store_error)?;
+            }
+            return Ok(true);
+        }
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp { table: t, key, value, rules }).collect();
         match self.ctx.store.multi_write_all_or_nothing(&ops) {
             Ok(_) => Ok(true),
@@ -185,7 +254,11 @@ impl<'a> Db<'a> {
     /// Removes `key`; whether it existed.
     pub fn remove(&self, key: &[u8]) -> Result<bool, ErrorReply> {
         let Some(t) = self.table() else { return Ok(false) };
-        match self.ctx.store.remove(t, key, RejectRules::default()) {
+        let removed = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.remove(t, key, RejectRules::default()),
+            None => self.ctx.store.remove(t, key, RejectRules::default()),
+        };
+        match removed {
             Ok(v) => Ok(v.is_some()),
             Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
                 Ok(false)
@@ -234,6 +307,9 @@ impl<'a> Db<'a> {
         max_bytes: usize,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         let Some(t) = self.table() else { return Ok((Vec::new(), None)) };
         let bounded = end != u64::MAX;
         let mut keys = Vec::new();
@@ -270,6 +346,9 @@ impl<'a> Db<'a> {
 
     /// Number of keys.
     pub fn len(&self) -> Result<u64, ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         match self.table() {
             None => Ok(0),
             Some(t) => self.ctx.tables.len(t).map_err(store_error),
@@ -278,6 +357,9 @@ impl<'a> Db<'a> {
 
     /// Removes every key (not atomically: concurrent writes may survive).
     pub fn clear(&self) -> Result<(), ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         match self.table() {
             None => Ok(()),
             Some(t) => self.ctx.tables.clear(t).map_err(store_error),

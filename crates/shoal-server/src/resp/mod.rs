@@ -18,6 +18,7 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod glob;
+mod multi;
 mod reply;
 mod routing;
 mod session;

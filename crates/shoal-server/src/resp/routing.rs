@@ -64,7 +64,7 @@ pub enum Routed {
 
 /// Who serves a key.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Owner {
+pub enum Owner {
     Here,
     There(SocketAddr),
 }
@@ -142,7 +142,7 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
 
 /// The first and last argument positions of the command's keys and the
 /// step between them; `None` if the arguments do not hold whole groups.
-fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
+pub fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
     let spec = entry.spec;
     let first = usize::try_from(spec.first_key).ok()?;
     let last = if spec.last_key < 0 { argc as i64 + spec.last_key as i64 } else { spec.last_key as i64 };
@@ -154,6 +154,27 @@ fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
     // `last` bounds the keys; the last key is the last position the step reaches.
     let last = first + (last - first) / step * step;
     (last + step <= argc).then_some((first, last, step))
+}
+
+/// The one server that masters every key of `keys` (`None`: no keys).
+/// Keys on several servers are `Err(Routed::Error(CROSSSLOT))`; a key with
+/// no master to run on now is `Err` of what [`route`] would answer.
+pub fn owner_of_keys(s: &mut Session, keys: &[(TableId, Vec<u8>)]) -> Result<Option<Owner>, Routed> {
+    let Some(node) = s.ctx.cluster.clone() else { return Ok(keys.first().map(|_| Owner::Here)) };
+    let mut found = None;
+    for (table, key) in keys {
+        let o = match owner(&node, *table, key) {
+            Ok(o) => o,
+            Err(u) => return Err(unserved(s, u)),
+        };
+        match found {
+            None => found = Some(o),
+            Some(f) if f == o => {}
+            Some(_) => return Err(Routed::Error(CROSSSLOT)),
+        }
+    }
+    s.no_tablet_since = None;
+    Ok(found)
 }
 
 fn owner(node: &ClusterNode, table: TableId, key: &[u8]) -> Result<Owner, Unserved> {
@@ -207,7 +228,7 @@ fn split(
 ) -> Routed {
     let keys = groups.iter().map(|(_, p)| p.len()).sum();
     let merge = match entry.spec.name {
-        "mget" => Merge::Array { len: keys },
+        "mget" | "shoal.versions" => Merge::Array { len: keys },
         "del" | "unlink" | "exists" => Merge::Sum,
         "mset" => Merge::AllOk,
         _ => return Routed::Error(CROSSSLOT),

@@ -30,6 +30,7 @@ mod info;
 mod mget;
 mod mset;
 mod msetnx;
+pub mod multi;
 mod ping;
 mod quit;
 mod scan;
@@ -41,6 +42,7 @@ mod strlen;
 mod wait;
 
 pub use scan::parse_cursor as scan_cursor;
+pub use select::parse_index as select_index;
 
 /// What COMMAND and COMMAND DOCS say about a command.
 pub struct CommandSpec {
@@ -130,6 +132,13 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &quit::SPEC, run: quit::run },
     Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
+    Entry { spec: &multi::MULTI, run: multi::run_multi },
+    Entry { spec: &multi::EXEC, run: multi::run_exec },
+    Entry { spec: &multi::DISCARD, run: multi::run_discard },
+    Entry { spec: &multi::WATCH, run: multi::run_watch },
+    Entry { spec: &multi::UNWATCH, run: multi::run_unwatch },
+    Entry { spec: &multi::SHOAL_EXEC, run: multi::run_shoal_exec },
+    Entry { spec: &multi::SHOAL_VERSIONS, run: multi::run_shoal_versions },
 ];
 
 /// Whether the command may run on a connection that has not authenticated
