@@ -134,7 +134,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             client_buffer_budget: ByteSize(256 << 20),
             request_timeout_ms: 10_000,
-            idle_timeout_secs: 300,
+            idle_timeout_secs: 0,
             log_level: "info".into(),
             data_dir: None,
             coordinator: None,
@@ -372,7 +372,8 @@ pub struct ServerArgs {
     pub request_timeout_ms: Option<u64>,
     /// Close a connection after this many seconds without progress (idle, or
     /// stalled in the middle of a request, or not reading its replies); 0:
-    /// never [default: 300].
+    /// never, as Redis's `timeout`, so that pooled client connections are
+    /// not dropped [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such

@@ -40,8 +40,8 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle pooled connections kept per server and worker.
 const MAX_IDLE_PER_PEER: usize = 32;
-/// Pooled connections idle for longer are closed rather than reused (well
-/// under the default idle timeout at which the other server closes them).
+/// Pooled connections idle for longer are closed rather than reused (an
+/// idle timeout of the other server may have closed them).
 const MAX_IDLE_TIME: Duration = Duration::from_secs(30);
 
 /// One client command as it is run across the cluster.
