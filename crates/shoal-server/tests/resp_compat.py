@@ -12,7 +12,9 @@ sequence runs once over RESP2 and once over RESP3 (HELLO 3). Exits 1 on any
 difference, printing the first ones.
 
 Commands whose replies differ by design are left out: SET with EX/PX (keys
-do not expire in Shoal), CLIENT ID, INFO, COMMAND, HELLO's server fields.
+do not expire in Shoal), CLIENT ID, INFO, COMMAND, HELLO's server fields,
+TIME's value; KEYS is compared sorted (the order is the store's), SETRANGE
+offsets stay below the largest value Shoal accepts.
 """
 
 import argparse
@@ -65,7 +67,7 @@ def gen_ops(rng, n):
     ops = []
     for _ in range(n):
         r = rng.random()
-        c = rng.randrange(34)
+        c = rng.randrange(40)
         if c == 0:
             opts = rng.choice([[], [b"NX"], [b"XX"], [b"GET"], [b"NX", b"GET"], [b"XX", b"GET"],
                                [b"nx", b"xx"], [b"FOO"], [b"GET", b"GET"], [b"KEEPTTL", b"EX"]])
@@ -143,6 +145,22 @@ def gen_ops(rng, n):
                                    [b"HELLO", b"2", b"BAD"], [b"HELLO", b"2", b"SETNAME", b"a b"]]))
         elif c == 30:
             ops.append([b"SET", key(), val(), rng.choice([b"NX", b"XX", b"GET"]), rng.choice([b"XX", b"NX", b"GET"])])
+        elif c == 31:
+            ops.append([b"GETDEL", key()])
+        elif c == 32:
+            ops.append([b"GETRANGE", key(), rng.choice([b"0", b"1", b"-1", b"-3", b"5", b"x", b"-100"]),
+                        rng.choice([b"-1", b"0", b"2", b"-2", b"100", b"y", b"-200"])])
+        elif c == 33:
+            ops.append([b"SETRANGE", key(), rng.choice([b"0", b"1", b"3", b"10", b"-1", b"x", b"600"]), val()])
+        elif c == 34:
+            ops.append([b"TYPE", key()])
+        elif c == 35:
+            ops.append([b"KEYS-SORTED", rng.choice(PATTERNS)])
+        elif c == 36 and r < 0.05:
+            ops.append([b"FLUSHALL"] + rng.choice([[], [b"ASYNC"], [b"SYNC"], [b"BAD"]]))
+        elif c == 37:
+            ops.append(rng.choice([[b"GETDEL"], [b"GETRANGE", b"k"], [b"SETRANGE", b"k", b"1"], [b"TYPE"],
+                                   [b"KEYS"], [b"KEYS", b"a", b"b"], [b"TIME", b"x"], [b"FLUSHALL", b"A", b"B"]]))
         else:
             ops.append([b"GET", key()])
     return ops
@@ -159,6 +177,8 @@ def run(client, op):
                 if int(cursor) == 0:
                     break
             return ("ok", sorted(keys))
+        if op[0] == b"KEYS-SORTED":
+            return ("ok", sorted(client.execute_command(b"KEYS", *op[1:])))
         return ("ok", client.execute_command(*op))
     except redis.exceptions.ResponseError as e:
         return ("err", type(e).__name__, str(e))

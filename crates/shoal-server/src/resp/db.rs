@@ -267,6 +267,24 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Removes `key` if it is still at `version`; `Ok(false)` if it changed
+    /// or is gone.
+    pub fn remove_version(&self, key: &[u8], version: Version) -> Result<bool, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(false) };
+        let rules = RejectRules::version_is(version);
+        let removed = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.remove(t, key, rules),
+            None => self.ctx.store.remove(t, key, rules),
+        };
+        match removed {
+            Ok(v) => Ok(v.is_some()),
+            Err(StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. } | StoreError::UnknownTable(_)) => {
+                Ok(false)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
     /// Atomic read-modify-write of `key`: `step` sees the current value
     /// (`None` if missing) and decides; a write happens only if nobody
     /// changed the key in between, else `step` runs again on the new value.

@@ -86,6 +86,9 @@ pub enum Merge {
     Sum,
     /// `+OK` if every part answered `+OK` (MSET, FLUSHDB).
     AllOk,
+    /// One array of the items of every part's array reply, in part order
+    /// (KEYS).
+    Concat,
 }
 
 impl Job {
@@ -254,6 +257,16 @@ fn merge(job: &Job, replies: Vec<Bytes>) -> Result<BytesMut, ErrorReply> {
                 return Err(unexpected(r));
             }
             out.extend_from_slice(b"+OK\r\n");
+        }
+        Merge::Concat => {
+            let mut items = Vec::new();
+            for r in &replies {
+                items.extend(array_items(r, job.max_reply).ok_or_else(|| unexpected(r))?);
+            }
+            Reply::new(&mut out, job.proto).array(items.len());
+            for item in items {
+                out.extend_from_slice(&item);
+            }
         }
         Merge::Array { len } => {
             let mut items: Vec<Option<Bytes>> = vec![None; len];

@@ -11,7 +11,7 @@
 //!   into one command per server (this server's share runs at once) and the
 //!   replies merged; any other command (MSETNX) is refused with Redis
 //!   Cluster's CROSSSLOT error, since it cannot be atomic across masters;
-//! * DBSIZE and FLUSHDB run on every live server; SCAN's cursor is a key
+//! * DBSIZE, FLUSHDB, FLUSHALL and KEYS run on every live server; SCAN's cursor is a key
 //!   hash, so it is routed like a key to the server of the tablet it is in.
 //!
 //! A session marked local-only (`SHOAL.LOCAL`, sent by the forwarding side)
@@ -92,7 +92,7 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
     if spec.first_key == 0 {
         return match spec.name {
             "scan" => route_scan(s, args),
-            "dbsize" | "flushdb" if !s.local_only => everywhere(s, entry, args),
+            "dbsize" | "flushdb" | "flushall" | "keys" if !s.local_only => everywhere(s, entry, args),
             _ => Routed::Local,
         };
     }
@@ -265,7 +265,7 @@ fn job(s: &Session, parts: Vec<Part>, merge: Merge) -> Job {
     }
 }
 
-/// DBSIZE and FLUSHDB: here and on every other live server.
+/// DBSIZE, FLUSHDB, FLUSHALL and KEYS: here and on every other live server.
 fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
     let Some(node) = s.ctx.cluster.as_deref() else { return Routed::Local };
     let map = node.map();
@@ -283,7 +283,11 @@ fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed 
             .into_iter()
             .map(|addr| Part { target: Target::Remote { addr, request: request.clone() }, slots: Vec::new() }),
     );
-    let merge = if entry.spec.name == "dbsize" { Merge::Sum } else { Merge::AllOk };
+    let merge = match entry.spec.name {
+        "dbsize" => Merge::Sum,
+        "keys" => Merge::Concat,
+        _ => Merge::AllOk,
+    };
     Routed::Forward(job(s, parts, merge))
 }
 

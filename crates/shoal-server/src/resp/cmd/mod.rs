@@ -23,22 +23,27 @@ mod echo;
 mod exists;
 mod flushdb;
 mod get;
+mod getdel;
 mod getset;
 mod hello;
 mod incr;
 mod info;
+mod keys;
 mod mget;
 mod mset;
 mod msetnx;
 pub mod multi;
 mod ping;
 mod quit;
+mod range;
 mod scan;
 mod select;
 mod set;
 mod setnx;
 mod shoal_local;
 mod strlen;
+mod time;
+mod type_of;
 mod wait;
 
 pub use scan::parse_cursor as scan_cursor;
@@ -132,6 +137,13 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &quit::SPEC, run: quit::run },
     Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
+    Entry { spec: &getdel::SPEC, run: getdel::run },
+    Entry { spec: &range::GETRANGE, run: range::run_getrange },
+    Entry { spec: &range::SETRANGE, run: range::run_setrange },
+    Entry { spec: &type_of::SPEC, run: type_of::run },
+    Entry { spec: &time::SPEC, run: time::run },
+    Entry { spec: &keys::SPEC, run: keys::run },
+    Entry { spec: &flushdb::FLUSHALL, run: flushdb::run_flushall },
     Entry { spec: &multi::MULTI, run: multi::run_multi },
     Entry { spec: &multi::EXEC, run: multi::run_exec },
     Entry { spec: &multi::DISCARD, run: multi::run_discard },
