@@ -26,7 +26,7 @@ use crate::context::ServerContext;
 use crate::listener::{Connection, FrontEnd};
 use crate::workers::{Placement, Served};
 use std::sync::Arc;
-use tokio::net::TcpStream;
+use crate::stream::ClientStream;
 
 /// The RESP listener's front end.
 pub struct RespFrontEnd;
@@ -46,7 +46,7 @@ impl FrontEnd for RespFrontEnd {
         b"-ERR max number of clients reached\r\n"
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+    fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
         connection::serve(stream, conn, placement)
     }
 }
