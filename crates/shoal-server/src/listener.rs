@@ -13,12 +13,13 @@
 use crate::budget::Account;
 use crate::context::{ServerContext, ServerStats};
 use crate::stream::ClientStream;
+use crate::tls::Accepted;
 use crate::workers::{Placement, Served, Workers};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -38,6 +39,12 @@ pub trait FrontEnd: Send + Sync + 'static {
     /// [`Placement::should_move`] and on `true` returns the connection
     /// ([`Moved`]) for another worker to resume.
     fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served;
+
+    /// On a port that speaks TLS, serves a client whose first byte shows it
+    /// does not: refuses it (RESP: an error reply, then closes) or serves
+    /// what is safe in clear text (native: PING only, which failure
+    /// detection sends without TLS).
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served;
 }
 
 /// One accepted connection: its id (unique in this server), peer and the
@@ -145,8 +152,10 @@ pub async fn run<F: FrontEnd>(
             None => workers.spawn(stream, move |stream, placement| front_end.serve(stream, conn, placement)),
             Some(tls) => workers.spawn(stream, move |stream, placement| {
                 Box::pin(async move {
-                    let stream = tls.accept(stream, &conn).await?;
-                    front_end.serve(stream, conn, placement).await
+                    match tls.accept(stream, &conn).await? {
+                        Accepted::Tls(stream) => front_end.serve(stream, conn, placement).await,
+                        Accepted::Plain(stream) => front_end.serve_plain_on_tls(stream, conn, placement).await,
+                    }
                 })
             }),
         }

@@ -17,24 +17,33 @@
 //! `tls_handshake_timeout_ms` closes the connection and is counted
 //! (`tls_handshake_failures`, `tls_handshake_timeouts`); rustls reports
 //! bad input as errors, and nothing here panics on it.
-//!
-//! The crypto provider is *ring*, chosen explicitly (the process-wide
-//! default is never installed or relied on).
 
 use crate::config::{ServerConfig, TlsAuthClients};
 use crate::context::ServerStats;
 use crate::listener::Connection;
 use crate::stream::{Socket, TlsStream};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
-use std::path::Path;
+use shoal_common::tls::{load_certs, load_key, load_roots, provider};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::debug;
+
+/// The first byte of a TLS connection: the content type of a handshake
+/// record (the ClientHello).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// A connection on a TLS port, past its first bytes.
+pub enum Accepted {
+    /// The handshake succeeded.
+    Tls(TlsStream),
+    /// The client does not speak TLS (its first byte is not a handshake
+    /// record); nothing was read from the socket.
+    Plain(TcpStream),
+}
 
 /// A server's TLS settings, loaded once at start.
 pub struct ServerTls {
@@ -51,11 +60,6 @@ impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls").field("handshake_timeout", &self.handshake_timeout).finish_non_exhaustive()
     }
-}
-
-/// The crypto provider of every TLS configuration Shoal makes.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 impl ServerTls {
@@ -112,20 +116,33 @@ impl ServerTls {
     }
 
     /// Runs the server side of the handshake on `stream` within the
-    /// handshake timeout (or until shutdown); `None`, counted and logged at
-    /// debug level, if it failed.
-    pub async fn accept(&self, stream: TcpStream, conn: &Connection) -> Option<TlsStream> {
+    /// handshake timeout (or until shutdown). A client whose first byte is
+    /// not a TLS handshake record is returned as it is ([`Accepted::Plain`])
+    /// for its front end to refuse or serve in its own way. `None`, counted
+    /// and logged at debug level, if the handshake failed or timed out.
+    pub async fn accept(&self, stream: TcpStream, conn: &Connection) -> Option<Accepted> {
         let stats = &conn.ctx.stats;
         let mut shutdown = conn.ctx.shutdown_signal();
-        let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(Socket::new(stream)));
+        let handshake = tokio::time::timeout(self.handshake_timeout, async {
+            let mut first = [0u8; 1];
+            match stream.peek(&mut first).await {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) if first[0] != TLS_HANDSHAKE_RECORD => return Ok(Accepted::Plain(stream)),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+            self.acceptor.accept(Socket::new(stream)).await.map(Accepted::Tls)
+        });
         let outcome = tokio::select! {
             r = handshake => r,
             _ = shutdown.wait_for(|s| *s) => return None,
         };
         match outcome {
-            Ok(Ok(tls)) => {
-                ServerStats::add(&stats.tls_handshakes, 1);
-                Some(tls)
+            Ok(Ok(accepted)) => {
+                if let Accepted::Tls(_) = accepted {
+                    ServerStats::add(&stats.tls_handshakes, 1);
+                }
+                Some(accepted)
             }
             Ok(Err(e)) => {
                 ServerStats::add(&stats.tls_handshake_failures, 1);
@@ -166,29 +183,91 @@ impl ServerTls {
     }
 }
 
-/// The certificates of a PEM file, in order (the server's first, then the
-/// chain).
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read TLS certificate file {}: {e}", path.display()))?
-        .collect();
-    let certs = certs.map_err(|e| format!("TLS certificate file {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("TLS certificate file {} holds no certificate", path.display()));
-    }
-    Ok(certs)
+/// A throwaway certificate authority and two certificates it signed, as
+/// PEM files in one directory: for `shoal local --tls` and tests, never
+/// for production (the CA's key is not kept, so nothing more can be
+/// signed). The server certificate names `localhost` and 127.0.0.1 and
+/// allows client authentication too (servers of a cluster present it to
+/// each other); the client certificate is for mutual TLS.
+#[derive(Clone, Debug)]
+pub struct LocalPki {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
-/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("TLS key file {}: {e}", path.display()))
+impl LocalPki {
+    /// The files' paths in `dir` (whether or not they exist).
+    pub fn in_dir(dir: &Path) -> LocalPki {
+        LocalPki {
+            ca: dir.join("ca.crt"),
+            server_cert: dir.join("server.crt"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
+        }
+    }
+
+    /// The files in `dir`, made (keys mode 0600) unless all are there.
+    pub fn create_or_load(dir: &Path) -> Result<LocalPki, String> {
+        let pki = LocalPki::in_dir(dir);
+        let all = [&pki.ca, &pki.server_cert, &pki.server_key, &pki.client_cert, &pki.client_key];
+        if all.iter().all(|p| p.exists()) {
+            return Ok(pki);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let pem = pki.generate().map_err(|e| format!("cannot make TLS certificates: {e}"))?;
+        for (path, text, secret) in [
+            (&pki.ca, &pem[0], false),
+            (&pki.server_cert, &pem[1], false),
+            (&pki.server_key, &pem[2], true),
+            (&pki.client_cert, &pem[3], false),
+            (&pki.client_key, &pem[4], true),
+        ] {
+            write_file(path, text, secret).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        Ok(pki)
+    }
+
+    /// The PEM texts: CA certificate, server certificate and key, client
+    /// certificate and key.
+    fn generate(&self) -> Result<[String; 5], rcgen::Error> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.distinguished_name.push(DnType::CommonName, "Shoal throwaway CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issue = |names: Vec<String>, cn: &str, usages: Vec<Eku>| -> Result<(String, String), rcgen::Error> {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(names)?;
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.extended_key_usages = usages;
+            Ok((params.signed_by(&key, &ca_cert, &ca_key)?.pem(), key.serialize_pem()))
+        };
+        let (server, server_key) = issue(
+            vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            "shoal server",
+            vec![Eku::ServerAuth, Eku::ClientAuth],
+        )?;
+        let (client, client_key) = issue(Vec::new(), "shoal client", vec![Eku::ClientAuth])?;
+        Ok([ca_cert.pem(), server, server_key, client, client_key])
+    }
 }
 
-/// The CA certificates of a PEM file, as trust roots.
-pub fn load_roots(path: &Path) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
-        roots.add(cert).map_err(|e| format!("TLS CA file {}: {e}", path.display()))?;
-    }
-    Ok(roots)
+/// Writes `text` to a new file at `path`, readable by its owner only when
+/// `secret`.
+fn write_file(path: &Path, text: &str, secret: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(if secret { 0o600 } else { 0o644 }).open(path)?;
+    f.write_all(text.as_bytes())
 }

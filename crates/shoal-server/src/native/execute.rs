@@ -31,6 +31,8 @@ pub struct Scratch {
     pub touched: bool,
     /// An AUTH request of this connection logged it in.
     authenticated: bool,
+    /// The connection is in clear text on a TLS port: only PING is served.
+    pub ping_only: bool,
 }
 
 impl Scratch {
@@ -60,6 +62,12 @@ pub fn execute(
     if header.flags != 0 {
         ServerStats::add(&ctx.stats.protocol_errors, 1);
         let e = ErrorStatus::MalformedRequest("request flags must be zero".into());
+        encode_error(out, id, header.opcode, &e);
+        return;
+    }
+    // A connection in clear text on a TLS port is served PING only.
+    if scratch.ping_only && Opcode::from_u8(header.opcode) != Some(Opcode::Ping) {
+        let e = ErrorStatus::MalformedRequest("this port speaks TLS; in clear text it answers PING only".into());
         encode_error(out, id, header.opcode, &e);
         return;
     }

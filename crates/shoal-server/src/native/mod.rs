@@ -35,6 +35,7 @@ use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
 use crate::spin;
 use crate::stream::ClientStream;
+use tokio::net::TcpStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
@@ -81,6 +82,12 @@ impl FrontEnd for NativeFrontEnd {
 
     fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
         resume(NativeConn::new(conn), stream, placement)
+    }
+
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+        let mut c = NativeConn::new(conn);
+        c.scratch.ping_only = true;
+        resume(c, stream, placement)
     }
 }
 

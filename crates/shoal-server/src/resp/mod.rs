@@ -26,7 +26,10 @@ use crate::context::ServerContext;
 use crate::listener::{Connection, FrontEnd};
 use crate::workers::{Placement, Served};
 use std::sync::Arc;
+use crate::context::ServerStats;
 use crate::stream::ClientStream;
+use tokio::net::TcpStream;
+use tracing::debug;
 
 /// The RESP listener's front end.
 pub struct RespFrontEnd;
@@ -48,5 +51,14 @@ impl FrontEnd for RespFrontEnd {
 
     fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
         connection::serve(stream, conn, placement)
+    }
+
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, _: Placement) -> Served {
+        Box::pin(async move {
+            ServerStats::add(&conn.ctx.stats.tls_handshake_failures, 1);
+            debug!("resp connection {} from {}: not TLS on a TLS port: refused", conn.id, conn.peer);
+            let _ = stream.try_write(b"-ERR this port speaks TLS only (redis-cli: --tls)\r\n");
+            None
+        })
     }
 }
