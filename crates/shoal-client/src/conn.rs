@@ -229,7 +229,7 @@ impl Connection {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
         self.out.clear();
@@ -325,7 +325,7 @@ impl Connection {
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
     }
@@ -357,7 +357,7 @@ impl Connection {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
     }
@@ -414,6 +414,16 @@ impl Transport {
     fn pending(&self) -> bool {
         self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
+}
+
+/// A failed read or write as the client reports it: a TLS failure (an
+/// alert from the server, such as a refused client certificate, or records
+/// that do not decrypt) is [`ClientError::Tls`], which no retry can cure.
+fn io_error(e: io::Error) -> ClientError {
+    if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+        return ClientError::Tls(e.to_string());
+    }
+    e.into()
 }
 
 /// Writes the session's pending records to the non-blocking `stream`;
