@@ -91,7 +91,10 @@ impl Channel {
         let [writer, reader] = match &config.tls {
             None => {
                 let (r, w) = stream.into_split();
-                [tokio::spawn(write_loop(w, rx, waiters.clone())), tokio::spawn(read_loop(r, waiters.clone(), max_body))]
+                [
+                    tokio::spawn(write_loop(w, rx, waiters.clone())),
+                    tokio::spawn(read_loop(r, waiters.clone(), max_body)),
+                ]
             }
             Some(tls) => {
                 let handshake = tls.connect(addr, stream);
@@ -103,7 +106,10 @@ impl Channel {
                 }
                 .map_err(|e| ClientError::Tls(e.to_string()))?;
                 let (r, w) = tokio::io::split(stream);
-                [tokio::spawn(write_loop(w, rx, waiters.clone())), tokio::spawn(read_loop(r, waiters.clone(), max_body))]
+                [
+                    tokio::spawn(write_loop(w, rx, waiters.clone())),
+                    tokio::spawn(read_loop(r, waiters.clone(), max_body)),
+                ]
             }
         };
         let channel = Arc::new(Channel {

@@ -80,7 +80,7 @@ fn blocking_client_over_mutual_tls() {
     assert!(c.multi_write(&items).unwrap().iter().all(|r| r.is_ok()));
     assert_eq!(c.read(t, b"m499").unwrap().0, b"m499");
     let stats = c.stats().unwrap();
-    let handshakes = stats.iter().find(|(name, _)| name == "tls_handshakes").map(|(_, v)| v.clone());
+    let handshakes = stats.iter().find(|(name, _)| name == "tls_handshakes").map(|(_, v)| *v);
     assert_eq!(handshakes, Some(StatValue::U64(1)));
     drop(server);
 }
@@ -159,8 +159,9 @@ fn mutual_tls_refuses_clients_without_the_right_certificate() {
     assert!(e.contains("not valid for name"), "{e}");
     let mut c = blocking::Client::with_config(addr, config(Some(pki.client(true)))).unwrap();
     c.ping().unwrap();
-    let mut c = blocking::Client::with_config(addr, config(Some(pki.client(true).with_server_name("localhost").unwrap())))
-        .unwrap();
+    let mut c =
+        blocking::Client::with_config(addr, config(Some(pki.client(true).with_server_name("localhost").unwrap())))
+            .unwrap();
     c.ping().unwrap();
 }
 

@@ -557,7 +557,8 @@ impl ServerArgs {
         if self.insecure_no_secret {
             c.insecure_no_secret = true;
         }
-        for (flag, field) in [(self.tls_cert, &mut c.tls_cert), (self.tls_key, &mut c.tls_key), (self.tls_ca, &mut c.tls_ca)]
+        for (flag, field) in
+            [(self.tls_cert, &mut c.tls_cert), (self.tls_key, &mut c.tls_key), (self.tls_ca, &mut c.tls_ca)]
         {
             if flag.is_some() {
                 *field = flag;

@@ -45,8 +45,8 @@ pub mod tls;
 mod workers;
 
 pub use config::{
-    ByteSize, ConfigError, ReplicationMode, TlsAuthClients, ServerArgs, ServerConfig, DEFAULT_BACKUP_PORT, DEFAULT_NATIVE_PORT,
-    DEFAULT_RESP_PORT,
+    ByteSize, ConfigError, ReplicationMode, ServerArgs, ServerConfig, TlsAuthClients, DEFAULT_BACKUP_PORT,
+    DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT,
 };
 pub use context::{ServerContext, ServerStats, TableRegistry};
 pub use listener::{Connection, FrontEnd};

@@ -153,7 +153,7 @@ pub async fn run<F: FrontEnd>(
             Some(tls) => workers.spawn(stream, move |stream, placement| {
                 Box::pin(async move {
                     match tls.accept(stream, &conn).await? {
-                        Accepted::Tls(stream) => front_end.serve(stream, conn, placement).await,
+                        Accepted::Tls(stream) => front_end.serve(*stream, conn, placement).await,
                         Accepted::Plain(stream) => front_end.serve_plain_on_tls(stream, conn, placement).await,
                     }
                 })

@@ -39,7 +39,7 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// A connection on a TLS port, past its first bytes.
 pub enum Accepted {
     /// The handshake succeeded.
-    Tls(TlsStream),
+    Tls(Box<TlsStream>),
     /// The client does not speak TLS (its first byte is not a handshake
     /// record); nothing was read from the socket.
     Plain(TcpStream),
@@ -131,7 +131,7 @@ impl ServerTls {
                 Ok(_) => {}
                 Err(e) => return Err(e),
             }
-            self.acceptor.accept(Socket::new(stream)).await.map(Accepted::Tls)
+            self.acceptor.accept(Socket::new(stream)).await.map(|s| Accepted::Tls(Box::new(s)))
         });
         let outcome = tokio::select! {
             r = handshake => r,
@@ -235,8 +235,7 @@ impl LocalPki {
     /// certificate and key.
     fn generate(&self) -> Result<[String; 5], rcgen::Error> {
         use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair,
-            KeyUsagePurpose,
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair, KeyUsagePurpose,
         };
         let ca_key = KeyPair::generate()?;
         let mut ca = CertificateParams::new(Vec::<String>::new())?;

@@ -102,10 +102,21 @@ fn redis_cli_and_redis_benchmark_work_over_tls() {
     // A pipelined load: 50 clients, 16 requests in flight each.
     let port = server.resp_addr().port().to_string();
     let out = run_bounded(
-        Command::new("redis-benchmark")
-            .args(["--tls", "--cacert"])
-            .arg(&pki.files.ca)
-            .args(["-h", "127.0.0.1", "-p", &port, "-t", "set,get", "-n", "20000", "-P", "16", "-r", "1000", "-q"]),
+        Command::new("redis-benchmark").args(["--tls", "--cacert"]).arg(&pki.files.ca).args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "set,get",
+            "-n",
+            "20000",
+            "-P",
+            "16",
+            "-r",
+            "1000",
+            "-q",
+        ]),
         Duration::from_secs(60),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -169,10 +180,7 @@ fn redis_py_works_over_mutual_tls_with_a_password() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(
-        lines[0].starts_with("no certificate: refused:") && lines[0].contains("CERTIFICATE_REQUIRED"),
-        "{stdout}"
-    );
+    assert!(lines[0].starts_with("no certificate: refused:") && lines[0].contains("CERTIFICATE_REQUIRED"), "{stdout}");
     assert_eq!(&lines[1..4], ["get: v", "pipeline: 2000 1000", "dbsize: 1002"], "{stdout}");
     assert!(lines[4].starts_with("no password: refused:"), "{stdout}");
 }

@@ -14,8 +14,8 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{
-    ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected, StatValue,
-    TableError, TableId, Version, WriteError,
+    ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected,
+    StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};

@@ -305,7 +305,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             args.push("--sync-open".into());
         }
         if let Some(pki) = &pki {
-            for (flag, path) in [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)] {
+            for (flag, path) in
+                [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)]
+            {
                 args.extend([flag.to_string(), path.display().to_string()]);
             }
         }

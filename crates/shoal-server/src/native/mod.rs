@@ -35,7 +35,6 @@ use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
 use crate::spin;
 use crate::stream::ClientStream;
-use tokio::net::TcpStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
@@ -44,6 +43,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tracing::debug;
 
 /// The response sent to a connection refused because too many are open:

@@ -20,9 +20,9 @@
 //! them by the client connection's reply limit and never panics.
 
 use crate::auth::Credentials;
-use crate::tls::ServerTls;
 use crate::resp::frame::parse_i64;
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
+use crate::tls::ServerTls;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -23,11 +23,11 @@ mod routing;
 mod session;
 
 use crate::context::ServerContext;
+use crate::context::ServerStats;
 use crate::listener::{Connection, FrontEnd};
+use crate::stream::ClientStream;
 use crate::workers::{Placement, Served};
 use std::sync::Arc;
-use crate::context::ServerStats;
-use crate::stream::ClientStream;
 use tokio::net::TcpStream;
 use tracing::debug;
 
