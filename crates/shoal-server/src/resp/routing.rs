@@ -214,7 +214,8 @@ fn relay(s: &Session, addr: SocketAddr, args: Args<'_>) -> Routed {
     let words: Vec<&[u8]> = args.iter().collect();
     let mut request = Vec::new();
     encode_request(&words, &mut request);
-    Routed::Forward(Job::relay(s.db, s.proto, addr, request, s.reply_limit, s.ctx.auth.peer_credentials().cloned()))
+    let part = Part { target: Target::Remote { addr, request }, slots: Vec::new() };
+    Routed::Forward(job(s, vec![part], Merge::Relay))
 }
 
 /// One command per owner, each with the owner's keys (and their values),
@@ -262,6 +263,7 @@ fn job(s: &Session, parts: Vec<Part>, merge: Merge) -> Job {
         merge,
         max_reply: s.reply_limit,
         credentials: s.ctx.auth.peer_credentials().cloned(),
+        tls: s.ctx.tls.clone(),
     }
 }
 
