@@ -32,7 +32,7 @@
 
 use crate::resp::cmd::{self, Entry};
 use crate::resp::db::{store_error, Db};
-use crate::resp::forward::{encode_request, Job};
+use crate::resp::forward::encode_request;
 use crate::resp::frame::{self, parse_i64, Args, Limits};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::routing::{self, Owner, Routed};
@@ -352,7 +352,8 @@ fn route_exec(s: &mut Session, queued: &[Queued], watched: Vec<(usize, Vec<u8>, 
         )));
     }
     let request = encode_exec(&plan, queued);
-    let job = Job::relay(plan.start_db, s.proto, addr, request, s.reply_limit, s.ctx.auth.peer_credentials().cloned());
+    // In the database EXEC started in (the session's still).
+    let job = routing::relay_job(s, addr, request);
     s.db = plan.end_db;
     Routed::Forward(job)
 }

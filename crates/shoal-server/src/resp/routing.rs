@@ -218,6 +218,13 @@ fn relay(s: &Session, addr: SocketAddr, args: Args<'_>) -> Routed {
     Routed::Forward(job(s, vec![part], Merge::Relay))
 }
 
+/// A job sending `request` (encoded) to `addr` in the session's database
+/// and protocol, its reply relayed as it is.
+pub fn relay_job(s: &Session, addr: SocketAddr, request: Vec<u8>) -> Job {
+    let part = Part { target: Target::Remote { addr, request }, slots: Vec::new() };
+    job(s, vec![part], Merge::Relay)
+}
+
 /// One command per owner, each with the owner's keys (and their values),
 /// in their order in the request.
 fn split(
