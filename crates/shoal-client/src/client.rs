@@ -25,8 +25,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -87,11 +86,33 @@ impl Channel {
             None => connect.await?,
         };
         stream.set_nodelay(true)?;
-        let (r, w) = stream.into_split();
         let waiters = Arc::new(Mutex::new(Waiters::default()));
         let (tx, rx) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(write_loop(w, rx, waiters.clone()));
-        let reader = tokio::spawn(read_loop(r, waiters.clone(), config.max_body_bytes));
+        let max_body = config.max_body_bytes;
+        let [writer, reader] = match &config.tls {
+            None => {
+                let (r, w) = stream.into_split();
+                [
+                    tokio::spawn(write_loop(w, rx, waiters.clone())),
+                    tokio::spawn(read_loop(r, waiters.clone(), max_body)),
+                ]
+            }
+            Some(tls) => {
+                let handshake = tls.connect(addr, stream);
+                let stream = match config.timeout {
+                    Some(t) => tokio::time::timeout(t, handshake)
+                        .await
+                        .map_err(|_| ClientError::Tls("no TLS handshake within the timeout".into()))?,
+                    None => handshake.await,
+                }
+                .map_err(|e| ClientError::Tls(e.to_string()))?;
+                let (r, w) = tokio::io::split(stream);
+                [
+                    tokio::spawn(write_loop(w, rx, waiters.clone())),
+                    tokio::spawn(read_loop(r, waiters.clone(), max_body)),
+                ]
+            }
+        };
         let channel = Arc::new(Channel {
             addr,
             tx,
@@ -161,7 +182,11 @@ impl Channel {
     }
 }
 
-async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, waiters: Arc<Mutex<Waiters>>) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    waiters: Arc<Mutex<Waiters>>,
+) {
     while let Some(mut buf) = rx.recv().await {
         while buf.len() < MAX_COALESCE {
             match rx.try_recv() {
@@ -169,14 +194,15 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u
                 Err(_) => break,
             }
         }
-        if w.write_all(&buf).await.is_err() {
+        // The flush sends what a TLS session holds back (a no-op on TCP).
+        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
             break;
         }
     }
     waiters.lock().expect("waiters lock").close();
 }
 
-async fn read_loop(mut r: OwnedReadHalf, waiters: Arc<Mutex<Waiters>>, max_body: u32) {
+async fn read_loop<R: AsyncRead + Unpin>(mut r: R, waiters: Arc<Mutex<Waiters>>, max_body: u32) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     'conn: loop {
         match r.read_buf(&mut buf).await {

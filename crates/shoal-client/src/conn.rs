@@ -11,6 +11,7 @@
 
 use crate::error::ClientError;
 use crate::ops::ResponseFrame;
+use crate::tls::ClientTls;
 use shoal_proto::{check_frame, ErrorStatus, FrameError, Request, Response, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -31,6 +32,8 @@ pub struct ClientConfig {
     /// Log every new connection in with these before using it (needed
     /// when the servers have a password or users; see `docs/security.md`).
     pub credentials: Option<Credentials>,
+    /// Speak TLS to the servers (needed when their client ports do).
+    pub tls: Option<ClientTls>,
 }
 
 /// A user name and password for the native protocol's AUTH request.
@@ -74,6 +77,7 @@ impl Default for ClientConfig {
             spin: Duration::from_micros(50),
             timeout: Some(Duration::from_secs(30)),
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -111,7 +115,7 @@ impl Spinner {
 /// returns its id; `recv`/`recv_id` return responses (those that arrive
 /// while looking for another id are kept until asked for).
 pub struct Connection {
-    stream: TcpStream,
+    io: Transport,
     addr: SocketAddr,
     /// Received bytes live in `buf[start..end]`.
     buf: Vec<u8>,
@@ -137,9 +141,13 @@ impl Connection {
             None => TcpStream::connect(addr)?,
         };
         stream.set_nodelay(true)?;
+        let tls = match &config.tls {
+            Some(tls) => Some(Box::new(handshake(tls.session(addr)?, &stream, config.timeout)?)),
+            None => None,
+        };
         stream.set_nonblocking(true)?;
         let mut conn = Connection {
-            stream,
+            io: Transport { stream, tls },
             addr,
             buf: vec![0; INITIAL_BUF],
             start: 0,
@@ -210,18 +218,18 @@ impl Connection {
     /// responses, so a deep pipeline never deadlocks against the server.
     pub fn flush(&mut self) -> Result<(), ClientError> {
         let mut written = 0;
-        while written < self.out.len() {
-            match self.stream.write(&self.out[written..]) {
-                Ok(0) => return Err(ClientError::Closed),
+        while written < self.out.len() || self.io.pending() {
+            match self.io.write(&self.out[written..]) {
+                Ok(0) if written < self.out.len() => return Err(ClientError::Closed),
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let ev = poll(&self.stream, libc::POLLOUT | libc::POLLIN, self.timeout)?;
+                    let ev = poll(&self.io.stream, libc::POLLOUT | libc::POLLIN, self.timeout)?;
                     if ev & libc::POLLIN != 0 {
                         self.read_available()?;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
         self.out.clear();
@@ -312,12 +320,12 @@ impl Connection {
     fn read_available(&mut self) -> Result<(), ClientError> {
         loop {
             self.make_room();
-            match self.stream.read(&mut self.buf[self.end..]) {
+            match self.io.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(ClientError::Closed),
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
     }
@@ -330,7 +338,7 @@ impl Connection {
         let spin_until = started + self.spinner.budget;
         let mut spinning = !self.spinner.budget.is_zero();
         loop {
-            match self.stream.read(&mut self.buf[self.end..]) {
+            match self.io.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(ClientError::Closed),
                 Ok(n) => {
                     self.end += n;
@@ -343,16 +351,112 @@ impl Connection {
                         continue;
                     }
                     spinning = false;
-                    let ev = poll(&self.stream, libc::POLLIN, self.timeout)?;
+                    let ev = poll(&self.io.stream, libc::POLLIN, self.timeout)?;
                     if ev == 0 {
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "no reply from the server").into());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(io_error(e)),
             }
         }
     }
+}
+
+/// A connection's socket, and its TLS session when TLS is on. The socket
+/// is non-blocking; so are reads and writes through the session.
+struct Transport {
+    stream: TcpStream,
+    tls: Option<Box<rustls::ClientConnection>>,
+}
+
+impl Transport {
+    /// Reads what is available (decrypted under TLS): `WouldBlock` when
+    /// nothing is, `Ok(0)` when the server closed.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(tls) = &mut self.tls else { return (&self.stream).read(buf) };
+        loop {
+            match tls.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // Closed without TLS's close_notify: closed all the same.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            if tls.read_tls(&mut &self.stream)? == 0 {
+                return Ok(0);
+            }
+            tls.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            // What the records asked to send (a key update, an alert).
+            push_records(tls, &self.stream)?;
+        }
+    }
+
+    /// Writes some of `data` (through the session under TLS), and the
+    /// session's records waiting to go out: how many bytes of `data` were
+    /// taken, `WouldBlock` when the socket took nothing.
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let Some(tls) = &mut self.tls else { return (&self.stream).write(data) };
+        loop {
+            let n = if data.is_empty() { 0 } else { tls.writer().write(data)? };
+            let all_sent = push_records(tls, &self.stream)?;
+            if n > 0 || data.is_empty() {
+                return if n == 0 && !all_sent { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) };
+            }
+            if !all_sent {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            // The session's buffer was full and is now sent: take more.
+        }
+    }
+
+    /// Whether TLS records wait to be written.
+    fn pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+}
+
+/// A failed read or write as the client reports it: a TLS failure (an
+/// alert from the server, such as a refused client certificate, or records
+/// that do not decrypt) is [`ClientError::Tls`], which no retry can cure.
+fn io_error(e: io::Error) -> ClientError {
+    if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+        return ClientError::Tls(e.to_string());
+    }
+    e.into()
+}
+
+/// Writes the session's pending records to the non-blocking `stream`;
+/// whether all went out.
+fn push_records(tls: &mut rustls::ClientConnection, stream: &TcpStream) -> io::Result<bool> {
+    while tls.wants_write() {
+        match tls.write_tls(&mut &*stream) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Runs the client side of a TLS handshake on the (blocking) `stream`,
+/// within `timeout` per read or write.
+fn handshake(
+    mut tls: rustls::ClientConnection,
+    stream: &TcpStream,
+    timeout: Option<Duration>,
+) -> Result<rustls::ClientConnection, ClientError> {
+    stream.set_read_timeout(timeout)?;
+    stream.set_write_timeout(timeout)?;
+    while tls.is_handshaking() {
+        tls.complete_io(&mut &*stream).map_err(|e| ClientError::Tls(e.to_string()))?;
+    }
+    // What the handshake's last flight left to send.
+    while tls.wants_write() {
+        tls.write_tls(&mut &*stream)?;
+    }
+    Ok(tls)
 }
 
 /// Waits until `stream` is ready for `events` (or has an error or hang-up,

@@ -27,6 +27,11 @@ pub enum ClientError {
     /// password, or user disabled).
     #[error("authentication failed: invalid user-password pair or user is disabled")]
     AuthFailed,
+    /// The TLS handshake with the server failed (its certificate is not
+    /// trusted or does not name it, it requires a client certificate, or
+    /// it does not speak TLS).
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
     /// The request would exceed the frame limit; it was not sent.
     #[error("request of {len} bytes exceeds the frame limit of {max}")]
     RequestTooLarge { len: usize, max: u32 },

@@ -18,7 +18,9 @@
 //! the connection and the protocol.
 //!
 //! With [`ClientConfig::credentials`] set, every new connection first logs
-//! in with an AUTH request; a refusal is [`ClientError::AuthFailed`].
+//! in with an AUTH request; a refusal is [`ClientError::AuthFailed`]. With
+//! [`ClientConfig::tls`] set, every connection speaks TLS ([`ClientTls`]),
+//! in both clients.
 
 pub mod blocking;
 mod client;
@@ -27,6 +29,7 @@ mod conn;
 mod error;
 mod ops;
 mod tablet;
+mod tls;
 
 pub use client::{Channel, Client, Reply};
 pub use cluster::CoordinatorMap;
@@ -34,6 +37,7 @@ pub use conn::{ClientConfig, Connection, Credentials};
 pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
 pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Ttl, Versioned};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
+pub use tls::ClientTls;
 
 pub use shoal_proto::{
     key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId,

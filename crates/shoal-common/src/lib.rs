@@ -6,6 +6,7 @@
 //! protocol: it must never change (see `docs/log-format.md`, "Key hash").
 
 pub mod os;
+pub mod tls;
 
 use std::fmt;
 

@@ -326,7 +326,7 @@ fn relocate_segment(
                     };
                     if o.expiry.is_some() && o.expired_at(*now.get_or_insert_with(|| inner.now())) {
                         // Dropped instead of relocated (see the module comment).
-                        inner.uninstall(o.table, inner.found_at(pos, old, &o, len));
+                        inner.uninstall(o.table, hash, inner.found_at(pos, old, &o, len));
                         inner.counters.expired_dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

@@ -181,6 +181,17 @@ impl HashTable {
         self.stripes[stripe].lock()
     }
 
+    /// Unlocks a stripe whose guard from [`HashTable::lock_stripe`] was
+    /// forgotten (a transaction holds its stripes across calls).
+    ///
+    /// # Safety
+    /// The stripe must be locked by such a forgotten guard and not unlocked
+    /// since; each forgotten guard is unlocked exactly once.
+    pub unsafe fn unlock_stripe(&self, stripe: usize) {
+        // SAFETY: the caller's contract: this context holds the lock.
+        unsafe { self.stripes[stripe].force_unlock() }
+    }
+
     fn overflow(&self, index: u64) -> &Bucket {
         let i = index as usize;
         let chunk = self.chunks[i / CHUNK_BUCKETS].load(Ordering::Acquire);

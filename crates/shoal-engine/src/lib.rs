@@ -30,6 +30,6 @@ pub use config::{ConfigError, StoreConfig};
 pub use log::{LogObserver, SegmentKind};
 pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
 pub use store::{
-    EnumCursor, EnumeratedObject, Expiry, ObjectMeta, RejectRules, Replay, ReplayError, ReplayReport, Store,
-    StoreError, StoreStats, WriteOp, MAX_ATOMIC_BATCH,
+    Commit, EnumCursor, EnumeratedObject, Expiry, ObjectMeta, RejectRules, Replay, ReplayError, ReplayReport, Store,
+    StoreError, StoreStats, Txn, WriteOp, MAX_ATOMIC_BATCH,
 };

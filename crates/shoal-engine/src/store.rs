@@ -24,10 +24,13 @@ pub use shoal_common::RejectRules;
 use shoal_common::{key_hash, SegmentId, TableId, UnixMillis, Version};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
+
+mod txn;
+pub use txn::{Commit, Txn};
 
 /// Applies reject rules to an object's current version (`None`: absent).
 fn check_rules(rules: &RejectRules, current: Option<Version>) -> Result<(), StoreError> {
@@ -65,6 +68,8 @@ pub enum StoreError {
     /// An all-or-nothing multi-write repeats a key or has more than
     /// [`MAX_ATOMIC_BATCH`] items.
     InvalidBatch,
+    /// A transaction used a key it did not declare ([`Store::transaction`]).
+    NotInTransaction,
 }
 
 /// Most items an all-or-nothing multi-write takes.
@@ -85,6 +90,7 @@ impl std::fmt::Display for StoreError {
             StoreError::InvalidBatch => {
                 write!(f, "an all-or-nothing write repeats a key or has more than {MAX_ATOMIC_BATCH} items")
             }
+            StoreError::NotInTransaction => write!(f, "the key is not one the transaction declared"),
         }
     }
 }
@@ -367,6 +373,16 @@ pub(crate) struct Inner {
     pub shutdown: AtomicBool,
     /// Bumped after every cleaner pass; writers waiting for memory watch it.
     pub space: (Mutex<u64>, Condvar),
+    /// Removals so far, per [`ABSENCE_SLOTS`] slice of the key-hash space
+    /// ([`Store::absence_stamp`]); bumped under the key's stripe lock.
+    removals: Box<[AtomicU32]>,
+}
+
+/// Slices of the key-hash space that absence stamps count removals in.
+const ABSENCE_SLOTS: usize = 1 << 16;
+
+fn absence_slot(hash: u64) -> usize {
+    (hash >> 48) as usize % ABSENCE_SLOTS
 }
 
 /// A master's in-memory store. Cheap to share: wrap in an `Arc`.
@@ -650,12 +666,14 @@ impl Inner {
     }
 
     /// Removes the object from the hash table and the statistics (stripe
-    /// lock held, `f` found under it) after its tombstone was appended, or
-    /// when the cleaner drops it expired. Raises the safe version above
-    /// it, so that the key's next object gets a higher version.
-    pub(crate) fn uninstall(&self, table: TableId, f: Found) {
+    /// lock held, `f` found under it; `hash` is its key's) after its
+    /// tombstone was appended, or when the cleaner drops it expired. Raises
+    /// the safe version above it, so that the key's next object gets a
+    /// higher version, and bumps the key's absence stamp.
+    pub(crate) fn uninstall(&self, table: TableId, hash: u64, f: Found) {
         let c = &self.counters;
         self.ht.clear(f.pos);
+        self.removals[absence_slot(hash)].fetch_add(1, Ordering::Release);
         self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
@@ -712,7 +730,7 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
-                self.uninstall(table, f);
+                self.uninstall(table, hash, f);
                 drop(lock);
                 if live.is_none() {
                     self.counters.expired_lazily.fetch_add(1, Ordering::Relaxed);
@@ -746,7 +764,7 @@ impl Inner {
             if self.try_append(b, Tier::Remove, refs).is_err() {
                 return Err(StoreError::OutOfMemory);
             }
-            self.uninstall(table, f);
+            self.uninstall(table, hash, f);
             self.counters.expired_swept.fetch_add(1, Ordering::Relaxed);
             Ok(true)
         })
@@ -813,6 +831,7 @@ impl Store {
             sweep: SweepState::default(),
             shutdown: AtomicBool::new(false),
             space: (Mutex::new(0), Condvar::new()),
+            removals: (0..ABSENCE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
             config,
         });
         let cleaner = if inner.config.cleaner_thread {
@@ -1003,6 +1022,16 @@ impl Store {
     ) -> Result<(i64, Version), StoreError> {
         let (version, n) = self.inner.update(table, key, rules, NewValue::Increment(delta), Expiry::Keep)?;
         Ok((n, version))
+    }
+
+    /// A stamp that changes whenever a key that hashes like (`table`, `key`)
+    /// is removed (1 in 65,536 of the key-hash space shares it): with the
+    /// key absent both times, an unchanged stamp means it was not created
+    /// and removed again in between (WATCH of an absent key). A removal of
+    /// another key of the same slice changes it too, so the answer errs
+    /// only towards "changed". Read it before checking that the key is absent.
+    pub fn absence_stamp(&self, table: TableId, key: &[u8]) -> u32 {
+        self.inner.removals[absence_slot(key_hash(table, key).0)].load(Ordering::Acquire)
     }
 
     /// Reads several objects; one result per item, in order.

@@ -318,3 +318,43 @@ fn sweep_thread_bounds_how_long_expired_objects_hold_memory() {
     assert!(s.sweep_ms <= s.sweep_passes * 50, "{} ms over {} passes", s.sweep_ms, s.sweep_passes);
     store.check_invariants().unwrap();
 }
+
+/// A transaction sees an expired key as missing, writes, keeps and
+/// changes expiry times as single writes do, and commits them.
+#[test]
+fn transactions_honour_and_set_expiry_times() {
+    use shoal_engine::Commit;
+    let c = clock();
+    let store = store_on(&c);
+    store.write_with_expiry(T, b"gone", b"old", NONE, at(10)).unwrap();
+    store.write_with_expiry(T, b"keep", b"v", NONE, at(1000)).unwrap();
+    store.write(T, b"plain", b"v", NONE).unwrap();
+    c.advance_ms(10);
+    let appended = store.stats().writes;
+    let mut txn = store.transaction(&[(T, b"gone"), (T, b"keep"), (T, b"plain"), (T, b"new")]);
+    let mut buf = Vec::new();
+    assert_eq!(txn.read_into(T, b"gone", &mut buf), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(txn.version(T, b"gone"), Ok(None));
+    // A refused change of an expired key stages nothing to commit.
+    assert_eq!(txn.remove(T, b"gone", RejectRules::must_exist()), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(txn.set_expiry(T, b"gone", None, NONE), Err(StoreError::ObjectDoesntExist));
+    let meta = txn.read_meta_into(T, b"keep", None).unwrap();
+    assert_eq!(meta.expiry, Some(UnixMillis(T0 + 1000)));
+    txn.write_with_expiry(T, b"keep", b"w", NONE, Expiry::Keep).unwrap();
+    txn.set_expiry(T, b"plain", Some(UnixMillis(T0 + 500)), NONE).unwrap();
+    txn.write_with_expiry(T, b"new", b"n", RejectRules::must_not_exist(), at(700)).unwrap();
+    assert_eq!(txn.read_meta_into(T, b"new", None).unwrap().expiry, Some(UnixMillis(T0 + 700)));
+    assert_eq!(txn.commit(), Ok(Commit::Done));
+    assert_eq!(store.stats().writes, appended + 3, "the expired key was left alone");
+    assert_eq!(store.read(T, b"keep", NONE).unwrap().0, b"w");
+    assert_eq!(store.meta(T, b"keep", NONE).unwrap().expiry, Some(UnixMillis(T0 + 1000)));
+    assert_eq!(store.meta(T, b"plain", NONE).unwrap().expiry, Some(UnixMillis(T0 + 500)));
+    assert_eq!(store.meta(T, b"new", NONE).unwrap().expiry, Some(UnixMillis(T0 + 700)));
+    // A write over the expired key in a transaction replaces it.
+    let mut txn = store.transaction(&[(T, b"gone")]);
+    txn.write(T, b"gone", b"again", RejectRules::must_not_exist()).unwrap();
+    assert_eq!(txn.commit(), Ok(Commit::Done));
+    assert_eq!(store.read(T, b"gone", NONE).unwrap().0, b"again");
+    assert_eq!(store.stats().expired_keys, 1);
+    store.check_invariants().unwrap();
+}

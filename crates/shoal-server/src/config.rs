@@ -8,6 +8,7 @@
 //! [`ServerConfig::store_config`] derives the engine's configuration.
 
 use crate::auth::{Password, Users};
+use crate::tls::ServerTls;
 use serde::Deserialize;
 use shoal_engine::StoreConfig;
 use std::fmt;
@@ -106,6 +107,37 @@ pub struct ServerConfig {
     pub cluster_secret_file: Option<PathBuf>,
     /// Run in a cluster without a secret (command line: otherwise refused).
     pub insecure_no_secret: bool,
+    /// PEM file of this server's certificate (then its chain). With
+    /// `tls_key`, the client ports (RESP and native) speak only TLS
+    /// (`docs/security.md`, "TLS").
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of the private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of the CA certificates that sign client certificates (and,
+    /// in a cluster, the other servers' certificates). Set: clients must
+    /// present a certificate it signed, unless `tls_auth_clients` says
+    /// otherwise.
+    pub tls_ca: Option<PathBuf>,
+    /// Whether clients must present a certificate when `tls_ca` is set
+    /// (Redis's `tls-auth-clients`).
+    pub tls_auth_clients: TlsAuthClients,
+    /// Milliseconds a client has to complete the TLS handshake after
+    /// connecting; then it is closed.
+    pub tls_handshake_timeout_ms: u64,
+}
+
+/// Whether TLS clients must present a certificate (with `tls_ca` set), as
+/// Redis's `tls-auth-clients`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsAuthClients {
+    /// A certificate signed by the CA is required.
+    #[default]
+    Yes,
+    /// None is asked for (the CA then only verifies other servers).
+    No,
+    /// One is asked for and verified if given, but not required.
+    Optional,
 }
 
 /// The replication data path (see [`ServerConfig::replication`]).
@@ -134,7 +166,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             client_buffer_budget: ByteSize(256 << 20),
             request_timeout_ms: 10_000,
-            idle_timeout_secs: 300,
+            idle_timeout_secs: 0,
             log_level: "info".into(),
             data_dir: None,
             coordinator: None,
@@ -148,6 +180,11 @@ impl Default for ServerConfig {
             acl_file: None,
             cluster_secret_file: None,
             insecure_no_secret: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            tls_auth_clients: TlsAuthClients::Yes,
+            tls_handshake_timeout_ms: 5000,
         }
     }
 }
@@ -196,6 +233,11 @@ impl ServerConfig {
     /// `None` when half-sent requests never time out.
     pub fn request_timeout(&self) -> Option<Duration> {
         (self.request_timeout_ms > 0).then(|| Duration::from_millis(self.request_timeout_ms))
+    }
+
+    /// How long a client may take over the TLS handshake (at least 1 ms).
+    pub fn tls_handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.tls_handshake_timeout_ms.max(1))
     }
 
     /// The engine's configuration for this server.
@@ -252,6 +294,13 @@ impl ServerConfig {
             return bad("sizes must fit this machine's address space".into());
         }
         Users::from_config(self).map_err(ConfigError::Invalid)?;
+        let tls = ServerTls::from_config(self).map_err(ConfigError::Invalid)?;
+        if self.coordinator.is_some() && tls.as_ref().is_some_and(|t| !t.can_connect_peers()) {
+            return bad("a server in a cluster with TLS needs tls_ca: servers forward commands to each other over \
+                 TLS and verify each other's certificates with it (tls_auth_clients = no keeps client \
+                 certificates optional)"
+                .into());
+        }
         self.store_config().validate().map_err(|e| ConfigError::Invalid(e.0))
     }
 }
@@ -318,7 +367,8 @@ pub struct ServerArgs {
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
-    /// insecure_no_secret (sizes as numbers of bytes or strings like
+    /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
+    /// tls_handshake_timeout_ms (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -372,7 +422,8 @@ pub struct ServerArgs {
     pub request_timeout_ms: Option<u64>,
     /// Close a connection after this many seconds without progress (idle, or
     /// stalled in the middle of a request, or not reading its replies); 0:
-    /// never [default: 300].
+    /// never, as Redis's `timeout`, so that pooled client connections are
+    /// not dropped [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such
@@ -439,6 +490,27 @@ pub struct ServerArgs {
     /// anyone who can connect. Only for a network where every peer is trusted.
     #[arg(long, conflicts_with = "cluster_secret_file")]
     pub insecure_no_secret: bool,
+    /// PEM certificate (then its chain) of this server. With --tls-key the
+    /// Redis and native ports speak only TLS, on the same port numbers (as
+    /// Redis with `--tls-port P --port 0`). See docs/security.md.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: clients must present a certificate signed by
+    /// them (mutual TLS, as Redis's tls-auth-clients yes); in a cluster,
+    /// servers also verify each other with them. Needs --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls-ca: whether clients must present a certificate (yes),
+    /// may (optional) or are not asked (no) [default: yes].
+    #[arg(long, value_name = "WHEN")]
+    pub tls_auth_clients: Option<TlsAuthClients>,
+    /// Milliseconds a client has to finish the TLS handshake; a client that
+    /// connects and says nothing is closed then [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub tls_handshake_timeout_ms: Option<u64>,
 }
 
 impl ServerArgs {
@@ -460,7 +532,8 @@ impl ServerArgs {
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,
             request_timeout_ms => request_timeout_ms, idle_timeout => idle_timeout_secs, log_level => log_level,
             backup_port => backup_port, backup_buffers => backup_buffers, replication => replication,
-            replica_timeout_ms => replica_timeout_ms);
+            replica_timeout_ms => replica_timeout_ms, tls_auth_clients => tls_auth_clients,
+            tls_handshake_timeout_ms => tls_handshake_timeout_ms);
         if self.data_dir.is_some() {
             c.data_dir = self.data_dir;
         }
@@ -484,6 +557,13 @@ impl ServerArgs {
         }
         if self.insecure_no_secret {
             c.insecure_no_secret = true;
+        }
+        for (flag, field) in
+            [(self.tls_cert, &mut c.tls_cert), (self.tls_key, &mut c.tls_key), (self.tls_ca, &mut c.tls_ca)]
+        {
+            if flag.is_some() {
+                *field = flag;
+            }
         }
         if c.coordinator.is_some() && c.cluster_secret_file.is_none() && !c.insecure_no_secret {
             return Err(ConfigError::Invalid(

@@ -7,6 +7,7 @@ use crate::budget::ClientBudget;
 use crate::cluster::ClusterNode;
 use crate::config::ServerConfig;
 use crate::spin::SpinGate;
+use crate::tls::ServerTls;
 use parking_lot::RwLock;
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
@@ -32,6 +33,8 @@ pub struct ServerContext {
     pub(crate) spin: SpinGate,
     /// The bound on all client connections' buffers (see `budget`).
     pub budget: Arc<ClientBudget>,
+    /// TLS on the client ports, when configured (see `tls`).
+    pub tls: Option<Arc<ServerTls>>,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -56,6 +59,7 @@ impl ServerContext {
         cluster: Option<Arc<ClusterNode>>,
     ) -> Result<ServerContext, shoal_engine::ConfigError> {
         let auth = Users::from_config(&config).map_err(shoal_engine::ConfigError)?;
+        let tls = ServerTls::from_config(&config).map_err(shoal_engine::ConfigError)?.map(Arc::new);
         let mut store_config = config.store_config();
         let observer: Option<Arc<dyn shoal_engine::LogObserver>> = match &cluster {
             Some(node) => {
@@ -85,6 +89,7 @@ impl ServerContext {
             auth,
             spin: SpinGate::default(),
             budget,
+            tls,
             started: Instant::now(),
             shutdown: watch::channel(false).0,
         })
@@ -303,6 +308,11 @@ pub struct ServerStats {
     /// Reads that found their key / did not.
     pub keyspace_hits: AtomicU64,
     pub keyspace_misses: AtomicU64,
+    /// TLS handshakes completed, failed (not TLS, a certificate refused,
+    /// ...) and not finished within the handshake timeout.
+    pub tls_handshakes: AtomicU64,
+    pub tls_handshake_failures: AtomicU64,
+    pub tls_handshake_timeouts: AtomicU64,
 }
 
 impl ServerStats {

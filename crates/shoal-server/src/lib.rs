@@ -13,6 +13,9 @@
 //!   server-wide connection limit.
 //! * [`resp`]: the Redis protocol front end.
 //! * [`native`]: Shoal's native binary protocol front end.
+//! * [`stream`]: what a front end serves a connection over, plain TCP or
+//!   TLS ([`stream::ClientStream`]), and how either moves between workers.
+//! * [`tls`]: TLS on the client ports: certificates, the bounded handshake.
 //!
 //! # Adding a front end
 //!
@@ -37,11 +40,13 @@ pub mod native;
 pub mod resp;
 pub mod server;
 mod spin;
+pub mod stream;
+pub mod tls;
 mod workers;
 
 pub use config::{
-    ByteSize, ConfigError, ReplicationMode, ServerArgs, ServerConfig, DEFAULT_BACKUP_PORT, DEFAULT_NATIVE_PORT,
-    DEFAULT_RESP_PORT,
+    ByteSize, ConfigError, ReplicationMode, ServerArgs, ServerConfig, TlsAuthClients, DEFAULT_BACKUP_PORT,
+    DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT,
 };
 pub use context::{ServerContext, ServerStats, TableRegistry};
 pub use listener::{Connection, FrontEnd};

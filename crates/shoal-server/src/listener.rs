@@ -3,12 +3,17 @@
 //!
 //! A front end (RESP, native) implements [`FrontEnd`]; [`run`] accepts on
 //! its socket until shutdown and hands each connection to a worker thread
-//! (`workers`), which runs one task for it. The limit
-//! on open connections is shared by all front ends: a connection over it is
-//! sent the front end's [`FrontEnd::refusal`] (without waiting) and closed.
+//! (`workers`), which runs one task for it: with TLS on (`tls`), the
+//! handshake and then the front end over the TLS stream; else the front end
+//! over the socket. The limit on open connections is shared by all front
+//! ends: a connection over it is sent the front end's
+//! [`FrontEnd::refusal`] (without waiting; on a TLS port, nothing, since
+//! plain bytes would not be read as TLS) and closed.
 
 use crate::budget::Account;
 use crate::context::{ServerContext, ServerStats};
+use crate::stream::ClientStream;
+use crate::tls::Accepted;
 use crate::workers::{Placement, Served, Workers};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -33,7 +38,13 @@ pub trait FrontEnd: Send + Sync + 'static {
     /// Between requests, with no reply owed, it asks
     /// [`Placement::should_move`] and on `true` returns the connection
     /// ([`Moved`]) for another worker to resume.
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served;
+    fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served;
+
+    /// On a port that speaks TLS, serves a client whose first byte shows it
+    /// does not: refuses it (RESP: an error reply, then closes) or serves
+    /// what is safe in clear text (native: PING only, which failure
+    /// detection sends without TLS).
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served;
 }
 
 /// One accepted connection: its id (unique in this server), peer and the
@@ -120,7 +131,9 @@ pub async fn run<F: FrontEnd>(
         if open >= ctx.config.max_connections as u64 {
             stats.connections_current.fetch_sub(1, Ordering::Relaxed);
             ServerStats::add(&stats.connections_rejected, 1);
-            let _ = stream.try_write(front_end.refusal());
+            if ctx.tls.is_none() {
+                let _ = stream.try_write(front_end.refusal());
+            }
             debug!("{name}: refused {peer}: {open} connections open");
             continue;
         }
@@ -135,7 +148,17 @@ pub async fn run<F: FrontEnd>(
         };
         debug!("{name}: connection {id} from {peer}");
         let front_end = front_end.clone();
-        workers.spawn(stream, move |stream, placement| front_end.serve(stream, conn, placement));
+        match ctx.tls.clone() {
+            None => workers.spawn(stream, move |stream, placement| front_end.serve(stream, conn, placement)),
+            Some(tls) => workers.spawn(stream, move |stream, placement| {
+                Box::pin(async move {
+                    match tls.accept(stream, &conn).await? {
+                        Accepted::Tls(stream) => front_end.serve(*stream, conn, placement).await,
+                        Accepted::Plain(stream) => front_end.serve_plain_on_tls(stream, conn, placement).await,
+                    }
+                })
+            }),
+        }
     }
     info!("{name}: stopped accepting");
 }

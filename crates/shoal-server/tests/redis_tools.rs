@@ -1,6 +1,7 @@
 //! Real Redis clients against an in-process Shoal: redis-cli, a short
 //! redis-benchmark run, and redis-py compared reply by reply with a real
-//! redis-server (tests/resp_compat.py). Each test fails in CI when a tool is
+//! redis-server (tests/resp_compat.py, and for transactions
+//! tests/resp_txn_compat.py). Each test fails in CI when a tool is
 //! missing, and skips with a loud message elsewhere.
 
 mod common;
@@ -120,5 +121,28 @@ fn redis_py_replies_match_a_real_redis_server() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "replies differ from Redis:\n{stdout}");
+    assert!(stdout.contains(", 0 differences"));
+}
+
+#[test]
+fn redis_py_transactions_match_a_real_redis_server() {
+    if !have_tool("redis-server", &["--version"]) || !have_tool("python3", &["-c", "import redis"]) {
+        return;
+    }
+    let server = start(config());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/resp_txn_compat.py");
+    let out = run_bounded(
+        Command::new("python3").args([
+            script,
+            "--shoal-port",
+            &server.resp_addr().port().to_string(),
+            "--rounds",
+            "400",
+        ]),
+        Duration::from_secs(240),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "transaction replies differ from Redis:\n{stdout}");
     assert!(stdout.contains(", 0 differences"));
 }

@@ -492,3 +492,88 @@ fn redis_cli_works_against_any_server() {
     assert_eq!(seen.len(), 30, "{scanned}");
     assert_eq!(scanned.lines().count(), 30, "no key twice");
 }
+
+/// Keys named `prefix:N` mastered by server `i`, found by writing them
+/// through server 0 and asking each server's local-only connection.
+fn keys_on(cluster: &Cluster, prefix: &str, i: usize, n: usize) -> Vec<String> {
+    let mut c = Client::connect(cluster.addr(0));
+    let mut local = cluster.local(i);
+    let mut found = Vec::new();
+    for j in 0..1000 {
+        let k = format!("{prefix}:{j}");
+        assert_eq!(c.call(&["SET", &k, "0"]), "+OK\r\n");
+        if local.call(&["EXISTS", &k]) == ":1\r\n" {
+            found.push(k);
+            if found.len() == n {
+                return found;
+            }
+        }
+    }
+    panic!("fewer than {n} of 1000 keys on server {i}");
+}
+
+#[test]
+fn transactions_run_on_the_master_of_their_keys() {
+    let cluster = Cluster::start("txn", 3);
+    let here = keys_on(&cluster, "h", 0, 1);
+    let there = keys_on(&cluster, "t", 1, 3);
+    let far = keys_on(&cluster, "f", 2, 1);
+    let mut c = Client::connect(cluster.addr(0));
+    let mut other = Client::connect(cluster.addr(2));
+
+    // All keys on server 1: the whole transaction runs there.
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    for cmd in
+        [&["SET", &there[0], "x"][..], &["INCR", &there[1]], &["GET", &there[0]], &["MGET", &there[0], &there[1]]]
+    {
+        assert_eq!(c.call(cmd), "+QUEUED\r\n");
+    }
+    assert_eq!(c.call(&["EXEC"]), format!("*4\r\n+OK\r\n:1\r\n{}*2\r\n{}{}", bulk("x"), bulk("x"), bulk("1")));
+    assert_eq!(cluster.local(1).call(&["GET", &there[1]]), bulk("1"));
+
+    // Keys on two masters: CROSSSLOT, nothing applied.
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &here[0], "cross"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "cross"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+    assert_eq!(c.call(&["MGET", &here[0], &there[0]]), format!("*2\r\n{}{}", bulk("0"), bulk("x")));
+    assert_eq!(c.call(&["EXEC"]), "-ERR EXEC without MULTI\r\n", "the transaction was discarded");
+
+    // WATCH of a key on another master: another client's change (through a
+    // third server) aborts, no change applies.
+    assert_eq!(c.call(&["WATCH", &there[2]]), "+OK\r\n");
+    assert_eq!(other.call(&["INCR", &there[2]]), ":1\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "watched"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*-1\r\n");
+    assert_eq!(c.call(&["GET", &there[0]]), bulk("x"));
+    assert_eq!(c.call(&["WATCH", &there[2], &far[0]]), "+OK\r\n", "WATCH may span masters");
+    assert_eq!(c.call(&["UNWATCH"]), "+OK\r\n");
+    assert_eq!(c.call(&["WATCH", &there[2]]), "+OK\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "watched"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*1\r\n+OK\r\n");
+    assert_eq!(other.call(&["GET", &there[0]]), bulk("watched"));
+    // Watched on one master, written on another: refused.
+    assert_eq!(c.call(&["WATCH", &far[0]]), "+OK\r\n");
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "no"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+
+    // SELECT inside a forwarded transaction: the client ends in database 3,
+    // the pooled connection of the other server stays in database 0.
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "db0"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["SELECT", "3"]), "+QUEUED\r\n");
+    assert_eq!(c.call(&["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
+    assert_eq!(c.call(&["GET", &there[0]]), "$-1\r\n", "now in database 3");
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(c.call(&["GET", &there[0]]), bulk("db0"));
+    assert_eq!(other.call(&["GET", &there[0]]), bulk("db0"));
+    // A queueing error aborts a forwarded transaction too.
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c.call(&["SET", &there[0], "never"]), "+QUEUED\r\n");
+    assert!(c.call(&["NOSUCH"]).starts_with("-ERR unknown command"));
+    assert_eq!(c.call(&["EXEC"]), "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    assert_eq!(other.call(&["GET", &there[0]]), bulk("db0"));
+}

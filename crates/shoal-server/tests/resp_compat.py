@@ -23,9 +23,11 @@ the scenario's (`expiry_scenario`), with short times and sleeps well past
 them.
 
 Commands whose replies differ by design are left out: CLIENT ID, INFO,
-COMMAND, HELLO's server fields, and DBSIZE while expired keys may not be
-reclaimed yet (Redis drops them when they are touched, Shoal within the
-sweep's interval; the scenario waits for both).
+COMMAND, HELLO's server fields, TIME's value, and DBSIZE while expired
+keys may not be reclaimed yet (Redis drops them when they are touched,
+Shoal within the sweep's interval; the scenario waits for both); KEYS is
+compared sorted (the order is the store's), SETRANGE offsets stay below
+the largest value Shoal accepts.
 """
 
 import argparse
@@ -108,7 +110,7 @@ def gen_ops(rng, n, now_s):
     ops = []
     for _ in range(n):
         r = rng.random()
-        c = rng.randrange(44)
+        c = rng.randrange(50)
         if c == 0:
             opts = rng.choice([[], [b"NX"], [b"XX"], [b"GET"], [b"NX", b"GET"], [b"XX", b"GET"],
                                [b"nx", b"xx"], [b"FOO"], [b"GET", b"GET"], [b"KEEPTTL", b"EX"]])
@@ -225,6 +227,22 @@ def gen_ops(rng, n, now_s):
         elif c == 42:
             ops.append(rng.choice([[b"EXPIRE", b"k0"], [b"TTL"], [b"TTL", b"a", b"b"], [b"PERSIST"], [b"SETEX", b"k", b"1"],
                                    [b"PSETEX"], [b"GETEX"], [b"EXPIRETIME"], [b"PEXPIREAT", b"k"]]))
+        elif c == 43:
+            ops.append([b"GETDEL", key()])
+        elif c == 44:
+            ops.append([b"GETRANGE", key(), rng.choice([b"0", b"1", b"-1", b"-3", b"5", b"x", b"-100"]),
+                        rng.choice([b"-1", b"0", b"2", b"-2", b"100", b"y", b"-200"])])
+        elif c == 45:
+            ops.append([b"SETRANGE", key(), rng.choice([b"0", b"1", b"3", b"10", b"-1", b"x", b"600"]), val()])
+        elif c == 46:
+            ops.append([b"TYPE", key()])
+        elif c == 47:
+            ops.append([b"KEYS-SORTED", rng.choice(PATTERNS)])
+        elif c == 48 and r < 0.05:
+            ops.append([b"FLUSHALL"] + rng.choice([[], [b"ASYNC"], [b"SYNC"], [b"BAD"]]))
+        elif c == 49:
+            ops.append(rng.choice([[b"GETDEL"], [b"GETRANGE", b"k"], [b"SETRANGE", b"k", b"1"], [b"TYPE"],
+                                   [b"KEYS"], [b"KEYS", b"a", b"b"], [b"TIME", b"x"], [b"FLUSHALL", b"A", b"B"]]))
         else:
             ops.append([b"GET", key()])
     return ops
@@ -241,6 +259,8 @@ def run(client, op):
                 if int(cursor) == 0:
                     break
             return ("ok", sorted(keys))
+        if op[0] == b"KEYS-SORTED":
+            return ("ok", sorted(client.execute_command(b"KEYS", *op[1:])))
         return ("ok", client.execute_command(*op))
     except redis.exceptions.ResponseError as e:
         return ("err", type(e).__name__, str(e))
@@ -281,6 +301,9 @@ def expiry_scenario():
         [b"APPEND", b"c1", b"0"],
         [b"SET", b"kt", b"v", b"PX", b"500"],
         [b"SET", b"kt", b"w", b"KEEPTTL"],
+        # A watched key that expires before EXEC aborts it, as in Redis 7.
+        [b"SET", b"w1", b"v", b"PX", b"500"],
+        [b"WATCH", b"w1"],
         [b"SET", b"past", b"v", b"PXAT", b"1"],
         [b"SET", b"past2", b"v", b"EXAT", b"1000"],
         [b"GET", b"past"], [b"EXISTS", b"past", b"past2"], [b"TTL", b"past"], [b"MGET", b"past", b"s1"],
@@ -289,6 +312,7 @@ def expiry_scenario():
         # removes them within its interval (a tenth of a second); the others live on.
         ("WAIT", [b"DBSIZE"]),
         ["SLEEP", 0.9],
+        [b"MULTI"], [b"SET", b"w2", b"x"], [b"EXEC"], [b"GET", b"w2"],
         [b"GET", b"e1"], [b"EXISTS", b"e2", b"s1", b"e2"], [b"MGET", b"e3", b"s1", b"p1"],
         [b"TTL", b"e4"], [b"PTTL", b"e4"], [b"EXPIRETIME", b"e4"], [b"PEXPIRETIME", b"e4"],
         [b"INCR", b"e5"], [b"TTL", b"e5"],

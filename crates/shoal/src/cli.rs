@@ -14,13 +14,14 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{
-    ClientConfig, ClientError, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected, StatValue,
-    TableError, TableId, Version, WriteError,
+    ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected,
+    StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -56,6 +57,41 @@ pub struct Common {
     /// The user to log in as with --password.
     #[arg(long, default_value = "default", value_name = "NAME", requires = "password")]
     pub user: String,
+    /// Speak TLS to the servers (those started with --tls-cert). Their
+    /// certificates must be signed by --tls-ca (else by a CA of the
+    /// system's store) and name the IP address connected to (or
+    /// --tls-server-name).
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM file of the CA that signed the servers' certificates.
+    #[arg(long, value_name = "PATH", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for servers that require one (--tls-ca on
+    /// the server: mutual TLS).
+    #[arg(long, value_name = "PATH", requires_all = ["tls", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the servers' certificates must carry, instead of the IP
+    /// address connected to.
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    pub tls_server_name: Option<String>,
+}
+
+impl Common {
+    /// The TLS settings of the flags (`None` without --tls).
+    pub fn client_tls(&self) -> Result<Option<ClientTls>, String> {
+        if !self.tls {
+            return Ok(None);
+        }
+        let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        let tls = ClientTls::new(self.tls_ca.as_deref(), identity)?;
+        match &self.tls_server_name {
+            Some(name) => tls.with_server_name(name).map(Some),
+            None => Ok(Some(tls)),
+        }
+    }
 }
 
 /// The client subcommands (flattened into `shoal`'s own).
@@ -289,6 +325,15 @@ impl Target<'_> {
                 CliError::refused("refused", e.to_string())
             }
             ClientError::Cluster(m) => CliError { kind: "connection", message: m, code: UNREACHABLE },
+            ClientError::Tls(m) => CliError {
+                kind: "tls",
+                message: format!(
+                    "TLS with the server at {} failed: {m} (does it speak TLS? --tls-ca must be the CA that signed \
+                     its certificate; a server with --tls-ca needs --tls-cert and --tls-key)",
+                    self.server
+                ),
+                code: UNREACHABLE,
+            },
         }
     }
 
@@ -401,7 +446,9 @@ fn connect(common: &Common) -> Result<Client, CliError> {
     if !(common.timeout.is_finite() && common.timeout > 0.0) {
         return Err(CliError { kind: "usage", message: "--timeout must be a positive number".into(), code: USAGE });
     }
+    let tls = common.client_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
     let config = ClientConfig {
+        tls,
         timeout: Some(Duration::from_secs_f64(common.timeout)),
         credentials: common
             .password

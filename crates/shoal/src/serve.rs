@@ -8,7 +8,8 @@
 //! each with a data directory under one root, and prints how to connect.
 //! Starting it again on the same root brings the cluster back with its data.
 //! Its processes share a cluster secret, `<root>/cluster-secret` (mode
-//! 0600), made at the first start.
+//! 0600), made at the first start; with --tls, a throwaway CA and
+//! certificates in `<root>/tls` too.
 
 use shoal_cluster::{ClusterMap, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
@@ -70,6 +71,13 @@ pub struct LocalCommand {
     /// their command line.
     #[arg(long, value_name = "PASSWORD", env = "SHOAL_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// Serve the client ports (Redis and native) over TLS only, with
+    /// mutual TLS: a throwaway CA, a server certificate (for localhost and
+    /// 127.0.0.1) and a client certificate are made in <root>/tls at the
+    /// first start (kept for later ones); clients must present the client
+    /// certificate. The hints printed show how to connect.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
@@ -235,6 +243,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let secret = root.join(SECRET_FILE);
     shoal_cluster::auth::ClusterSecret::create_or_load(&secret).map_err(|e| e.to_string())?;
     let secret = secret.display().to_string();
+    let pki = match cmd.tls {
+        true => Some(shoal_server::tls::LocalPki::create_or_load(&root.join("tls"))?),
+        false => None,
+    };
     let mut procs = Processes(Vec::new());
     let signals = Signals::install()?;
 
@@ -292,6 +304,13 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if cmd.sync_open {
             args.push("--sync-open".into());
         }
+        if let Some(pki) = &pki {
+            for (flag, path) in
+                [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)]
+            {
+                args.extend([flag.to_string(), path.display().to_string()]);
+            }
+        }
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
         procs.0.push((format!("server {i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
@@ -314,10 +333,18 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     }
     // With a password, the hints read it from the environment rather than
     // print it.
-    let (redis_cli, shoal_cli) = match cmd.password {
-        Some(_) => ("REDISCLI_AUTH=\"$SHOAL_PASSWORD\" redis-cli", "SHOAL_PASSWORD=... shoal"),
-        None => ("redis-cli", "shoal"),
+    let (mut redis_cli, shoal_cli) = match cmd.password {
+        Some(_) => ("REDISCLI_AUTH=\"$SHOAL_PASSWORD\" redis-cli".to_string(), "SHOAL_PASSWORD=... shoal"),
+        None => ("redis-cli".to_string(), "shoal"),
     };
+    // The shoal CLI's TLS flags, after each command.
+    let mut tls_flags = String::new();
+    if let Some(pki) = &pki {
+        println!("  TLS (mutual) on the client ports; CA and client certificate in {}", root.join("tls").display());
+        let (ca, cert, key) = (pki.ca.display(), pki.client_cert.display(), pki.client_key.display());
+        redis_cli += &format!(" --tls --cacert {ca} --cert {cert} --key {key}");
+        tls_flags = format!(" --tls --tls-ca {ca} --tls-cert {cert} --tls-key {key}");
+    }
     if cmd.password.is_some() {
         println!(
             "  clients must log in with the password (user `default`): set SHOAL_PASSWORD to it for the hints below"
@@ -328,8 +355,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         println!("  Redis protocol:  {}    try: {redis_cli} -p {} set hello world", s.resp, s.resp.port());
     }
     println!(
-        "  shoal CLI:       {shoal_cli} create-table greetings --coordinator {coordinator}; {shoal_cli} put greetings \
-         hello world --coordinator {coordinator}"
+        "  shoal CLI:       {shoal_cli} create-table greetings --coordinator {coordinator}{tls_flags}; {shoal_cli} put \
+         greetings hello world --coordinator {coordinator}{tls_flags}"
     );
     println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
 

@@ -31,6 +31,8 @@ pub struct Scratch {
     pub touched: bool,
     /// An AUTH request of this connection logged it in.
     authenticated: bool,
+    /// The connection is in clear text on a TLS port: only PING is served.
+    pub ping_only: bool,
 }
 
 impl Scratch {
@@ -60,6 +62,12 @@ pub fn execute(
     if header.flags != 0 {
         ServerStats::add(&ctx.stats.protocol_errors, 1);
         let e = ErrorStatus::MalformedRequest("request flags must be zero".into());
+        encode_error(out, id, header.opcode, &e);
+        return;
+    }
+    // A connection in clear text on a TLS port is served PING only.
+    if scratch.ping_only && Opcode::from_u8(header.opcode) != Some(Opcode::Ping) {
+        let e = ErrorStatus::MalformedRequest("this port speaks TLS; in clear text it answers PING only".into());
         encode_error(out, id, header.opcode, &e);
         return;
     }
@@ -345,7 +353,7 @@ fn status_of(e: StoreError) -> ErrorStatus {
         StoreError::NotAnInteger => ErrorStatus::NotAnInteger,
         StoreError::Overflow => ErrorStatus::Overflow,
         StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
-        StoreError::InvalidBatch => ErrorStatus::MalformedRequest(e.to_string()),
+        StoreError::InvalidBatch | StoreError::NotInTransaction => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 
@@ -399,6 +407,9 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("reply_overflows", ServerStats::get(&s.reply_overflows)),
         u("idle_timeouts", ServerStats::get(&s.idle_timeouts)),
         u("request_timeouts", ServerStats::get(&s.request_timeouts)),
+        u("tls_handshakes", ServerStats::get(&s.tls_handshakes)),
+        u("tls_handshake_failures", ServerStats::get(&s.tls_handshake_failures)),
+        u("tls_handshake_timeouts", ServerStats::get(&s.tls_handshake_timeouts)),
         u("client_buffer_disconnects", ServerStats::get(&s.client_buffer_disconnects)),
         u("client_buffer_bytes", ctx.budget.used() as u64),
         u("client_buffer_budget", ctx.budget.limit() as u64),

@@ -34,6 +34,7 @@ use crate::budget::{Account, FREE, PAUSE_SLACK};
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
 use crate::spin;
+use crate::stream::ClientStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
@@ -79,18 +80,28 @@ impl FrontEnd for NativeFrontEnd {
         &REFUSAL
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+    fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
         resume(NativeConn::new(conn), stream, placement)
+    }
+
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+        let mut c = NativeConn::new(conn);
+        c.scratch.ping_only = true;
+        resume(c, stream, placement)
     }
 }
 
 /// Serves `c` on the worker of `placement` until it ends or moves.
-fn resume(mut c: NativeConn, stream: TcpStream, placement: Placement) -> Served {
+fn resume<S: ClientStream>(mut c: NativeConn, stream: S, placement: Placement) -> Served {
     Box::pin(async move {
-        match c.serve(stream, &placement).await {
-            Ok(Some(stream)) => {
-                return Some(Moved { stream, resume: Box::new(move |stream, placement| resume(c, stream, placement)) })
-            }
+        match serve_connection(stream, &mut c, &placement).await {
+            Ok(Some(stream)) => match stream.detach() {
+                Ok((stream, reattach)) => {
+                    let resume = Box::new(move |socket, placement| resume(c, reattach(socket), placement));
+                    return Some(Moved { stream, resume });
+                }
+                Err(e) => debug!("native: connection {} from {}: cannot move: {e}", c.conn.id, c.conn.peer),
+            },
             Ok(None) => {}
             Err(why) => debug!("native: connection {} from {}: closed: {why}", c.conn.id, c.conn.peer),
         }
@@ -161,20 +172,16 @@ impl NativeConn {
             conn,
         }
     }
-
-    /// Runs the connection until the peer closes it, it breaks a limit, or
-    /// the server shuts down (after the replies owed are written): `None`;
-    /// or until it is asked to move: its socket.
-    async fn serve(&mut self, stream: TcpStream, placement: &Placement) -> Result<Option<std::net::TcpStream>, Closed> {
-        serve_connection(stream, self, placement).await
-    }
 }
 
-async fn serve_connection(
-    mut stream: TcpStream,
+/// Runs the connection until the peer closes it, it breaks a limit, or the
+/// server shuts down (after the replies owed are written): `None`; or until
+/// it is asked to move: its stream.
+async fn serve_connection<S: ClientStream>(
+    mut stream: S,
     c: &mut NativeConn,
     placement: &Placement,
-) -> Result<Option<std::net::TcpStream>, Closed> {
+) -> Result<Option<S>, Closed> {
     let NativeConn { conn, limits, shutdown, inbuf, out, scratch, spin: policy, replied_at, partial } = c;
     let ctx = &conn.ctx;
     let account = &mut conn.account;
@@ -182,7 +189,7 @@ async fn serve_connection(
         // Between requests, with every reply written: the connection may
         // move to another worker.
         if placement.should_move() {
-            return stream.into_std().map(Some).map_err(|e| format!("cannot move: {e}"));
+            return Ok(Some(stream));
         }
         // Read what is available (at least one byte), within the bound. The
         // buffer never holds a whole frame here (those ran), so there is room.
@@ -191,11 +198,11 @@ async fn serve_connection(
         // Right after answering a client that sends its requests back to
         // back, spin briefly for the next one (see `spin`).
         let mut caught = None;
-        if replied_at.is_some() && policy.spin_next() {
+        if let Some(socket) = stream.raw().filter(|_| replied_at.is_some() && policy.spin_next()) {
             match ctx.spin.try_enter(&ctx.stats) {
                 Some(_permit) => {
                     let until = std::time::Instant::now() + spin::SPIN;
-                    caught = spin::read_until(&stream, inbuf, want, until).await.transpose();
+                    caught = spin::read_until(socket, inbuf, want, until).await.transpose();
                 }
                 None => policy.not_spinning(),
             }
@@ -345,8 +352,8 @@ async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed
 /// Writes every pending response (one write when the socket takes it).
 /// A client that takes none of it for the idle timeout is closed, and so is
 /// a connection the budget's enforcer chose.
-async fn flush(
-    stream: &mut TcpStream,
+async fn flush<S: ClientStream>(
+    stream: &mut S,
     out: &mut Vec<u8>,
     ctx: &ServerContext,
     idle: Option<Duration>,
@@ -370,6 +377,16 @@ async fn flush(
             Some(Ok(0)) => return Err("peer closed".into()),
             Some(Ok(n)) => written += n,
             Some(Err(e)) => return Err(format!("write: {e}")),
+        }
+    }
+    if S::BUFFERS_WRITES {
+        match with_timeout(idle, stream.flush()).await {
+            None => {
+                ServerStats::add(&ctx.stats.reply_overflows, 1);
+                return Err("client does not read its replies".into());
+            }
+            Some(Err(e)) => return Err(format!("write: {e}")),
+            Some(Ok(())) => {}
         }
     }
     ServerStats::add(&ctx.stats.bytes_out, written as u64);

@@ -43,6 +43,7 @@ use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::routing::NO_TABLET_RETRY;
 use crate::resp::session::{Session, Step};
 use crate::spin;
+use crate::stream::ClientStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::{Buf, BufMut, BytesMut};
 use std::collections::VecDeque;
@@ -51,7 +52,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -87,26 +87,31 @@ enum End {
     /// their replies were dropped (see `Conn::hold`).
     LeaseLapsed,
     Io(std::io::Error),
-    /// Handed back to move to another worker (see `workers`).
-    Moved(std::net::TcpStream),
+    /// To be handed back, to move to another worker (see `workers`).
+    Moved,
 }
 
 /// What a connection awaits in a cluster (owned, so the select loop may
 /// poll it beside reading and writing).
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
 
-pub(crate) fn serve(stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+pub(crate) fn serve<S: ClientStream>(stream: S, conn: Connection, placement: Placement) -> Served {
     resume(Conn::new(conn), stream, placement)
 }
 
 /// Serves `c` on the worker of `placement` until it ends or moves.
-fn resume(mut c: Conn, stream: TcpStream, placement: Placement) -> Served {
+fn resume<S: ClientStream>(mut c: Conn, stream: S, placement: Placement) -> Served {
     Box::pin(async move {
         let id = c._conn.id;
-        match c.run(stream, &placement).await {
-            End::Moved(stream) => {
-                return Some(Moved { stream, resume: Box::new(move |stream, placement| resume(c, stream, placement)) })
-            }
+        let (mut rd, mut wr) = stream.split();
+        match c.run::<S>(&mut rd, &mut wr, &placement).await {
+            End::Moved => match S::unsplit(rd, wr).detach() {
+                Ok((stream, reattach)) => {
+                    let resume = Box::new(move |socket, placement| resume(c, reattach(socket), placement));
+                    return Some(Moved { stream, resume });
+                }
+                Err(e) => debug!("resp connection {id} ended: cannot move: {e}"),
+            },
             End::Io(e) => debug!("resp connection {id} ended: i/o error: {e}"),
             end => debug!("resp connection {id} ended: {end:?}"),
         }
@@ -174,8 +179,12 @@ impl Conn {
         }
     }
 
-    async fn run(&mut self, stream: TcpStream, placement: &Placement) -> End {
-        let (mut rd, mut wr) = stream.into_split();
+    async fn run<S: ClientStream>(
+        &mut self,
+        rd: &mut S::ReadHalf,
+        wr: &mut S::WriteHalf,
+        placement: &Placement,
+    ) -> End {
         let ctx = self.ctx.clone();
         // One future for the whole connection: creating it per loop would
         // register and unregister a waiter on the shared shutdown channel
@@ -197,6 +206,8 @@ impl Conn {
         let mut closing: Option<(End, Instant)> = None;
         let timer = tokio::time::sleep(idle.unwrap_or(far));
         tokio::pin!(timer);
+        // Replies written into a stream that holds them until flushed (TLS).
+        let mut unflushed = false;
         loop {
             // Requests left to run: also after the peer closed its side (it
             // may have sent a whole pipeline and shut down writing).
@@ -210,20 +221,14 @@ impl Conn {
             // claims the move).
             if closing.is_none()
                 && self.output.is_empty()
+                && !unflushed
                 && !draining
                 && self.forward.is_none()
                 && self.durable.is_none()
                 && self.held.is_empty()
                 && placement.should_move()
             {
-                return match rd
-                    .reunite(wr)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| s.into_std().map_err(|e| e.to_string()))
-                {
-                    Ok(s) => End::Moved(s),
-                    Err(e) => End::Io(std::io::Error::other(e)),
-                };
+                return End::Moved;
             }
             if self.durable.is_none() {
                 if let Some(&(pos, _)) = self.held.front() {
@@ -259,6 +264,7 @@ impl Conn {
             // Spin for the next request only right after answering a client
             // that sends its requests back to back (see `spin`).
             let spin_permit = if self.output.is_empty()
+                && S::raw_half(rd).is_some()
                 && !draining
                 && self.forward.is_none()
                 && replied_at.is_some()
@@ -274,11 +280,21 @@ impl Conn {
             };
             tokio::select! {
                 biased;
-                r = wr.write(&self.output[..sendable]), if sendable > 0 => match r {
-                    Ok(0) => return End::Closed,
-                    Ok(n) => {
+                // Writes, or once all is written into a stream that holds
+                // bytes back (TLS records), a flush.
+                r = async {
+                    if sendable > 0 {
+                        wr.write(&self.output[..sendable]).await.map(Some)
+                    } else {
+                        wr.flush().await.map(|()| None)
+                    }
+                }, if sendable > 0 || unflushed => match r {
+                    Ok(None) => unflushed = false,
+                    Ok(Some(0)) => return End::Closed,
+                    Ok(Some(n)) => {
                         ServerStats::add(&self.ctx.stats.bytes_out, n as u64);
                         self.output.advance(n);
+                        unflushed = S::BUFFERS_WRITES;
                         // One clock read per event: the clock can be a system call in a VM.
                         last_progress = Instant::now();
                         if self.output.is_empty() {
@@ -297,9 +313,9 @@ impl Conn {
                 }
                 // Never past the limit, whatever capacity the buffer grew to.
                 r = async {
-                    if let Some(permit) = spin_permit {
+                    if let (Some(permit), Some(socket)) = (spin_permit, S::raw_half(rd)) {
                         let until = std::time::Instant::now() + spin::SPIN;
-                        let caught = spin::read_until(rd.as_ref(), &mut self.input, room, until).await?;
+                        let caught = spin::read_until(socket, &mut self.input, room, until).await?;
                         drop(permit);
                         if let Some(n) = caught {
                             return Ok(n);
@@ -370,6 +386,7 @@ impl Conn {
                     }
                 }, if self.forward.is_some() => {
                     self.forward = None;
+                    let reply = self.session.forwarded(reply);
                     let from = self.output.len();
                     self.output.extend_from_slice(&reply);
                     if let Some(end) = self.hold(from) {
@@ -505,7 +522,8 @@ impl Conn {
     fn over_budget(&mut self) -> bool {
         let unread = self.output.len();
         let account = &mut self._conn.account;
-        account.report(self.input.capacity() + self.output.capacity(), unread);
+        let held = self.input.capacity() + self.output.capacity() + self.session.transaction_bytes();
+        account.report(held, unread);
         account.throttled(unread)
     }
 

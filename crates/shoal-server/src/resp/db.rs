@@ -7,19 +7,26 @@
 //! only if the version is unchanged (or, for a missing key, if it is still
 //! missing), retrying otherwise: each such command is atomic. Commands that
 //! change only a key's expiry (EXPIRE, PERSIST, GETEX) do the same with
-//! [`Db::meta`] and a versioned [`Db::set_expiry`] or [`Db::remove_if`].
+//! [`Db::meta`] and a versioned [`Db::set_expiry`] or [`Db::remove_version`].
 //!
 //! Expiry: a key whose expiry time has come is missing to every read and
 //! every rule here (the store sees to it); it keeps counting in
 //! [`Db::len`] until the store reclaims it, as Redis's DBSIZE counts
 //! expired keys not yet deleted.
+//!
+//! Inside EXEC (`multi`), the connection holds a store transaction and every
+//! read and write of a key goes through it instead: staged, seen by the
+//! transaction's later commands, applied together at its commit. The
+//! keyless operations (scan, len, clear) are refused there; MULTI refuses
+//! the commands that need them when they are queued.
 
 use crate::context::{ServerContext, ServerStats};
+use crate::resp::multi::Seen;
 use crate::resp::reply::ErrorReply;
 use shoal_engine::{
-    key_hash, EnumCursor, Expiry, ObjectMeta, RejectRules, StoreError, TableId, UnixMillis, Version, WriteOp,
+    key_hash, EnumCursor, Expiry, ObjectMeta, RejectRules, StoreError, TableId, Txn, UnixMillis, Version, WriteOp,
 };
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 /// Objects a SCAN examines per call into the store's enumeration.
 const SCAN_STEP: usize = 16;
@@ -90,11 +97,21 @@ pub struct Db<'a> {
     ctx: &'a ServerContext,
     index: usize,
     cache: &'a TableCache,
+    /// The connection's transaction while EXEC runs its commands.
+    txn: &'a RefCell<Option<Txn>>,
 }
 
+/// The error of a keyless operation inside a transaction (MULTI refuses
+/// the commands that would need one, so it is not expected).
+const NOT_IN_TRANSACTION: ErrorReply = ErrorReply::new("ERR this command cannot run inside a transaction");
+
 impl<'a> Db<'a> {
-    pub fn new(ctx: &'a ServerContext, index: usize, cache: &'a TableCache) -> Db<'a> {
-        Db { ctx, index, cache }
+    pub fn new(ctx: &'a ServerContext, index: usize, cache: &'a TableCache, txn: &'a RefCell<Option<Txn>>) -> Db<'a> {
+        Db { ctx, index, cache, txn }
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.txn.borrow().is_some()
     }
 
     /// The table, if it was ever written.
@@ -153,9 +170,10 @@ impl<'a> Db<'a> {
             return Ok(None);
         };
         let store = &self.ctx.store;
-        let read = match out {
-            Some(out) => store.read_meta_into(t, key, RejectRules::default(), out),
-            None => store.meta(t, key, RejectRules::default()),
+        let read = match (self.txn.borrow().as_ref(), out) {
+            (Some(txn), out) => txn.read_meta_into(t, key, out),
+            (None, Some(out)) => store.read_meta_into(t, key, RejectRules::default(), out),
+            (None, None) => store.meta(t, key, RejectRules::default()),
         };
         match read {
             Ok(m) => {
@@ -181,6 +199,31 @@ impl<'a> Db<'a> {
         Ok(self.get_into(key, scratch)?.is_some())
     }
 
+    /// What WATCH records of the key: its version, or that it is absent
+    /// (missing or expired) and the store's absence stamp (read first)
+    /// then. A key created and expired between WATCH and EXEC is seen as
+    /// changed once the store reclaimed it (the sweep does within its
+    /// interval), which bumps the stamp; before, it is not.
+    pub fn seen(&self, key: &[u8]) -> Result<Seen, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(Seen::Absent(0)) };
+        let (stamp, found) = match self.txn.borrow().as_ref() {
+            Some(txn) => (txn.absence_stamp(t, key), txn.version(t, key)),
+            None => (
+                Ok(self.ctx.store.absence_stamp(t, key)),
+                self.ctx.store.meta(t, key, RejectRules::default()).map(|m| Some(m.version)),
+            ),
+        };
+        let stamp = stamp.map_err(store_error)?;
+        match found {
+            Ok(Some(v)) => Ok(Seen::Present(v)),
+            Ok(None)
+            | Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
+                Ok(Seen::Absent(stamp))
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
     /// Writes `key` under `rules`, without expiry (clearing one the key
     /// had); `Ok(false)` if a rule refused it.
     pub fn write(&self, key: &[u8], value: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
@@ -196,22 +239,23 @@ impl<'a> Db<'a> {
         expiry: Expiry,
     ) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
-        refused_is_false(self.ctx.store.write_with_expiry(t, key, value, rules, expiry))
+        let written = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.write_with_expiry(t, key, value, rules, expiry),
+            None => self.ctx.store.write_with_expiry(t, key, value, rules, expiry),
+        };
+        refused_is_false(written)
     }
 
     /// Gives `key` a new expiry time (`None`: never expires), keeping its
     /// value; `Ok(false)` if `rules` refused or the key is missing.
     pub fn set_expiry(&self, key: &[u8], expiry: Option<UnixMillis>, rules: RejectRules) -> Result<bool, ErrorReply> {
         let Some(t) = self.table() else { return Ok(false) };
-        refused_is_false(self.ctx.store.set_expiry(t, key, expiry, rules))
-    }
-
-    /// Removes `key` under `rules`; whether it was removed (`Ok(false)`: a
-    /// rule refused, or it did not exist).
-    pub fn remove_if(&self, key: &[u8], rules: RejectRules) -> Result<bool, ErrorReply> {
-        let Some(t) = self.table() else { return Ok(false) };
-        match self.ctx.store.remove(t, key, rules) {
-            Ok(v) => Ok(v.is_some()),
+        let changed = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.set_expiry(t, key, expiry, rules),
+            None => self.ctx.store.set_expiry(t, key, expiry, rules),
+        };
+        match changed {
+            Ok(_) => Ok(true),
             Err(
                 StoreError::ObjectExists { .. }
                 | StoreError::ObjectDoesntExist
@@ -228,8 +272,12 @@ impl<'a> Db<'a> {
     pub fn write_all(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<Vec<Option<Version>>, ErrorReply> {
         let t = self.table_for_write()?;
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp::new(t, key, value, rules)).collect();
+        let results = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => ops.iter().map(|op| txn.write(t, op.key, op.value, op.rules)).collect(),
+            None => self.ctx.store.multi_write(&ops),
+        };
         let mut written = Vec::with_capacity(ops.len());
-        for r in self.ctx.store.multi_write(&ops) {
+        for r in results {
             match r {
                 Ok(v) => written.push(Some(v)),
                 Err(
@@ -246,6 +294,24 @@ impl<'a> Db<'a> {
     /// and at most [`shoal_engine::MAX_ATOMIC_BATCH`]; the caller checks both.
     pub fn write_all_or_nothing(&self, pairs: &[(&[u8], &[u8])], rules: RejectRules) -> Result<bool, ErrorReply> {
         let t = self.table_for_write()?;
+        if let Some(txn) = self.txn.borrow_mut().as_mut() {
+            // Every rule is checked before anything is staged.
+            for (key, _) in pairs {
+                match txn.check(t, key, &rules) {
+                    Ok(()) => {}
+                    Err(
+                        StoreError::ObjectExists { .. }
+                        | StoreError::ObjectDoesntExist
+                        | StoreError::WrongVersion { .. },
+                    ) => return Ok(false),
+                    Err(e) => return Err(store_error(e)),
+                }
+            }
+            for (key, value) in pairs {
+                txn.write(t, key, value, RejectRules::default()).map_err(store_error)?;
+            }
+            return Ok(true);
+        }
         let ops: Vec<WriteOp> = pairs.iter().map(|(key, value)| WriteOp::new(t, key, value, rules)).collect();
         match self.ctx.store.multi_write_all_or_nothing(&ops) {
             Ok(_) => Ok(true),
@@ -260,9 +326,31 @@ impl<'a> Db<'a> {
     /// Removes `key`; whether it existed.
     pub fn remove(&self, key: &[u8]) -> Result<bool, ErrorReply> {
         let Some(t) = self.table() else { return Ok(false) };
-        match self.ctx.store.remove(t, key, RejectRules::default()) {
+        let removed = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.remove(t, key, RejectRules::default()),
+            None => self.ctx.store.remove(t, key, RejectRules::default()),
+        };
+        match removed {
             Ok(v) => Ok(v.is_some()),
             Err(StoreError::ObjectDoesntExist | StoreError::UnknownTable(_) | StoreError::KeyTooLarge { .. }) => {
+                Ok(false)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Removes `key` if it is still at `version`; `Ok(false)` if it changed
+    /// or is gone.
+    pub fn remove_version(&self, key: &[u8], version: Version) -> Result<bool, ErrorReply> {
+        let Some(t) = self.table() else { return Ok(false) };
+        let rules = RejectRules::version_is(version);
+        let removed = match self.txn.borrow_mut().as_mut() {
+            Some(txn) => txn.remove(t, key, rules),
+            None => self.ctx.store.remove(t, key, rules),
+        };
+        match removed {
+            Ok(v) => Ok(v.is_some()),
+            Err(StoreError::ObjectDoesntExist | StoreError::WrongVersion { .. } | StoreError::UnknownTable(_)) => {
                 Ok(false)
             }
             Err(e) => Err(store_error(e)),
@@ -312,6 +400,9 @@ impl<'a> Db<'a> {
         max_bytes: usize,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(Vec<Vec<u8>>, Option<u64>), ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         let Some(t) = self.table() else { return Ok((Vec::new(), None)) };
         let bounded = end != u64::MAX;
         let mut keys = Vec::new();
@@ -349,6 +440,9 @@ impl<'a> Db<'a> {
     /// Number of keys (expired ones not yet reclaimed included, as Redis
     /// counts them).
     pub fn len(&self) -> Result<u64, ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         match self.table() {
             None => Ok(0),
             Some(t) => self.ctx.tables.len(t).map_err(store_error),
@@ -357,6 +451,9 @@ impl<'a> Db<'a> {
 
     /// Removes every key (not atomically: concurrent writes may survive).
     pub fn clear(&self) -> Result<(), ErrorReply> {
+        if self.in_transaction() {
+            return Err(NOT_IN_TRANSACTION);
+        }
         match self.table() {
             None => Ok(()),
             Some(t) => self.ctx.tables.clear(t).map_err(store_error),

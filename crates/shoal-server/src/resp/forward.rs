@@ -22,6 +22,7 @@
 use crate::auth::Credentials;
 use crate::resp::frame::parse_i64;
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
+use crate::tls::ServerTls;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -40,8 +41,8 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle pooled connections kept per server and worker.
 const MAX_IDLE_PER_PEER: usize = 32;
-/// Pooled connections idle for longer are closed rather than reused (well
-/// under the default idle timeout at which the other server closes them).
+/// Pooled connections idle for longer are closed rather than reused (an
+/// idle timeout of the other server may have closed them).
 const MAX_IDLE_TIME: Duration = Duration::from_secs(30);
 
 /// One client command as it is run across the cluster.
@@ -56,6 +57,9 @@ pub struct Job {
     pub max_reply: usize,
     /// What new connections to other servers log in with (`None`: no AUTH).
     pub credentials: Option<Arc<Credentials>>,
+    /// With TLS on the client ports: how to connect to other servers'
+    /// (their RESP ports speak TLS too).
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 /// One server's share of a command.
@@ -86,27 +90,9 @@ pub enum Merge {
     Sum,
     /// `+OK` if every part answered `+OK` (MSET, FLUSHDB).
     AllOk,
-}
-
-impl Job {
-    /// A job that sends the whole request to one server and relays its reply.
-    pub fn relay(
-        db: usize,
-        proto: Protocol,
-        addr: SocketAddr,
-        request: Vec<u8>,
-        max_reply: usize,
-        credentials: Option<Arc<Credentials>>,
-    ) -> Job {
-        Job {
-            db,
-            proto,
-            parts: vec![Part { target: Target::Remote { addr, request }, slots: Vec::new() }],
-            merge: Merge::Relay,
-            max_reply,
-            credentials,
-        }
-    }
+    /// One array of the items of every part's array reply, in part order
+    /// (KEYS).
+    Concat,
 }
 
 /// Appends `words` to `out` as one multibulk request.
@@ -188,7 +174,7 @@ async fn exchange(job: &Job) -> Result<Vec<Bytes>, ForwardError> {
         let Target::Remote { addr, request } = &part.target else { continue };
         let mut peer = match checkout(*addr) {
             Some(p) => p,
-            None => Peer::connect(*addr).await.map_err(|e| ForwardError::Unreachable(*addr, e))?,
+            None => Peer::connect(*addr, job.tls.as_deref()).await.map_err(|e| ForwardError::Unreachable(*addr, e))?,
         };
         out.clear();
         let setup = peer.prepare(job.db, job.proto, job.credentials.as_deref(), &mut out);
@@ -254,6 +240,16 @@ fn merge(job: &Job, replies: Vec<Bytes>) -> Result<BytesMut, ErrorReply> {
                 return Err(unexpected(r));
             }
             out.extend_from_slice(b"+OK\r\n");
+        }
+        Merge::Concat => {
+            let mut items = Vec::new();
+            for r in &replies {
+                items.extend(array_items(r, job.max_reply).ok_or_else(|| unexpected(r))?);
+            }
+            Reply::new(&mut out, job.proto).array(items.len());
+            for item in items {
+                out.extend_from_slice(&item);
+            }
         }
         Merge::Array { len } => {
             let mut items: Vec<Option<Bytes>> = vec![None; len];
@@ -360,10 +356,42 @@ pub fn reply_len(buf: &[u8], max: usize) -> Result<Option<usize>, BadReply> {
     Ok(Some(pos))
 }
 
+/// A connection to another server's RESP port, plain or TLS.
+enum PeerStream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl PeerStream {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            PeerStream::Plain(s) => s.write_all(bytes).await,
+            PeerStream::Tls(s) => {
+                s.write_all(bytes).await?;
+                s.flush().await
+            }
+        }
+    }
+
+    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            PeerStream::Plain(s) => s.read_buf(buf).await,
+            PeerStream::Tls(s) => s.read_buf(buf).await,
+        }
+    }
+
+    fn socket(&self) -> &TcpStream {
+        match self {
+            PeerStream::Plain(s) => s,
+            PeerStream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
 /// A connection to another server's RESP port, local-only.
 struct Peer {
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: PeerStream,
     /// Received bytes not yet taken as replies.
     buf: BytesMut,
     /// What the other server's session is set to (after the requests sent).
@@ -374,12 +402,16 @@ struct Peer {
 }
 
 impl Peer {
-    async fn connect(addr: SocketAddr) -> std::io::Result<Peer> {
+    async fn connect(addr: SocketAddr, tls: Option<&ServerTls>) -> std::io::Result<Peer> {
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(s) => s?,
             Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out")),
         };
         stream.set_nodelay(true)?;
+        let stream = match tls {
+            Some(tls) => PeerStream::Tls(Box::new(tls.connect_peer(addr, stream).await?)),
+            None => PeerStream::Plain(stream),
+        };
         Ok(Peer {
             addr,
             stream,
@@ -443,7 +475,9 @@ impl Peer {
             return false;
         }
         let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        // Straight from the socket, also under TLS: any byte (even a TLS
+        // alert) means the connection is not reused.
+        matches!(self.stream.socket().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -544,7 +578,7 @@ mod tests {
     }
 
     fn job(merge: Merge, parts: Vec<Part>) -> Job {
-        Job { db: 0, proto: Protocol::Resp2, parts, merge, max_reply: MAX, credentials: None }
+        Job { db: 0, proto: Protocol::Resp2, parts, merge, max_reply: MAX, credentials: None, tls: None }
     }
 
     fn merged(j: &Job) -> Vec<u8> {
@@ -600,7 +634,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut peer = Peer::connect(listener.local_addr().unwrap()).await.unwrap();
+            let mut peer = Peer::connect(listener.local_addr().unwrap(), None).await.unwrap();
             let mut out = Vec::new();
             assert_eq!(peer.prepare(0, Protocol::Resp2, None, &mut out), 1);
             assert_eq!(out, b"*1\r\n$11\r\nSHOAL.LOCAL\r\n");
@@ -617,7 +651,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut peer = Peer::connect(listener.local_addr().unwrap()).await.unwrap();
+            let mut peer = Peer::connect(listener.local_addr().unwrap(), None).await.unwrap();
             let creds = Credentials { user: b"default".to_vec(), password: b"pw".to_vec() };
             let mut out = Vec::new();
             assert_eq!(peer.prepare(0, Protocol::Resp2, Some(&creds), &mut out), 2);

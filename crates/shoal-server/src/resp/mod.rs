@@ -18,15 +18,19 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod glob;
+mod multi;
 mod reply;
 mod routing;
 mod session;
 
 use crate::context::ServerContext;
+use crate::context::ServerStats;
 use crate::listener::{Connection, FrontEnd};
+use crate::stream::ClientStream;
 use crate::workers::{Placement, Served};
 use std::sync::Arc;
 use tokio::net::TcpStream;
+use tracing::debug;
 
 /// The RESP listener's front end.
 pub struct RespFrontEnd;
@@ -46,7 +50,37 @@ impl FrontEnd for RespFrontEnd {
         b"-ERR max number of clients reached\r\n"
     }
 
-    fn serve(self: Arc<Self>, stream: TcpStream, conn: Connection, placement: Placement) -> Served {
+    fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
         connection::serve(stream, conn, placement)
     }
+
+    fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, _: Placement) -> Served {
+        Box::pin(async move {
+            ServerStats::add(&conn.ctx.stats.tls_handshake_failures, 1);
+            debug!("resp connection {} from {}: not TLS on a TLS port: refused", conn.id, conn.peer);
+            let _ = stream.try_write(b"-ERR this port speaks TLS only (redis-cli: --tls)\r\n");
+            linger(stream).await;
+            None
+        })
+    }
+}
+
+/// Closes `stream` once its client closed too, reading and dropping what it
+/// sends meanwhile (at most 64 KiB, for at most a second): closing with
+/// unread bytes would reset the connection, and the client could lose the
+/// reply sent before.
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut left = 64usize << 10;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
 }

@@ -69,6 +69,11 @@ impl<'a> Reply<'a> {
         self.out.len()
     }
 
+    /// Replies already encoded (in this connection's protocol).
+    pub fn raw(&mut self, encoded: &[u8]) {
+        self.out.put_slice(encoded);
+    }
+
     pub fn ok(&mut self) {
         self.out.put_slice(b"+OK\r\n");
     }

@@ -11,7 +11,7 @@
 //!   into one command per server (this server's share runs at once) and the
 //!   replies merged; any other command (MSETNX) is refused with Redis
 //!   Cluster's CROSSSLOT error, since it cannot be atomic across masters;
-//! * DBSIZE and FLUSHDB run on every live server; SCAN's cursor is a key
+//! * DBSIZE, FLUSHDB, FLUSHALL and KEYS run on every live server; SCAN's cursor is a key
 //!   hash, so it is routed like a key to the server of the tablet it is in.
 //!
 //! A session marked local-only (`SHOAL.LOCAL`, sent by the forwarding side)
@@ -64,7 +64,7 @@ pub enum Routed {
 
 /// Who serves a key.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Owner {
+pub enum Owner {
     Here,
     There(SocketAddr),
 }
@@ -92,7 +92,7 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
     if spec.first_key == 0 {
         return match spec.name {
             "scan" => route_scan(s, args),
-            "dbsize" | "flushdb" if !s.local_only => everywhere(s, entry, args),
+            "dbsize" | "flushdb" | "flushall" | "keys" if !s.local_only => everywhere(s, entry, args),
             _ => Routed::Local,
         };
     }
@@ -142,7 +142,7 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
 
 /// The first and last argument positions of the command's keys and the
 /// step between them; `None` if the arguments do not hold whole groups.
-fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
+pub fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
     let spec = entry.spec;
     let first = usize::try_from(spec.first_key).ok()?;
     let last = if spec.last_key < 0 { argc as i64 + spec.last_key as i64 } else { spec.last_key as i64 };
@@ -154,6 +154,27 @@ fn key_positions(entry: &Entry, argc: usize) -> Option<(usize, usize, usize)> {
     // `last` bounds the keys; the last key is the last position the step reaches.
     let last = first + (last - first) / step * step;
     (last + step <= argc).then_some((first, last, step))
+}
+
+/// The one server that masters every key of `keys` (`None`: no keys).
+/// Keys on several servers are `Err(Routed::Error(CROSSSLOT))`; a key with
+/// no master to run on now is `Err` of what [`route`] would answer.
+pub fn owner_of_keys(s: &mut Session, keys: &[(TableId, Vec<u8>)]) -> Result<Option<Owner>, Routed> {
+    let Some(node) = s.ctx.cluster.clone() else { return Ok(keys.first().map(|_| Owner::Here)) };
+    let mut found = None;
+    for (table, key) in keys {
+        let o = match owner(&node, *table, key) {
+            Ok(o) => o,
+            Err(u) => return Err(unserved(s, u)),
+        };
+        match found {
+            None => found = Some(o),
+            Some(f) if f == o => {}
+            Some(_) => return Err(Routed::Error(CROSSSLOT)),
+        }
+    }
+    s.no_tablet_since = None;
+    Ok(found)
 }
 
 fn owner(node: &ClusterNode, table: TableId, key: &[u8]) -> Result<Owner, Unserved> {
@@ -193,7 +214,15 @@ fn relay(s: &Session, addr: SocketAddr, args: Args<'_>) -> Routed {
     let words: Vec<&[u8]> = args.iter().collect();
     let mut request = Vec::new();
     encode_request(&words, &mut request);
-    Routed::Forward(Job::relay(s.db, s.proto, addr, request, s.reply_limit, s.ctx.auth.peer_credentials().cloned()))
+    let part = Part { target: Target::Remote { addr, request }, slots: Vec::new() };
+    Routed::Forward(job(s, vec![part], Merge::Relay))
+}
+
+/// A job sending `request` (encoded) to `addr` in the session's database
+/// and protocol, its reply relayed as it is.
+pub fn relay_job(s: &Session, addr: SocketAddr, request: Vec<u8>) -> Job {
+    let part = Part { target: Target::Remote { addr, request }, slots: Vec::new() };
+    job(s, vec![part], Merge::Relay)
 }
 
 /// One command per owner, each with the owner's keys (and their values),
@@ -207,7 +236,7 @@ fn split(
 ) -> Routed {
     let keys = groups.iter().map(|(_, p)| p.len()).sum();
     let merge = match entry.spec.name {
-        "mget" => Merge::Array { len: keys },
+        "mget" | "shoal.versions" => Merge::Array { len: keys },
         "del" | "unlink" | "exists" => Merge::Sum,
         "mset" => Merge::AllOk,
         _ => return Routed::Error(CROSSSLOT),
@@ -241,10 +270,11 @@ fn job(s: &Session, parts: Vec<Part>, merge: Merge) -> Job {
         merge,
         max_reply: s.reply_limit,
         credentials: s.ctx.auth.peer_credentials().cloned(),
+        tls: s.ctx.tls.clone(),
     }
 }
 
-/// DBSIZE and FLUSHDB: here and on every other live server.
+/// DBSIZE, FLUSHDB, FLUSHALL and KEYS: here and on every other live server.
 fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
     let Some(node) = s.ctx.cluster.as_deref() else { return Routed::Local };
     let map = node.map();
@@ -262,7 +292,11 @@ fn everywhere(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed 
             .into_iter()
             .map(|addr| Part { target: Target::Remote { addr, request: request.clone() }, slots: Vec::new() }),
     );
-    let merge = if entry.spec.name == "dbsize" { Merge::Sum } else { Merge::AllOk };
+    let merge = match entry.spec.name {
+        "dbsize" => Merge::Sum,
+        "keys" => Merge::Concat,
+        _ => Merge::AllOk,
+    };
     Routed::Forward(job(s, parts, merge))
 }
 

@@ -7,9 +7,13 @@ use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};
 use crate::resp::forward::Job;
 use crate::resp::frame::Args;
-use crate::resp::reply::{Protocol, Reply};
+use crate::resp::multi::{self, Multi, Seen};
+use crate::resp::reply::{ErrorReply, Protocol, Reply};
 use crate::resp::routing::{self, Routed};
 use bytes::BytesMut;
+use shoal_engine::Txn;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +49,18 @@ pub struct Session {
     pub touched: bool,
     /// When the request being retried first found no tablet for its key.
     pub no_tablet_since: Option<Instant>,
+    /// Between MULTI and EXEC: the queued commands (`multi`).
+    pub multi: Option<Multi>,
+    /// WATCHed keys: per (database, key), what WATCH saw.
+    watched: HashMap<(usize, Vec<u8>), Seen>,
+    /// Bytes of keys in `watched`.
+    watched_bytes: usize,
+    /// In a cluster: the (database, keys) of a WATCH whose versions are
+    /// being read on other servers ([`Session::forwarded`] records them).
+    pub pending_watch: Option<(usize, Vec<Vec<u8>>)>,
+    /// While EXEC runs the queued commands: their store transaction, which
+    /// [`Db`] reads and writes through.
+    pub txn: RefCell<Option<Txn>>,
     tables: TableCache,
 }
 
@@ -80,13 +96,101 @@ impl Session {
             local_only: false,
             touched: false,
             no_tablet_since: None,
+            multi: None,
+            watched: HashMap::new(),
+            watched_bytes: 0,
+            pending_watch: None,
+            txn: RefCell::new(None),
             tables: TableCache::default(),
         }
     }
 
     /// The selected database.
     pub fn db(&self) -> Db<'_> {
-        Db::new(&self.ctx, self.db, &self.tables)
+        Db::new(&self.ctx, self.db, &self.tables, &self.txn)
+    }
+
+    pub fn table_cache(&self) -> &TableCache {
+        &self.tables
+    }
+
+    /// Whether the server is part of a cluster.
+    pub fn clustered(&self) -> bool {
+        self.clustered
+    }
+
+    /// Most bytes of queued commands, and of watched keys, a connection may
+    /// hold: what it may hold of unexecuted requests.
+    pub fn transaction_limit(&self) -> usize {
+        self.ctx.config.request_buffer_size.0 as usize
+    }
+
+    /// Memory held by queued commands and watched keys (reported to the
+    /// server's client buffer budget with the connection's buffers).
+    pub fn transaction_bytes(&self) -> usize {
+        self.multi.as_ref().map_or(0, |m| m.bytes) + self.watched_bytes
+    }
+
+    /// A command was refused between MULTI and EXEC: EXEC will apply nothing.
+    pub fn abort_multi(&mut self) {
+        if let Some(m) = self.multi.as_mut() {
+            m.aborted = true;
+        }
+    }
+
+    /// Watches `key` of database `db`, seen as `version`. A key watched
+    /// already keeps the version first seen (as Redis keeps its first watch).
+    pub fn watch(&mut self, db: usize, key: &[u8], version: Seen) -> Result<(), ErrorReply> {
+        if self.watched.contains_key(&(db, key.to_vec())) {
+            return Ok(());
+        }
+        let bytes = key.len() + 64;
+        if self.watched_bytes + bytes > self.transaction_limit() {
+            return Err(ErrorReply::new("ERR too many watched keys for this connection (request-buffer-size)"));
+        }
+        self.watched_bytes += bytes;
+        self.watched.insert((db, key.to_vec()), version);
+        Ok(())
+    }
+
+    pub fn unwatch(&mut self) {
+        self.watched = HashMap::new();
+        self.watched_bytes = 0;
+    }
+
+    /// The watched keys (database, key, version seen), unwatching them all.
+    pub fn take_watched(&mut self) -> Vec<(usize, Vec<u8>, Seen)> {
+        self.watched_bytes = 0;
+        std::mem::take(&mut self.watched).into_iter().map(|((db, key), v)| (db, key, v)).collect()
+    }
+
+    /// The watched keys (database, key, version seen).
+    pub fn watched_list(&self) -> Vec<(usize, Vec<u8>, Seen)> {
+        self.watched.iter().map(|((db, key), v)| (*db, key.clone(), *v)).collect()
+    }
+
+    /// The client's reply to a forwarded request, from the reply it got: a
+    /// WATCH of keys on other servers records the versions they sent and
+    /// answers "+OK"; anything else is the reply as it came.
+    pub fn forwarded(&mut self, reply: BytesMut) -> BytesMut {
+        let Some((db, keys)) = self.pending_watch.take() else { return reply };
+        if reply.first() == Some(&b'-') {
+            return reply;
+        }
+        let mut out = BytesMut::new();
+        let mut r = Reply::new(&mut out, self.proto);
+        let Some(versions) = multi::parse_versions(&reply, keys.len()) else {
+            r.error(&ErrorReply::new("ERR unexpected reply from another server to SHOAL.VERSIONS"));
+            return out;
+        };
+        for (key, version) in keys.iter().zip(versions) {
+            if let Err(e) = self.watch(db, key, version) {
+                r.error(&e);
+                return out;
+            }
+        }
+        r.ok();
+        out
     }
 
     /// Runs one command (a non-empty request): appends its reply to `out`,
@@ -95,19 +199,26 @@ impl Session {
         let mut reply = Reply::new(out, self.proto);
         let Some(entry) = cmd::lookup(args.get(0)) else {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            self.abort_multi();
             reply.error(&cmd::unknown_command(args));
             return Step::Done;
         };
         if !entry.spec.arity_ok(args.len()) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            self.abort_multi();
             reply.error(&cmd::wrong_arity(entry.spec.name));
             return Step::Done;
         }
         // As Redis: unknown commands and arity errors are reported first.
         if !self.authenticated && !cmd::allowed_before_auth(entry.spec) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            self.abort_multi();
             reply.error(&cmd::NOAUTH);
             return Step::Done;
+        }
+        if let Some(step) = multi::intercept(self, entry, args, &mut reply) {
+            ServerStats::add(&self.ctx.stats.commands, 1);
+            return step;
         }
         if self.clustered {
             match routing::route(self, entry, args) {

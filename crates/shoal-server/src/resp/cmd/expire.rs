@@ -136,7 +136,7 @@ impl<'a> Expire<'a> {
             let rules = RejectRules::version_is(meta.version);
             let now = i64::try_from(db.now().0).unwrap_or(i64::MAX);
             let done = if self.when <= now {
-                db.remove_if(self.key, rules)?
+                db.remove_version(self.key, meta.version)?
             } else {
                 db.set_expiry(self.key, Some(UnixMillis(self.when as u64)), rules)?
             };

@@ -1,8 +1,9 @@
 //! FLUSHDB [ASYNC | SYNC]: removes every key of the selected database;
-//! "+OK". Both modes remove synchronously. Not atomic: writes that run at
-//! the same time may survive.
+//! FLUSHALL [ASYNC | SYNC]: of every database; "+OK". Both modes remove
+//! synchronously. Not atomic: writes that run at the same time may survive.
 
 use super::{is, CommandSpec, SYNTAX_ERROR};
+use crate::resp::db::{Db, DATABASES};
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -16,6 +17,13 @@ pub static SPEC: CommandSpec = CommandSpec {
     summary: "Remove all keys from the current database",
     complexity: "O(N) where N is the number of keys in the selected database",
     ..CommandSpec::BASE
+};
+
+pub static FLUSHALL: CommandSpec = CommandSpec {
+    name: "flushall",
+    summary: "Remove all keys from all databases",
+    complexity: "O(N) where N is the total number of keys in all databases",
+    ..SPEC
 };
 
 struct Flushdb;
@@ -38,4 +46,13 @@ impl Flushdb {
 
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
     Flushdb::parse(args)?.apply(session, out)
+}
+
+pub fn run_flushall(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    Flushdb::parse(args)?;
+    for index in 0..DATABASES {
+        Db::new(&session.ctx, index, session.table_cache(), &session.txn).clear()?;
+    }
+    out.ok();
+    Ok(())
 }

@@ -65,7 +65,7 @@ impl<'a> Getex<'a> {
                 Some((kind, arg)) => {
                     let at = kind.time(arg, db.now(), "getex")?;
                     if kind.absolute() && at <= db.now() {
-                        db.remove_if(self.key, rules)?
+                        db.remove_version(self.key, meta.version)?
                     } else {
                         db.set_expiry(self.key, Some(at), rules)?
                     }

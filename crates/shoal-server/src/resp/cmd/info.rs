@@ -144,6 +144,9 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("lease_lapse_disconnections:{}", get(&st.lease_lapses));
             line!("client_buffer_disconnects:{}", get(&st.client_buffer_disconnects));
             line!("client_request_timeouts:{}", get(&st.request_timeouts));
+            line!("tls_handshakes:{}", get(&st.tls_handshakes));
+            line!("tls_handshake_failures:{}", get(&st.tls_handshake_failures));
+            line!("tls_handshake_timeouts:{}", get(&st.tls_handshake_timeouts));
             line!("total_error_replies:0");
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));

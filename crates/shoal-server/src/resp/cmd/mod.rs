@@ -24,17 +24,21 @@ mod exists;
 mod expire;
 mod flushdb;
 mod get;
+mod getdel;
 mod getex;
 mod getset;
 mod hello;
 mod incr;
 mod info;
+mod keys;
 mod mget;
 mod mset;
 mod msetnx;
+pub mod multi;
 mod persist;
 mod ping;
 mod quit;
+mod range;
 mod scan;
 mod select;
 mod set;
@@ -42,10 +46,13 @@ mod setex;
 mod setnx;
 mod shoal_local;
 mod strlen;
+mod time;
 mod ttl;
+mod type_of;
 mod wait;
 
 pub use scan::parse_cursor as scan_cursor;
+pub use select::parse_index as select_index;
 
 /// What COMMAND and COMMAND DOCS say about a command.
 pub struct CommandSpec {
@@ -147,6 +154,20 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &ttl::EXPIRETIME, run: ttl::run_expiretime },
     Entry { spec: &ttl::PEXPIRETIME, run: ttl::run_pexpiretime },
     Entry { spec: &persist::SPEC, run: persist::run },
+    Entry { spec: &getdel::SPEC, run: getdel::run },
+    Entry { spec: &range::GETRANGE, run: range::run_getrange },
+    Entry { spec: &range::SETRANGE, run: range::run_setrange },
+    Entry { spec: &type_of::SPEC, run: type_of::run },
+    Entry { spec: &time::SPEC, run: time::run },
+    Entry { spec: &keys::SPEC, run: keys::run },
+    Entry { spec: &flushdb::FLUSHALL, run: flushdb::run_flushall },
+    Entry { spec: &multi::MULTI, run: multi::run_multi },
+    Entry { spec: &multi::EXEC, run: multi::run_exec },
+    Entry { spec: &multi::DISCARD, run: multi::run_discard },
+    Entry { spec: &multi::WATCH, run: multi::run_watch },
+    Entry { spec: &multi::UNWATCH, run: multi::run_unwatch },
+    Entry { spec: &multi::SHOAL_EXEC, run: multi::run_shoal_exec },
+    Entry { spec: &multi::SHOAL_VERSIONS, run: multi::run_shoal_versions },
 ];
 
 /// Whether the command may run on a connection that has not authenticated

@@ -17,6 +17,11 @@ pub static SPEC: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
+/// The database index SELECT accepts in `arg` (0..15), if valid.
+pub fn parse_index(arg: &[u8]) -> Option<usize> {
+    parse_i64(arg).and_then(|n| usize::try_from(n).ok()).filter(|&i| i < DATABASES)
+}
+
 struct Select {
     index: usize,
 }

@@ -1,0 +1,28 @@
+//! TYPE key: "+string" for a key that exists (every Shoal value is a
+//! string), "+none" otherwise.
+
+use super::CommandSpec;
+use crate::resp::frame::Args;
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+
+pub static SPEC: CommandSpec = CommandSpec {
+    name: "type",
+    arity: 2,
+    flags: &["readonly", "fast"],
+    first_key: 1,
+    last_key: 1,
+    step: 1,
+    acl: &["@keyspace", "@read", "@fast"],
+    group: "generic",
+    summary: "Determine the type stored at key",
+    ..CommandSpec::BASE
+};
+
+pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    let mut value = std::mem::take(&mut session.scratch);
+    let found = session.db().get_into(args.get(1), &mut value);
+    session.scratch = value;
+    out.simple(if found?.is_some() { "string" } else { "none" });
+    Ok(())
+}
