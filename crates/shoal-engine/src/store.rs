@@ -148,6 +148,18 @@ pub enum Expiry {
     Keep,
 }
 
+impl Expiry {
+    /// The expiry time a write gives its object, `kept` being the expiry of
+    /// the live object it replaces (none if missing or expired).
+    fn resolve(self, kept: Option<UnixMillis>) -> Option<UnixMillis> {
+        match self {
+            Expiry::Never => None,
+            Expiry::At(at) => Some(at),
+            Expiry::Keep => kept,
+        }
+    }
+}
+
 /// An object's version and expiry time, as a read finds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectMeta {
@@ -582,11 +594,7 @@ impl Inner {
                         (format::parse_object(&current).expect("live object").value, 0)
                     }
                 };
-                let expiry = match expiry {
-                    Expiry::Never => None,
-                    Expiry::At(at) => Some(at),
-                    Expiry::Keep => live.and_then(|f| f.expiry),
-                };
+                let expiry = expiry.resolve(live.and_then(|f| f.expiry));
                 let version = self.next_version(found.map(|f| f.version));
                 b.clear();
                 format::encode_object_with(&mut b.buf, table, version, expiry, key, bytes);
@@ -1139,11 +1147,7 @@ impl Store {
                     (Some(v), _) => v[i],
                     (None, _) => inner.next_version(found.map(|f| f.version)),
                 };
-                let expiry = match op.expiry {
-                    Expiry::Never => None,
-                    Expiry::At(at) => Some(at),
-                    Expiry::Keep => live.and_then(|f| f.expiry),
-                };
+                let expiry = op.expiry.resolve(live.and_then(|f| f.expiry));
                 format::encode_object_with(&mut b.buf, op.table, version, expiry, op.key, op.value);
                 b.mark();
                 let obj = b.ends.len() - 1;

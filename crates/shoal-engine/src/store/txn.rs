@@ -185,11 +185,7 @@ impl Txn {
     ) -> Result<Version, StoreError> {
         self.inner.check_sizes(key, Some(value))?;
         self.stage_write(table, key, rules, |now| {
-            let expiry = match expiry {
-                Expiry::Never => None,
-                Expiry::At(at) => Some(at),
-                Expiry::Keep => now.and_then(|c| c.expiry),
-            };
+            let expiry = expiry.resolve(now.and_then(|c| c.expiry));
             Ok((value.to_vec(), expiry))
         })
     }
