@@ -45,9 +45,16 @@ pub enum ControlRequest {
         server: Option<ServerId>,
     },
     /// Creates a table split into `span` tablets spread over the servers
-    /// (idempotent by name: an existing table is returned as it is).
-    /// Answered by `Table`.
-    CreateTable { name: String, span: u32 },
+    /// (idempotent by name: an existing table is returned as it is). With
+    /// `slots`, the table is slot-hashed (`shoal_common::slots`: its id has
+    /// the flag bit and its tablets are whole ranges of Redis Cluster
+    /// slots). Answered by `Table`.
+    CreateTable {
+        name: String,
+        span: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        slots: bool,
+    },
     /// Drops a table and its tablets. Answered by `Ok`; `NotFound` if absent.
     DropTable { name: String },
     /// Answered by `Table`; `NotFound` if absent.
@@ -336,7 +343,7 @@ impl ControlClient {
 
     /// Creates (or finds) a table.
     pub async fn create_table(&mut self, name: &str, span: u32) -> Result<TableInfo, ControlError> {
-        match self.call(&ControlRequest::CreateTable { name: name.into(), span }).await? {
+        match self.call(&ControlRequest::CreateTable { name: name.into(), span, slots: false }).await? {
             ControlResponse::Table { table } => Ok(table),
             other => Err(ControlError::Unexpected(format!("{other:?}"))),
         }
@@ -399,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn frames_round_trip_and_oversized_ones_are_refused() {
-        let req = ControlRequest::CreateTable { name: "users".into(), span: 4 };
+        let req = ControlRequest::CreateTable { name: "users".into(), span: 4, slots: false };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).await.unwrap();
         assert_eq!(&buf[4..], br#"{"op":"create_table","name":"users","span":4}"#);

@@ -6,6 +6,7 @@
 //! protocol: it must never change (see `docs/log-format.md`, "Key hash").
 
 pub mod os;
+pub mod slots;
 pub mod tls;
 
 use std::fmt;
@@ -134,7 +135,9 @@ pub const MAX_KEY_BYTES: usize = 64 * 1024;
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
 
 /// Shoal's key hash: XXH3-64 (seed 0) over the table id as 8 little-endian
-/// bytes followed by the key bytes.
+/// bytes followed by the key bytes; for a slot-hashed table (the flag
+/// [`slots::SLOT_HASHED`] in its id) the Redis Cluster slot of the key in
+/// the top 14 bits, above the top 50 bits of that XXH3 (see [`slots`]).
 ///
 /// This function is part of the protocol: clients in every language compute
 /// it to route requests, so it is stable across versions and platforms. Test
@@ -143,7 +146,8 @@ pub fn key_hash(table: TableId, key: &[u8]) -> KeyHash {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     hasher.update(&table.0.to_le_bytes());
     hasher.update(key);
-    KeyHash(hasher.digest())
+    let h = hasher.digest();
+    KeyHash(if table.is_slot_hashed() { slots::slot_hash(key, h) } else { h })
 }
 
 #[cfg(test)]
@@ -159,12 +163,15 @@ mod tests {
             buf.extend_from_slice(k);
             xxhash_rust::xxh3::xxh3_64(&buf)
         };
-        for (t, k) in [(0u64, &b""[..]), (1, b"a"), (7, b"user:1000"), (u64::MAX, b"\x00\xff")] {
+        for (t, k) in [(0u64, &b""[..]), (1, b"a"), (7, b"user:1000"), ((1 << 40) - 1, b"\x00\xff")] {
             assert_eq!(key_hash(TableId(t), k).0, direct(t, k));
         }
         assert_eq!(key_hash(TableId(0), b"").0, 0xc77b_3abb_6f87_acd9);
         assert_eq!(key_hash(TableId(1), b"a").0, 0xc777_2475_8a6e_c4d1);
         assert_eq!(key_hash(TableId(7), b"user:1000").0, 0x8a01_8683_baf2_cb8a);
-        assert_eq!(key_hash(TableId(u64::MAX), b"\x00\xff").0, 0x7eeb_d79b_2c26_3453);
+        assert_eq!(key_hash(TableId((1 << 40) - 1), b"\x00\xff").0, 0x77a6_ce2a_c0d4_6144);
+        // Slot-hashed tables (flag 2^40): the slot (12182, 3443) on top.
+        assert_eq!(key_hash(TableId((1 << 40) + 1), b"foo").0, 0xbe58_413b_0ef9_a373);
+        assert_eq!(key_hash(TableId((1 << 40) + 1), b"{user1000}.following").0, 0x35ce_3c0a_3157_67fb);
     }
 }

@@ -844,7 +844,7 @@ mod tests {
         let before = service.map();
 
         store.fail.store(true, Ordering::Relaxed);
-        let create = ControlRequest::CreateTable { name: "t".into(), span: 2 };
+        let create = ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false };
         let resp = service.handle(create.clone(), Caller::Unchecked, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Error { code: ControlErrorCode::Internal, .. }), "{resp:?}");
         assert_eq!(service.map(), before);

@@ -12,7 +12,8 @@
 //! * server, table and log ids are below their `next_*` counters, so an id
 //!   is never handed out twice, not even after its owner is gone;
 //! * each table's tablets cover the 64-bit hash space exactly once, and each
-//!   tablet's master is a known server;
+//!   tablet's master is a known server; a slot-hashed table's tablets are
+//!   whole ranges of Redis Cluster slots;
 //! * every server's current log and every log in a recover list has a
 //!   replica version (`log_versions`);
 //! * `map.replicas` follows the replica rule ([`ClusterState::effective_replicas`])
@@ -39,6 +40,7 @@ use shoal_cluster::map::{
     TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_common::slots::{hashes_slot_range, split_slots, SLOTS, SLOT_HASHED};
 use shoal_common::{LogId, TableId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -230,7 +232,7 @@ impl ClusterState {
             ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
                 Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
             }
-            ControlRequest::CreateTable { name, span } => self.create_table(name, *span),
+            ControlRequest::CreateTable { name, span, slots } => self.create_table(name, *span, *slots),
             ControlRequest::DropTable { name } => self.drop_table(name),
             ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
             ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
@@ -462,8 +464,10 @@ impl ClusterState {
 
     /// Creates `name` split into `span` tablets (0: one per live server),
     /// handed round-robin to the live servers in id order, starting where
-    /// the previous table stopped. An existing table is returned unchanged.
-    fn create_table(&mut self, name: &str, span: u32) -> Outcome {
+    /// the previous table stopped. A `slots` table is slot-hashed: its id
+    /// carries [`SLOT_HASHED`] and its tablets are whole slot ranges (at
+    /// most one per slot). An existing table is returned unchanged.
+    fn create_table(&mut self, name: &str, span: u32, slots: bool) -> Outcome {
         if let Err(message) = check_table_name(name) {
             return Outcome::unchanged(invalid(message));
         }
@@ -484,9 +488,14 @@ impl ClusterState {
                 self.map.tablets.len()
             )));
         }
-        let table = TableInfo { id: TableId(self.next_table), name: name.to_string() };
+        if self.next_table >= SLOT_HASHED {
+            return Outcome::unchanged(invalid("table ids are exhausted".to_string()));
+        }
+        let flag = if slots { SLOT_HASHED } else { 0 };
+        let table = TableInfo { id: TableId(self.next_table | flag), name: name.to_string() };
         self.next_table += 1;
-        for (start_hash, end_hash) in split_hash_space(span) {
+        let ranges = if slots { split_slots(0, SLOTS - 1, u64::from(span)) } else { split_hash_space(span) };
+        for (start_hash, end_hash) in ranges {
             let master = live[(self.next_slot % live.len() as u64) as usize];
             self.next_slot = self.next_slot.wrapping_add(1);
             self.map.tablets.push(TabletInfo { table: table.id, start_hash, end_hash, master });
@@ -700,7 +709,7 @@ impl ClusterState {
             (0..n).map(|i| Partition { master: up[(i + rotate) % n], tablets: Vec::new(), done: false }).collect();
         let mut dealt = 0;
         for t in &old {
-            for (start_hash, end_hash) in split_range(t.start_hash, t.end_hash, per_tablet as u64) {
+            for (start_hash, end_hash) in split_tablet(t, per_tablet as u64) {
                 let piece = TabletInfo { table: t.table, start_hash, end_hash, master: dead };
                 let p = &mut partitions[dealt % n];
                 p.tablets.push(TabletInfo { master: p.master, ..piece.clone() });
@@ -875,8 +884,18 @@ impl ClusterState {
             return Err(format!("log id {} outside 1..{}", l.0, self.next_log));
         }
         for (i, t) in self.map.tables.iter().enumerate() {
-            if t.id.0 == 0 || t.id.0 >= self.next_table {
-                return Err(format!("table id {} outside 1..{}", t.id.0, self.next_table));
+            let number = t.id.0 & !SLOT_HASHED;
+            if number == 0 || number >= self.next_table {
+                return Err(format!("table id {} outside 1..{} (flag bits aside)", t.id.0, self.next_table));
+            }
+            if t.id.is_slot_hashed()
+                && self
+                    .map
+                    .tablets
+                    .iter()
+                    .any(|x| x.table == t.id && hashes_slot_range(x.start_hash, x.end_hash).is_none())
+            {
+                return Err(format!("a tablet of slot-hashed table {} is not a whole range of slots", t.id.0));
             }
             if let Err(message) = check_table_name(&t.name) {
                 return Err(format!("table {}: {message}", t.id.0));
@@ -993,6 +1012,16 @@ impl ClusterState {
     }
 }
 
+/// Splits tablet `t` into `n` pieces as [`split_range`] does; a tablet of a
+/// slot-hashed table only on slot boundaries (fewer pieces if it holds
+/// fewer than `n` slots), so that every slot stays whole in one tablet.
+fn split_tablet(t: &TabletInfo, n: u64) -> Vec<(u64, u64)> {
+    match hashes_slot_range(t.start_hash, t.end_hash) {
+        Some((first, last)) if t.table.is_slot_hashed() => split_slots(first, last, n),
+        _ => split_range(t.start_hash, t.end_hash, n),
+    }
+}
+
 /// Splits the inclusive hash range `[start, end]` into `n` contiguous
 /// ranges of nearly equal size, covering it exactly once; fewer (one per
 /// hash) if the range holds fewer than `n` hashes, and at least one.
@@ -1101,7 +1130,7 @@ mod tests {
     }
 
     fn create(state: &mut ClusterState, name: &str, span: u32) -> TableInfo {
-        match apply(state, ControlRequest::CreateTable { name: name.into(), span }) {
+        match apply(state, ControlRequest::CreateTable { name: name.into(), span, slots: false }) {
             ControlResponse::Table { table } => table,
             other => panic!("{other:?}"),
         }
@@ -1270,7 +1299,7 @@ mod tests {
     #[test]
     fn create_table_refuses_bad_names_and_spans() {
         let mut s = cluster(1);
-        let req = |name: String, span| ControlRequest::CreateTable { name, span };
+        let req = |name: String, span| ControlRequest::CreateTable { name, span, slots: false };
         assert_eq!(error_code(apply(&mut s, req(String::new(), 1))), ControlErrorCode::InvalidRequest);
         assert_eq!(error_code(apply(&mut s, req("x".repeat(256), 1))), ControlErrorCode::InvalidRequest);
         create(&mut s, &"x".repeat(255), 1);
@@ -1286,7 +1315,7 @@ mod tests {
         for i in 0..full {
             create(&mut s, &format!("t{i}"), MAX_SPAN);
         }
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "one-more".into(), span: 1 });
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "one-more".into(), span: 1, slots: false });
         assert_eq!(error_code(err), ControlErrorCode::InvalidRequest);
         apply(&mut s, ControlRequest::DropTable { name: "t0".into() });
         create(&mut s, "one-more", 1);
@@ -1295,11 +1324,11 @@ mod tests {
     #[test]
     fn create_table_without_servers_is_refused() {
         let mut s = ClusterState::new(None);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         enlist(&mut s, None, 1000);
         down(&mut s, 1);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0 });
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         assert!(s.map().tables.is_empty());
     }
@@ -1332,6 +1361,40 @@ mod tests {
         for id in 1..=3 {
             assert_eq!(masters.iter().filter(|m| **m == ServerId(id)).count(), 2, "{masters:?}");
         }
+    }
+
+    #[test]
+    fn slot_tables_have_the_flag_and_whole_slot_tablets_also_after_recovery() {
+        let mut s = cluster(3);
+        let t = match apply(&mut s, ControlRequest::CreateTable { name: "db0".into(), span: 0, slots: true }) {
+            ControlResponse::Table { table } => table,
+            other => panic!("{other:?}"),
+        };
+        assert!(t.id.is_slot_hashed());
+        assert_eq!(t.id.0 & !SLOT_HASHED, 1);
+        let plain = create(&mut s, "plain", 3);
+        assert!(!plain.id.is_slot_hashed());
+        let slot_ranges = |s: &ClusterState| -> Vec<(u16, u16)> {
+            let mut r: Vec<(u16, u16)> = s
+                .map()
+                .tablets
+                .iter()
+                .filter(|x| x.table == t.id)
+                .map(|x| hashes_slot_range(x.start_hash, x.end_hash).expect("whole slots"))
+                .collect();
+            r.sort_unstable();
+            r
+        };
+        assert_eq!(slot_ranges(&s), vec![(0, 5460), (5461, 10921), (10922, 16383)]);
+        // A recovery splits the dead server's slots over the two others, on
+        // slot boundaries (the check in `apply` verifies it too).
+        assert!(down(&mut s, 1));
+        let r = recovery(&s, 1);
+        let pieces: Vec<&TabletInfo> =
+            r.partitions.iter().flat_map(|p| p.tablets.iter()).filter(|x| x.table == t.id).collect();
+        assert_eq!(pieces.len(), 2);
+        assert!(pieces.iter().all(|x| hashes_slot_range(x.start_hash, x.end_hash).is_some()));
+        assert_eq!(slot_ranges(&s).len(), 4);
     }
 
     #[test]

@@ -89,7 +89,7 @@ async fn an_unauthenticated_peer_only_reads_and_changes_nothing() {
     // Everything else is refused.
     let hostile = [
         ControlRequest::DropTable { name: "users".into() },
-        ControlRequest::CreateTable { name: "junk".into(), span: 1 },
+        ControlRequest::CreateTable { name: "junk".into(), span: 1, slots: false },
         enlist_req(None, 7000),
         enlist_req(Some(one), 7000),
         ControlRequest::Suspect { reporter: one, suspect: one },

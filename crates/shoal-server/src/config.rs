@@ -124,6 +124,13 @@ pub struct ServerConfig {
     /// Milliseconds a client has to complete the TLS handshake after
     /// connecting; then it is closed.
     pub tls_handshake_timeout_ms: u64,
+    /// The Redis port behaves as a Redis Cluster node (`docs/redis-cluster.md`):
+    /// CLUSTER SLOTS/SHARDS/NODES/INFO describe the cluster's slots, a key
+    /// mastered elsewhere is answered `-MOVED slot host:port` instead of
+    /// being forwarded, keys of several slots are refused with CROSSSLOT,
+    /// and keyless commands (DBSIZE, KEYS, SCAN, FLUSHALL) see this server
+    /// only. Off: any server serves any key by forwarding.
+    pub cluster_mode: bool,
 }
 
 /// Whether TLS clients must present a certificate (with `tls_ca` set), as
@@ -185,6 +192,7 @@ impl Default for ServerConfig {
             tls_ca: None,
             tls_auth_clients: TlsAuthClients::Yes,
             tls_handshake_timeout_ms: 5000,
+            cluster_mode: false,
         }
     }
 }
@@ -368,7 +376,7 @@ pub struct ServerArgs {
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
-    /// tls_handshake_timeout_ms (sizes as numbers of bytes or strings like
+    /// tls_handshake_timeout_ms, cluster_mode (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -511,6 +519,15 @@ pub struct ServerArgs {
     /// connects and says nothing is closed then [default: 5000].
     #[arg(long, value_name = "MS")]
     pub tls_handshake_timeout_ms: Option<u64>,
+    /// Redis Cluster mode on the Redis port: cluster-aware clients (redis-cli
+    /// -c, redis-py RedisCluster, go-redis ClusterClient, ...) read the slot
+    /// map with CLUSTER SLOTS/SHARDS/NODES and send each key to its master;
+    /// a key mastered elsewhere gets -MOVED, keys of several slots
+    /// CROSSSLOT, and DBSIZE, KEYS, SCAN and FLUSHALL see this server only.
+    /// Without it, any server serves every key by forwarding, so plain
+    /// clients work. See docs/redis-cluster.md.
+    #[arg(long)]
+    pub cluster_mode: bool,
 }
 
 impl ServerArgs {
@@ -545,6 +562,9 @@ impl ServerArgs {
         }
         if self.prefault_memory {
             c.prefault_memory = true;
+        }
+        if self.cluster_mode {
+            c.cluster_mode = true;
         }
         if self.password.is_some() {
             c.requirepass = self.password;

@@ -11,6 +11,7 @@ use crate::tls::ServerTls;
 use parking_lot::RwLock;
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+use shoal_common::slots::SLOT_HASHED;
 use shoal_engine::{Store, StoreError, TableId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -184,11 +185,18 @@ impl TableRegistry {
     /// In a cluster this asks the coordinator (a blocking call: tables are
     /// created rarely), which fails only if it cannot be reached.
     pub fn create(&self, name: &str) -> Result<TableId, TableError> {
+        self.create_with(name, false)
+    }
+
+    /// [`TableRegistry::create`], making a new table slot-hashed if `slots`
+    /// (`shoal_common::slots`; the Redis databases are). An existing table
+    /// is returned as it is.
+    pub fn create_with(&self, name: &str, slots: bool) -> Result<TableId, TableError> {
         if let Some(id) = self.lookup(name) {
             return Ok(id);
         }
         if let Some((coordinator, auth)) = &self.coordinator {
-            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0 };
+            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots };
             let table = match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(ControlResponse::Table { table }) => table,
                 Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
@@ -205,7 +213,7 @@ impl TableRegistry {
         if let Some(id) = r.by_name.get(name) {
             return Ok(*id);
         }
-        let id = TableId(r.next_id);
+        let id = TableId(r.next_id | if slots { SLOT_HASHED } else { 0 });
         r.next_id += 1;
         self.store.create_table(id);
         r.by_name.insert(name.to_owned(), id);
@@ -308,6 +316,10 @@ pub struct ServerStats {
     /// Reads that found their key / did not.
     pub keyspace_hits: AtomicU64,
     pub keyspace_misses: AtomicU64,
+    /// Redis requests sent on to another server (its keys are mastered
+    /// there), and requests answered -MOVED (Redis Cluster mode).
+    pub forwarded_requests: AtomicU64,
+    pub moved_replies: AtomicU64,
     /// TLS handshakes completed, failed (not TLS, a certificate refused,
     /// ...) and not finished within the handshake timeout.
     pub tls_handshakes: AtomicU64,

@@ -88,6 +88,10 @@ impl Server {
         let native = bind("native", config.native_addr())?;
         let resp_addr = resp.local_addr().unwrap_or(config.resp_addr());
         let native_addr = native.local_addr().unwrap_or(config.native_addr());
+        // Ports given as 0 become the ones bound (INFO, CLUSTER SLOTS).
+        let mut config = config;
+        config.resp_port = resp_addr.port();
+        config.native_port = native_addr.port();
         let ctx = match config.coordinator {
             Some(_) => {
                 let node = Arc::new(ClusterNode::join(&config, native_addr, resp_addr)?);

@@ -78,6 +78,13 @@ pub struct LocalCommand {
     /// certificate. The hints printed show how to connect.
     #[arg(long)]
     pub tls: bool,
+    /// Redis Cluster mode on every server's Redis port (on or off): cluster
+    /// clients (redis-cli -c, redis-py RedisCluster, go-redis ClusterClient,
+    /// ...) read the slot map and send each key to its master, and a key sent
+    /// elsewhere is answered -MOVED. Off: any server serves any key by
+    /// forwarding, for plain clients (see docs/redis-cluster.md).
+    #[arg(long, default_value = "on", value_name = "on|off", value_parser = clap::builder::BoolishValueParser::new())]
+    pub cluster_mode: bool,
 }
 
 /// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
@@ -304,6 +311,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if cmd.sync_open {
             args.push("--sync-open".into());
         }
+        if cmd.cluster_mode {
+            args.push("--cluster-mode".into());
+        }
         if let Some(pki) = &pki {
             for (flag, path) in
                 [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)]
@@ -349,6 +359,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         println!(
             "  clients must log in with the password (user `default`): set SHOAL_PASSWORD to it for the hints below"
         );
+    }
+    if cmd.cluster_mode {
+        println!("  Redis Cluster mode: cluster clients send each key to its master (plain clients get -MOVED; --cluster-mode off forwards instead)");
+        redis_cli += " -c";
     }
     if let Some(s) = servers.first() {
         println!("  native protocol: {}", s.native);

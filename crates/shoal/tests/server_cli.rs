@@ -85,7 +85,7 @@ fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
     wait_for(&out, "native protocol: 127.0.0.1:");
     let line = wait_for(&out, "Redis protocol:");
     let addr = line.split_whitespace().nth(2).unwrap().to_string();
-    assert!(line.contains("redis-cli -p "), "{line}");
+    assert!(line.contains("redis-cli -c -p "), "{line}");
     ping(&addr);
     // Its processes share a private secret it made in its root.
     use std::os::unix::fs::PermissionsExt;

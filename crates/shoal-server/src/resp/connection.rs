@@ -465,6 +465,7 @@ impl Conn {
                         match self.session.execute(args, &mut self.output) {
                             Step::Done => {}
                             Step::Forward(job) => {
+                                ServerStats::add(&self.session.ctx.stats.forwarded_requests, 1);
                                 self.forward = Some(Box::pin(forward::run(job)));
                                 self.input.advance(n);
                                 break;

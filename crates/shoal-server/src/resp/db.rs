@@ -138,7 +138,7 @@ impl<'a> Db<'a> {
             None => self
                 .ctx
                 .tables
-                .create(table_name(self.index))
+                .create_with(table_name(self.index), true)
                 .map_err(|e| ErrorReply::owned(format!("TRYAGAIN cannot create the database's table: {e}"))),
         }
     }

@@ -35,7 +35,7 @@ use crate::resp::db::{store_error, Db};
 use crate::resp::forward::encode_request;
 use crate::resp::frame::{self, parse_i64, Args, Limits};
 use crate::resp::reply::{ErrorReply, Reply};
-use crate::resp::routing::{self, Owner, Routed};
+use crate::resp::routing::{self, Owner, Routed, SlotOf};
 use crate::resp::session::{Session, Step};
 use bytes::BytesMut;
 use shoal_engine::{Commit, TableId, Version};
@@ -110,6 +110,8 @@ pub struct Multi {
     pub bytes: usize,
     /// A command was refused while queueing: EXEC answers EXECABORT.
     pub aborted: bool,
+    /// In Redis Cluster mode: the slot of the keys queued so far.
+    slot: Option<u16>,
 }
 
 /// Whether the command runs at once even between MULTI and EXEC (Redis's
@@ -135,6 +137,31 @@ fn changes_connection(spec: &cmd::CommandSpec) -> bool {
 /// are routed here. `None`: dispatch as usual.
 pub fn intercept(s: &mut Session, entry: &'static Entry, args: Args<'_>, reply: &mut Reply<'_>) -> Option<Step> {
     if s.multi.is_some() && !runs_at_once(entry.spec) {
+        if s.cluster_mode && !s.local_only {
+            // Redis Cluster checks each queued command's keys as it comes:
+            // one slot for the whole transaction, mastered here.
+            let refused = match routing::slot_check(s, entry, args) {
+                Ok(SlotOf::Slot(slot)) => {
+                    let multi = s.multi.as_mut().expect("in MULTI");
+                    match multi.slot.replace(slot) {
+                        Some(other) if other != slot => {
+                            multi.slot = Some(other);
+                            Some(routing::CROSSSLOT)
+                        }
+                        _ => None,
+                    }
+                }
+                Ok(SlotOf::Keyless | SlotOf::Unslotted) => None,
+                Err(Routed::Wait) => return Some(Step::Retry),
+                Err(Routed::Error(e)) => Some(e),
+                Err(Routed::Local | Routed::Forward(_)) => None,
+            };
+            if let Some(e) = refused {
+                s.abort_multi();
+                reply.error(&e);
+                return Some(Step::Done);
+            }
+        }
         match queue(s, entry, args) {
             Ok(()) => reply.simple("QUEUED"),
             Err(e) => {

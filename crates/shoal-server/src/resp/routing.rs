@@ -20,6 +20,7 @@
 //! servers' maps disagree for a moment), so a request never loops.
 
 use crate::cluster::{ClusterNode, Route};
+use crate::context::ServerStats;
 use crate::resp::cmd::{self, Entry};
 use crate::resp::forward::{encode_request, Job, Merge, Part, Target};
 use crate::resp::frame::Args;
@@ -27,6 +28,7 @@ use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
 use bytes::BytesMut;
 use shoal_cluster::ServerState;
+use shoal_common::slots::key_slot;
 use shoal_engine::{key_hash, KeyHash, TableId};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -88,6 +90,9 @@ pub fn route(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
 }
 
 fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
+    if s.cluster_mode && !s.local_only {
+        return decide_by_slot(s, entry, args);
+    }
     let spec = entry.spec;
     if spec.first_key == 0 {
         return match spec.name {
@@ -138,6 +143,75 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
         [(Owner::There(addr), _)] => relay(s, *addr, args),
         _ => split(s, entry, args, (first, step), groups),
     }
+}
+
+/// Redis Cluster mode (`docs/redis-cluster.md`): runs here what
+/// [`slot_check`] lets through. A database whose table is not slot-hashed
+/// (made before slot hashing existed) has no slot map: its keys are
+/// forwarded as without cluster mode.
+fn decide_by_slot(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
+    match slot_check(s, entry, args) {
+        Ok(SlotOf::Keyless | SlotOf::Slot(_)) => Routed::Local,
+        Ok(SlotOf::Unslotted) => {
+            s.cluster_mode = false;
+            let routed = decide(s, entry, args);
+            s.cluster_mode = true;
+            routed
+        }
+        Err(routed) => routed,
+    }
+}
+
+/// What [`slot_check`] found of a command's keys.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SlotOf {
+    /// No keys: it runs here and sees this server only.
+    Keyless,
+    /// Every key is in this slot, mastered here.
+    Slot(u16),
+    /// The database's table is not slot-hashed.
+    Unslotted,
+}
+
+/// Redis Cluster's rules for a command's keys: all of one slot (else
+/// CROSSSLOT, even when the slots share a master, as Redis Cluster
+/// answers), and that slot mastered here (else `-MOVED slot host:port`,
+/// which a cluster client follows and remembers). `Err` is what to answer
+/// instead (or `Wait`).
+pub fn slot_check(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Result<SlotOf, Routed> {
+    if entry.spec.first_key == 0 {
+        return Ok(SlotOf::Keyless);
+    }
+    let Some((first, last, step)) = key_positions(entry, args.len()) else { return Ok(SlotOf::Keyless) };
+    let slot = key_slot(args.get(first));
+    if (first + step..=last).step_by(step).any(|p| key_slot(args.get(p)) != slot) {
+        return Err(Routed::Error(CROSSSLOT));
+    }
+    let Some(node) = s.ctx.cluster.clone() else { return Ok(SlotOf::Slot(slot)) };
+    let table = if entry.spec.flags.contains(&"denyoom") {
+        s.db().table_for_write().map_err(Routed::Error)?
+    } else {
+        match s.db().table() {
+            Some(t) => t,
+            None => return Ok(SlotOf::Slot(slot)),
+        }
+    };
+    if !table.is_slot_hashed() {
+        return Ok(SlotOf::Unslotted);
+    }
+    match owner(&node, table, args.get(first)) {
+        Ok(Owner::Here) => Ok(SlotOf::Slot(slot)),
+        Ok(Owner::There(addr)) => {
+            ServerStats::add(&s.ctx.stats.moved_replies, 1);
+            Err(Routed::Error(moved(slot, addr)))
+        }
+        Err(u) => Err(unserved(s, u)),
+    }
+}
+
+/// Redis Cluster's redirection to the master of `slot`.
+pub fn moved(slot: u16, addr: SocketAddr) -> ErrorReply {
+    ErrorReply::owned(format!("MOVED {slot} {addr}"))
 }
 
 /// The first and last argument positions of the command's keys and the

@@ -40,6 +40,8 @@ pub struct Session {
     pub scratch: Vec<u8>,
     /// The server is part of a cluster: commands are routed first.
     clustered: bool,
+    /// The server runs in Redis Cluster mode (`routing::decide_by_slot`).
+    pub cluster_mode: bool,
     /// Set by SHOAL.LOCAL (on connections from other servers): run every
     /// command here, never forward (see `routing`).
     pub local_only: bool,
@@ -78,6 +80,7 @@ impl Session {
     pub fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Session {
         let reply_limit = ctx.config.reply_buffer_size.0 as usize;
         let clustered = ctx.cluster.is_some();
+        let cluster_mode = ctx.config.cluster_mode;
         let authenticated = !ctx.auth.required();
         Session {
             ctx,
@@ -93,6 +96,7 @@ impl Session {
             reply_limit,
             scratch: Vec::new(),
             clustered,
+            cluster_mode,
             local_only: false,
             touched: false,
             no_tablet_since: None,
@@ -220,7 +224,7 @@ impl Session {
             ServerStats::add(&self.ctx.stats.commands, 1);
             return step;
         }
-        if self.clustered {
+        if self.clustered || self.cluster_mode {
             match routing::route(self, entry, args) {
                 Routed::Local => {}
                 Routed::Wait => return Step::Retry,
@@ -234,7 +238,7 @@ impl Session {
                     return Step::Forward(job);
                 }
             }
-            if cmd::touches_data(entry.spec) {
+            if self.clustered && cmd::touches_data(entry.spec) {
                 self.touched = true;
             }
         }

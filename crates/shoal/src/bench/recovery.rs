@@ -800,7 +800,7 @@ fn measure(
     let coordinator = cluster.coordinator;
     let table = match call_blocking(
         coordinator,
-        &ControlRequest::CreateTable { name: TABLE_NAME.into(), span: args.servers as u32 },
+        &ControlRequest::CreateTable { name: TABLE_NAME.into(), span: args.servers as u32, slots: false },
         Duration::from_secs(5),
     ) {
         Ok(ControlResponse::Table { table }) => table.id,

@@ -24,6 +24,7 @@ const SUB: CommandSpec = CommandSpec {
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "command",
+    tips: &["nondeterministic_output_order"],
     arity: -1,
     flags: &["loading", "stale"],
     acl: &["@slow", "@connection"],
@@ -176,7 +177,10 @@ fn info(spec: &CommandSpec, out: &mut Reply) {
     for a in spec.acl {
         out.simple(a);
     }
-    out.set(0);
+    out.set(spec.tips.len());
+    for t in spec.tips {
+        out.bulk(t.as_bytes());
+    }
     out.array(0);
     out.array(spec.subcommands.len());
     for s in spec.subcommands {

@@ -7,6 +7,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "dbsize",
+    tips: &["request_policy:all_shards", "response_policy:agg_sum"],
     arity: 1,
     flags: &["readonly", "fast"],
     acl: &["@keyspace", "@read", "@fast"],

@@ -9,6 +9,7 @@ use crate::resp::session::Session;
 
 pub static DEL: CommandSpec = CommandSpec {
     name: "del",
+    tips: &["request_policy:multi_shard", "response_policy:agg_sum"],
     arity: -2,
     flags: &["write"],
     first_key: 1,
@@ -23,6 +24,7 @@ pub static DEL: CommandSpec = CommandSpec {
 
 pub static UNLINK: CommandSpec = CommandSpec {
     name: "unlink",
+    tips: &["request_policy:multi_shard", "response_policy:agg_sum"],
     flags: &["write", "fast"],
     acl: &["@keyspace", "@write", "@fast"],
     since: "4.0.0",

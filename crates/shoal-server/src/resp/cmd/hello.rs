@@ -92,7 +92,7 @@ impl Hello {
         reply.bulk(b"id");
         reply.int(session.id as i64);
         reply.bulk(b"mode");
-        reply.bulk(b"standalone");
+        reply.bulk(if session.cluster_mode { b"cluster" } else { b"standalone" });
         reply.bulk(b"role");
         reply.bulk(b"master");
         reply.bulk(b"modules");

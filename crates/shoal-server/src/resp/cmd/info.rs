@@ -19,6 +19,7 @@ use std::fmt::Write;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "info",
+    tips: &["nondeterministic_output", "request_policy:all_shards", "response_policy:special"],
     arity: -1,
     flags: &["loading", "stale"],
     acl: &["@slow", "@dangerous"],
@@ -30,7 +31,8 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// The version of Redis whose behaviour this front end follows.
 pub const REDIS_VERSION: &str = "7.0.0";
 
-const SECTIONS: [&str; 8] = ["server", "clients", "memory", "persistence", "stats", "replication", "keyspace", "shoal"];
+const SECTIONS: [&str; 9] =
+    ["server", "clients", "memory", "persistence", "stats", "replication", "cluster", "keyspace", "shoal"];
 
 struct Info {
     sections: Vec<&'static str>,
@@ -89,7 +91,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("# Server");
             line!("redis_version:{REDIS_VERSION}");
             line!("shoal_version:{}", env!("CARGO_PKG_VERSION"));
-            line!("redis_mode:standalone");
+            line!("redis_mode:{}", if c.cluster_mode { "cluster" } else { "standalone" });
             line!("os:{} {}", std::env::consts::OS, std::env::consts::ARCH);
             line!("arch_bits:{}", usize::BITS);
             line!("multiplexing_api:epoll");
@@ -151,6 +153,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));
             line!("keyspace_misses:{}", get(&st.keyspace_misses));
+            line!("forwarded_requests:{}", get(&st.forwarded_requests));
+            line!("moved_replies:{}", get(&st.moved_replies));
             line!("expired_keys:{}", ctx.store.stats().expired_keys);
             line!("evicted_keys:0");
         }
@@ -161,6 +165,10 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             if let Some(node) = &ctx.cluster {
                 cluster_fields(node, t);
             }
+        }
+        "cluster" => {
+            line!("# Cluster");
+            line!("cluster_enabled:{}", u8::from(c.cluster_mode));
         }
         "keyspace" => {
             line!("# Keyspace");

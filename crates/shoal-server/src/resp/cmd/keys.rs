@@ -12,6 +12,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "keys",
+    tips: &["request_policy:all_shards", "nondeterministic_output_order"],
     arity: 2,
     flags: &["readonly"],
     acl: &["@keyspace", "@read", "@slow", "@dangerous"],

@@ -11,6 +11,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "mget",
+    tips: &["request_policy:multi_shard"],
     arity: -2,
     flags: &["readonly", "fast"],
     first_key: 1,

@@ -15,6 +15,7 @@ use crate::resp::session::Session;
 mod append;
 mod auth;
 mod client;
+mod cluster;
 mod command;
 mod config;
 mod dbsize;
@@ -65,6 +66,9 @@ pub struct CommandSpec {
     pub last_key: i32,
     pub step: i32,
     pub acl: &'static [&'static str],
+    /// Redis's command tips (COMMAND INFO), which cluster clients read to
+    /// send keyless commands to every master and combine the replies.
+    pub tips: &'static [&'static str],
     pub group: &'static str,
     pub since: &'static str,
     pub summary: &'static str,
@@ -82,6 +86,7 @@ impl CommandSpec {
         last_key: 0,
         step: 0,
         acl: &[],
+        tips: &[],
         group: "generic",
         since: "1.0.0",
         summary: "",
@@ -168,6 +173,10 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &multi::UNWATCH, run: multi::run_unwatch },
     Entry { spec: &multi::SHOAL_EXEC, run: multi::run_shoal_exec },
     Entry { spec: &multi::SHOAL_VERSIONS, run: multi::run_shoal_versions },
+    Entry { spec: &cluster::SPEC, run: cluster::run },
+    Entry { spec: &cluster::READONLY, run: cluster::run_ok },
+    Entry { spec: &cluster::READWRITE, run: cluster::run_ok },
+    Entry { spec: &cluster::ASKING, run: cluster::run_ok },
 ];
 
 /// Whether the command may run on a connection that has not authenticated

@@ -27,8 +27,11 @@ struct Select {
 }
 
 impl Select {
-    fn parse(args: Args<'_>) -> Result<Select, ErrorReply> {
+    fn parse(args: Args<'_>, cluster_mode: bool) -> Result<Select, ErrorReply> {
         let n = parse_i64(args.get(1)).filter(|n| i32::try_from(*n).is_ok()).ok_or(NOT_AN_INTEGER)?;
+        if cluster_mode && n != 0 {
+            return Err(ErrorReply::new("ERR SELECT is not allowed in cluster mode"));
+        }
         match usize::try_from(n) {
             Ok(index) if index < DATABASES => Ok(Select { index }),
             _ => Err(ErrorReply::new("ERR DB index is out of range")),
@@ -42,6 +45,6 @@ impl Select {
 }
 
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
-    Select::parse(args)?.apply(session, out);
+    Select::parse(args, session.cluster_mode)?.apply(session, out);
     Ok(())
 }

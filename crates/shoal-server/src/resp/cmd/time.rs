@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "time",
+    tips: &["nondeterministic_output"],
     arity: 1,
     flags: &["loading", "stale", "fast"],
     acl: &["@fast"],

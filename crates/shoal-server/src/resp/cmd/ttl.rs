@@ -11,6 +11,7 @@ use crate::resp::session::Session;
 
 pub static TTL: CommandSpec = CommandSpec {
     name: "ttl",
+    tips: &["nondeterministic_output"],
     arity: 2,
     flags: &["readonly", "fast"],
     first_key: 1,
@@ -26,13 +27,19 @@ pub static TTL: CommandSpec = CommandSpec {
 pub static PTTL: CommandSpec =
     CommandSpec { name: "pttl", since: "2.6.0", summary: "Get the time to live for a key in milliseconds", ..TTL };
 
-pub static EXPIRETIME: CommandSpec =
-    CommandSpec { name: "expiretime", since: "7.0.0", summary: "Get the expiration Unix timestamp for a key", ..TTL };
+pub static EXPIRETIME: CommandSpec = CommandSpec {
+    name: "expiretime",
+    since: "7.0.0",
+    summary: "Get the expiration Unix timestamp for a key",
+    tips: &[],
+    ..TTL
+};
 
 pub static PEXPIRETIME: CommandSpec = CommandSpec {
     name: "pexpiretime",
     since: "7.0.0",
     summary: "Get the expiration Unix timestamp for a key in milliseconds",
+    tips: &[],
     ..TTL
 };
 
