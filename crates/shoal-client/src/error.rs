@@ -109,7 +109,7 @@ pub enum IncrementError {
     KeyTooLarge { len: u32, max: u32 },
     #[error("rejected: {0}")]
     Rejected(Rejected),
-    #[error("value is not an 8-byte integer")]
+    #[error("value is not a decimal 64-bit integer (the counter format)")]
     NotAnInteger,
     #[error("increment overflows a 64-bit integer")]
     Overflow,

@@ -49,7 +49,7 @@ fn blocking_client_every_operation() {
 
     assert_eq!(c.increment(t, b"n", 5).unwrap().0, 5);
     assert_eq!(c.increment(t, b"n", -7).unwrap().0, -2);
-    assert_eq!(c.read(t, b"n").unwrap().0, (-2i64).to_le_bytes().to_vec());
+    assert_eq!(c.read(t, b"n").unwrap().0, b"-2".to_vec());
 
     let all = c.enumerate_all(t).unwrap();
     let mut keys: Vec<_> = all.iter().map(|o| o.key.clone()).collect();
@@ -115,7 +115,7 @@ fn errors_are_typed() {
     assert!(matches!(c.write(t, b"k", &big_value), Err(WriteError::ValueTooLarge { .. })));
     c.write(t, b"s", b"not a number").unwrap();
     assert!(matches!(c.increment(t, b"s", 1), Err(IncrementError::NotAnInteger)));
-    c.write(t, b"max", &i64::MAX.to_le_bytes()).unwrap();
+    c.write(t, b"max", i64::MAX.to_string().as_bytes()).unwrap();
     assert!(matches!(c.increment(t, b"max", 1), Err(IncrementError::Overflow)));
     // A request over the server's frame limit: refused, connection closed,
     // and the next request reconnects.
@@ -159,7 +159,7 @@ fn write_ttl_expires_objects_and_ttl_reads_them() {
     // A plain write clears an expiry; an increment keeps it.
     c.write(t, b"long", b"v2").unwrap();
     assert_eq!(c.ttl(t, b"long").unwrap().expires_at, None);
-    c.write_ttl(t, b"n", &5i64.to_le_bytes(), Duration::from_secs(60)).unwrap();
+    c.write_ttl(t, b"n", b"5", Duration::from_secs(60)).unwrap();
     assert_eq!(c.increment(t, b"n", 1).unwrap().0, 6);
     assert!(c.ttl(t, b"n").unwrap().expires_at.is_some());
     // A TTL of 0 ms is malformed; the connection goes on.
@@ -477,4 +477,51 @@ fn stalled_and_non_reading_clients_are_closed_while_others_are_served() {
     };
     assert!(closed);
     assert_eq!(other.read(t, b"big").unwrap().0.len(), 512 << 10);
+}
+
+/// One RESP command on `s`; its reply (an integer, status, error or bulk
+/// string).
+fn resp_line(s: &mut TcpStream, args: &[&str]) -> String {
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "connection closed");
+        line.push(byte[0]);
+    }
+    if line[0] == b'$' && line[1] != b'-' {
+        let n: usize = std::str::from_utf8(&line[1..line.len() - 2]).unwrap().parse().unwrap();
+        let mut body = vec![0u8; n + 2];
+        s.read_exact(&mut body).unwrap();
+        line.extend_from_slice(&body);
+    }
+    String::from_utf8(line).unwrap()
+}
+
+#[test]
+fn counters_are_shared_with_the_redis_front_end() {
+    let (server, addr) = start();
+    let mut c = blocking::Client::connect(addr).unwrap();
+    let mut r = TcpStream::connect(server.resp_addr()).unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Redis's database 0 is the table "db0".
+    assert_eq!(resp_line(&mut r, &["SET", "seed", "x"]), "+OK\r\n");
+    let t = c.table_id("db0").unwrap();
+    // A native counter, incremented by Redis's INCRBY, read by both.
+    assert_eq!(c.increment(t, b"hits", 5).unwrap().0, 5);
+    assert_eq!(resp_line(&mut r, &["INCRBY", "hits", "10"]), ":15\r\n");
+    assert_eq!(c.read(t, b"hits").unwrap().0, b"15".to_vec());
+    assert_eq!(resp_line(&mut r, &["GET", "hits"]), "$2\r\n15\r\n");
+    // A Redis counter, incremented natively.
+    assert_eq!(resp_line(&mut r, &["INCR", "visits"]), ":1\r\n");
+    assert_eq!(c.increment(t, b"visits", 41).unwrap().0, 42);
+    assert_eq!(resp_line(&mut r, &["DECRBY", "visits", "2"]), ":40\r\n");
+    // What one refuses as a number, so does the other.
+    assert_eq!(resp_line(&mut r, &["SET", "word", "012"]), "+OK\r\n");
+    assert!(matches!(c.increment(t, b"word", 1), Err(IncrementError::NotAnInteger)));
+    assert_eq!(resp_line(&mut r, &["INCR", "word"]), "-ERR value is not an integer or out of range\r\n");
 }

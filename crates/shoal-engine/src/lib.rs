@@ -16,6 +16,7 @@
 mod cleaner;
 mod clock;
 mod config;
+pub mod counter;
 mod epoch;
 mod expiry;
 pub mod format;

@@ -12,6 +12,7 @@
 
 use crate::cleaner::{self, CleanerState};
 use crate::config::{ConfigError, StoreConfig};
+use crate::counter;
 use crate::epoch::Epochs;
 use crate::expiry::{self, SweepState};
 use crate::format::{self, Entry};
@@ -84,7 +85,7 @@ impl std::fmt::Display for StoreError {
             StoreError::ObjectDoesntExist => write!(f, "object does not exist"),
             StoreError::ObjectExists { version } => write!(f, "object exists (version {version})"),
             StoreError::WrongVersion { version } => write!(f, "object version is {version}"),
-            StoreError::NotAnInteger => write!(f, "value is not an 8-byte integer"),
+            StoreError::NotAnInteger => write!(f, "value is not a decimal 64-bit integer"),
             StoreError::Overflow => write!(f, "increment overflows a 64-bit integer"),
             StoreError::OutOfMemory => write!(f, "out of memory: live data fills the store"),
             StoreError::InvalidBatch => {
@@ -571,7 +572,7 @@ impl Inner {
                 let found = self.lookup(table, key, hash);
                 let live = self.live(found);
                 check_rules(&rules, live.map(|f| f.version))?;
-                let int: [u8; 8];
+                let mut int = itoa::Buffer::new();
                 let current;
                 let (bytes, new_int) = match value {
                     NewValue::Bytes(v) => (v, 0),
@@ -580,13 +581,12 @@ impl Inner {
                             Some(f) => {
                                 let e = self.segs.entry(f.r);
                                 let o = format::parse_object(&e).expect("live object");
-                                i64::from_le_bytes(o.value.try_into().map_err(|_| StoreError::NotAnInteger)?)
+                                counter::parse(o.value).ok_or(StoreError::NotAnInteger)?
                             }
                             None => 0,
                         };
                         let n = old.checked_add(delta).ok_or(StoreError::Overflow)?;
-                        int = n.to_le_bytes();
-                        (&int[..], n)
+                        (counter::format(n, &mut int), n)
                     }
                     NewValue::Unchanged => {
                         let f = live.ok_or(StoreError::ObjectDoesntExist)?;
@@ -1018,8 +1018,9 @@ impl Store {
         self.inner.remove(table, key, rules)
     }
 
-    /// Adds `delta` to the object's value read as a little-endian i64 (a
-    /// missing or expired object counts as 0 and is created). The object
+    /// Adds `delta` to the object's value read as a counter (decimal ASCII,
+    /// [`crate::counter`]; a missing or expired object counts as 0 and is
+    /// created). The object
     /// keeps its expiry time. Returns the new value and version.
     pub fn increment(
         &self,

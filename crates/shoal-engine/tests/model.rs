@@ -254,14 +254,14 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                 let (t, k) = (TABLES[t], key(k));
                 let cur = m.live(t, &k).cloned();
                 let got = store.increment(t, &k, delta, RejectRules::default());
-                match cur.as_ref().map(|o| <[u8; 8]>::try_from(o.0.as_slice())) {
-                    Some(Err(_)) => assert_eq!(got, Err(StoreError::NotAnInteger)),
+                match cur.as_ref().map(|o| shoal_engine::counter::parse(&o.0)) {
+                    Some(None) => assert_eq!(got, Err(StoreError::NotAnInteger)),
                     other => {
-                        let old = other.map(|b| i64::from_le_bytes(b.unwrap())).unwrap_or(0);
+                        let old = other.flatten().unwrap_or(0);
                         let (n, v) = got.expect("increment");
                         assert_eq!(n, old + delta);
                         // The counter keeps its expiry.
-                        m.written(t, &k, n.to_le_bytes().to_vec(), v, cur.and_then(|o| o.2));
+                        m.written(t, &k, n.to_string().into_bytes(), v, cur.and_then(|o| o.2));
                     }
                 }
             }

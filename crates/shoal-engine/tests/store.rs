@@ -60,7 +60,11 @@ fn versions_grow_across_remove_and_recreate() {
     assert!(v3 > v2, "re-created version {v3} not above removed {v2}");
     assert_eq!(store.increment(T, b"n", 5, RejectRules::default()).unwrap().0, 5);
     assert_eq!(store.increment(T, b"n", -7, RejectRules::default()).unwrap().0, -2);
-    store.write(T, b"max", &i64::MAX.to_le_bytes(), RejectRules::default()).unwrap();
+    // Counters are decimal ASCII, as Redis's INCR makes them.
+    assert_eq!(store.read(T, b"n", RejectRules::default()).unwrap().0, b"-2".to_vec());
+    store.write(T, b"dec", b"41", RejectRules::default()).unwrap();
+    assert_eq!(store.increment(T, b"dec", 1, RejectRules::default()).unwrap().0, 42);
+    store.write(T, b"max", i64::MAX.to_string().as_bytes(), RejectRules::default()).unwrap();
     assert_eq!(store.increment(T, b"max", 1, RejectRules::default()), Err(StoreError::Overflow));
 }
 

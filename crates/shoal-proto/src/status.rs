@@ -79,7 +79,7 @@ pub enum ErrorStatus {
     /// A version reject rule failed; the object's current version.
     #[error("wrong version: the object's version is {version}")]
     WrongVersion { version: Version },
-    #[error("value is not an 8-byte integer")]
+    #[error("value is not a decimal 64-bit integer (the counter format)")]
     NotAnInteger,
     #[error("increment overflows a 64-bit integer")]
     Overflow,

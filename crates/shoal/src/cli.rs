@@ -401,9 +401,10 @@ impl Target<'_> {
             IncrementError::UnknownTable(id) => self.unknown_table(id),
             IncrementError::KeyTooLarge { len, max } => self.too_large("key", len, max),
             IncrementError::Rejected(r) => self.rejected(r),
-            IncrementError::NotAnInteger => {
-                CliError::refused("not_an_integer", format!("{}: the value is not an 8-byte integer", self.object()))
-            }
+            IncrementError::NotAnInteger => CliError::refused(
+                "not_an_integer",
+                format!("{}: the value is not a decimal 64-bit integer (the counter format)", self.object()),
+            ),
             IncrementError::Overflow => {
                 CliError::refused("overflow", format!("{}: the increment overflows a 64-bit integer", self.object()))
             }
@@ -479,10 +480,7 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
                 out!("{}", Value::Object(object_json(&a.table, a.key.as_bytes(), &value, version)));
             } else {
                 out!("{}", show_value(&value));
-                match integer_of(&value) {
-                    Some(n) => out!("(version {version}; as an integer: {n})"),
-                    None => out!("(version {version})"),
-                }
+                out!("(version {version})");
             }
         }
         ClientCommand::Put(a) => {
@@ -724,24 +722,9 @@ fn show_key(b: &[u8]) -> String {
     }
 }
 
-/// An 8-byte value that is not printable text, read as `incr` stores it.
-fn integer_of(b: &[u8]) -> Option<i64> {
-    let arr: [u8; 8] = b.try_into().ok()?;
-    let printable = std::str::from_utf8(b).is_ok_and(|s| !s.chars().any(char::is_control));
-    (!printable).then(|| i64::from_le_bytes(arr))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn integer_of_reads_counters_but_not_text() {
-        assert_eq!(integer_of(&5i64.to_le_bytes()), Some(5));
-        assert_eq!(integer_of(&(-2i64).to_le_bytes()), Some(-2));
-        assert_eq!(integer_of(b"abcdefgh"), None);
-        assert_eq!(integer_of(b"abc"), None);
-    }
 
     #[test]
     fn object_json_uses_hex_for_binary() {
