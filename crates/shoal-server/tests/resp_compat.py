@@ -110,7 +110,7 @@ def gen_ops(rng, n, now_s):
     ops = []
     for _ in range(n):
         r = rng.random()
-        c = rng.randrange(50)
+        c = rng.randrange(53)
         if c == 0:
             opts = rng.choice([[], [b"NX"], [b"XX"], [b"GET"], [b"NX", b"GET"], [b"XX", b"GET"],
                                [b"nx", b"xx"], [b"FOO"], [b"GET", b"GET"], [b"KEEPTTL", b"EX"]])
@@ -242,7 +242,19 @@ def gen_ops(rng, n, now_s):
             ops.append([b"FLUSHALL"] + rng.choice([[], [b"ASYNC"], [b"SYNC"], [b"BAD"]]))
         elif c == 49:
             ops.append(rng.choice([[b"GETDEL"], [b"GETRANGE", b"k"], [b"SETRANGE", b"k", b"1"], [b"TYPE"],
-                                   [b"KEYS"], [b"KEYS", b"a", b"b"], [b"TIME", b"x"], [b"FLUSHALL", b"A", b"B"]]))
+                                   [b"KEYS"], [b"KEYS", b"a", b"b"], [b"TIME", b"x"], [b"FLUSHALL", b"A", b"B"],
+                                   [b"RENAME", b"k"], [b"RENAMENX", b"a", b"b", b"c"], [b"COPY", b"a"]]))
+        elif c == 50:
+            ops.append([rng.choice([b"RENAME", b"RENAMENX"]), key(), key()])
+        elif c == 51:
+            ops.append([b"COPY", key(), key()] + rng.choice([[], [b"REPLACE"], [b"replace", b"REPLACE"], [b"DB", b"1"],
+                                                             [b"DB", b"0", b"REPLACE"], [b"DB", b"16"], [b"DB", b"x"],
+                                                             [b"DB"], [b"FOO"], [b"DB", b"99999999999"]]))
+        elif c == 52:
+            # A key moved or copied with its expiry (TTL reads come later).
+            k = key()
+            ops.append([b"SET", k, val(), b"EX", b"%d" % rng.randrange(1000, 10 ** 6)])
+            ops.append([rng.choice([b"RENAME", b"COPY"]), k, key()])
         else:
             ops.append([b"GET", key()])
     return ops

@@ -151,6 +151,13 @@ fn keys_of_several_slots_are_refused_and_nothing_is_applied() {
     assert_eq!(m.call(&["MSET", "{u}:a", "3", "a", "3"]), crossslot);
     assert_eq!(m.call(&["DEL", "{u}:a", "b"]), crossslot);
     assert_eq!(m.call(&["MGET", "{u}:a", "{u}:b"]), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n", "nothing applied");
+    // RENAME and COPY within a slot run; across slots they are refused.
+    assert_eq!(m.call(&["COPY", "{u}:a", "{u}:c"]), ":1\r\n");
+    assert_eq!(m.call(&["RENAME", "{u}:c", "{u}:d"]), "+OK\r\n");
+    assert_eq!(m.call(&["RENAME", "{u}:d", "d"]), crossslot);
+    assert_eq!(m.call(&["COPY", "{u}:d", "x", "DB", "1"]), crossslot);
+    assert_eq!(m.call(&["GET", "{u}:d"]), "$1\r\n1\r\n");
+    assert_eq!(m.call(&["DEL", "{u}:d"]), ":1\r\n");
 
     // A transaction across slots: the second slot's command is refused
     // when queued and EXEC applies nothing.

@@ -35,7 +35,7 @@ def queued_command(rng):
     """One command to queue (or run outside a transaction)."""
     k = lambda: rng.choice(KEYS)
     v = lambda: rng.choice(VALUES)
-    c = rng.randrange(22)
+    c = rng.randrange(25)
     if c < 3:
         return [b"SET", k(), v()] + rng.choice([[], [b"NX"], [b"XX"], [b"GET"]])
     if c < 5:
@@ -73,6 +73,10 @@ def queued_command(rng):
     if c == 20:
         return [b"GETEX", k()] + rng.choice([[], [b"PERSIST"], [b"EXAT", b"%d" % LATER], [b"PXAT", b"1"],
                                              [b"EX", b"0"]])
+    if c == 22:
+        return [rng.choice([b"RENAME", b"RENAMENX"]), k(), k()]
+    if c == 23:
+        return [b"COPY", k(), k()] + rng.choice([[], [b"REPLACE"], [b"DB", b"1"]])
     if c == 16:
         # Errors found while queueing: the whole transaction is discarded.
         return rng.choice([[b"NOSUCH", b"x"], [b"GET"], [b"SET", b"k"], [b"MGET"], [b"INCRBY", b"k"]])

@@ -222,6 +222,11 @@ fn selected(q: &Queued) -> Option<usize> {
     cmd::select_index(args.get(1))
 }
 
+/// The other database a queued COPY writes in, if any.
+fn copy_destination(q: &Queued) -> Option<usize> {
+    (q.entry.spec.name == "copy").then(|| cmd::copy_destination_db(q.args())).flatten()
+}
+
 /// Finds the keys of `queued` and `watched` (creating the tables of the
 /// databases it writes, before any lock is taken: table creation may ask
 /// the coordinator).
@@ -234,6 +239,9 @@ fn plan(s: &Session, queued: &[Queued], watched: Vec<(usize, Vec<u8>, Seen)>) ->
             current = i;
         } else if cmd::writes(q.entry.spec) {
             db(current).table_for_write()?;
+            if let Some(dest) = copy_destination(q) {
+                db(dest).table_for_write()?;
+            }
         }
     }
     let end_db = current;
@@ -250,11 +258,48 @@ fn plan(s: &Session, queued: &[Queued], watched: Vec<(usize, Vec<u8>, Seen)>) ->
         for p in (first..=last).step_by(step) {
             keys.push((table, args.get(p).to_vec()));
         }
+        // COPY ... DB n writes its destination in database n.
+        if let Some(t) = copy_destination(q).and_then(|d| db(d).table()) {
+            keys.push((t, args.get(2).to_vec()));
+        }
     }
     let watched: Vec<_> =
         watched.into_iter().map(|(index, key, version)| (index, db(index).table(), key, version)).collect();
     keys.extend(watched.iter().filter_map(|(_, t, key, _)| t.map(|t| (t, key.clone()))));
     Ok(Plan { start_db, end_db, keys, watched })
+}
+
+/// Runs `f` with every read and write of the (database, key) pairs `keys`
+/// in one store transaction, applied together when `f` returns `Ok` and
+/// not at all when it returns `Err`; if the commit finds the store changed
+/// underneath, `f` runs again. Inside EXEC, `f` runs in EXEC's
+/// transaction. For the commands that change several keys at once
+/// (RENAME, COPY). The databases' tables must exist.
+pub fn atomically<R>(
+    s: &mut Session,
+    keys: &[(usize, &[u8])],
+    mut f: impl FnMut(&mut Session) -> Result<R, ErrorReply>,
+) -> Result<R, ErrorReply> {
+    if s.txn.borrow().is_some() {
+        return f(s);
+    }
+    let mut locked = Vec::with_capacity(keys.len());
+    for &(index, key) in keys {
+        let table = Db::new(&s.ctx, index, s.table_cache(), &s.txn).table_for_write()?;
+        locked.push((table, key));
+    }
+    loop {
+        let txn = s.ctx.store.transaction(&locked);
+        *s.txn.borrow_mut() = Some(txn);
+        let r = f(s);
+        let txn = s.txn.borrow_mut().take().expect("the transaction atomically started");
+        // An error drops the transaction: nothing it staged is applied.
+        let r = r?;
+        match txn.commit().map_err(store_error)? {
+            Commit::Done => return Ok(r),
+            Commit::Retry => continue,
+        }
+    }
 }
 
 /// EXEC of a standalone server, or of a cluster member whose keys are all

@@ -40,6 +40,7 @@ mod persist;
 mod ping;
 mod quit;
 mod range;
+mod rename;
 mod scan;
 mod select;
 mod set;
@@ -52,6 +53,7 @@ mod ttl;
 mod type_of;
 mod wait;
 
+pub use rename::copy_destination_db;
 pub use scan::parse_cursor as scan_cursor;
 pub use select::parse_index as select_index;
 
@@ -173,6 +175,9 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &multi::UNWATCH, run: multi::run_unwatch },
     Entry { spec: &multi::SHOAL_EXEC, run: multi::run_shoal_exec },
     Entry { spec: &multi::SHOAL_VERSIONS, run: multi::run_shoal_versions },
+    Entry { spec: &rename::RENAME, run: rename::run_rename },
+    Entry { spec: &rename::RENAMENX, run: rename::run_renamenx },
+    Entry { spec: &rename::COPY, run: rename::run_copy },
     Entry { spec: &cluster::SPEC, run: cluster::run },
     Entry { spec: &cluster::READONLY, run: cluster::run_ok },
     Entry { spec: &cluster::READWRITE, run: cluster::run_ok },
