@@ -46,3 +46,17 @@ pub fn boot_time_ns() -> u64 {
     assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// User and system CPU seconds used by this process (`children`: by its
+/// waited-for children), from getrusage; zeros if it fails.
+pub fn cpu_seconds(children: bool) -> (f64, f64) {
+    let who = if children { libc::RUSAGE_CHILDREN } else { libc::RUSAGE_SELF };
+    // SAFETY: a zeroed rusage is a valid value of the plain C struct, and
+    // getrusage only writes into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut u) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(u.ru_utime), secs(u.ru_stime))
+}

@@ -320,6 +320,8 @@ pub struct ServerStats {
     /// there), and requests answered -MOVED (Redis Cluster mode).
     pub forwarded_requests: AtomicU64,
     pub moved_replies: AtomicU64,
+    /// The Redis front end's per-command and per-error counters.
+    pub resp_commands: crate::resp::stats::CommandStats,
     /// TLS handshakes completed, failed (not TLS, a certificate refused,
     /// ...) and not finished within the handshake timeout.
     pub tls_handshakes: AtomicU64,

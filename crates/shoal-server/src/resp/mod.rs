@@ -22,6 +22,7 @@ mod multi;
 mod reply;
 mod routing;
 mod session;
+pub(crate) mod stats;
 
 use crate::context::ServerContext;
 use crate::context::ServerStats;

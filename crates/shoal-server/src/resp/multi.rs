@@ -39,6 +39,7 @@ use crate::resp::routing::{self, Owner, Routed, SlotOf};
 use crate::resp::session::{Session, Step};
 use bytes::BytesMut;
 use shoal_engine::{Commit, TableId, Version};
+use std::time::Instant;
 
 /// Redis's reply to EXEC after a queueing error.
 pub const EXECABORT: ErrorReply = ErrorReply::new("EXECABORT Transaction discarded because of previous errors.");
@@ -341,8 +342,19 @@ fn run(s: &mut Session, queued: &[Queued], plan: &Plan, out: &mut Reply<'_>) -> 
         Reply::new(&mut replies, s.proto).array(queued.len());
         for q in queued {
             let mut reply = Reply::new(&mut replies, s.proto);
-            if let Err(e) = (q.entry.run)(q.args(), s, &mut reply) {
-                reply.error(&e);
+            let started = Instant::now();
+            let failed = match (q.entry.run)(q.args(), s, &mut reply) {
+                Ok(()) => false,
+                Err(e) => {
+                    reply.error(&e);
+                    s.ctx.stats.resp_commands.error(e.text().strip_prefix(b"-").unwrap_or(e.text()));
+                    true
+                }
+            };
+            // Each command EXEC runs counts as a call of its own, as in Redis.
+            if let Some(i) = cmd::lookup_index(q.entry.spec.name.as_bytes()) {
+                let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                s.ctx.stats.resp_commands.ran(i, usec, failed);
             }
             if s.clustered() && cmd::touches_data(q.entry.spec) {
                 s.touched = true;

@@ -69,6 +69,12 @@ impl<'a> Reply<'a> {
         self.out.len()
     }
 
+    /// Whether the reply written from offset `from` (a [`Reply::buffered`]
+    /// taken before) is an error.
+    pub fn last_was_error(&self, from: usize) -> bool {
+        self.out.get(from) == Some(&b'-')
+    }
+
     /// Replies already encoded (in this connection's protocol).
     pub fn raw(&mut self, encoded: &[u8]) {
         self.out.put_slice(encoded);

@@ -200,15 +200,28 @@ impl Session {
     /// Runs one command (a non-empty request): appends its reply to `out`,
     /// or (in a cluster) says how else it is answered.
     pub fn execute(&mut self, args: Args<'_>, out: &mut BytesMut) -> Step {
+        let start = out.len();
+        let step = self.dispatch(args, out);
+        // Every error reply this request made here counts (stats.rs).
+        if out.get(start) == Some(&b'-') {
+            let end = out[start..].iter().position(|&c| c == b'\r').map_or(out.len(), |p| start + p);
+            self.ctx.stats.resp_commands.error(&out[start + 1..end]);
+        }
+        step
+    }
+
+    fn dispatch(&mut self, args: Args<'_>, out: &mut BytesMut) -> Step {
         let mut reply = Reply::new(out, self.proto);
-        let Some(entry) = cmd::lookup(args.get(0)) else {
+        let Some(index) = cmd::lookup_index(args.get(0)) else {
             ServerStats::add(&self.ctx.stats.commands, 1);
             self.abort_multi();
             reply.error(&cmd::unknown_command(args));
             return Step::Done;
         };
+        let entry = &cmd::COMMANDS[index];
         if !entry.spec.arity_ok(args.len()) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            self.ctx.stats.resp_commands.rejected(index);
             self.abort_multi();
             reply.error(&cmd::wrong_arity(entry.spec.name));
             return Step::Done;
@@ -216,12 +229,17 @@ impl Session {
         // As Redis: unknown commands and arity errors are reported first.
         if !self.authenticated && !cmd::allowed_before_auth(entry.spec) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            self.ctx.stats.resp_commands.rejected(index);
             self.abort_multi();
             reply.error(&cmd::NOAUTH);
             return Step::Done;
         }
+        let before = reply.buffered();
         if let Some(step) = multi::intercept(self, entry, args, &mut reply) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            if reply.buffered() > before && reply.last_was_error(before) {
+                self.ctx.stats.resp_commands.rejected(index);
+            }
             return step;
         }
         if self.clustered || self.cluster_mode {
@@ -230,6 +248,7 @@ impl Session {
                 Routed::Wait => return Step::Retry,
                 Routed::Error(e) => {
                     ServerStats::add(&self.ctx.stats.commands, 1);
+                    self.ctx.stats.resp_commands.rejected(index);
                     reply.error(&e);
                     return Step::Done;
                 }
@@ -243,9 +262,10 @@ impl Session {
             }
         }
         ServerStats::add(&self.ctx.stats.commands, 1);
-        if let Err(e) = (entry.run)(args, self, &mut reply) {
-            reply.error(&e);
-        }
+        let started = Instant::now();
+        let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
+        let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.ctx.stats.resp_commands.ran(index, usec, failed);
         if self.scratch.capacity() > 1 << 16 {
             self.scratch = Vec::new();
         }

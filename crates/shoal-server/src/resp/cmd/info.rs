@@ -7,7 +7,7 @@
 //! "everything" name them all; unknown sections are left out. RESP3 sends
 //! the text as a verbatim string.
 
-use super::CommandSpec;
+use super::{CommandSpec, COMMANDS};
 use crate::cluster::ClusterNode;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::db::{table_name, DATABASES};
@@ -31,8 +31,27 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// The version of Redis whose behaviour this front end follows.
 pub const REDIS_VERSION: &str = "7.0.0";
 
-const SECTIONS: [&str; 9] =
-    ["server", "clients", "memory", "persistence", "stats", "replication", "cluster", "keyspace", "shoal"];
+/// Every section, in Redis's order; `commandstats` only when named or with
+/// `all`/`everything` (as Redis).
+const SECTIONS: [&str; 12] = [
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "commandstats",
+    "errorstats",
+    "cluster",
+    "keyspace",
+    "shoal",
+];
+
+/// Sections left out of `INFO` and `INFO default`.
+fn not_default(section: &str) -> bool {
+    section == "commandstats"
+}
 
 struct Info {
     sections: Vec<&'static str>,
@@ -42,10 +61,12 @@ impl Info {
     fn parse(args: Args<'_>) -> Info {
         let mut sections: Vec<&'static str> = Vec::new();
         if args.len() == 1 {
-            sections.extend(SECTIONS);
+            sections.extend(SECTIONS.iter().filter(|s| !not_default(s)));
         }
         for a in args.iter().skip(1) {
-            if ["default", "all", "everything"].iter().any(|w| a.eq_ignore_ascii_case(w.as_bytes())) {
+            if a.eq_ignore_ascii_case(b"default") {
+                sections.extend(SECTIONS.iter().filter(|s| !not_default(s)));
+            } else if ["all", "everything"].iter().any(|w| a.eq_ignore_ascii_case(w.as_bytes())) {
                 sections.extend(SECTIONS);
             } else if let Some(s) = SECTIONS.iter().find(|s| a.eq_ignore_ascii_case(s.as_bytes())) {
                 sections.push(s);
@@ -149,7 +170,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("tls_handshakes:{}", get(&st.tls_handshakes));
             line!("tls_handshake_failures:{}", get(&st.tls_handshake_failures));
             line!("tls_handshake_timeouts:{}", get(&st.tls_handshake_timeouts));
-            line!("total_error_replies:0");
+            line!("total_error_replies:{}", st.resp_commands.total_errors());
             line!("protocol_errors:{}", get(&st.protocol_errors));
             line!("keyspace_hits:{}", get(&st.keyspace_hits));
             line!("keyspace_misses:{}", get(&st.keyspace_misses));
@@ -164,6 +185,39 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("connected_slaves:0");
             if let Some(node) = &ctx.cluster {
                 cluster_fields(node, t);
+            }
+        }
+        "cpu" => {
+            let (user, sys) = shoal_common::os::cpu_seconds(false);
+            let (cuser, csys) = shoal_common::os::cpu_seconds(true);
+            line!("# CPU");
+            line!("used_cpu_sys:{sys:.6}");
+            line!("used_cpu_user:{user:.6}");
+            line!("used_cpu_sys_children:{csys:.6}");
+            line!("used_cpu_user_children:{cuser:.6}");
+        }
+        "commandstats" => {
+            line!("# Commandstats");
+            for (i, e) in COMMANDS.iter().enumerate() {
+                let f = st.resp_commands.figures(i);
+                if f.calls + f.rejected == 0 {
+                    continue;
+                }
+                let per_call = if f.calls == 0 { 0.0 } else { f.usec as f64 / f.calls as f64 };
+                line!(
+                    "cmdstat_{}:calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+                    e.spec.name,
+                    f.calls,
+                    f.usec,
+                    f.rejected,
+                    f.failed
+                );
+            }
+        }
+        "errorstats" => {
+            line!("# Errorstats");
+            for (code, n) in st.resp_commands.error_counts() {
+                line!("errorstat_{code}:count={n}");
             }
         }
         "cluster" => {

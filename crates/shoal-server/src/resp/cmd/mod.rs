@@ -208,7 +208,12 @@ pub fn touches_data(spec: &CommandSpec) -> bool {
 
 /// The entry for a command name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static Entry> {
-    COMMANDS.iter().find(|e| e.spec.name.len() == name.len() && e.spec.name.as_bytes().eq_ignore_ascii_case(name))
+    lookup_index(name).map(|i| &COMMANDS[i])
+}
+
+/// The position in [`COMMANDS`] of a command name, in any case.
+pub fn lookup_index(name: &[u8]) -> Option<usize> {
+    COMMANDS.iter().position(|e| e.spec.name.len() == name.len() && e.spec.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// The spec of a subcommand of `parent`, in any case.
@@ -305,6 +310,11 @@ mod tests {
             assert_eq!(COMMANDS.iter().filter(|o| o.spec.name == e.spec.name).count(), 1);
         }
         assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn the_table_fits_the_command_counters() {
+        assert!(COMMANDS.len() <= crate::resp::stats::MAX_COMMANDS);
     }
 
     #[test]

@@ -1,0 +1,135 @@
+//! Per-command and per-error counters of the Redis front end: what `INFO
+//! commandstats`, `INFO errorstats` and `total_error_replies` report, as
+//! Redis counts them.
+//!
+//! * A command that ran is one call, with its run time in microseconds;
+//!   `failed_calls` counts the calls whose reply was an error.
+//! * A command refused before it ran (wrong arity, not logged in, refused
+//!   while queued in MULTI, a routing refusal such as CROSSSLOT or MOVED)
+//!   counts in `rejected_calls`, not in calls.
+//! * Every error reply counts once in `total_error_replies` and under its
+//!   code (the first word: `ERR`, `WRONGTYPE`, `CROSSSLOT`, ...). As in
+//!   Redis, at most 128 distinct codes are tracked; further new codes count
+//!   only in the total.
+//!
+//! Counters are atomics indexed by the command's position in the command
+//! table; the error map takes a lock only when an error is replied.
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most commands the table may hold (checked by a test of the table).
+pub const MAX_COMMANDS: usize = 128;
+/// Most distinct error codes tracked.
+const MAX_ERROR_CODES: usize = 128;
+
+#[derive(Default)]
+struct Counter {
+    calls: AtomicU64,
+    usec: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// One command's figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommandFigures {
+    pub calls: u64,
+    pub usec: u64,
+    pub rejected: u64,
+    pub failed: u64,
+}
+
+pub struct CommandStats {
+    per: Box<[Counter]>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    total_errors: AtomicU64,
+}
+
+impl Default for CommandStats {
+    fn default() -> Self {
+        CommandStats {
+            per: (0..MAX_COMMANDS).map(|_| Counter::default()).collect(),
+            errors: Mutex::new(BTreeMap::new()),
+            total_errors: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CommandStats {
+    /// Command `index` ran for `usec` microseconds.
+    pub fn ran(&self, index: usize, usec: u64, failed: bool) {
+        if let Some(c) = self.per.get(index) {
+            c.calls.fetch_add(1, Ordering::Relaxed);
+            c.usec.fetch_add(usec, Ordering::Relaxed);
+            if failed {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Command `index` was refused before it ran.
+    pub fn rejected(&self, index: usize) {
+        if let Some(c) = self.per.get(index) {
+            c.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An error reply whose text (without the leading `-`) is `text`.
+    pub fn error(&self, text: &[u8]) {
+        self.total_errors.fetch_add(1, Ordering::Relaxed);
+        let code = text.split(|&c| c == b' ' || c == b'\r').next().unwrap_or_default();
+        let code = String::from_utf8_lossy(&code[..code.len().min(64)]).into_owned();
+        let mut errors = self.errors.lock();
+        if let Some(n) = errors.get_mut(&code) {
+            *n += 1;
+        } else if errors.len() < MAX_ERROR_CODES {
+            errors.insert(code, 1);
+        }
+    }
+
+    pub fn total_errors(&self) -> u64 {
+        self.total_errors.load(Ordering::Relaxed)
+    }
+
+    /// The figures of command `index`.
+    pub fn figures(&self, index: usize) -> CommandFigures {
+        let Some(c) = self.per.get(index) else { return CommandFigures::default() };
+        CommandFigures {
+            calls: c.calls.load(Ordering::Relaxed),
+            usec: c.usec.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every error code seen and its count, in code order.
+    pub fn error_counts(&self) -> Vec<(String, u64)> {
+        self.errors.lock().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_calls_rejections_failures_and_error_codes() {
+        let s = CommandStats::default();
+        s.ran(3, 10, false);
+        s.ran(3, 5, true);
+        s.rejected(3);
+        s.rejected(MAX_COMMANDS + 5);
+        assert_eq!(s.figures(3), CommandFigures { calls: 2, usec: 15, rejected: 1, failed: 1 });
+        s.error(b"ERR syntax error");
+        s.error(b"ERR other");
+        s.error(b"WRONGTYPE Operation against a key");
+        assert_eq!(s.error_counts(), vec![("ERR".into(), 2), ("WRONGTYPE".into(), 1)]);
+        for i in 0..200 {
+            s.error(format!("E{i} x").as_bytes());
+        }
+        assert_eq!(s.error_counts().len(), MAX_ERROR_CODES);
+        assert_eq!(s.total_errors(), 203);
+    }
+}
