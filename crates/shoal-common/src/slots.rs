@@ -29,9 +29,11 @@ use crate::TableId;
 /// Number of Redis Cluster slots.
 pub const SLOTS: u16 = 16384;
 
-/// The flag bit of a [`TableId`] that makes the table slot-hashed. Below
-/// 2^53 so that ids stay exact in JSON numbers read as doubles.
-pub const SLOT_HASHED: u64 = 1 << 40;
+/// The flag bit of a [`TableId`] that makes the table slot-hashed. Bit 6,
+/// so that the first 64 tables of either kind have ids below 128, one byte
+/// as the varint in every log entry ([`table_id`] spreads the numbers
+/// around it).
+pub const SLOT_HASHED: u64 = 1 << 6;
 
 /// Bits of a slot-hashed key hash below the slot.
 const SLOT_SHIFT: u32 = 50;
@@ -43,6 +45,18 @@ impl TableId {
     pub fn is_slot_hashed(self) -> bool {
         self.0 & SLOT_HASHED != 0
     }
+}
+
+/// The id of the table numbered `number` (a counter starting at 1): its
+/// low 6 bits, the flag, then the rest of the number. Ids of different
+/// numbers never collide, whatever their flags.
+pub fn table_id(number: u64, slots: bool) -> TableId {
+    TableId((number & (SLOT_HASHED - 1)) | (u64::from(slots) << 6) | ((number >> 6) << 7))
+}
+
+/// The number [`table_id`] made `id` from.
+pub fn table_number(id: TableId) -> u64 {
+    (id.0 & (SLOT_HASHED - 1)) | ((id.0 >> 7) << 6)
 }
 
 /// The part of `key` that Redis Cluster hashes: the bytes between the
@@ -131,7 +145,8 @@ mod tests {
 
     #[test]
     fn slot_hashed_keys_hash_into_their_slots_range() {
-        let table = TableId(7 | SLOT_HASHED);
+        let table = table_id(7, true);
+        assert_eq!(table, TableId(71));
         assert!(table.is_slot_hashed() && !TableId(7).is_slot_hashed());
         for key in [&b"foo"[..], b"bar", b"{user1000}.following", b"k:1", b"k:2"] {
             let h = key_hash(table, key).0;
@@ -144,6 +159,20 @@ mod tests {
         let (a, b) = (key_hash(table, b"{u}:a").0, key_hash(table, b"{u}:b").0);
         assert_eq!(slot_of_hash(a), slot_of_hash(b));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn table_ids_round_trip_and_stay_small() {
+        for n in [1u64, 2, 63, 64, 65, 1000, 1 << 40] {
+            for slots in [false, true] {
+                let id = table_id(n, slots);
+                assert_eq!(table_number(id), n);
+                assert_eq!(id.is_slot_hashed(), slots);
+            }
+            assert_ne!(table_id(n, false), table_id(n, true));
+        }
+        assert!(table_id(63, true).0 < 128 && table_id(63, false).0 < 128);
+        assert_eq!(table_id(1, false), TableId(1), "plain ids are unchanged below 64");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use shoal_cluster::map::{
     TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
-use shoal_common::slots::{hashes_slot_range, split_slots, SLOTS, SLOT_HASHED};
+use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
 use shoal_common::{LogId, TableId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -465,7 +465,7 @@ impl ClusterState {
     /// Creates `name` split into `span` tablets (0: one per live server),
     /// handed round-robin to the live servers in id order, starting where
     /// the previous table stopped. A `slots` table is slot-hashed: its id
-    /// carries [`SLOT_HASHED`] and its tablets are whole slot ranges (at
+    /// carries the flag (`shoal_common::slots::table_id`) and its tablets are whole slot ranges (at
     /// most one per slot). An existing table is returned unchanged.
     fn create_table(&mut self, name: &str, span: u32, slots: bool) -> Outcome {
         if let Err(message) = check_table_name(name) {
@@ -488,11 +488,10 @@ impl ClusterState {
                 self.map.tablets.len()
             )));
         }
-        if self.next_table >= SLOT_HASHED {
+        if self.next_table >= 1 << 56 {
             return Outcome::unchanged(invalid("table ids are exhausted".to_string()));
         }
-        let flag = if slots { SLOT_HASHED } else { 0 };
-        let table = TableInfo { id: TableId(self.next_table | flag), name: name.to_string() };
+        let table = TableInfo { id: table_id(self.next_table, slots), name: name.to_string() };
         self.next_table += 1;
         let ranges = if slots { split_slots(0, SLOTS - 1, u64::from(span)) } else { split_hash_space(span) };
         for (start_hash, end_hash) in ranges {
@@ -884,7 +883,7 @@ impl ClusterState {
             return Err(format!("log id {} outside 1..{}", l.0, self.next_log));
         }
         for (i, t) in self.map.tables.iter().enumerate() {
-            let number = t.id.0 & !SLOT_HASHED;
+            let number = table_number(t.id);
             if number == 0 || number >= self.next_table {
                 return Err(format!("table id {} outside 1..{} (flag bits aside)", t.id.0, self.next_table));
             }
@@ -1371,7 +1370,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(t.id.is_slot_hashed());
-        assert_eq!(t.id.0 & !SLOT_HASHED, 1);
+        assert_eq!(table_number(t.id), 1);
         let plain = create(&mut s, "plain", 3);
         assert!(!plain.id.is_slot_hashed());
         let slot_ranges = |s: &ClusterState| -> Vec<(u16, u16)> {

@@ -11,7 +11,7 @@ use crate::tls::ServerTls;
 use parking_lot::RwLock;
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
-use shoal_common::slots::SLOT_HASHED;
+use shoal_common::slots::table_id;
 use shoal_engine::{Store, StoreError, TableId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -213,7 +213,7 @@ impl TableRegistry {
         if let Some(id) = r.by_name.get(name) {
             return Ok(*id);
         }
-        let id = TableId(r.next_id | if slots { SLOT_HASHED } else { 0 });
+        let id = table_id(r.next_id, slots);
         r.next_id += 1;
         self.store.create_table(id);
         r.by_name.insert(name.to_owned(), id);

@@ -265,11 +265,11 @@ fn native_clients_that_never_read_stay_within_the_budget_while_others_are_served
     let flags = budget_flags();
     let server = start(&[&flags[0], &flags[1]]);
     // The RESP port's database 0 is table 1 of a standalone server, made
-    // slot-hashed (the flag 2^40 in its id: shoal_common::slots).
+    // slot-hashed: id 65 (the flag 64 in its id: shoal_common::slots).
     let value = vec![b'v'; VALUE_LEN];
     let mut setup = TcpStream::connect(server.resp).unwrap();
     assert_eq!(resp_call(&mut setup, &[b"SET", b"big", &value]), b"+OK\r\n");
-    let read_big = Request::Read { table: TableId((1 << 40) | 1), key: b"big", rules: RejectRules::default() };
+    let read_big = Request::Read { table: TableId(65), key: b"big", rules: RejectRules::default() };
     let mut good = TcpStream::connect(server.native).unwrap();
     good.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     good.write_all(&native_frame(&read_big, 1)).unwrap();
