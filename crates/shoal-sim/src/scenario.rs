@@ -277,7 +277,7 @@ impl Scenario {
         check(i.network_latency_us >= 0.0, "network_latency_us must be >= 0")?;
         check(i.servers % self.group_size() == 0, "system.group_size must divide servers")?;
         check(w.keys >= 1, "workload.keys must be >= 1")?;
-        check(w.zipf_exponent > 0.0, "workload.zipf_exponent must be > 0")?;
+        check(w.zipf_exponent >= 0.0, "workload.zipf_exponent must be >= 0 (0: uniform)")?;
         check((0.0..=1.0).contains(&w.write_ratio), "workload.write_ratio must be in 0..=1")?;
         check(self.system.cache_keys <= w.keys, "system.cache_keys must be <= workload.keys")?;
                 check(self.run.requests >= 2, "run.requests must be >= 2")?;
