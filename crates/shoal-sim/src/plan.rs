@@ -73,6 +73,7 @@ pub struct Model {
     protocol: Protocol,
     consistency: Consistency,
     cache_keys: u64,
+    hot_filter: bool,
     request: Ps,
     sync: Ps,
     send: Ps,
@@ -116,6 +117,7 @@ impl Model {
             protocol: s.system.protocol,
             consistency: s.system.consistency,
             cache_keys: s.system.cache_keys,
+            hot_filter: s.system.hot_filter,
             request: us(c.request_us),
             sync: us(c.sync_us),
             send: us(c.send_us),
@@ -162,7 +164,11 @@ impl Model {
     /// `0..group` for systems that spread requests over the home's group.
     pub fn entry(&self, req: Request, pick: u32) -> u32 {
         let home = self.home(req.key);
-        let spread = self.caching || (self.substrate == Substrate::Crew && !req.write);
+        let spread = if self.caching && self.hot_filter {
+            self.cached(req.key) || (self.substrate == Substrate::Crew && !req.write)
+        } else {
+            self.caching || (self.substrate == Substrate::Crew && !req.write)
+        };
         if spread {
             home - home % self.group + pick
         } else {
@@ -176,7 +182,7 @@ impl Model {
         let home = self.home(req.key);
         let put = self.header + self.key_b + self.value_b;
         let get = self.header + self.key_b;
-        p.from_client(entry, if req.write { put } else { get });
+        p.client_in(entry, if req.write { put } else { get });
         if self.cached(req.key) {
             p.core(Res::AnyCore(entry), self.request + self.sync, false);
             if req.write {
@@ -184,9 +190,9 @@ impl Model {
             } else {
                 p.steps.push(Step::CacheRead { key: req.key, server: entry });
                 p.mem(entry, false);
-                p.to_client(entry, self.header + self.value_b);
+                p.client_out(entry, self.header + self.value_b);
             }
-        } else if self.caching {
+        } else if self.caching && !self.hot_filter {
             // Cold key: the entry probed its cache (cost above would double
             // count, so the probe is charged here) and the substrate serves.
             p.core(Res::AnyCore(entry), self.request + self.sync, false);
@@ -202,18 +208,14 @@ impl Model {
     /// a send, and a local EREW hand-off only the owner's work).
     fn cold(&self, p: &mut Planner, req: Request, entry: u32, home: u32, probed: bool) {
         let reply = if req.write { self.header } else { self.header + self.value_b };
-        let fwd = if req.write {
-            self.header + self.key_b + self.value_b
-        } else {
-            self.header + self.key_b
-        };
+        let fwd = if req.write { self.header + self.key_b + self.value_b } else { self.header + self.key_b };
         match self.substrate {
             Substrate::Erew => {
                 let owner = Res::Core(home, self.owner(req.key));
                 if entry == home {
                     p.core(owner, self.request, false);
                     p.mem(home, false);
-                    p.to_client(home, reply);
+                    p.client_out(home, reply);
                 } else {
                     p.core(Res::AnyCore(entry), self.send, false);
                     p.msg(entry, home, fwd, false);
@@ -221,7 +223,7 @@ impl Model {
                     p.mem(home, false);
                     p.msg(home, entry, reply, false);
                     p.core(Res::AnyCore(entry), self.receive, false);
-                    p.to_client(entry, reply);
+                    p.client_out(entry, reply);
                 }
             }
             Substrate::Crew => {
@@ -229,7 +231,7 @@ impl Model {
                 if entry == home {
                     p.core(Res::AnyCore(home), parse, false);
                     p.mem(home, false);
-                    p.to_client(home, reply);
+                    p.client_out(home, reply);
                 } else if req.write {
                     // Writes run on the home (exclusive writer), by RPC.
                     p.core(Res::AnyCore(entry), self.send, false);
@@ -238,7 +240,7 @@ impl Model {
                     p.mem(home, false);
                     p.msg(home, entry, reply, false);
                     p.core(Res::AnyCore(entry), self.receive, false);
-                    p.to_client(entry, reply);
+                    p.client_out(entry, reply);
                 } else {
                     // One-sided read of the home's bucket: no home core.
                     p.core(Res::AnyCore(entry), parse + self.one_sided, false);
@@ -246,7 +248,7 @@ impl Model {
                     p.mem_bytes(home, self.fetch_b, false);
                     p.msg(home, entry, self.header + self.fetch_b, false);
                     p.core(Res::AnyCore(entry), self.one_sided, false);
-                    p.to_client(entry, reply);
+                    p.client_out(entry, reply);
                 }
             }
         }
@@ -259,7 +261,7 @@ impl Model {
         match self.protocol {
             Protocol::AllPeers => {
                 self.coherent_write(p, key, entry);
-                p.to_client(entry, self.header);
+                p.client_out(entry, self.header);
             }
             Protocol::PrimaryTimestamp => {
                 if entry != home {
@@ -270,7 +272,7 @@ impl Model {
                     p.core(Res::AnyCore(entry), self.receive, true);
                 }
                 self.coherent_write(p, key, entry);
-                p.to_client(entry, self.header);
+                p.client_out(entry, self.header);
             }
             Protocol::PrimaryBroadcast => {
                 if entry != home {
@@ -284,7 +286,7 @@ impl Model {
                 } else {
                     self.coherent_write(p, key, home);
                 }
-                p.to_client(entry, self.header);
+                p.client_out(entry, self.header);
             }
         }
     }
@@ -382,14 +384,14 @@ impl<'a> Planner<'a> {
         self.steps.push(Step::Use { res: Res::NicIn(to), ps, coherence });
     }
 
-    fn from_client(&mut self, to: u32, bytes: u32) {
+    fn client_in(&mut self, to: u32, bytes: u32) {
         self.tally.messages += 1;
         self.steps.push(Step::Delay(self.m.latency));
         let ps = self.nic(bytes);
         self.steps.push(Step::Use { res: Res::NicIn(to), ps, coherence: false });
     }
 
-    fn to_client(&mut self, from: u32, bytes: u32) {
+    fn client_out(&mut self, from: u32, bytes: u32) {
         self.tally.messages += 1;
         let ps = self.nic(bytes);
         self.steps.push(Step::Use { res: Res::NicOut(from), ps, coherence: false });

@@ -106,8 +106,7 @@ pub fn predict(p: &RecoveryParams) -> RecoveryPrediction {
     let coordination_s = p.servers as f64 * p.coordinator_us_per_server * 1e-6;
     let detection_s = p.detection_ms * 1e-3;
     let stages = [("disk", disk_read_s), ("network", nic_s), ("cores", cores_s)];
-    let (bottleneck, moving) =
-        stages.iter().cloned().fold(("disk", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    let (bottleneck, moving) = stages.iter().cloned().fold(("disk", 0.0), |a, b| if b.1 > a.1 { b } else { a });
     let total_s = detection_s + coordination_s + fill_s + moving;
     RecoveryPrediction {
         servers: p.servers,

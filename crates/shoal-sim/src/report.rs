@@ -42,13 +42,7 @@ impl Latency {
     /// From a histogram of nanoseconds.
     pub fn of(h: &Histogram<u64>) -> Latency {
         let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
-        Latency {
-            mean: h.mean() / 1000.0,
-            p50: q(0.5),
-            p99: q(0.99),
-            p999: q(0.999),
-            max: h.max() as f64 / 1000.0,
-        }
+        Latency { mean: h.mean() / 1000.0, p50: q(0.5), p99: q(0.99), p999: q(0.999), max: h.max() as f64 / 1000.0 }
     }
 }
 
@@ -103,12 +97,9 @@ impl Report {
             if self.converged() { "converged" } else { "NOT converged: run more requests" }
         );
         let _ = writeln!(o, "  utilisation      mean    min    max   coherence");
-        for (name, u) in [
-            ("cores", &self.cores),
-            ("NIC in", &self.nic_in),
-            ("NIC out", &self.nic_out),
-            ("memory", &self.memory),
-        ] {
+        for (name, u) in
+            [("cores", &self.cores), ("NIC in", &self.nic_in), ("NIC out", &self.nic_out), ("memory", &self.memory)]
+        {
             let _ = writeln!(
                 o,
                 "    {:<12} {:>5.1}% {:>5.1}% {:>5.1}%  {:>5.1}%",

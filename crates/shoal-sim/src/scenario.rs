@@ -100,6 +100,12 @@ pub struct System {
     /// Keys in each server's cache: the hottest ones (an ideal popularity
     /// cache, as in the seed).
     pub cache_keys: u64,
+    /// Clients know the hot set (a per-group filter, Katsarakis Sec. 3.4's
+    /// "optimal" variant and Shoal's design): cold keys go straight to
+    /// their home (its owning core under EREW), only hot keys are spread.
+    /// Off (the seed's evaluated, transparent variant): every request goes
+    /// to a random member, which forwards misses.
+    pub hot_filter: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,7 +189,7 @@ impl Default for Infrastructure {
             cores_per_server: 32,
             nic_gbit_s: 40.0,
             memory_gbyte_s: 35.0,
-            network_latency_us: 1.0,
+            network_latency_us: 0.5,
         }
     }
 }
@@ -197,19 +203,14 @@ impl Default for System {
             consistency: Consistency::Ec,
             group_size: 0,
             cache_keys: 250_000,
+            hot_filter: false,
         }
     }
 }
 
 impl Default for Workload {
     fn default() -> Self {
-        Workload {
-            keys: 250_000_000,
-            zipf_exponent: 0.99,
-            write_ratio: 0.05,
-            key_bytes: 8,
-            value_bytes: 40,
-        }
+        Workload { keys: 250_000_000, zipf_exponent: 0.99, write_ratio: 0.05, key_bytes: 8, value_bytes: 40 }
     }
 }
 
@@ -275,17 +276,15 @@ impl Scenario {
         check(i.cores_per_server >= 1, "infrastructure.cores_per_server must be >= 1")?;
         check(i.nic_gbit_s > 0.0 && i.memory_gbyte_s > 0.0, "bandwidths must be > 0")?;
         check(i.network_latency_us >= 0.0, "network_latency_us must be >= 0")?;
-        check(i.servers % self.group_size() == 0, "system.group_size must divide servers")?;
+        check(i.servers.is_multiple_of(self.group_size()), "system.group_size must divide servers")?;
         check(w.keys >= 1, "workload.keys must be >= 1")?;
         check(w.zipf_exponent >= 0.0, "workload.zipf_exponent must be >= 0 (0: uniform)")?;
         check((0.0..=1.0).contains(&w.write_ratio), "workload.write_ratio must be in 0..=1")?;
         check(self.system.cache_keys <= w.keys, "system.cache_keys must be <= workload.keys")?;
-                check(self.run.requests >= 2, "run.requests must be >= 2")?;
+        check(self.run.requests >= 2, "run.requests must be >= 2")?;
         let c = &self.costs;
         check(
-            [c.request_us, c.sync_us, c.send_us, c.receive_us, c.one_sided_us]
-                .iter()
-                .all(|x| *x >= 0.0),
+            [c.request_us, c.sync_us, c.send_us, c.receive_us, c.one_sided_us].iter().all(|x| *x >= 0.0),
             "costs must be >= 0",
         )
     }

@@ -146,12 +146,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, String> {
     let throughput = run.requests as f64 / t(start.now, end.now);
     let window = (end.now - start.now) as f64;
     let util = |range: std::ops::Range<usize>| {
-        let busy: Vec<f64> = range
-            .clone()
-            .map(|i| ((end.busy[i] - start.busy[i]) as f64 / window).min(1.0))
-            .collect();
-        let coh: Vec<f64> =
-            range.map(|i| (end.coherence[i] - start.coherence[i]) as f64 / window).collect();
+        let busy: Vec<f64> = range.clone().map(|i| ((end.busy[i] - start.busy[i]) as f64 / window).min(1.0)).collect();
+        let coh: Vec<f64> = range.map(|i| (end.coherence[i] - start.coherence[i]) as f64 / window).collect();
         Utilisation::of(&busy, &coh)
     };
     let nc = servers * cores;
@@ -170,20 +166,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Report, String> {
         latency_us: crate::report::Latency::of(&latency),
         reads: s.reads,
         stale_read_fraction: if s.reads > 0 { s.stale_reads as f64 / s.reads as f64 } else { 0.0 },
-        mean_versions_behind: if s.stale_reads > 0 {
-            s.versions_behind as f64 / s.stale_reads as f64
-        } else {
-            0.0
-        },
-        blocked_read_fraction: if s.reads > 0 {
-            s.blocked_reads as f64 / s.reads as f64
-        } else {
-            0.0
-        },
-        messages_per_request: (end.messages - start.messages) as f64
-            / (end.planned - start.planned) as f64,
-        coherence_messages_per_request: (end.coherence_messages - start.coherence_messages)
-            as f64
+        mean_versions_behind: if s.stale_reads > 0 { s.versions_behind as f64 / s.stale_reads as f64 } else { 0.0 },
+        blocked_read_fraction: if s.reads > 0 { s.blocked_reads as f64 / s.reads as f64 } else { 0.0 },
+        messages_per_request: (end.messages - start.messages) as f64 / (end.planned - start.planned) as f64,
+        coherence_messages_per_request: (end.coherence_messages - start.coherence_messages) as f64
             / (end.planned - start.planned) as f64,
         simulated_ms: window * 1e-9,
         requests: run.requests,

@@ -63,11 +63,7 @@ fn systems(base: &Scenario) -> Vec<(String, Scenario)> {
 }
 
 /// Runs sweep `name` over `base`, calling `progress` after each point.
-pub fn run(
-    name: &str,
-    base: &Scenario,
-    mut progress: impl FnMut(&Point),
-) -> Result<SweepResult, String> {
+pub fn run(name: &str, base: &Scenario, mut progress: impl FnMut(&Point)) -> Result<SweepResult, String> {
     let mut points = Vec::new();
     let mut sim = |series: &str, x: f64, s: &Scenario| -> Result<f64, String> {
         let mut s = s.clone();
@@ -88,8 +84,7 @@ pub fn run(
             ("Fig. 4.5: baselines vs symmetric caching", "system", "x EREW baseline", names, false)
         }
         "protocols" => {
-            let protocols =
-                [Protocol::PrimaryBroadcast, Protocol::PrimaryTimestamp, Protocol::AllPeers];
+            let protocols = [Protocol::PrimaryBroadcast, Protocol::PrimaryTimestamp, Protocol::AllPeers];
             for (sub, sub_name) in [(Substrate::Erew, "EREW"), (Substrate::Crew, "CREW")] {
                 for (cons, c_name) in [(Consistency::Ec, "EC"), (Consistency::Sc, "SC")] {
                     for (i, p) in protocols.iter().enumerate() {
@@ -179,9 +174,7 @@ pub fn names() -> String {
 
 /// Divides throughputs by the seed's reference point of each figure.
 fn normalise(r: &mut SweepResult) {
-    let reference = |series: &str, x: f64| {
-        r.points.iter().find(|p| p.series == series && p.x == x).map(|p| p.y)
-    };
+    let reference = |series: &str, x: f64| r.points.iter().find(|p| p.series == series && p.x == x).map(|p| p.y);
     let base = match r.name.as_str() {
         "baselines" => reference("EREW baseline", 0.0),
         "protocols" => reference("CREW SC", 0.0),
@@ -203,14 +196,18 @@ impl SweepResult {
         let mut o = format!("{}\n", self.title);
         o += &format!(
             "  {:<24} {:>8} {:>10} {:>10} {:>8}\n",
-            "series", self.x_label.split(',').next().unwrap_or("x"), self.y_label_short(), "Mops/s", "halves"
+            "series",
+            self.x_label.split(',').next().unwrap_or("x"),
+            self.y_label_short(),
+            "Mops/s",
+            "halves"
         );
         for p in &self.points {
             let x = self.x_name(p.x);
             match (&p.report, &p.recovery) {
                 (Some(r), _) => {
                     o += &format!(
-                        "  {:<24} {:>8} {:>10.2} {:>10.1} {:>7.2}%\n",
+                        "  {:<24} {:>8} {:>10.2} {:>10.4} {:>7.2}%\n",
                         p.series,
                         x,
                         p.y,
@@ -252,10 +249,8 @@ impl SweepResult {
         root.fill(&WHITE).map_err(|x| e(&x))?;
         let xs: Vec<f64> = self.points.iter().map(|p| p.x).collect();
         let ys: Vec<f64> = self.points.iter().map(|p| p.y).collect();
-        let (x0, x1) = (
-            xs.iter().cloned().fold(f64::INFINITY, f64::min),
-            xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-        );
+        let (x0, x1) =
+            (xs.iter().cloned().fold(f64::INFINITY, f64::min), xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
         let y1 = ys.iter().cloned().fold(0.0, f64::max) * 1.1;
         let mut series: Vec<&str> = Vec::new();
         for p in &self.points {
@@ -287,12 +282,8 @@ impl SweepResult {
                         .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                         .map_err(|x| e(&x))?
                         .label(*s)
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                        });
-                    chart
-                        .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                        .map_err(|x| e(&x))?;
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(|x| e(&x))?;
                 }
                 chart
                     .configure_series_labels()
@@ -304,15 +295,9 @@ impl SweepResult {
             }};
         }
         let mut builder = ChartBuilder::on(&root);
-        builder
-            .caption(self.title.as_str(), ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(60);
+        builder.caption(self.title.as_str(), ("sans-serif", 22)).margin(15).x_label_area_size(45).y_label_area_size(60);
         if self.log_x {
-            draw!(builder
-                .build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), 0.0..y1)
-                .map_err(|x| e(&x))?);
+            draw!(builder.build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), 0.0..y1).map_err(|x| e(&x))?);
         } else {
             let pad = if names.is_empty() { 0.0 } else { 0.5 };
             draw!(builder.build_cartesian_2d(x0 - pad..x1 + pad, 0.0..y1).map_err(|x| e(&x))?);

@@ -106,11 +106,7 @@ pub fn harmonic(n: u64, s: f64) -> f64 {
 
 /// `sum_{k=a+1..b} k^-s` by Euler-Maclaurin: integral plus end corrections.
 fn tail(a: f64, b: f64, s: f64) -> f64 {
-    let integral = if (s - 1.0).abs() < 1e-12 {
-        (b / a).ln()
-    } else {
-        (b.powf(1.0 - s) - a.powf(1.0 - s)) / (1.0 - s)
-    };
+    let integral = if (s - 1.0).abs() < 1e-12 { (b / a).ln() } else { (b.powf(1.0 - s) - a.powf(1.0 - s)) / (1.0 - s) };
     let f = |x: f64| x.powf(-s);
     let df = |x: f64| -s * x.powf(-s - 1.0);
     integral + (f(b) - f(a)) / 2.0 + (df(b) - df(a)) / 12.0

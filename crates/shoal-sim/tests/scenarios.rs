@@ -165,3 +165,14 @@ fn scenario_toml_round_trips_and_rejects_unknown_fields() {
     assert!(Scenario::from_toml("[infrastructure]\nserverz = 20\n").is_err());
     assert!(Scenario::from_toml("[system]\ngroup_size = 7\n").is_err());
 }
+
+#[test]
+fn calibration_scenario_parses_and_its_nics_limit() {
+    let text = include_str!("../scenarios/shoal-4-servers-tc.toml");
+    let mut s = Scenario::from_toml(text).unwrap();
+    s.run.requests = 20_000;
+    s.system.caching = false;
+    let r = simulate(&s).unwrap();
+    // Without caching the hot key's home NIC is the bottleneck.
+    assert!(r.nic_out.max > 0.95, "{:?}", r.nic_out);
+}

@@ -129,8 +129,7 @@ pub fn run(cmd: &SimCommand) -> Result<bool, String> {
             let mut p = match &a.params {
                 None => RecoveryParams::default(),
                 Some(path) => {
-                    let text = std::fs::read_to_string(path)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
                     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
                 }
             };
