@@ -30,9 +30,10 @@ fn main() {
             Err(_) => (Scenario::default(), String::new()),
         };
         if name != "baselines" && prefix.is_empty() {
-            // One million measured requests per point keeps a sweep in
-            // minutes; each point's convergence is still checked.
-            base.run.requests = 1_000_000;
+            // One million measured requests per point (SIM_REQUESTS
+            // overrides) keeps a sweep in minutes; each point's
+            // convergence is still checked and shown.
+            base.run.requests = std::env::var("SIM_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
         }
         let t = std::time::Instant::now();
         let result = sweep::run(&name, &base, |p| {
