@@ -194,14 +194,12 @@ impl SweepResult {
     /// The aligned table: one row per point.
     pub fn table(&self) -> String {
         let mut o = format!("{}\n", self.title);
-        o += &format!(
-            "  {:<24} {:>8} {:>10} {:>10} {:>8}\n",
-            "series",
-            self.x_label.split(',').next().unwrap_or("x"),
-            self.y_label_short(),
-            "Mops/s",
-            "halves"
-        );
+        let x = self.x_label.split(',').next().unwrap_or("x");
+        if self.name == "recovery" {
+            o += &format!("  {:<24} {:>8} {:>10}  what limits\n", "series", x, "seconds");
+        } else {
+            o += &format!("  {:<24} {:>8} {:>10} {:>10} {:>8}\n", "series", x, "relative", "Mops/s", "halves");
+        }
         for p in &self.points {
             let x = self.x_name(p.x);
             match (&p.report, &p.recovery) {
@@ -225,14 +223,6 @@ impl SweepResult {
             }
         }
         o
-    }
-
-    fn y_label_short(&self) -> &str {
-        if self.name == "recovery" {
-            "seconds"
-        } else {
-            "relative"
-        }
     }
 
     fn x_name(&self, x: f64) -> String {
