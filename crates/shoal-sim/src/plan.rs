@@ -193,8 +193,8 @@ impl Model {
                 p.client_out(entry, self.header + self.value_b);
             }
         } else if self.caching && !self.hot_filter {
-            // Cold key: the entry probed its cache (cost above would double
-            // count, so the probe is charged here) and the substrate serves.
+            // Cold key sent to a random member: it parses the request and
+            // misses in its cache, then the substrate serves the key.
             p.core(Res::AnyCore(entry), self.request + self.sync, false);
             self.cold(&mut p, req, entry, home, true);
         } else {
