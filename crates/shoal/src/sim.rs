@@ -123,7 +123,7 @@ pub fn run(cmd: &SimCommand) -> Result<bool, String> {
             if let Some(path) = &a.plot {
                 result.plot_svg(path)?;
             }
-            Ok(result.points.iter().all(|p| p.report.as_ref().map_or(true, |r| r.converged())))
+            Ok(result.points.iter().all(|p| p.report.as_ref().is_none_or(|r| r.converged())))
         }
         SimCommand::Recovery(a) => {
             let mut p = match &a.params {
