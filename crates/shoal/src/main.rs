@@ -5,6 +5,7 @@
 mod bench;
 mod cli;
 mod serve;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -45,6 +46,14 @@ enum Command {
     /// reported, not failures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The discrete-event simulator of skew at datacenter scale
+    /// (Katsarakis Ch. 4) and the recovery-time model.
+    ///
+    /// `shoal sim run [scenario.toml] [--json]`, `shoal sim sweep NAME
+    /// [--plot out.svg]`, `shoal sim recovery`, `shoal sim defaults`.
+    /// Exits 1 if a run's throughput did not converge.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
     #[command(flatten)]
     Client(cli::ClientCommand),
     /// Internal: one memory-benchmark run of Shoal's store.
@@ -110,6 +119,7 @@ fn main() -> ExitCode {
         Command::Coordinator(args) => return serve::coordinator(args),
         Command::Client(cmd) => return cli::run(cmd),
         Command::MemoryWorker(args) => return ExitCode::from(bench::memory::worker(args) as u8),
+        Command::Sim(cmd) => sim::run(cmd),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory::run(args),
         Command::Bench(BenchCommand::Utilization(args)) => bench::utilization::run(args),
         Command::Bench(BenchCommand::Overhead(args)) => bench::overhead::run(args),
@@ -120,7 +130,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("shoal: some runs failed (see the error column)");
+            eprintln!("shoal: some runs failed or did not converge (see above)");
             ExitCode::FAILURE
         }
         Err(e) => {
