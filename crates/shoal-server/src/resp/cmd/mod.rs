@@ -36,9 +36,11 @@ mod mget;
 mod mset;
 mod msetnx;
 pub mod multi;
+mod object;
 mod persist;
 mod ping;
 mod quit;
+mod randomkey;
 mod range;
 mod rename;
 mod scan;
@@ -178,6 +180,9 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &rename::RENAME, run: rename::run_rename },
     Entry { spec: &rename::RENAMENX, run: rename::run_renamenx },
     Entry { spec: &rename::COPY, run: rename::run_copy },
+    Entry { spec: &object::OBJECT, run: object::run_object },
+    Entry { spec: &object::MEMORY, run: object::run_memory },
+    Entry { spec: &randomkey::SPEC, run: randomkey::run },
     Entry { spec: &cluster::SPEC, run: cluster::run },
     Entry { spec: &cluster::READONLY, run: cluster::run_ok },
     Entry { spec: &cluster::READWRITE, run: cluster::run_ok },
