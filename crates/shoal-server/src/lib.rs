@@ -33,6 +33,7 @@ pub mod auth;
 pub mod budget;
 pub mod cluster;
 pub mod config;
+mod connection;
 pub mod context;
 pub mod lease;
 pub mod listener;
