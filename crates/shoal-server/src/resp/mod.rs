@@ -25,14 +25,14 @@ mod session;
 use crate::connection::{self, Fatal, Protocol, Step};
 use crate::context::ServerContext;
 use crate::context::ServerStats;
+use crate::listener::{Connection, FrontEnd};
+use crate::stream::ClientStream;
+use crate::workers::{Placement, Served};
 use bytes::BytesMut;
 use frame::{Args, Limits};
 use reply::{ErrorReply, Reply};
 use session::Session;
 use std::net::SocketAddr;
-use crate::listener::{Connection, FrontEnd};
-use crate::stream::ClientStream;
-use crate::workers::{Placement, Served};
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -121,8 +121,8 @@ impl Protocol for Resp {
             Ok(None) => return Ok(None),
             Err(e) => return Err(fatal(e, self.session.proto)),
         };
-        let data = frame::parse(&input[..n], &mut self.spans, &mut self.inline)
-            .map_err(|e| fatal(e, self.session.proto))?;
+        let data =
+            frame::parse(&input[..n], &mut self.spans, &mut self.inline).map_err(|e| fatal(e, self.session.proto))?;
         let args = Args::new(data, &self.spans);
         if args.is_empty() {
             return Ok(Some((n, Step::Done)));

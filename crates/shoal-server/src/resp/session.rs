@@ -2,10 +2,10 @@
 //! dispatch of its commands: look the name up, check the arity, (in a
 //! cluster) route, run.
 
+pub use crate::connection::Step;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};
-pub use crate::connection::Step;
 use crate::resp::frame::Args;
 use crate::resp::multi::{self, Multi, Seen};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
