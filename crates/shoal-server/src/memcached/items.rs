@@ -223,8 +223,8 @@ impl<'a> Items<'a> {
 
 /// memcached's reading of a counter's data (C's strtoull as memcached's
 /// `safe_strtoull` uses it): leading spaces, an optional sign, digits, then
-/// the end or a space; no digits reads as 0 when the data is empty or
-/// starts with a space. `None`: not a number (or over 2^64 - 1).
+/// the end or a space; no digits reads as 0 when the data starts with a
+/// space; empty data is not a number. `None`: not a number (or over 2^64 - 1).
 pub fn parse_counter(data: &[u8]) -> Option<u64> {
     let start = data.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(data.len());
     let mut i = start;
@@ -241,8 +241,8 @@ pub fn parse_counter(data: &[u8]) -> Option<u64> {
     };
     let digits = data[i..].iter().take_while(|c| c.is_ascii_digit()).count();
     if digits == 0 {
+        // memcached refuses an empty value outright.
         return match data.first() {
-            None => Some(0),
             Some(c) if c.is_ascii_whitespace() => Some(0),
             _ => None,
         };
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(parse_counter(b"10"), Some(10));
         assert_eq!(parse_counter(b"9 "), Some(9));
         assert_eq!(parse_counter(b"  12"), Some(12));
-        assert_eq!(parse_counter(b""), Some(0));
+        assert_eq!(parse_counter(b""), None);
         assert_eq!(parse_counter(b"x"), None);
         assert_eq!(parse_counter(b"12x"), None);
         assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));

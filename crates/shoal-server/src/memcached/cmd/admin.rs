@@ -1,7 +1,7 @@
 //! `flush_all [delay] [noreply]`, `verbosity <n> [noreply]` and
 //! `stats [settings|items|slabs|sizes|conns|reset]`.
 
-use super::{put_error, Command, Exec, Refusal, BAD_FORMAT, ERROR};
+use super::{put_error, Command, Exec, Refusal, ERROR};
 use crate::context::ServerStats;
 use crate::memcached::frame::{parse_i32, Tokens};
 use crate::memcached::items;
@@ -23,7 +23,7 @@ pub fn parse_flush(line: &[u8], t: &Tokens) -> Result<FlushAll, Refusal> {
     let noreply = t.len() > 1 && t.get(line, t.len() - 1) == b"noreply";
     let delay = match (t.len(), noreply) {
         (1, _) | (2, true) => 0,
-        _ => parse_i32(t.get(line, 1)).ok_or(BAD_FORMAT)?,
+        _ => parse_i32(t.get(line, 1)).ok_or(super::retrieval::INVALID_EXPTIME)?,
     };
     Ok(FlushAll { delay, noreply })
 }

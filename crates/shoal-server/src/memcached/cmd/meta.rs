@@ -220,7 +220,7 @@ fn set_flags<'a>(m: &mut MetaSet<'a>, line: &'a [u8], t: &Tokens) -> Result<(), 
     for tok in t.from(line, 3) {
         let (c, arg) = split_flag(tok);
         if !m.flags.first(c) {
-            return Err(INVALID_OR_DUPLICATE);
+            return Err(DUPLICATE_FLAG);
         }
         if m.flags.common(c, arg)? {
             continue;
@@ -228,7 +228,7 @@ fn set_flags<'a>(m: &mut MetaSet<'a>, line: &'a [u8], t: &Tokens) -> Result<(), 
         match c {
             b'c' => m.flags.ret.push((c, arg)),
             b'T' => m.exptime = ttl(arg)?,
-            b'F' => m.client_flags = parse_u64(arg).and_then(|f| u32::try_from(f).ok()).ok_or(BAD_TOKEN)?,
+            b'F' => m.client_flags = parse_u64(arg).and_then(|f| u32::try_from(f).ok()).ok_or(BAD_FORMAT)?,
             b'C' => m.cas = Some(Version(parse_u64(arg).ok_or(BAD_TOKEN)?)),
             // Invalidation (marking items stale) is not kept: a plain write.
             b'I' => {}
@@ -242,7 +242,7 @@ fn set_flags<'a>(m: &mut MetaSet<'a>, line: &'a [u8], t: &Tokens) -> Result<(), 
                     _ => return Err(MS_MODE),
                 }
             }
-            _ => return Err(INVALID_OR_DUPLICATE),
+            _ => return Err(INVALID_FLAG),
         }
     }
     Ok(())
@@ -302,7 +302,7 @@ pub fn parse_delete<'a>(line: &'a [u8], t: &Tokens) -> Result<MetaDelete<'a>, Re
             continue;
         }
         match c {
-            b'C' => m.cas = Some(Version(parse_u64(arg).ok_or(BAD_TOKEN)?)),
+            b'C' => m.cas = Some(Version(parse_u64(arg).ok_or(INVALID_OR_DUPLICATE)?)),
             _ => return Err(INVALID_OR_DUPLICATE),
         }
     }
@@ -368,11 +368,12 @@ pub fn parse_arith<'a>(line: &'a [u8], t: &Tokens) -> Result<MetaArith<'a>, Refu
         match c {
             b'v' => m.value = true,
             b't' | b'c' => m.flags.ret.push((c, arg)),
-            b'N' => m.vivify = Some(ttl(arg)?),
-            b'T' => m.touch = Some(ttl(arg)?),
-            b'J' => m.initial = parse_u64(arg).ok_or(BAD_TOKEN)?,
-            b'D' => m.delta = parse_u64(arg).ok_or(BAD_TOKEN)?,
-            b'C' => m.cas = Some(Version(parse_u64(arg).ok_or(BAD_TOKEN)?)),
+            // memcached answers a bad number here as a bad flag.
+            b'N' => m.vivify = Some(ttl(arg).map_err(|_| INVALID_OR_DUPLICATE)?),
+            b'T' => m.touch = Some(ttl(arg).map_err(|_| INVALID_OR_DUPLICATE)?),
+            b'J' => m.initial = parse_u64(arg).ok_or(INVALID_OR_DUPLICATE)?,
+            b'D' => m.delta = parse_u64(arg).ok_or(INVALID_OR_DUPLICATE)?,
+            b'C' => m.cas = Some(Version(parse_u64(arg).ok_or(INVALID_OR_DUPLICATE)?)),
             b'M' => {
                 m.incr = match arg.first() {
                     Some(b'I' | b'i' | b'+') => true,

@@ -30,7 +30,8 @@ pub fn parse<'a>(line: &'a [u8], t: &Tokens) -> Result<Retrieval<'a>, Refusal> {
         _ => (true, true),
     };
     let first = if gat { 2 } else { 1 };
-    if t.len() <= first {
+    // A gat with its exptime and no key is an empty reply, as memcached's.
+    if t.len() < 2 {
         return Err(ERROR);
     }
     let touch = match gat {
