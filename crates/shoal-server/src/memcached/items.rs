@@ -208,7 +208,7 @@ impl<'a> Items<'a> {
     }
 
     /// Number of items (expired ones not yet reclaimed included).
-    pub fn len(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         self.table().and_then(|t| self.ctx.tables.len(t).ok()).unwrap_or(0)
     }
 

@@ -108,7 +108,7 @@ pub fn run_stats(s: &Stats, x: &mut Exec<'_>, out: &mut BytesMut) {
             stat("limit_maxbytes", &ctx.config.memory.0);
             stat("threads", &2);
             stat("bytes", &store.live_key_value_bytes);
-            stat("curr_items", &x.items.len());
+            stat("curr_items", &x.items.count());
             stat("evictions", &0);
         }
         Stats::Settings => {
