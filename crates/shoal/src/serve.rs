@@ -117,7 +117,7 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     let native = a.native.map_or("off".to_string(), |n| n.to_string());
     let memcached = a.memcached.map_or("off".to_string(), |m| m.to_string());
     tracing::info!(
-        "shoal server ready: native protocol on {native}, Redis protocol on {}, memcached protocol on {memcached}",
+        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}",
         a.resp
     );
     server.wait();

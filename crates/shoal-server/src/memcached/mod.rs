@@ -17,7 +17,8 @@
 //! front end's pooled, authenticated connections (`resp::forward`); it runs
 //! there through [`run_forwarded`], and its memcached reply comes back as
 //! a bulk string. A multi-key get whose keys are on several servers is
-//! split per key; `flush_all` runs on every live server.
+//! split into one get per server, and the hits are put back in key order;
+//! `flush_all` runs on every live server.
 
 pub mod cmd;
 pub mod frame;
@@ -136,10 +137,16 @@ impl FrontEnd for MemcachedFrontEnd {
 }
 
 /// What to make of a forwarded request's reply.
-#[derive(Clone, Copy)]
 enum Awaiting {
     Nothing,
-    Reply { noreply: bool },
+    Reply {
+        noreply: bool,
+    },
+    /// A get split over several servers: the hits come grouped by server,
+    /// and go to the client in the order of these keys.
+    Get {
+        keys: Vec<Vec<u8>>,
+    },
 }
 
 /// One memcached client.
@@ -290,23 +297,34 @@ impl Memcached {
         if let [Some(addr)] = owners[..] {
             return Routed::Forward(memcached_job(&self.ctx, vec![remote(addr, request)], Merge::Relay));
         }
-        // A get of keys on several servers: one part per key.
+        // A get of keys on several servers: one get per server, of its keys;
+        // `forwarded` puts the hits back in key order.
         let Command::Retrieval(r) = cmd else { return Routed::Error(NOT_HERE) };
-        let name = self.tokens_name(request);
-        let mut parts = Vec::with_capacity(keys.len());
+        let mut groups: Vec<(Option<SocketAddr>, Vec<u8>)> = Vec::new();
         for (key, owner) in keys.iter().zip(owners) {
-            let mut one = name.clone();
-            if let Some(exptime) = r.touch {
-                one.extend_from_slice(format!(" {exptime}").as_bytes());
-            }
-            one.push(b' ');
-            one.extend_from_slice(key);
-            one.extend_from_slice(b"\r\n");
+            let at = match groups.iter().position(|(o, _)| *o == owner) {
+                Some(at) => at,
+                None => {
+                    let mut line = self.tokens_name(request);
+                    if let Some(exptime) = r.touch {
+                        line.extend_from_slice(format!(" {exptime}").as_bytes());
+                    }
+                    groups.push((owner, line));
+                    groups.len() - 1
+                }
+            };
+            groups[at].1.push(b' ');
+            groups[at].1.extend_from_slice(key);
+        }
+        let mut parts = Vec::with_capacity(groups.len());
+        for (owner, mut line) in groups {
+            line.extend_from_slice(b"\r\n");
             parts.push(match owner {
-                None => here(self.run_one(&one)),
-                Some(addr) => remote(addr, &one),
+                None => here(self.run_one(&line)),
+                Some(addr) => remote(addr, &line),
             });
         }
+        self.awaiting = Awaiting::Get { keys: keys.iter().map(|k| k.to_vec()).collect() };
         Routed::Forward(memcached_job(&self.ctx, parts, Merge::MemcachedGet))
     }
 
@@ -481,17 +499,19 @@ impl Protocol for Memcached {
     }
 
     fn forwarded(&mut self, reply: BytesMut) -> BytesMut {
-        let Awaiting::Reply { noreply } = std::mem::replace(&mut self.awaiting, Awaiting::Nothing) else {
+        let (noreply, keys) = match std::mem::replace(&mut self.awaiting, Awaiting::Nothing) {
             // The pause before retrying a request: nothing to say.
-            return reply;
+            Awaiting::Nothing => return reply,
+            Awaiting::Reply { noreply } => (noreply, None),
+            Awaiting::Get { keys } => (false, Some(keys)),
         };
         let mut out = BytesMut::new();
         match reply.first() {
-            Some(b'$') => {
-                if let Some(payload) = bulk_payload(&reply) {
-                    out.extend_from_slice(payload);
-                }
-            }
+            Some(b'$') => match (bulk_payload(&reply), keys) {
+                (Some(payload), Some(keys)) => in_key_order(payload, &keys, &mut out),
+                (Some(payload), None) => out.extend_from_slice(payload),
+                (None, _) => out.extend_from_slice(b"SERVER_ERROR unexpected reply from another server\r\n"),
+            },
             Some(b'-') => {
                 let text = reply[1..].strip_suffix(b"\r\n").unwrap_or(&reply[1..]);
                 out.extend_from_slice(b"SERVER_ERROR ");
@@ -528,6 +548,43 @@ impl Protocol for Memcached {
     }
 }
 
+/// `hits` (VALUE items then END, grouped by server) with the items in the
+/// order of `keys` (a key asked twice gets its item twice, as each server
+/// answered it). Anything else (an error line) is passed on as it is.
+fn in_key_order(hits: &[u8], keys: &[Vec<u8>], out: &mut BytesMut) {
+    let mut items: std::collections::HashMap<&[u8], std::collections::VecDeque<&[u8]>> = Default::default();
+    let mut rest = hits;
+    while !rest.is_empty() && rest != b"END\r\n" {
+        let Some(eol) = rest.iter().position(|&c| c == b'\n') else { break };
+        let header = &rest[..eol];
+        let mut words = header.strip_suffix(b"\r").unwrap_or(header).split(|&c| c == b' ');
+        let (Some(b"VALUE"), Some(key), Some(_flags), Some(len)) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            return out.extend_from_slice(hits);
+        };
+        let Some(end) =
+            frame::parse_u64(len).and_then(|n| usize::try_from(n).ok()).and_then(|n| (eol + 1).checked_add(n + 2))
+        else {
+            return out.extend_from_slice(hits);
+        };
+        if end > rest.len() {
+            return out.extend_from_slice(hits);
+        }
+        items.entry(key).or_default().push_back(&rest[..end]);
+        rest = &rest[end..];
+    }
+    if rest != b"END\r\n" {
+        return out.extend_from_slice(hits);
+    }
+    for key in keys {
+        if let Some(item) = items.get_mut(&key[..]).and_then(|q| q.pop_front()) {
+            out.extend_from_slice(item);
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
 /// The payload of a RESP bulk string reply.
 fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
     let body = reply.strip_prefix(b"$")?;
@@ -542,4 +599,24 @@ fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
 pub fn run_forwarded(ctx: &Arc<ServerContext>, request: &[u8]) -> Vec<u8> {
     let mut m = Memcached::build(ctx.clone(), true);
     m.run_one(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_key_order_reorders_hits_of_several_servers() {
+        let hits = b"VALUE b 0 1\r\nB\r\nVALUE a 5 2\r\nAA\r\nVALUE a 5 2\r\nAA\r\nEND\r\n";
+        let keys: Vec<Vec<u8>> = [&b"a"[..], b"x", b"b", b"a"].iter().map(|k| k.to_vec()).collect();
+        let mut out = BytesMut::new();
+        in_key_order(hits, &keys, &mut out);
+        assert_eq!(&out[..], b"VALUE a 5 2\r\nAA\r\nVALUE b 0 1\r\nB\r\nVALUE a 5 2\r\nAA\r\nEND\r\n");
+        let mut out = BytesMut::new();
+        in_key_order(b"SERVER_ERROR out of memory\r\n", &keys, &mut out);
+        assert_eq!(&out[..], b"SERVER_ERROR out of memory\r\n");
+        let mut out = BytesMut::new();
+        in_key_order(b"VALUE a 0 99\r\nshort\r\nEND\r\n", &keys, &mut out);
+        assert_eq!(&out[..], b"VALUE a 0 99\r\nshort\r\nEND\r\n", "malformed: passed on");
+    }
 }
