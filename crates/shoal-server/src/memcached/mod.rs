@@ -119,7 +119,7 @@ impl FrontEnd for MemcachedFrontEnd {
     }
 
     fn refusal(&self) -> &'static [u8] {
-        b"SERVER_ERROR Too many open connections\r\n"
+        b"ERROR Too many open connections\r\n"
     }
 
     fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
