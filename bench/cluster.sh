@@ -240,7 +240,7 @@ start_cluster() {
     local root="$WORK/$name"
     mkdir -p "$root"
     "$SHOAL" local --root "$root/data" --servers "$servers" --replicas "$replicas" --replication "$mode" \
-        --coordinator-port 0 --native-port 0 --resp-port 0 --backup-port 0 --memory "$MEMORY" --cluster-mode off \
+        --coordinator-port 0 --native-port 0 --resp-port 0 --memcached-port 0 --backup-port 0 --memory "$MEMORY" --cluster-mode off \
         --log-level info >"$root/out" 2>&1 &
     LOCAL_PID=$!; PIDS+=("$LOCAL_PID")
     local ok=""

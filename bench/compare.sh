@@ -15,6 +15,11 @@
 #   latency     one client, one request at a time: redis-benchmark -c 1
 #               (Redis, Shoal RESP), shoal bench ycsb --threads 1
 #               --pipeline 1 (Shoal native, Shoal RESP, Redis RESP)
+#   memcached   shoal bench ycsb --protocol memcached (memcached's text
+#               protocol, get/set), workloads A, B, C, Zipfian, the same
+#               client and keys against Shoal's memcached port and a real
+#               memcached, one request at a time per thread (--pipeline 1)
+#               and pipelined (--pipeline 16), the two stores alternating
 #   memory      MEMORY_KEYS keys with 100-byte values loaded into a fresh
 #               process of each store: RSS per object and bytes per object
 #               beyond key and value (RSS growth from /proc/<pid>/status,
@@ -41,6 +46,7 @@ LATENCY_REQUESTS=100000 # redis-benchmark -c 1 -n, and ycsb ops at 1x1
 MEMORY_KEYS=1000000,10000000 # keys loaded for the memory step (comma-separated list)
 RUNS=3                  # repetitions of throughput and latency steps
 STEP_TIMEOUT=600        # seconds any one step may take
+ONLY="throughput,ycsb,memcached,memory" # sections to run
 OUT=""
 
 usage() {
@@ -58,6 +64,8 @@ Usage: bench/compare.sh [--quick] [options]
   --memory-keys N[,N..]  keys loaded for the memory step (default $MEMORY_KEYS)
   --runs N               repetitions of throughput and latency steps (default $RUNS)
   --step-timeout SECS    limit of each step (default $STEP_TIMEOUT)
+  --only LIST            sections to run, of throughput,ycsb,memcached,memory
+                         (default all)
   --out FILE             JSON results (default bench/results/compare-<time>.json)
 EOF
 }
@@ -78,6 +86,7 @@ while [[ $# -gt 0 ]]; do
         --memory-keys) MEMORY_KEYS="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
         --step-timeout) STEP_TIMEOUT="$2"; shift 2 ;;
+        --only) ONLY="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "compare.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -89,6 +98,9 @@ OUT="${OUT:-$ROOT/bench/results/compare-$(date -u +%Y%m%dT%H%M%SZ).json}"
 WORK="$(mktemp -d)"
 RECORDS="$WORK/records.jsonl"   # one JSON object per measurement
 : >"$RECORDS"
+
+# want SECTION: whether --only includes it.
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 log() { echo "[compare $(date -u +%H:%M:%S)] $*" >&2; }
 
@@ -162,11 +174,11 @@ SHOAL="$ROOT/target/release/shoal"
 
 # start_shoal MEMORY: a server with MEMORY for objects (e.g. 2GiB).
 start_shoal() {
-    SHOAL_NATIVE=$(free_port); SHOAL_RESP=$(free_port)
+    SHOAL_NATIVE=$(free_port); SHOAL_RESP=$(free_port); SHOAL_MC=$(free_port)
     "$SHOAL" server --listen 127.0.0.1 --native-port "$SHOAL_NATIVE" --resp-port "$SHOAL_RESP" \
-        --memory "$1" --log-level warn >"$WORK/shoal.log" 2>&1 &
+        --memcached-port "$SHOAL_MC" --memory "$1" --log-level warn >"$WORK/shoal.log" 2>&1 &
     SHOAL_PID=$!; PIDS+=("$SHOAL_PID")
-    wait_port "$SHOAL_NATIVE" shoal; wait_port "$SHOAL_RESP" shoal
+    wait_port "$SHOAL_NATIVE" shoal; wait_port "$SHOAL_RESP" shoal; wait_port "$SHOAL_MC" shoal
 }
 
 start_redis() {
@@ -185,7 +197,7 @@ start_memcached() {
 }
 
 start_shoal 4GiB; start_redis; start_memcached
-log "shoal pid $SHOAL_PID (native $SHOAL_NATIVE, resp $SHOAL_RESP); redis pid $REDIS_PID ($REDIS_PORT); memcached pid $MEMCACHED_PID ($MEMCACHED_PORT)"
+log "shoal pid $SHOAL_PID (native $SHOAL_NATIVE, resp $SHOAL_RESP, memcached $SHOAL_MC); redis pid $REDIS_PID ($REDIS_PORT); memcached pid $MEMCACHED_PID ($MEMCACHED_PORT)"
 
 # --- redis-benchmark --------------------------------------------------------
 
@@ -222,6 +234,7 @@ EOF
 }
 
 for run in $(seq "$RUNS"); do
+    want throughput || break
     for pipe in 1 16; do
         log "redis-benchmark -P $pipe, run $run: Redis, Shoal RESP"
         redis_benchmark "throughput_p$pipe" redis "$REDIS_PORT" "$REDIS_PID" "$run" \
@@ -269,6 +282,7 @@ for target in "shoal-native native 127.0.0.1:$SHOAL_NATIVE $SHOAL_PID" \
               "redis resp 127.0.0.1:$REDIS_PORT $REDIS_PID" \
               "memcached memcached 127.0.0.1:$MEMCACHED_PORT $MEMCACHED_PID"; do
     read -r store protocol addr pid <<<"$target"
+    want ycsb || break
     log "ycsb load $YCSB_RECORDS records: $store"
     ycsb ycsb_load "$store" "$protocol" "$addr" "$pid" 0 --records "$YCSB_RECORDS" --load --workload C --operations 1 \
         --threads "$YCSB_THREADS"
@@ -284,10 +298,37 @@ for target in "shoal-native native 127.0.0.1:$SHOAL_NATIVE $SHOAL_PID" \
     done
 done
 
+# --- memcached's protocol: Shoal's memcached port against memcached ----------
+
+# The same client (shoal bench ycsb's memcached text-protocol client), keys
+# and values against both; the order of the two stores alternates by run.
+if want memcached; then
+    MC_TARGETS=("shoal-memcached 127.0.0.1:$SHOAL_MC $SHOAL_PID" "memcached 127.0.0.1:$MEMCACHED_PORT $MEMCACHED_PID")
+    for target in "${MC_TARGETS[@]}"; do
+        read -r store addr pid <<<"$target"
+        log "memcached protocol: load $YCSB_RECORDS records: $store"
+        ycsb mc_load "$store" memcached "$addr" "$pid" 0 --records "$YCSB_RECORDS" --load --workload C \
+            --operations 1 --threads "$YCSB_THREADS" --pipeline 64
+    done
+    for run in $(seq "$RUNS"); do
+        order=("${MC_TARGETS[@]}")
+        (( run % 2 == 0 )) && order=("${MC_TARGETS[1]}" "${MC_TARGETS[0]}")
+        for pipe in 1 16; do
+            for target in "${order[@]}"; do
+                read -r store addr pid <<<"$target"
+                log "memcached protocol A,B,C ($YCSB_THREADS threads, pipeline $pipe), run $run: $store"
+                ycsb "mc_p$pipe" "$store" memcached "$addr" "$pid" "$run" "${YCSB_COMMON[@]}" --workload A,B,C \
+                    --threads "$YCSB_THREADS" --pipeline "$pipe"
+            done
+        done
+    done
+fi
+
 # --- memory -----------------------------------------------------------------
 
 stop "$SHOAL_PID"; stop "$REDIS_PID"; stop "$MEMCACHED_PID"
 IFS=',' read -r -a MEMORY_COUNTS <<<"$MEMORY_KEYS"
+want memory || MEMORY_COUNTS=()
 for keys in "${MEMORY_COUNTS[@]}"; do
     KEY_BYTES=$(python3 - "$keys" <<'EOF'
 import sys
@@ -373,6 +414,26 @@ for step in ["ycsb", "ycsb_latency"]:
             s["errors"] = sum(r["errors"] for r in rs)
             summary.append(dict(kind="ycsb", step=step, workload=wl, store=store, threads=rs[0]["threads"], pipeline=rs[0]["pipeline"], **s))
             print(f"{step:<14}{wl:<4}{store:<14}{rs[0]['threads']:>8}{s['ops_per_sec']:>11.0f}{s['p50_us']:>8.1f}{s['p99_us']:>8.1f}{s['p999_us']:>8.1f}{s['server_cpu_secs_per_million']:>9.2f}")
+
+print("\nmemcached's protocol: shoal bench ycsb --protocol memcached (zipfian, 100-byte values; ops/s, p50/p99 us, server CPU s per million ops)")
+print(f"{'step':<8}{'wl':<4}{'store':<17}{'threads':>8}{'ops/s':>11}{'p50':>8}{'p99':>8}{'cpu s/M':>9}")
+for step in ["mc_p1", "mc_p16"]:
+    for wl in ["A", "B", "C"]:
+        row = {}
+        for store in ["shoal-memcached", "memcached"]:
+            rs = pick(step, store=store, workload=wl, op="all")
+            if not rs:
+                continue
+            s = {k: med([r.get(k, float("nan")) for r in rs]) for k in ["ops_per_sec", "p50_us", "p99_us", "server_cpu_secs_per_million"]}
+            s["errors"] = sum(r["errors"] for r in rs)
+            s["runs"] = len(rs)
+            row[store] = s
+            summary.append(dict(kind="memcached", step=step, workload=wl, store=store, threads=rs[0]["threads"], pipeline=rs[0]["pipeline"], **s))
+            print(f"{step:<8}{wl:<4}{store:<17}{rs[0]['threads']:>8}{s['ops_per_sec']:>11.0f}{s['p50_us']:>8.1f}{s['p99_us']:>8.1f}{s['server_cpu_secs_per_million']:>9.2f}")
+        if len(row) == 2:
+            ratio = row["shoal-memcached"]["ops_per_sec"] / row["memcached"]["ops_per_sec"]
+            summary.append(dict(kind="ratio", step=step, workload=wl, shoal_over_memcached_ops=ratio))
+            print(f"{'':<8}{wl:<4}{'shoal/memcached':<17}{'':>8}{ratio:>10.2f}x")
 
 print("\nmemory (fresh process per store; RSS growth over the load)")
 print(f"{'store':<11}{'keys':>10}{'RSS MiB':>9}{'B/object':>10}{'beyond k+v':>11}")

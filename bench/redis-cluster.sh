@@ -84,7 +84,7 @@ start_shoal() {
     local r="$1" dir="$WORK/shoal-r$1"
     mkdir -p "$dir"
     "$SHOAL" local --servers 4 --replicas "$r" --root "$dir/data" --memory 1GiB --coordinator-port 0 \
-        --native-port 0 --resp-port 0 --backup-port 0 --log-level warn >"$dir/out" 2>&1 &
+        --native-port 0 --resp-port 0 --memcached-port 0 --backup-port 0 --log-level warn >"$dir/out" 2>&1 &
     SHOAL_PID=$!; PIDS+=("$SHOAL_PID")
     for _ in $(seq 600); do
         grep -qs "Shoal is running" "$dir/out" && break

@@ -80,6 +80,16 @@ for r in resp:
     put("resp_frame", r)
     put("resp_command", r)
 
+# memcached's text protocol: command lines (and data blocks) as clients send them.
+memcached = [
+    b"get a b c\r\n", b"set k 5 100 3 noreply\r\nabc\r\n", b"cas k 0 0 1 42\r\nx\r\ngets k\r\n",
+    b"mg k v k c f t s q O123 T30\r\nms k 2 T0 F7 C1 MA q\r\nhi\r\nmd k q C3\r\nma k N0 J5 D2 MD v\r\nmn\r\n",
+    b"incr n 5\r\ndecr n 1 noreply\r\ntouch k 10\r\ngat 10 a b\r\ndelete k 0 noreply\r\n",
+    b"flush_all 10 noreply\r\nstats\r\nverbosity 1\r\nversion\r\nquit\r\n",
+]
+for r in memcached:
+    put("memcached_frame", r)
+
 # Replication frames (docs/replication.md).
 def rframe(kind, segment, body):
     return struct.pack("<B3xIQ", kind, len(body), segment) + body

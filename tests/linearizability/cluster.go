@@ -257,6 +257,7 @@ func newCluster(exe, root string, o clusterOptions) (*cluster, error) {
 		s.args = []string{"server", "--coordinator", c.coordAddr, "--listen", s.listen,
 			"--data-dir", filepath.Join(s.dir, "data"),
 			"--native-port", strconv.Itoa(s.native), "--resp-port", strconv.Itoa(s.resp),
+			"--memcached-port", "0",
 			"--backup-port", strconv.Itoa(s.backup), "--memory", o.memory,
 			"--backup-buffers", "8", "--log-level", o.logLevel, "--cluster-secret-file", secret}
 		if o.syncOpen {

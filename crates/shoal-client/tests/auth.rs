@@ -21,6 +21,7 @@ fn start() -> (Server, SocketAddr) {
     let config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         requirepass: Some(Password("s3cret".into())),

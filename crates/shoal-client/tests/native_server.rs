@@ -14,6 +14,7 @@ fn start_with(f: impl FnOnce(&mut ServerConfig)) -> (Server, SocketAddr) {
     let mut config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         ..ServerConfig::default()

@@ -43,6 +43,7 @@ fn start(pki: &Pki, mutual: bool) -> (Server, SocketAddr) {
     let config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         tls_cert: Some(pki.1.server_cert.clone()),

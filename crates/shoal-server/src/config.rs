@@ -22,6 +22,9 @@ pub const DEFAULT_NATIVE_PORT: u16 = 7700;
 /// Default port of the Redis protocol (not Redis's 6379, so it never collides
 /// with a local Redis).
 pub const DEFAULT_RESP_PORT: u16 = 6380;
+/// Default port of the memcached protocol (not memcached's 11211, so that
+/// it never collides with a local memcached).
+pub const DEFAULT_MEMCACHED_PORT: u16 = 11212;
 
 /// Everything a server needs to start. `ServerConfig::default()` is what
 /// `shoal server` runs with when given no file and no flags.
@@ -34,6 +37,11 @@ pub struct ServerConfig {
     pub native_port: u16,
     /// Port of the Redis protocol (RESP2/RESP3); 0 picks a free port.
     pub resp_port: u16,
+    /// Port of the memcached protocol (text and meta commands); 0 picks a
+    /// free port.
+    pub memcached_port: u16,
+    /// Whether to serve the memcached protocol at all.
+    pub memcached: bool,
     /// Bytes of log memory for objects (the store's pool).
     pub memory: ByteSize,
     /// Largest value a client may store.
@@ -108,7 +116,7 @@ pub struct ServerConfig {
     /// Run in a cluster without a secret (command line: otherwise refused).
     pub insecure_no_secret: bool,
     /// PEM file of this server's certificate (then its chain). With
-    /// `tls_key`, the client ports (RESP and native) speak only TLS
+    /// `tls_key`, the client ports (RESP, memcached and native) speak only TLS
     /// (`docs/security.md`, "TLS").
     pub tls_cert: Option<PathBuf>,
     /// PEM file of the private key of `tls_cert`.
@@ -165,6 +173,8 @@ impl Default for ServerConfig {
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
             native_port: DEFAULT_NATIVE_PORT,
             resp_port: DEFAULT_RESP_PORT,
+            memcached_port: DEFAULT_MEMCACHED_PORT,
+            memcached: true,
             memory: ByteSize(1 << 30),
             max_value_size: ByteSize(StoreConfig::default().max_value_bytes as u64),
             max_request_size: ByteSize(2 << 20),
@@ -223,6 +233,10 @@ impl ServerConfig {
 
     pub fn resp_addr(&self) -> SocketAddr {
         SocketAddr::new(self.listen, self.resp_port)
+    }
+
+    pub fn memcached_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen, self.memcached_port)
     }
 
     pub fn native_addr(&self) -> SocketAddr {
@@ -370,7 +384,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServerArgs {
     /// TOML config file, with any of the keys listen, native_port,
-    /// resp_port, memory, max_value_size, max_request_size,
+    /// resp_port, memcached_port, memcached, memory, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
@@ -390,6 +404,14 @@ pub struct ServerArgs {
     /// free port [default: 6380, so that it never collides with a local Redis].
     #[arg(long, value_name = "PORT")]
     pub resp_port: Option<u16>,
+    /// Port of the memcached protocol (text and meta commands); 0 picks a
+    /// free port [default: 11212, so that it never collides with a local
+    /// memcached].
+    #[arg(long, value_name = "PORT")]
+    pub memcached_port: Option<u16>,
+    /// Serve no memcached protocol (no port is opened for it).
+    #[arg(long)]
+    pub no_memcached: bool,
     /// Memory for objects (the log), e.g. 512MiB or 4GiB. Writes are refused
     /// with an out-of-memory error when live data fills it [default: 1GiB].
     #[arg(long, value_name = "SIZE")]
@@ -499,7 +521,7 @@ pub struct ServerArgs {
     #[arg(long, conflicts_with = "cluster_secret_file")]
     pub insecure_no_secret: bool,
     /// PEM certificate (then its chain) of this server. With --tls-key the
-    /// Redis and native ports speak only TLS, on the same port numbers (as
+    /// Redis, memcached and native ports speak only TLS, on the same port numbers (as
     /// Redis with `--tls-port P --port 0`). See docs/security.md.
     #[arg(long, value_name = "PATH", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -543,7 +565,8 @@ impl ServerArgs {
                 $(if let Some(v) = self.$field { c.$target = v; })*
             };
         }
-        set!(listen => listen, native_port => native_port, resp_port => resp_port, memory => memory,
+        set!(listen => listen, native_port => native_port, resp_port => resp_port,
+            memcached_port => memcached_port, memory => memory,
             max_value_size => max_value_size, max_request_size => max_request_size,
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,
@@ -556,6 +579,9 @@ impl ServerArgs {
         }
         if self.coordinator.is_some() {
             c.coordinator = self.coordinator;
+        }
+        if self.no_memcached {
+            c.memcached = false;
         }
         if self.sync_open {
             c.sync_open = true;

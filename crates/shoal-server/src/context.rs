@@ -26,6 +26,8 @@ pub struct ServerContext {
     pub store: Arc<Store>,
     pub tables: TableRegistry,
     pub stats: ServerStats,
+    /// The memcached front end's counters (its `stats`).
+    pub memcached: crate::memcached::McStats,
     /// Set when the server is part of a cluster.
     pub cluster: Option<Arc<ClusterNode>>,
     /// The users clients authenticate as (see `auth`).
@@ -86,6 +88,7 @@ impl ServerContext {
             store,
             tables,
             stats: ServerStats::default(),
+            memcached: Default::default(),
             cluster,
             auth,
             spin: SpinGate::default(),

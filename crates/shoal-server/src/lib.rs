@@ -12,6 +12,8 @@
 //! * [`listener`]: accepting connections for a [`FrontEnd`], with the
 //!   server-wide connection limit.
 //! * [`resp`]: the Redis protocol front end.
+//! * [`memcached`]: the memcached protocol front end (text and meta commands).
+//! * `connection`: the connection driver both text front ends share.
 //! * [`native`]: Shoal's native binary protocol front end.
 //! * [`stream`]: what a front end serves a connection over, plain TCP or
 //!   TLS ([`stream::ClientStream`]), and how either moves between workers.
@@ -33,9 +35,11 @@ pub mod auth;
 pub mod budget;
 pub mod cluster;
 pub mod config;
+mod connection;
 pub mod context;
 pub mod lease;
 pub mod listener;
+pub mod memcached;
 pub mod native;
 pub mod resp;
 pub mod server;
@@ -46,7 +50,7 @@ mod workers;
 
 pub use config::{
     ByteSize, ConfigError, ReplicationMode, ServerArgs, ServerConfig, TlsAuthClients, DEFAULT_BACKUP_PORT,
-    DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT,
+    DEFAULT_MEMCACHED_PORT, DEFAULT_NATIVE_PORT, DEFAULT_RESP_PORT,
 };
 pub use context::{ServerContext, ServerStats, TableRegistry};
 pub use listener::{Connection, FrontEnd};

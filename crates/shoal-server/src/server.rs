@@ -22,6 +22,7 @@ use crate::cluster::ClusterNode;
 use crate::config::{ConfigError, ServerConfig};
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::{self, ConnectionTracker};
+use crate::memcached::MemcachedFrontEnd;
 use crate::native::NativeFrontEnd;
 use crate::resp::RespFrontEnd;
 use crate::workers::Workers;
@@ -57,6 +58,8 @@ pub enum ServerError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Addresses {
     pub resp: SocketAddr,
+    /// The memcached protocol's address (`None`: not served).
+    pub memcached: Option<SocketAddr>,
     /// The native protocol's address (`None` only for a server built without it).
     pub native: Option<SocketAddr>,
 }
@@ -86,6 +89,10 @@ impl Server {
         // Bound first: a cluster member enlists with its real addresses.
         let resp = bind("resp", config.resp_addr())?;
         let native = bind("native", config.native_addr())?;
+        let memcached = match config.memcached {
+            true => Some(bind("memcached", config.memcached_addr())?),
+            false => None,
+        };
         let resp_addr = resp.local_addr().unwrap_or(config.resp_addr());
         let native_addr = native.local_addr().unwrap_or(config.native_addr());
         // Ports given as 0 become the ones bound (INFO, CLUSTER SLOTS).
@@ -112,7 +119,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("shoal-server".into())
             .spawn(move || {
-                runtime.block_on(serve(c, signals, workers.clone(), [resp, native], ready_tx));
+                runtime.block_on(serve(c, signals, workers.clone(), [resp, native], memcached, ready_tx));
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 // The listeners are gone, so this is the last reference.
                 if let Ok(workers) = Arc::try_unwrap(workers) {
@@ -200,6 +207,7 @@ async fn serve(
     signals: bool,
     workers: Arc<Workers>,
     [resp, native]: [std::net::TcpListener; 2],
+    memcached: Option<std::net::TcpListener>,
     ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>,
 ) {
     let tracker = ConnectionTracker::default();
@@ -210,8 +218,16 @@ async fn serve(
             return;
         }
     };
+    let memcached = match memcached.map(TcpListener::from_std).transpose() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ready.send(Err(ServerError::Runtime(e)));
+            return;
+        }
+    };
     let addrs = Addresses {
         resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()),
+        memcached: memcached.as_ref().map(|m| m.local_addr().unwrap_or(ctx.config.memcached_addr())),
         native: Some(native.local_addr().unwrap_or(ctx.config.native_addr())),
     };
     if let Some(node) = ctx.cluster.clone() {
@@ -227,7 +243,7 @@ async fn serve(
         crate::lease::spawn_renewer(node.clone(), ctx.shutdown_signal());
         tokio::spawn(node.recover(ctx.store.clone(), ctx.shutdown_signal()));
     }
-    let acceptors = vec![
+    let mut acceptors = vec![
         tokio::spawn(listener::run(
             ctx.clone(),
             resp,
@@ -243,6 +259,15 @@ async fn serve(
             tracker.handle(),
         )),
     ];
+    if let Some(memcached) = memcached {
+        acceptors.push(tokio::spawn(listener::run(
+            ctx.clone(),
+            memcached,
+            Arc::new(MemcachedFrontEnd),
+            workers.clone(),
+            tracker.handle(),
+        )));
+    }
     tokio::spawn(crate::budget::enforce(ctx.clone()));
     if signals {
         tokio::spawn(stop_on_signals(ctx.clone()));

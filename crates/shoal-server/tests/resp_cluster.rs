@@ -471,3 +471,87 @@ fn transactions_run_on_the_master_of_their_keys() {
     assert_eq!(c.call(&["EXEC"]), "-EXECABORT Transaction discarded because of previous errors.\r\n");
     assert_eq!(other.call(&["GET", &there[0]]), bulk("db0"));
 }
+
+/// A raw memcached exchange: sends `req` then `mn`, returns what came before MN.
+fn mc_call(stream: &mut std::net::TcpStream, req: &str) -> String {
+    use std::io::{Read, Write};
+    stream.write_all(format!("{req}mn\r\n").as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while !got.ends_with(b"MN\r\n") {
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    got.truncate(got.len() - 4);
+    String::from_utf8(got).unwrap()
+}
+
+fn mc_connect(server: &Server) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(server.addresses().memcached.expect("memcached port")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s
+}
+
+/// The memcached port in a cluster: keys written through one server's port
+/// are read, counted, touched and deleted through the others' (forwarded
+/// to their masters as SHOAL.MC), each stored on one master, and a
+/// multi-key get over several masters answers in key order.
+#[test]
+fn memcached_port_serves_any_key_in_a_cluster() {
+    let cluster = Cluster::start("memcached", 3);
+    let mut m0 = mc_connect(&cluster.servers[0]);
+    let keys: Vec<String> = (0..120).map(|i| format!("mk{i}")).collect();
+    let mut batch = String::new();
+    for (i, k) in keys.iter().enumerate() {
+        batch += &format!("set {k} {i} 0 {}\r\nv-{k}\r\n", k.len() + 2);
+    }
+    assert_eq!(mc_call(&mut m0, &batch), "STORED\r\n".repeat(keys.len()));
+    let mut per_server = [0; 3];
+    let mut locals: Vec<Client> = (0..3).map(|i| cluster.local(i)).collect();
+    for k in &keys {
+        let holders: Vec<usize> = (0..3).filter(|&i| locals[i].call(&["EXISTS", k]) == ":1\r\n").collect();
+        assert_eq!(holders.len(), 1, "{k} on {holders:?}");
+        per_server[holders[0]] += 1;
+    }
+    assert!(per_server.iter().all(|&n| n > 10), "keys spread over the masters: {per_server:?}");
+    for i in 1..3 {
+        let mut m = mc_connect(&cluster.servers[i]);
+        for (j, k) in keys.iter().enumerate() {
+            let v = format!("v-{k}");
+            assert_eq!(
+                mc_call(&mut m, &format!("get {k}\r\n")),
+                format!("VALUE {k} {j} {}\r\n{v}\r\nEND\r\n", v.len())
+            );
+        }
+        // One get over every master: the hits in key order.
+        let all = keys[..20].join(" ");
+        let expected: String = keys[..20]
+            .iter()
+            .enumerate()
+            .map(|(j, k)| format!("VALUE {k} {j} {}\r\nv-{k}\r\nEND\r\n", k.len() + 2))
+            .collect::<String>()
+            .replace("END\r\n", "")
+            + "END\r\n";
+        assert_eq!(mc_call(&mut m, &format!("get {all} nokey\r\n")), expected);
+    }
+    // Counters, cas, touch, delete and meta commands on remote keys.
+    let mut m2 = mc_connect(&cluster.servers[2]);
+    assert_eq!(mc_call(&mut m2, "incr ctr 1\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(mc_call(&mut m0, "set ctr 0 0 1\r\n0\r\n"), "STORED\r\n");
+    for i in 1..=10 {
+        assert_eq!(mc_call(&mut m2, "incr ctr 1\r\n"), format!("{i}\r\n"));
+    }
+    let gets = mc_call(&mut m0, "gets ctr\r\n");
+    let cas = gets.split_whitespace().nth(4).unwrap().to_string();
+    assert_eq!(
+        mc_call(&mut m2, &format!("cas ctr 0 0 2 {cas}\r\n20\r\ncas ctr 0 0 2 {cas}\r\n30\r\n")),
+        "STORED\r\nEXISTS\r\n"
+    );
+    assert_eq!(mc_call(&mut m2, "touch mk7 100\r\nmg mk7 t v\r\n"), "TOUCHED\r\nVA 5 t100\r\nv-mk7\r\n");
+    assert_eq!(mc_call(&mut m0, "set q 0 0 1 noreply\r\nx\r\ndelete mk7\r\nmg mk7 v\r\n"), "DELETED\r\nEN\r\n");
+    assert_eq!(mc_call(&mut m2, "flush_all\r\nget mk1 mk2 mk3 q\r\n"), "OK\r\nEND\r\n");
+    for l in &mut locals {
+        assert_eq!(int(&l.call(&["DBSIZE"])), 0, "flush_all reached every server");
+    }
+}

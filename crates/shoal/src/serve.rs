@@ -49,6 +49,10 @@ pub struct LocalCommand {
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_RESP_PORT, value_name = "PORT")]
     pub resp_port: u16,
+    /// memcached protocol port of the first server; server i uses this + i.
+    /// 0 lets every server pick a free port (each logs it).
+    #[arg(long, default_value_t = shoal_server::DEFAULT_MEMCACHED_PORT, value_name = "PORT")]
+    pub memcached_port: u16,
     /// Replication port of the first server's backup; server i uses this + i.
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_BACKUP_PORT, value_name = "PORT")]
@@ -118,7 +122,11 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     };
     let a = server.addresses();
     let native = a.native.map_or("off".to_string(), |n| n.to_string());
-    tracing::info!("shoal server ready: native protocol on {native}, Redis protocol on {}", a.resp);
+    let memcached = a.memcached.map_or("off".to_string(), |m| m.to_string());
+    tracing::info!(
+        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}",
+        a.resp
+    );
     server.wait();
     ExitCode::SUCCESS
 }
@@ -294,6 +302,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             port(cmd.native_port, i),
             "--resp-port".into(),
             port(cmd.resp_port, i),
+            "--memcached-port".into(),
+            port(cmd.memcached_port, i),
             "--backup-port".into(),
             port(cmd.backup_port, i),
             "--memory".into(),
@@ -338,8 +348,24 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     println!("  coordinator:     {coordinator}");
     let mut servers: Vec<_> = map.servers.iter().filter(|s| s.state != ServerState::Down).collect();
     servers.sort_by_key(|s| s.id);
+    // The map does not carry memcached addresses: server i's is the
+    // configured port + i, as its Redis port is (or a free port it logs).
+    let memcached_addr = |s: &shoal_cluster::ServerInfo| match (cmd.memcached_port, cmd.resp_port) {
+        (0, _) | (_, 0) => None,
+        (p, r) => Some(std::net::SocketAddr::new(s.resp.ip(), p.wrapping_add(s.resp.port().wrapping_sub(r)))),
+    };
+    let memcached = |s: &shoal_cluster::ServerInfo| {
+        memcached_addr(s).map_or("on a free port (in its log)".to_string(), |a| a.to_string())
+    };
     for s in &servers {
-        println!("  server {}: native protocol {}, Redis protocol {}, backup {}", s.id, s.native, s.resp, s.backup);
+        println!(
+            "  server {}: native protocol {}, Redis protocol {}, memcached protocol {}, backup {}",
+            s.id,
+            s.native,
+            s.resp,
+            memcached(s),
+            s.backup
+        );
     }
     // With a password, the hints read it from the environment rather than
     // print it.
@@ -367,6 +393,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     if let Some(s) = servers.first() {
         println!("  native protocol: {}", s.native);
         println!("  Redis protocol:  {}    try: {redis_cli} -p {} set hello world", s.resp, s.resp.port());
+        if let Some(m) = memcached_addr(s) {
+            println!("  memcached:       {m}    try: printf 'get hello\\r\\n' | nc -q1 {} {}", m.ip(), m.port());
+        }
     }
     println!(
         "  shoal CLI:       {shoal_cli} create-table greetings --coordinator {coordinator}{tls_flags}; {shoal_cli} put \

@@ -57,7 +57,15 @@ fn port() -> u16 {
 fn start(extra: &[&str]) -> Server {
     let (resp, native) = (port(), port());
     let child = Command::new(SHOAL)
-        .args(["server", "--resp-port", &resp.to_string(), "--native-port", &native.to_string()])
+        .args([
+            "server",
+            "--resp-port",
+            &resp.to_string(),
+            "--native-port",
+            &native.to_string(),
+            "--memcached-port",
+            "0",
+        ])
         .args(["--memory", "64MiB", "--log-level", "warn"])
         .args(extra)
         .stdout(Stdio::null())

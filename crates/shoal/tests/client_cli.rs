@@ -12,6 +12,7 @@ fn start() -> (Server, SocketAddr) {
     let config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         ..ServerConfig::default()
@@ -62,6 +63,7 @@ fn password_from_flag_or_environment_logs_in() {
     let config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         requirepass: Some(shoal_server::auth::Password("pw".into())),

@@ -74,7 +74,19 @@ fn local_prints_how_to_connect_serves_and_stops_on_sigint() {
     let root = std::env::temp_dir().join(format!("shoal-local-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let mut child = Command::new(SHOAL)
-        .args(["local", "--servers", "2", "--coordinator-port", "0", "--resp-port", "0", "--native-port", "0"])
+        .args([
+            "local",
+            "--servers",
+            "2",
+            "--coordinator-port",
+            "0",
+            "--resp-port",
+            "0",
+            "--native-port",
+            "0",
+            "--memcached-port",
+            "0",
+        ])
         .args(["--backup-port", "0", "--memory", "64MiB", "--root"])
         .arg(&root)
         .stdout(Stdio::piped())
@@ -125,7 +137,19 @@ fn local_with_a_password_gives_it_to_every_server() {
     let root = std::env::temp_dir().join(format!("shoal-local-auth-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let mut child = Command::new(SHOAL)
-        .args(["local", "--servers", "2", "--coordinator-port", "0", "--resp-port", "0", "--native-port", "0"])
+        .args([
+            "local",
+            "--servers",
+            "2",
+            "--coordinator-port",
+            "0",
+            "--resp-port",
+            "0",
+            "--native-port",
+            "0",
+            "--memcached-port",
+            "0",
+        ])
         .args(["--backup-port", "0", "--memory", "64MiB", "--password", "pw", "--root"])
         .arg(&root)
         .env_remove("SHOAL_PASSWORD")
@@ -166,7 +190,11 @@ fn server_reads_its_config_file_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("shoal-server-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("shoal.toml");
-    std::fs::write(&config, "resp_port = 0\nnative_port = 0\nmemory = \"64MiB\"\nlog_level = \"info\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "resp_port = 0\nnative_port = 0\nmemcached_port = 0\nmemory = \"64MiB\"\nlog_level = \"info\"\n",
+    )
+    .unwrap();
     let mut child = Command::new(SHOAL)
         .args(["server", "--config", config.to_str().unwrap(), "--max-connections", "50"])
         .stdout(Stdio::null())
@@ -185,7 +213,10 @@ fn server_reads_its_config_file_and_stops_on_sigterm() {
 
 #[test]
 fn server_rejects_a_bad_configuration_with_a_clear_message() {
-    let out = Command::new(SHOAL).args(["server", "--memory", "1MiB", "--resp-port", "0"]).output().unwrap();
+    let out = Command::new(SHOAL)
+        .args(["server", "--memory", "1MiB", "--resp-port", "0", "--memcached-port", "0"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("memory"), "{err}");
@@ -200,6 +231,8 @@ fn server_help_explains_every_option() {
         "--listen",
         "--native-port",
         "--resp-port",
+        "--memcached-port",
+        "--no-memcached",
         "--memory",
         "--max-value-size",
         "--max-request-size",
@@ -225,7 +258,18 @@ fn server_help_explains_every_option() {
 fn a_cluster_server_without_a_secret_is_refused_with_a_clear_message() {
     let dir = std::env::temp_dir().join(format!("shoal-no-secret-{}", std::process::id()));
     let out = Command::new(SHOAL)
-        .args(["server", "--coordinator", "127.0.0.1:1", "--resp-port", "0", "--native-port", "0", "--data-dir"])
+        .args([
+            "server",
+            "--coordinator",
+            "127.0.0.1:1",
+            "--resp-port",
+            "0",
+            "--native-port",
+            "0",
+            "--memcached-port",
+            "0",
+            "--data-dir",
+        ])
         .arg(&dir)
         .output()
         .unwrap();

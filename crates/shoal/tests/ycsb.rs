@@ -9,6 +9,7 @@ fn start() -> Server {
     let config = ServerConfig {
         native_port: 0,
         resp_port: 0,
+        memcached_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),
         ..ServerConfig::default()

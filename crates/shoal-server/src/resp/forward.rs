@@ -93,6 +93,34 @@ pub enum Merge {
     /// One array of the items of every part's array reply, in part order
     /// (KEYS).
     Concat,
+    /// memcached get replies (bulk strings of `SHOAL.MC`): one bulk string
+    /// of every part's VALUE lines, in part order, then one END.
+    MemcachedGet,
+    /// memcached replies that are all "OK" (flush_all): "OK", else the
+    /// first other one; as a bulk string.
+    MemcachedAll,
+}
+
+/// A job of `parts` for the memcached front end (database 0, with the
+/// server's own credentials and TLS setting).
+pub fn memcached_job(ctx: &crate::context::ServerContext, parts: Vec<Part>, merge: Merge) -> Job {
+    Job {
+        db: 0,
+        proto: Protocol::Resp2,
+        parts,
+        merge,
+        max_reply: ctx.config.reply_buffer_size.0 as usize,
+        credentials: ctx.auth.peer_credentials().cloned(),
+        tls: ctx.tls.clone(),
+    }
+}
+
+/// The payload of a bulk string reply.
+fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
+    let body = reply.strip_prefix(b"$")?;
+    let eol = body.iter().position(|&c| c == b'\r')?;
+    let len = usize::try_from(parse_i64(&body[..eol])?).ok()?;
+    body.get(eol + 2..eol + 2 + len)
 }
 
 /// Appends `words` to `out` as one multibulk request.
@@ -250,6 +278,25 @@ fn merge(job: &Job, replies: Vec<Bytes>) -> Result<BytesMut, ErrorReply> {
             for item in items {
                 out.extend_from_slice(&item);
             }
+        }
+        Merge::MemcachedGet => {
+            let mut body = Vec::new();
+            for r in &replies {
+                let p = bulk_payload(r).ok_or_else(|| unexpected(r))?;
+                body.extend_from_slice(p.strip_suffix(b"END\r\n").unwrap_or(p));
+            }
+            body.extend_from_slice(b"END\r\n");
+            Reply::new(&mut out, job.proto).bulk(&body);
+        }
+        Merge::MemcachedAll => {
+            let mut first = &b"OK\r\n"[..];
+            for r in &replies {
+                let p = bulk_payload(r).ok_or_else(|| unexpected(r))?;
+                if p != b"OK\r\n" && first == b"OK\r\n" {
+                    first = p;
+                }
+            }
+            Reply::new(&mut out, job.proto).bulk(first);
         }
         Merge::Array { len } => {
             let mut items: Vec<Option<Bytes>> = vec![None; len];

@@ -69,7 +69,7 @@ impl Harness {
         };
         let store = ctx.store.config();
         let limits = Limits::new(ctx.config.max_request_size.0 as usize, store.max_value_bytes, store.max_key_bytes);
-        let mut session = Session::new(ctx, 1, "127.0.0.1:1".parse().expect("an address"));
+        let mut session = Session::new(ctx, 1);
         self.replies.clear();
         let mut outcome = Outcome::default();
         let mut input = input;

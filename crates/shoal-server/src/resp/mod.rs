@@ -11,24 +11,29 @@
 //! Supported commands and options are listed in `docs/resp.md`.
 
 mod cmd;
-mod connection;
-mod db;
-mod forward;
+pub(crate) mod db;
+pub(crate) mod forward;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod glob;
 mod multi;
 mod reply;
-mod routing;
+pub(crate) mod routing;
 mod session;
 pub(crate) mod stats;
 
+use crate::connection::{self, Fatal, Protocol, Step};
 use crate::context::ServerContext;
 use crate::context::ServerStats;
 use crate::listener::{Connection, FrontEnd};
 use crate::stream::ClientStream;
 use crate::workers::{Placement, Served};
+use bytes::BytesMut;
+use frame::{Args, Limits};
+use reply::{ErrorReply, Reply};
+use session::Session;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -52,7 +57,7 @@ impl FrontEnd for RespFrontEnd {
     }
 
     fn serve<S: ClientStream>(self: Arc<Self>, stream: S, conn: Connection, placement: Placement) -> Served {
-        connection::serve(stream, conn, placement)
+        connection::serve::<Resp, S>(stream, conn, placement)
     }
 
     fn serve_plain_on_tls(self: Arc<Self>, stream: TcpStream, conn: Connection, _: Placement) -> Served {
@@ -84,4 +89,70 @@ async fn linger(mut stream: TcpStream) {
         }
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
+}
+
+/// The Redis protocol over one connection: framing (`frame`) and the
+/// client's [`Session`].
+struct Resp {
+    session: Session,
+    limits: Limits,
+    /// Reused for each request: its arguments' spans, and the words of an
+    /// inline command.
+    spans: Vec<(usize, usize)>,
+    inline: Vec<u8>,
+}
+
+impl Protocol for Resp {
+    const NAME: &'static str = "resp";
+
+    fn new(ctx: Arc<ServerContext>, id: u64, _peer: SocketAddr) -> Resp {
+        let store = ctx.store.config();
+        let limits = Limits::new(ctx.config.max_request_size.0 as usize, store.max_value_bytes, store.max_key_bytes);
+        Resp { session: Session::new(ctx, id), limits, spans: Vec::new(), inline: Vec::new() }
+    }
+
+    fn step(&mut self, input: &[u8], out: &mut BytesMut) -> Result<Option<(usize, Step)>, Fatal> {
+        let fatal = |e: frame::FrameError, proto| {
+            let mut reply = BytesMut::new();
+            Reply::new(&mut reply, proto).error(&ErrorReply::owned(e.to_string()));
+            Fatal { reply: reply.to_vec(), reason: e.to_string() }
+        };
+        let n = match frame::check(input, &self.limits) {
+            Ok(Some(n)) => n,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(fatal(e, self.session.proto)),
+        };
+        let data =
+            frame::parse(&input[..n], &mut self.spans, &mut self.inline).map_err(|e| fatal(e, self.session.proto))?;
+        let args = Args::new(data, &self.spans);
+        if args.is_empty() {
+            return Ok(Some((n, Step::Done)));
+        }
+        match self.session.execute(args, out) {
+            Step::Retry => Ok(Some((0, Step::Retry))),
+            step => Ok(Some((n, step))),
+        }
+    }
+
+    fn forwarded(&mut self, reply: BytesMut) -> BytesMut {
+        self.session.forwarded(reply)
+    }
+
+    fn quit(&self) -> bool {
+        self.session.quit
+    }
+
+    fn take_touched(&mut self) -> bool {
+        std::mem::take(&mut self.session.touched)
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.session.transaction_bytes()
+    }
+
+    fn trim(&mut self, keep: usize) {
+        if self.inline.capacity() > keep {
+            self.inline = Vec::new();
+        }
+    }
 }

@@ -2,10 +2,10 @@
 //! dispatch of its commands: look the name up, check the arity, (in a
 //! cluster) route, run.
 
+pub use crate::connection::Step;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};
-use crate::resp::forward::Job;
 use crate::resp::frame::Args;
 use crate::resp::multi::{self, Multi, Seen};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
@@ -14,14 +14,12 @@ use bytes::BytesMut;
 use shoal_engine::Txn;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 pub struct Session {
     pub ctx: Arc<ServerContext>,
     pub id: u64,
-    pub peer: SocketAddr,
     /// Selected database (0..16).
     pub db: usize,
     pub proto: Protocol,
@@ -66,18 +64,8 @@ pub struct Session {
     tables: TableCache,
 }
 
-/// What became of one request.
-pub enum Step {
-    /// Its reply is in the output.
-    Done,
-    /// Its reply comes from running this job (the request is consumed).
-    Forward(Job),
-    /// Nothing was done: run the same request again after a short pause.
-    Retry,
-}
-
 impl Session {
-    pub fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Session {
+    pub fn new(ctx: Arc<ServerContext>, id: u64) -> Session {
         let reply_limit = ctx.config.reply_buffer_size.0 as usize;
         let clustered = ctx.cluster.is_some();
         let cluster_mode = ctx.config.cluster_mode;
@@ -85,7 +73,6 @@ impl Session {
         Session {
             ctx,
             id,
-            peer,
             db: 0,
             proto: Protocol::Resp2,
             name: None,

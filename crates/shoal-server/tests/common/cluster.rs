@@ -63,6 +63,7 @@ impl Cluster {
                     data_dir: Some(root.join(format!("server{i}"))),
                     native_port: 0,
                     resp_port: 0,
+                    memcached_port: 0,
                     backup_port: 0,
                     memory: ByteSize(64 << 20),
                     log_level: "warn".into(),

@@ -15,6 +15,7 @@ use std::time::Duration;
 pub fn config() -> ServerConfig {
     ServerConfig {
         resp_port: 0,
+        memcached_port: 0,
         native_port: 0,
         memory: ByteSize(64 << 20),
         log_level: "warn".into(),

@@ -591,6 +591,8 @@ impl Cluster {
                 "0".into(),
                 "--resp-port".into(),
                 "0".into(),
+                "--memcached-port".into(),
+                "0".into(),
                 "--backup-port".into(),
                 "0".into(),
                 "--memory".into(),

@@ -118,7 +118,7 @@ impl Cluster {
             .args(["server", "--coordinator", &self.coordinator.to_string()])
             .arg("--cluster-secret-file")
             .arg(self.secret_file())
-            .args(["--native-port", "0", "--resp-port", "0", "--backup-port", "0"])
+            .args(["--native-port", "0", "--resp-port", "0", "--memcached-port", "0", "--backup-port", "0"])
             .args(["--memory", "64MiB", "--backup-buffers", "8", "--replica-timeout-ms", "1000"])
             .args(["--log-level", "info"])
             .arg("--data-dir")

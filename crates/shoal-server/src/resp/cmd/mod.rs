@@ -49,6 +49,7 @@ mod set;
 mod setex;
 mod setnx;
 mod shoal_local;
+mod shoal_mc;
 mod strlen;
 mod time;
 mod ttl;
@@ -151,6 +152,7 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &quit::SPEC, run: quit::run },
     Entry { spec: &wait::SPEC, run: wait::run },
     Entry { spec: &shoal_local::SPEC, run: shoal_local::run },
+    Entry { spec: &shoal_mc::SPEC, run: shoal_mc::run },
     Entry { spec: &setex::SETEX, run: setex::run_setex },
     Entry { spec: &setex::PSETEX, run: setex::run_psetex },
     Entry { spec: &getex::SPEC, run: getex::run },

@@ -48,7 +48,7 @@ mod tests {
 
     fn wait(words: &[&[u8]]) -> Vec<u8> {
         let ctx = ServerContext::new(ServerConfig { memory: ByteSize(64 << 20), ..Default::default() }).unwrap();
-        let mut session = Session::new(Arc::new(ctx), 1, "127.0.0.1:1".parse().unwrap());
+        let mut session = Session::new(Arc::new(ctx), 1);
         let mut data = Vec::new();
         let mut spans = Vec::new();
         for w in words {

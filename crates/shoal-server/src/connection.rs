@@ -1,5 +1,8 @@
-//! One RESP connection: read what the client sent, execute every complete
-//! request in it, answer them all with one write.
+//! One client connection of a text front end (RESP, memcached): read what
+//! the client sent, execute every complete request in it, answer them all
+//! with one write. What a request is and how it runs is the [`Protocol`]'s
+//! business; this driver owns the buffers, the limits, the timeouts, the
+//! durability wait and forwarding.
 //!
 //! Bounds, per connection:
 //! * received bytes not yet executed: at most `request_buffer_size` (the
@@ -17,7 +20,7 @@
 //! executes requests; one chosen for closing closes at once.
 //!
 //! A protocol error (malformed or oversized request) is answered with its
-//! error, then the connection closes, as in Redis. Reading and writing are
+//! error, then the connection closes, as in Redis and memcached. Reading and writing are
 //! concurrent, so a client that sends a long pipeline before reading
 //! anything is served (within the reply bound).
 //!
@@ -37,17 +40,15 @@
 use crate::budget::PAUSE_SLACK;
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::Connection;
-use crate::resp::forward;
-use crate::resp::frame::{self, Args, Limits};
-use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::forward::{self, Job};
 use crate::resp::routing::NO_TABLET_RETRY;
-use crate::resp::session::{Session, Step};
 use crate::spin;
 use crate::stream::ClientStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::{Buf, BufMut, BytesMut};
 use std::collections::VecDeque;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,58 @@ const READ_CHUNK: usize = 4 * 1024;
 const MAX_READ_CHUNK: usize = 64 * 1024;
 /// Most requests executed before the connection lets others run.
 const MAX_BATCH: usize = 1024;
+
+/// What became of one request.
+pub enum Step {
+    /// Its reply is in the output.
+    Done,
+    /// Its reply comes from running this job (the request is consumed).
+    Forward(Job),
+    /// Nothing was done: run the same request again after a short pause.
+    Retry,
+}
+
+/// A request the connection cannot accept: `reply` is sent, then the
+/// connection closes.
+pub struct Fatal {
+    pub reply: Vec<u8>,
+    pub reason: String,
+}
+
+/// One client's protocol state over a connection: framing, dispatch and
+/// the per-client state.
+pub trait Protocol: Send + 'static {
+    /// For logs ("resp", "memcached").
+    const NAME: &'static str;
+
+    fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Self;
+
+    /// If `input` starts with a complete request, runs it, appending its
+    /// reply to `out`: the bytes consumed and what became of it
+    /// ([`Step::Retry`] consumes nothing). `Ok(None)`: more bytes are
+    /// needed. A protocol may consume bytes without a request (memcached
+    /// discarding the data of a refused value).
+    fn step(&mut self, input: &[u8], out: &mut BytesMut) -> Result<Option<(usize, Step)>, Fatal>;
+
+    /// The client's reply to a forwarded request, from the reply the job gave.
+    fn forwarded(&mut self, reply: BytesMut) -> BytesMut;
+
+    /// The client asked to close (QUIT): the connection closes once its
+    /// replies are sent.
+    fn quit(&self) -> bool;
+
+    /// Whether a request run since the last call read or wrote stored data
+    /// (in a cluster its reply waits until the log is durable and needs the
+    /// lease); clears the flag.
+    fn take_touched(&mut self) -> bool;
+
+    /// Memory the protocol state holds for the client (queued transactions,
+    /// watched keys), counted in the client buffer budget.
+    fn held_bytes(&self) -> usize;
+
+    /// Called after each batch: release buffers grown past `keep` bytes.
+    fn trim(&mut self, keep: usize);
+}
 
 /// Why a connection ended, for the log.
 #[derive(Debug)]
@@ -95,12 +148,13 @@ enum End {
 /// poll it beside reading and writing).
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
 
-pub(crate) fn serve<S: ClientStream>(stream: S, conn: Connection, placement: Placement) -> Served {
-    resume(Conn::new(conn), stream, placement)
+/// Serves one connection speaking `P`.
+pub(crate) fn serve<P: Protocol, S: ClientStream>(stream: S, conn: Connection, placement: Placement) -> Served {
+    resume(Conn::<P>::new(conn), stream, placement)
 }
 
 /// Serves `c` on the worker of `placement` until it ends or moves.
-fn resume<S: ClientStream>(mut c: Conn, stream: S, placement: Placement) -> Served {
+fn resume<P: Protocol, S: ClientStream>(mut c: Conn<P>, stream: S, placement: Placement) -> Served {
     Box::pin(async move {
         let id = c._conn.id;
         let (mut rd, mut wr) = stream.split();
@@ -110,25 +164,22 @@ fn resume<S: ClientStream>(mut c: Conn, stream: S, placement: Placement) -> Serv
                     let resume = Box::new(move |socket, placement| resume(c, reattach(socket), placement));
                     return Some(Moved { stream, resume });
                 }
-                Err(e) => debug!("resp connection {id} ended: cannot move: {e}"),
+                Err(e) => debug!("{} connection {id} ended: cannot move: {e}", P::NAME),
             },
-            End::Io(e) => debug!("resp connection {id} ended: i/o error: {e}"),
-            end => debug!("resp connection {id} ended: {end:?}"),
+            End::Io(e) => debug!("{} connection {id} ended: i/o error: {e}", P::NAME),
+            end => debug!("{} connection {id} ended: {end:?}", P::NAME),
         }
         None
     })
 }
 
-struct Conn {
+struct Conn<P> {
     ctx: Arc<ServerContext>,
-    session: Session,
-    limits: Limits,
+    session: P,
     request_limit: usize,
     reply_limit: usize,
     input: BytesMut,
     output: BytesMut,
-    spans: Vec<(usize, usize)>,
-    inline: Vec<u8>,
     /// Complete requests are left in `input` (the last batch was cut at
     /// `MAX_BATCH`, or paused by the budget).
     more: bool,
@@ -151,21 +202,16 @@ struct Conn {
     _conn: Connection,
 }
 
-impl Conn {
-    fn new(conn: Connection) -> Conn {
+impl<P: Protocol> Conn<P> {
+    fn new(conn: Connection) -> Conn<P> {
         let ctx = conn.ctx.clone();
         let cfg = &ctx.config;
-        let store = ctx.store.config();
-        let limits = Limits::new(cfg.max_request_size.0 as usize, store.max_value_bytes, store.max_key_bytes);
         Conn {
-            session: Session::new(ctx.clone(), conn.id, conn.peer),
-            limits,
+            session: P::new(ctx.clone(), conn.id, conn.peer),
             request_limit: cfg.request_buffer_size.0 as usize,
             reply_limit: cfg.reply_buffer_size.0 as usize,
             input: BytesMut::new(),
             output: BytesMut::new(),
-            spans: Vec::new(),
-            inline: Vec::new(),
             more: false,
             executed: 0,
             read_chunk: READ_CHUNK,
@@ -414,9 +460,11 @@ impl Conn {
                             if stalled.is_some_and(|at| now >= at) {
                                 ServerStats::add(&self.ctx.stats.request_timeouts, 1);
                                 debug!(
-                                    "resp connection {} from {}: part of a request held longer than the request \
+                                    "{} connection {} from {}: part of a request held longer than the request \
                                      timeout: closing",
-                                    self.session.id, self.session.peer
+                                    P::NAME,
+                                    self._conn.id,
+                                    self._conn.peer
                                 );
                                 return End::RequestTimeout;
                             }
@@ -450,39 +498,27 @@ impl Conn {
                 self.more = true;
                 break;
             }
-            let n = match frame::check(&self.input, &self.limits) {
-                Ok(Some(n)) => n,
+            let (n, step) = match self.session.step(&self.input, &mut self.output) {
+                Ok(Some(x)) => x,
                 Ok(None) => break,
                 Err(e) => {
                     end = Some(self.protocol_error(e));
                     break;
                 }
             };
-            match frame::parse(&self.input[..n], &mut self.spans, &mut self.inline) {
-                Ok(data) => {
-                    let args = Args::new(data, &self.spans);
-                    if !args.is_empty() {
-                        match self.session.execute(args, &mut self.output) {
-                            Step::Done => {}
-                            Step::Forward(job) => {
-                                ServerStats::add(&self.session.ctx.stats.forwarded_requests, 1);
-                                self.forward = Some(Box::pin(forward::run(job)));
-                                self.input.advance(n);
-                                break;
-                            }
-                            Step::Retry => {
-                                self.forward = Some(Box::pin(async {
-                                    tokio::time::sleep(NO_TABLET_RETRY).await;
-                                    BytesMut::new()
-                                }));
-                                break;
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
+            match step {
+                Step::Done => {}
+                Step::Forward(job) => {
+                    ServerStats::add(&self.ctx.stats.forwarded_requests, 1);
+                    self.forward = Some(Box::pin(forward::run(job)));
                     self.input.advance(n);
-                    end = Some(self.protocol_error(e));
+                    break;
+                }
+                Step::Retry => {
+                    self.forward = Some(Box::pin(async {
+                        tokio::time::sleep(NO_TABLET_RETRY).await;
+                        BytesMut::new()
+                    }));
                     break;
                 }
             }
@@ -491,14 +527,15 @@ impl Conn {
             if self.output.len() > self.reply_limit {
                 ServerStats::add(&self.ctx.stats.reply_overflows, 1);
                 debug!(
-                    "resp connection {}: {} bytes of unread replies, over the limit of {}: closing",
-                    self.session.id,
+                    "{} connection {}: {} bytes of unread replies, over the limit of {}: closing",
+                    P::NAME,
+                    self._conn.id,
                     self.output.len(),
                     self.reply_limit
                 );
                 return Some(End::ReplyOverflow);
             }
-            if self.session.quit {
+            if self.session.quit() {
                 end = Some(End::Quit);
                 break;
             }
@@ -511,9 +548,7 @@ impl Conn {
             self.input = BytesMut::new();
             self.read_chunk = READ_CHUNK;
         }
-        if self.inline.capacity() > KEEP_BUFFER {
-            self.inline = Vec::new();
-        }
+        self.session.trim(KEEP_BUFFER);
         self.hold(from).or(end)
     }
 
@@ -523,7 +558,7 @@ impl Conn {
     fn over_budget(&mut self) -> bool {
         let unread = self.output.len();
         let account = &mut self._conn.account;
-        let held = self.input.capacity() + self.output.capacity() + self.session.transaction_bytes();
+        let held = self.input.capacity() + self.output.capacity() + self.session.held_bytes();
         account.report(held, unread);
         account.throttled(unread)
     }
@@ -538,7 +573,7 @@ impl Conn {
     /// keys, so what they read may be stale.
     fn hold(&mut self, from: usize) -> Option<End> {
         let appended = self.output.len() - from;
-        let touched = std::mem::take(&mut self.session.touched);
+        let touched = self.session.take_touched();
         if touched && !self.ctx.lease_held() {
             ServerStats::add(&self.ctx.stats.lease_lapses, 1);
             self.output.truncate(from);
@@ -556,10 +591,10 @@ impl Conn {
         None
     }
 
-    fn protocol_error(&mut self, e: frame::FrameError) -> End {
+    fn protocol_error(&mut self, e: Fatal) -> End {
         ServerStats::add(&self.ctx.stats.protocol_errors, 1);
-        debug!("resp connection {} from {}: {e}", self.session.id, self.session.peer);
-        Reply::new(&mut self.output, self.session.proto).error(&ErrorReply::owned(e.to_string()));
+        debug!("{} connection {} from {}: {}", P::NAME, self._conn.id, self._conn.peer, e.reason);
+        self.output.extend_from_slice(&e.reply);
         End::ProtocolError
     }
 }
