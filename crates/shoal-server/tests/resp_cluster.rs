@@ -18,6 +18,7 @@ mod common;
 
 use common::cluster::Cluster;
 use common::Client;
+use shoal_server::Server;
 use std::collections::HashSet;
 use std::time::Duration;
 
