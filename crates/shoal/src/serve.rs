@@ -87,7 +87,8 @@ pub struct LocalCommand {
     /// ...) read the slot map and send each key to its master, and a key sent
     /// elsewhere is answered -MOVED. Off: any server serves any key by
     /// forwarding, for plain clients (see docs/redis-cluster.md).
-    #[arg(long, default_value = "on", value_name = "on|off", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, default_value = "on", value_name = "on|off", action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new())]
     pub cluster_mode: bool,
 }
 

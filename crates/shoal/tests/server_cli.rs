@@ -150,7 +150,9 @@ fn local_with_a_password_gives_it_to_every_server() {
             "--memcached-port",
             "0",
         ])
-        .args(["--backup-port", "0", "--memory", "64MiB", "--password", "pw", "--root"])
+        // Forwarding (not Redis Cluster mode): the keys of both masters are
+        // written through one server with the forwarded connections' login.
+        .args(["--backup-port", "0", "--memory", "64MiB", "--password", "pw", "--cluster-mode", "off", "--root"])
         .arg(&root)
         .env_remove("SHOAL_PASSWORD")
         .stdout(Stdio::piped())

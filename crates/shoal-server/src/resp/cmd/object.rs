@@ -52,7 +52,12 @@ pub static OBJECT: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     subcommands: &[
         OBJECT_SUB,
-        CommandSpec { name: "object|freq", since: "4.0.0", summary: "Get the logarithmic access frequency counter of a Redis object", ..OBJECT_SUB },
+        CommandSpec {
+            name: "object|freq",
+            since: "4.0.0",
+            summary: "Get the logarithmic access frequency counter of a Redis object",
+            ..OBJECT_SUB
+        },
         CommandSpec {
             name: "object|help",
             arity: 2,
