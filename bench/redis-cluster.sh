@@ -107,6 +107,8 @@ bench() {
     python3 - "$store" "$r" "$pipe" "$run" "$csv" >>"$RECORDS" <<'PY'
 import csv, io, json, sys
 store, r, pipe, run, text = sys.argv[1:]
+# --cluster prints the masters it found before the CSV.
+text = text[text.find('"test"'):]
 for row in csv.DictReader(io.StringIO(text)):
     print(json.dumps({"store": store, "replicas": int(r), "pipeline": int(pipe), "run": int(run),
                       "test": row["test"], "ops_per_sec": float(row["rps"]),
