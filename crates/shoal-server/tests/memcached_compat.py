@@ -64,9 +64,13 @@ class Raw:
         self.buf = b""
 
     def exchange(self, data, sentinel=b"MN\r\n"):
-        """Sends data then `mn`; returns everything before the MN reply."""
+        """Sends data then `mn`; returns everything before the last MN reply.
+
+        Waits for one MN per `mn` line sent, not for the first MN seen: a
+        server may answer a pipeline of `mn`s in several packets."""
         self.sock.sendall(data + b"mn\r\n")
-        while not self.buf.endswith(sentinel):
+        expected = (data + b"mn\r\n").split(b"\r\n").count(b"mn")
+        while not (self.buf.endswith(sentinel) and self.buf.count(sentinel) >= expected):
             chunk = self.sock.recv(1 << 20)
             if not chunk:
                 break
