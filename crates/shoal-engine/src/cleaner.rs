@@ -16,6 +16,15 @@
 //! * **When**: whenever free seglets F <= min(0.1, (1 - L) / 2), L being the
 //!   fraction of memory in live objects, or a write is waiting for memory.
 //!
+//! * **Eviction** (cache mode, `StoreConfig::eviction`): when live objects
+//!   fill more than `EVICT_ABOVE` of the memory, or cleaning frees nothing,
+//!   a combined pass takes the *oldest* segments and drops their live
+//!   objects instead of relocating them (their tombstones are relocated as
+//!   usual). Dropping a segment whole costs no copying, which is why a log
+//!   evicts cheaply where a heap must free object by object. The objects
+//!   stay readable until the splice's new head (whose digest drops their
+//!   segments) is open, then leave the hash table (`Evicting`).
+//!
 //! Every pass pre-allocates from the cleaner's reserve all the seglets it
 //! can need, and each pass frees more than it takes, so cleaning cannot
 //! deadlock. Freed segments are reclaimed after an epoch.
@@ -43,13 +52,14 @@
 //! Expiry here is by the store's clock at the start of the segment's
 //! relocation; an object that expires during it is relocated.
 
+use crate::config::{EVICT_ABOVE, EVICT_TO};
 use crate::format::{self, Entry, CHECKSUM_ENTRY_BYTES};
 use crate::log::SegmentWriter;
 use crate::pool::Tier;
 use crate::segment::{LogRef, SlotState};
 use crate::store::Inner;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use shoal_common::{key_hash, SegmentId};
+use shoal_common::{key_hash, SegmentId, Version};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -74,12 +84,19 @@ pub(crate) struct CleanerState {
     pub stuck_at: AtomicU64,
     last_compaction_failed: AtomicBool,
     passes: AtomicU64,
+    /// Cache mode: whether full memory evicts ([`crate::Eviction::Oldest`]);
+    /// starts as `StoreConfig::eviction`, changed by `Store::set_eviction`.
+    pub evicting: AtomicBool,
     /// Combined passes done: tombstones die only when one splices, so a
     /// segment scanned since the last one has no newly dead tombstones.
     splices: AtomicU64,
 }
 
 impl CleanerState {
+    pub fn new(eviction: crate::Eviction) -> CleanerState {
+        CleanerState { evicting: AtomicBool::new(eviction != crate::Eviction::None), ..Default::default() }
+    }
+
     /// Keeps the cleaner from starting a pass while the guard lives.
     pub fn pause(&self) -> MutexGuard<'_, ()> {
         self.pass.lock()
@@ -152,8 +169,10 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
         let combined_first = force_combined
             || t / (1.0 - l).max(1e-9) >= inner.config.max_tombstone_ratio
             || inner.cleaner.last_compaction_failed.load(Ordering::Relaxed);
-        let mut freed = 0;
-        if !combined_first {
+        let caching = inner.cleaner.evicting.load(Ordering::Relaxed);
+        let evict_first = caching && l > EVICT_ABOVE;
+        let mut freed = if evict_first { evict(inner).freed } else { 0 };
+        if freed == 0 && !combined_first {
             freed = compact(inner);
             inner.cleaner.last_compaction_failed.store(freed == 0, Ordering::Relaxed);
         }
@@ -175,6 +194,11 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
             if freed > 0 {
                 inner.cleaner.last_compaction_failed.store(false, Ordering::Relaxed);
             }
+        }
+        if freed == 0 && caching && !evict_first {
+            // Cleaning freed nothing (memory full of live data): a cache
+            // evicts rather than refuse the write.
+            freed = evict(inner).freed;
         }
         inner.counters.cleaning_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         inner.counters.seglets_freed.fetch_add(freed as u64, Ordering::Relaxed);
@@ -285,6 +309,7 @@ fn relocate_segment(
     members: &Membership,
     spare: &mut Vec<u32>,
     target: &mut dyn Target,
+    mut evicting: Option<&mut Evicting>,
 ) -> (u64, u64) {
     let seg_bytes = inner.segs.segment_bytes();
     let (mut objs, mut tombs) = (0u64, 0u64);
@@ -328,6 +353,12 @@ fn relocate_segment(
                         // Dropped instead of relocated (see the module comment).
                         inner.uninstall(o.table, hash, inner.found_at(pos, old, &o, len));
                         inner.counters.expired_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if let Some(e) = evicting.as_deref_mut() {
+                        // Left installed until the splice (see `Evicting`).
+                        e.objects.push((hash, old));
+                        e.max_version = e.max_version.max(o.version);
                         continue;
                     }
                     let w = target.writer(inner, len, spare);
@@ -414,7 +445,7 @@ fn compact(inner: &Inner) -> usize {
         return 0;
     };
     let mut target = Compacted(w);
-    let (_, tombs) = relocate_segment(inner, old_slot, &members, &mut spare, &mut target);
+    let (_, tombs) = relocate_segment(inner, old_slot, &members, &mut spare, &mut target, None);
     let mut w = target.0;
     let end = w.len + CHECKSUM_ENTRY_BYTES;
     assert!(inner.segs.grow(w.slot, end, &mut spare, Tier::Cleaner), "cleaner reserve exhausted");
@@ -452,6 +483,15 @@ struct Combined {
     tombstones_killed: u64,
 }
 
+/// A segment chosen for a combined pass.
+struct Chosen {
+    id: SegmentId,
+    slot: u32,
+    /// Bytes of live objects and tombstones believed live.
+    bytes: usize,
+    created: u64,
+}
+
 /// Combined cleaning. Chooses by cost-benefit, counting as benefit both
 /// a segment's dead bytes and the tombstones elsewhere that name it (they
 /// all die when it leaves the log).
@@ -461,7 +501,7 @@ fn combined(inner: &Inner) -> Combined {
     let now = inner.log.now_ms();
     refresh_tombstones(inner, 4 * seg_bytes);
     let refs = inner.log.tomb_refs();
-    let mut scored: Vec<(f64, SegmentId, u32, usize, u64, u64)> = candidates(inner)
+    let mut scored: Vec<(f64, Chosen, u64)> = candidates(inner)
         .into_iter()
         .filter_map(|(id, slot)| {
             let s = inner.segs.slot(slot);
@@ -473,7 +513,7 @@ fn combined(inner: &Inner) -> Combined {
             }
             let created = s.created_ms.load(Ordering::Relaxed);
             let age = (now.saturating_sub(created) + 1) as f64;
-            Some(((1.0 - u) * age / (1.0 + u), id, slot, bytes, created, named))
+            Some(((1.0 - u) * age / (1.0 + u), Chosen { id, slot, bytes, created }, named))
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -481,42 +521,125 @@ fn combined(inner: &Inner) -> Combined {
     let budget = inner.segs.pool.available(Tier::Cleaner).saturating_sub(head_seglets);
     let mut chosen = Vec::new();
     let (mut bytes, mut source_seglets, mut killed) = (0usize, 0usize, 0u64);
-    for (_, id, slot, b, created, named) in scored {
+    for (_, c, named) in scored {
         if chosen.len() >= MAX_SOURCES {
             break;
         }
-        if survivor_seglets_needed(inner, bytes + b) > budget {
+        if survivor_seglets_needed(inner, bytes + c.bytes) > budget {
             continue;
         }
-        bytes += b;
+        bytes += c.bytes;
         killed += named;
-        source_seglets += inner.segs.slot(slot).seglets.load(Ordering::Relaxed) as usize;
-        chosen.push((id, slot, b, created));
+        source_seglets += inner.segs.slot(c.slot).seglets.load(Ordering::Relaxed) as usize;
+        chosen.push(c);
     }
-    let need = survivor_seglets_needed(inner, bytes);
     // Survivors hold `bytes` in about bytes/seglet seglets; the pass gains
     // the sources' seglets beyond that, plus the tombstones it kills.
     let gain = (source_seglets * seglet + killed as usize) as i64 - (bytes + head_seglets * seglet) as i64;
     if chosen.is_empty() || gain < seglet as i64 {
         return Combined::default();
     }
+    splice_out(inner, chosen, bytes, killed, None)
+}
+
+/// Cache mode: the live objects of the segments an eviction pass cleans.
+/// They are not relocated, and stay in the hash table (readable) until the
+/// splice has opened the head whose digest drops their segments; only then
+/// are they forgotten. A read that misses one of them therefore replies
+/// after that digest is durable (every read waits for the log position of
+/// its reply), so no crash can bring back an object a client saw evicted.
+/// The tombstones of the evicted segments are relocated like any others:
+/// each names an older version of some key that must stay dead.
+#[derive(Default)]
+struct Evicting {
+    objects: Vec<(u64, LogRef)>,
+    /// The safe version is raised above this before the splice, so that a
+    /// key written again after a recovery gets a newer version than the
+    /// one evicted (cas uniques and WATCH stay meaningful).
+    max_version: Version,
+}
+
+/// Cache mode ([`crate::Eviction::Oldest`]): drops the oldest segments whole,
+/// enough for live objects to fall to [`EVICT_TO`] of the memory and for
+/// the pass to free at least a segment's worth of seglets beyond the new
+/// head (the oldest segments may be small after compaction, or mostly
+/// tombstones, which move to survivors).
+fn evict(inner: &Inner) -> Combined {
+    let seglet = inner.segs.pool.seglet_bytes();
+    let head_seglets = inner.log.head_seglets();
+    let min_gain = (inner.config.seglets_per_segment() + head_seglets) as i64;
+    let memory = (inner.segs.pool.total_seglets() as usize * inner.segs.pool.seglet_bytes()) as f64;
+    let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64;
+    let excess = (live - EVICT_TO * memory).max(0.0) as u64;
+    let refs = inner.log.tomb_refs();
+    let mut oldest: Vec<Chosen> = candidates(inner)
+        .into_iter()
+        .map(|(id, slot)| {
+            let created = inner.segs.slot(slot).created_ms.load(Ordering::Relaxed);
+            Chosen { id, slot, bytes: 0, created }
+        })
+        .collect();
+    oldest.sort_by_key(|c| c.created);
+    let budget = inner.segs.pool.available(Tier::Cleaner).saturating_sub(head_seglets);
+    let (mut dropped, mut tombs, mut killed, mut gain) = (0u64, 0usize, 0u64, 0i64);
+    let mut chosen = Vec::new();
+    for mut c in oldest {
+        if chosen.len() >= MAX_SOURCES || (dropped >= excess && gain >= min_gain) {
+            break;
+        }
+        let s = inner.segs.slot(c.slot);
+        let t = s.tomb_bytes.load(Ordering::Relaxed) as usize;
+        if survivor_seglets_needed(inner, tombs + t) > budget {
+            break;
+        }
+        gain += s.seglets.load(Ordering::Relaxed) as i64 - t.div_ceil(seglet) as i64;
+        tombs += t;
+        c.bytes = t;
+        dropped += s.live_bytes.load(Ordering::Relaxed);
+        killed += refs.get(&c.id).copied().unwrap_or(0);
+        chosen.push(c);
+    }
+    if chosen.is_empty() {
+        return Combined::default();
+    }
+    let mut evicting = Evicting::default();
+    let done = splice_out(inner, chosen, tombs, killed, Some(&mut evicting));
+    if done.freed > 0 || !evicting.objects.is_empty() {
+        inner.counters.eviction_passes.fetch_add(1, Ordering::Relaxed);
+    }
+    done
+}
+
+/// The second half of a combined pass: relocates the live entries of
+/// `chosen` (about `bytes` of them) into survivors, oldest segment first,
+/// and splices the survivors in and the chosen segments out. With
+/// `evicting`, live objects are evicted instead of relocated.
+fn splice_out(
+    inner: &Inner,
+    mut chosen: Vec<Chosen>,
+    bytes: usize,
+    killed: u64,
+    mut evicting: Option<&mut Evicting>,
+) -> Combined {
+    let head_seglets = inner.log.head_seglets();
     let Some(head_spare) = reserve(inner, head_seglets) else {
         return Combined::default();
     };
-    let Some(mut spare) = reserve(inner, need) else {
+    let Some(mut spare) = reserve(inner, survivor_seglets_needed(inner, bytes)) else {
         inner.segs.pool.release(head_spare);
         return Combined::default();
     };
     // Oldest first: survivors end up sorted by age.
-    chosen.sort_by_key(|c| c.3);
-    let total_live: u64 = chosen.iter().map(|c| c.2 as u64).sum::<u64>().max(1);
-    let created = (chosen.iter().map(|c| c.3 as u128 * c.2 as u128).sum::<u128>() / total_live as u128) as u64;
-    let cleaned: Vec<SegmentId> = chosen.iter().map(|c| c.0).collect();
+    chosen.sort_by_key(|c| c.created);
+    let total_live: u64 = chosen.iter().map(|c| c.bytes as u64).sum::<u64>().max(1);
+    let created =
+        (chosen.iter().map(|c| c.created as u128 * c.bytes as u128).sum::<u128>() / total_live as u128) as u64;
+    let cleaned: Vec<SegmentId> = chosen.iter().map(|c| c.id).collect();
     let members = Membership::take(inner, &cleaned);
     let mut target = Survivors { done: Vec::new(), current: None, created_ms: created };
     let mut tombs_kept = 0;
-    for (_, slot, _, _) in &chosen {
-        let (_, t) = relocate_segment(inner, *slot, &members, &mut spare, &mut target);
+    for c in &chosen {
+        let (_, t) = relocate_segment(inner, c.slot, &members, &mut spare, &mut target, evicting.as_deref_mut());
         tombs_kept += t;
     }
     let mut done = target.done;
@@ -531,12 +654,38 @@ fn combined(inner: &Inner) -> Combined {
     for w in &mut done {
         inner.log.close(w);
     }
+    if let Some(e) = evicting.as_deref() {
+        if !e.objects.is_empty() {
+            inner.log.raise_safe_version(Version(e.max_version.0 + 1));
+        }
+    }
     let slots = inner.log.splice(&survivors, &cleaned, head_spare);
     inner.cleaner.splices.fetch_add(1, Ordering::Relaxed);
+    if let Some(e) = evicting {
+        forget(inner, e);
+    }
     let freed = retire(inner, &slots, tombs_kept);
     inner.counters.combined.fetch_add(1, Ordering::Relaxed);
     inner.counters.segments_cleaned.fetch_add(cleaned.len() as u64, Ordering::Relaxed);
     Combined { freed: freed.saturating_sub(survivor_seglets + head_seglets), tombstones_killed: killed }
+}
+
+/// Uninstalls the evicted objects still installed where the pass found
+/// them (a write or remove since then has replaced or removed them).
+fn forget(inner: &Inner, e: &Evicting) {
+    for &(hash, at) in &e.objects {
+        let _lock = inner.ht.lock(hash);
+        let Some((pos, _)) = inner.ht.find(hash, |r| r == at) else {
+            continue;
+        };
+        let raw = inner.segs.entry(at);
+        let Ok((Entry::Object(o), len)) = format::decode_trusted(&raw) else {
+            panic!("evicted reference {at:?} is not an object");
+        };
+        inner.uninstall(o.table, hash, inner.found_at(pos, at, &o, len));
+        inner.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        inner.counters.evicted_bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
 }
 
 fn finish_survivor(inner: &Inner, w: &mut SegmentWriter, spare: &mut Vec<u32>) {

@@ -58,6 +58,54 @@ pub struct StoreConfig {
     /// With the interval, this bounds the sweep's share of a core
     /// (10 ms every 100 ms: 10%).
     pub expiry_sweep_budget: Duration,
+    /// What a full store does: refuse writes (`None`, the default) or
+    /// evict (cache mode; see [`Eviction`]).
+    pub eviction: Eviction,
+}
+
+/// Cache mode: what the cleaner does when live objects fill the memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Eviction {
+    /// Writes wait for the cleaner and are refused with `OutOfMemory` when
+    /// it cannot free memory (a store of record).
+    #[default]
+    None,
+    /// When live objects fill more than [`EVICT_ABOVE`] of the memory, or
+    /// the cleaner frees nothing, the oldest segments of the log are
+    /// dropped whole: their live objects are forgotten instead of
+    /// relocated, which costs no copying (see `cleaner.rs`). "Oldest" is
+    /// by the time the segment was written; survivors of the cleaner carry
+    /// the age of what they hold, so this is first in, first out by write
+    /// time, as memcached's slab LRU without its read bumps.
+    Oldest,
+}
+
+/// In cache mode, live objects are kept at or below this fraction of the
+/// memory: cleaning stays cheap up to about 90% (Rumble Fig. 8.1).
+pub const EVICT_ABOVE: f64 = 0.90;
+/// An eviction pass drops the oldest segments until live objects are at
+/// most this fraction of the memory, so that passes are not back to back.
+pub const EVICT_TO: f64 = 0.88;
+
+impl Eviction {
+    /// The name used by `--eviction`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::None => "none",
+            Eviction::Oldest => "oldest",
+        }
+    }
+}
+
+impl std::str::FromStr for Eviction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Eviction::None),
+            "oldest" => Ok(Eviction::Oldest),
+            _ => Err(format!("unknown eviction policy '{s}' (none, oldest)")),
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -78,6 +126,7 @@ impl Default for StoreConfig {
             clock: Arc::new(SystemClock),
             expiry_sweep_interval: Duration::from_millis(100),
             expiry_sweep_budget: Duration::from_millis(10),
+            eviction: Eviction::None,
         }
     }
 }

@@ -11,7 +11,7 @@
 //! or after [`StoreConfig::write_wait`].
 
 use crate::cleaner::{self, CleanerState};
-use crate::config::{ConfigError, StoreConfig};
+use crate::config::{ConfigError, Eviction, StoreConfig};
 use crate::counter;
 use crate::epoch::Epochs;
 use crate::expiry::{self, SweepState};
@@ -311,6 +311,11 @@ pub struct StoreStats {
     pub expired_swept: u64,
     /// Of those, dropped by the cleaner instead of relocated.
     pub expired_dropped: u64,
+    /// Cache mode (`StoreConfig::eviction`): live objects the cleaner
+    /// evicted, their entry bytes, and the passes that evicted.
+    pub evicted: u64,
+    pub evicted_bytes: u64,
+    pub eviction_passes: u64,
     /// Sweep passes run, segments they scanned, and their time.
     pub sweep_passes: u64,
     pub sweep_segments_scanned: u64,
@@ -355,7 +360,11 @@ pub(crate) struct Counters {
     pub seglets_freed: AtomicU64,
     pub cleaning_ns: AtomicU64,
     pub expired_dropped: AtomicU64,
-    _pad_cleaner: [u64; 7],
+    /// Cache mode: objects evicted, their entry bytes, eviction passes.
+    pub evicted: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub eviction_passes: AtomicU64,
+    _pad_cleaner: [u64; 4],
     // The expiry sweep.
     pub expired_swept: AtomicU64,
     pub sweep_passes: AtomicU64,
@@ -835,7 +844,7 @@ impl Store {
             epochs: Epochs::default(),
             tables: RwLock::new(HashMap::new()),
             counters: Counters::default(),
-            cleaner: CleanerState::default(),
+            cleaner: CleanerState::new(config.eviction),
             sweep: SweepState::default(),
             shutdown: AtomicBool::new(false),
             space: (Mutex::new(0), Condvar::new()),
@@ -874,8 +883,27 @@ impl Store {
         Ok(Store { inner, cleaner, sweeper, populate })
     }
 
+    /// The configuration the store was made with (`eviction` as it was at
+    /// start: see [`Store::eviction`]).
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
+    }
+
+    /// What a full store does now.
+    pub fn eviction(&self) -> Eviction {
+        if self.inner.cleaner.evicting.load(Ordering::Relaxed) {
+            Eviction::Oldest
+        } else {
+            Eviction::None
+        }
+    }
+
+    /// Changes what a full store does, at once (Redis's `CONFIG SET
+    /// maxmemory-policy`). Writes waiting for memory see it at the
+    /// cleaner's next pass.
+    pub fn set_eviction(&self, e: Eviction) {
+        self.inner.cleaner.evicting.store(e != Eviction::None, Ordering::Relaxed);
+        cleaner::request(&self.inner);
     }
 
     /// Makes `table` known to the store. Idempotent.
@@ -1314,6 +1342,9 @@ impl Store {
                 + c.expired_dropped.load(Ordering::Relaxed),
             expired_swept: c.expired_swept.load(Ordering::Relaxed),
             expired_dropped: c.expired_dropped.load(Ordering::Relaxed),
+            evicted: c.evicted.load(Ordering::Relaxed),
+            evicted_bytes: c.evicted_bytes.load(Ordering::Relaxed),
+            eviction_passes: c.eviction_passes.load(Ordering::Relaxed),
             sweep_passes: c.sweep_passes.load(Ordering::Relaxed),
             sweep_segments_scanned: c.sweep_segments.load(Ordering::Relaxed),
             sweep_ms: c.sweep_ns.load(Ordering::Relaxed) / 1_000_000,

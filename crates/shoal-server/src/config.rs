@@ -10,7 +10,7 @@
 use crate::auth::{Password, Users};
 use crate::tls::ServerTls;
 use serde::Deserialize;
-use shoal_engine::StoreConfig;
+use shoal_engine::{Eviction, StoreConfig};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -44,6 +44,10 @@ pub struct ServerConfig {
     pub memcached: bool,
     /// Bytes of log memory for objects (the store's pool).
     pub memory: ByteSize,
+    /// What a full store does: refuse writes ("none") or evict its oldest
+    /// segments ("oldest", cache mode). See `docs/resp.md`, cache mode.
+    #[serde(deserialize_with = "from_str")]
+    pub eviction: Eviction,
     /// Largest value a client may store.
     pub max_value_size: ByteSize,
     /// Largest single request (one RESP command or one native frame). Must
@@ -164,6 +168,17 @@ pub enum ReplicationMode {
     Conventional,
 }
 
+/// Deserializes a config value through its `FromStr` (the same spelling as
+/// its flag).
+fn from_str<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr<Err = String>,
+{
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
 /// Default port of the backup's replication protocol.
 pub const DEFAULT_BACKUP_PORT: u16 = 7800;
 
@@ -176,6 +191,7 @@ impl Default for ServerConfig {
             memcached_port: DEFAULT_MEMCACHED_PORT,
             memcached: true,
             memory: ByteSize(1 << 30),
+            eviction: Eviction::None,
             max_value_size: ByteSize(StoreConfig::default().max_value_bytes as u64),
             max_request_size: ByteSize(2 << 20),
             request_buffer_size: ByteSize(4 << 20),
@@ -268,6 +284,7 @@ impl ServerConfig {
             memory_bytes: self.memory.0 as usize,
             max_value_bytes: self.max_value_size.0 as usize,
             prefault: self.prefault_memory,
+            eviction: self.eviction,
             ..StoreConfig::default()
         }
     }
@@ -384,7 +401,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServerArgs {
     /// TOML config file, with any of the keys listen, native_port,
-    /// resp_port, memcached_port, memcached, memory, max_value_size, max_request_size,
+    /// resp_port, memcached_port, memcached, memory, eviction, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
@@ -416,6 +433,13 @@ pub struct ServerArgs {
     /// with an out-of-memory error when live data fills it [default: 1GiB].
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<ByteSize>,
+    /// What a full store does: `none` refuses writes with an out-of-memory
+    /// error (a store of record); `oldest` is cache mode, as memcached or
+    /// Redis's allkeys policies: when live data passes 90% of --memory, the
+    /// oldest segments of the log are evicted whole, first written first
+    /// out, so writes never fail for memory [default: none].
+    #[arg(long, value_name = "POLICY")]
+    pub eviction: Option<Eviction>,
     /// Largest value a client may store [default: 1MiB].
     #[arg(long, value_name = "SIZE")]
     pub max_value_size: Option<ByteSize>,
@@ -566,7 +590,7 @@ impl ServerArgs {
             };
         }
         set!(listen => listen, native_port => native_port, resp_port => resp_port,
-            memcached_port => memcached_port, memory => memory,
+            memcached_port => memcached_port, memory => memory, eviction => eviction,
             max_value_size => max_value_size, max_request_size => max_request_size,
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,

@@ -391,6 +391,40 @@ fn a_full_store_refuses_writes_with_redis_oom_error_and_keeps_serving() {
 }
 
 #[test]
+fn a_full_cache_evicts_the_oldest_keys_and_says_so() {
+    let server = start(shoal_server::ServerConfig {
+        memory: ByteSize(32 << 20),
+        eviction: shoal_engine::Eviction::Oldest,
+        ..config()
+    });
+    let mut c = Client::connect(server.resp_addr());
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "maxmemory-policy"]),
+        "*2\r\n$16\r\nmaxmemory-policy\r\n$14\r\nallkeys-oldest\r\n"
+    );
+    // Three times the memory: every SET is taken.
+    let value = "x".repeat(60 << 10);
+    for i in 0..1600 {
+        assert_eq!(c.call(&["SET", &format!("key:{i}"), &value]), "+OK\r\n", "SET {i}");
+    }
+    let info = c.call(&["INFO", "everything"]);
+    let field = |name: &str| -> u64 {
+        let line = info.lines().find(|l| l.starts_with(&format!("{name}:"))).unwrap_or_else(|| panic!("no {name}"));
+        line[name.len() + 1..].trim().parse().unwrap()
+    };
+    assert!(info.contains("maxmemory_policy:allkeys-oldest"));
+    let evicted = field("evicted_keys");
+    assert!(evicted > 1000, "evicted {evicted}");
+    assert_eq!(field("out_of_memory_refusals"), 0);
+    let held: u64 = c.call(&["DBSIZE"]).trim_start_matches(':').trim().parse().unwrap();
+    assert_eq!(held + evicted, 1600, "every key is held or evicted");
+    // First written, first evicted.
+    assert_eq!(c.call(&["EXISTS", "key:0"]), ":0\r\n");
+    assert_eq!(c.call(&["STRLEN", "key:1599"]), format!(":{}\r\n", value.len()));
+    still_serving(&server);
+}
+
+#[test]
 fn concurrent_increments_and_appends_are_atomic() {
     let server = start(config());
     let addr = server.resp_addr();

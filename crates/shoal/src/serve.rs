@@ -60,6 +60,10 @@ pub struct LocalCommand {
     /// Memory for objects, per server.
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]
     pub memory: ByteSize,
+    /// What a full server does: none (refuse writes) or oldest (cache
+    /// mode: evict the oldest segments; see `shoal server --help`).
+    #[arg(long, default_value = "none", value_name = "POLICY")]
+    pub eviction: shoal_engine::Eviction,
     /// Replication data path: tailwind or conventional.
     #[arg(long, default_value = "tailwind", value_name = "MODE")]
     pub replication: ReplicationMode,
@@ -309,6 +313,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             port(cmd.backup_port, i),
             "--memory".into(),
             cmd.memory.to_string(),
+            "--eviction".into(),
+            cmd.eviction.name().into(),
             "--replication".into(),
             match cmd.replication {
                 ReplicationMode::Tailwind => "tailwind".into(),

@@ -103,8 +103,14 @@ fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
     assert!(ledger.len() > 1000, "only {} writes acknowledged", ledger.len());
 
     let coordinator: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut again =
-        Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.0.clone(), replicas: 2 };
+    let mut again = Cluster {
+        coordinator,
+        coordinator_proc: None,
+        servers: Vec::new(),
+        root: root.0.clone(),
+        replicas: 2,
+        server_args: Vec::new(),
+    };
     again.start_coordinator_with(&["--restart-grace-ms", "0"]);
     for i in 0..4 {
         let s = again.spawn_server(i);

@@ -376,6 +376,58 @@ fn expiry_times_survive_crash_recovery_and_expired_objects_stay_gone() {
 }
 
 /// The STATS of every server in `ids`, by id (None for one that did not answer).
+/// Cache mode across a crash: a master that evicted keys is killed; its
+/// recovery brings back none of the keys a client had seen evicted (a read
+/// that misses waits for the digest that dropped them to be durable), and
+/// every key it serves holds the value last written.
+#[test]
+fn a_recovered_cache_brings_back_no_key_a_client_saw_evicted() {
+    let root = Root::new("recovery-eviction");
+    let args = ["--memory", "32MiB", "--eviction", "oldest"];
+    let mut cluster = Cluster::start_with(&root.0, 4, 2, 0, &args);
+    let table = cluster.client().create_table("cache").unwrap();
+    // About twice the victim's memory in 20 KiB values.
+    let (victim, keys) = keys_of_busiest(&cluster, table, "c", 3000);
+    let mut c = cluster.client();
+    let value = |k: &[u8]| {
+        let mut v = k.to_vec();
+        v.resize(20 << 10, b'.');
+        v
+    };
+    for k in &keys {
+        c.write(table, k, &value(k)).unwrap();
+    }
+    let (mut held, mut evicted) = (Vec::new(), Vec::new());
+    for k in &keys {
+        match c.read(table, k) {
+            Ok(v) => {
+                assert_eq!(v.0, value(k));
+                held.push(k.clone());
+            }
+            Err(shoal_client::ReadError::NotFound) => evicted.push(k.clone()),
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    assert!(evicted.len() > 1000 && held.len() > 500, "{} evicted, {} held", evicted.len(), held.len());
+    let idx = process_of(&root.0, &cluster, victim);
+    kill(&mut cluster, idx);
+    wait_map(&cluster, "the recovery", 60, |m| recovered(m, victim));
+    let mut c = Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    for k in &evicted {
+        assert!(c.read(table, k).is_err(), "evicted key {:?} came back", String::from_utf8_lossy(k));
+    }
+    let mut back = 0;
+    for k in &held {
+        if let Ok(v) = c.read(table, k) {
+            assert_eq!(v.0, value(k));
+            back += 1;
+        }
+    }
+    // The victim may have evicted a few more after the reads, not many.
+    assert!(back * 10 >= held.len() * 9, "{back} of {} held keys recovered", held.len());
+    cluster.kill_all();
+}
+
 fn stats_of(map: &ClusterMap, ids: &[ServerId]) -> Vec<(ServerId, Option<shoal_client::Stats>)> {
     ids.iter()
         .map(|id| {

@@ -54,6 +54,9 @@ pub struct Cluster {
     pub servers: Vec<Child>,
     pub root: PathBuf,
     pub replicas: u32,
+    /// Flags every server is started with besides the defaults of
+    /// [`Cluster::spawn_server`] (a `--memory` here replaces its 64MiB).
+    pub server_args: Vec<String>,
 }
 
 pub fn log_file(dir: &Path) -> std::fs::File {
@@ -64,9 +67,22 @@ pub fn log_file(dir: &Path) -> std::fs::File {
 impl Cluster {
     /// Starts a coordinator on `port` (a fresh one if 0) and `n` servers.
     pub fn start(root: &Path, n: usize, replicas: u32, port: u16) -> Cluster {
+        Cluster::start_with(root, n, replicas, port, &[])
+    }
+
+    /// [`Cluster::start`] with `server_args` given to every server (later
+    /// flags override the defaults, e.g. `--memory`).
+    pub fn start_with(root: &Path, n: usize, replicas: u32, port: u16, server_args: &[&str]) -> Cluster {
         let port = if port == 0 { free_port() } else { port };
         let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut c = Cluster { coordinator, coordinator_proc: None, servers: Vec::new(), root: root.into(), replicas };
+        let mut c = Cluster {
+            coordinator,
+            coordinator_proc: None,
+            servers: Vec::new(),
+            root: root.into(),
+            replicas,
+            server_args: server_args.iter().map(|s| s.to_string()).collect(),
+        };
         std::fs::create_dir_all(root).unwrap();
         shoal_cluster::auth::ClusterSecret::create_or_load(&c.secret_file()).unwrap();
         c.start_coordinator();
@@ -119,10 +135,12 @@ impl Cluster {
             .arg("--cluster-secret-file")
             .arg(self.secret_file())
             .args(["--native-port", "0", "--resp-port", "0", "--memcached-port", "0", "--backup-port", "0"])
-            .args(["--memory", "64MiB", "--backup-buffers", "8", "--replica-timeout-ms", "1000"])
+            .args(["--backup-buffers", "8", "--replica-timeout-ms", "1000"])
+            .args(if self.server_args.iter().any(|a| a == "--memory") { &[][..] } else { &["--memory", "64MiB"][..] })
             .args(["--log-level", "info"])
             .arg("--data-dir")
             .arg(dir.join("data"))
+            .args(&self.server_args)
             .stdout(Stdio::null())
             .stderr(log_file(&dir))
             .spawn()

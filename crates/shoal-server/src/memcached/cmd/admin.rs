@@ -109,7 +109,7 @@ pub fn run_stats(s: &Stats, x: &mut Exec<'_>, out: &mut BytesMut) {
             stat("threads", &2);
             stat("bytes", &store.live_key_value_bytes);
             stat("curr_items", &x.items.count());
-            stat("evictions", &0);
+            stat("evictions", &store.evicted);
         }
         Stats::Settings => {
             stat("maxbytes", &ctx.config.memory.0);
@@ -117,7 +117,7 @@ pub fn run_stats(s: &Stats, x: &mut Exec<'_>, out: &mut BytesMut) {
             stat("tcpport", &ctx.config.memcached_port);
             stat("item_size_max", &ctx.config.max_value_size.0);
             stat("cas_enabled", &"yes");
-            stat("evictions", &"off");
+            stat("evictions", &if ctx.store.eviction() == shoal_engine::Eviction::None { "off" } else { "on" });
         }
         Stats::Empty => {}
         Stats::Reset => {

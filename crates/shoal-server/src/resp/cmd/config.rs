@@ -62,7 +62,7 @@ fn parameters(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("port", c.resp_port.to_string()),
         ("databases", DATABASES.to_string()),
         ("maxmemory", ctx.store.config().memory_bytes.to_string()),
-        ("maxmemory-policy", "noeviction".into()),
+        ("maxmemory-policy", super::info::maxmemory_policy(ctx).into()),
         ("maxclients", c.max_connections.to_string()),
         ("timeout", c.idle_timeout_secs.to_string()),
         ("proto-max-bulk-len", ctx.store.config().max_value_bytes.to_string()),

@@ -15,6 +15,7 @@ use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
 use shoal_cluster::ServerState;
+use shoal_engine::Eviction;
 use std::fmt::Write;
 
 pub static SPEC: CommandSpec = CommandSpec {
@@ -144,7 +145,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("used_memory_dataset_human:{}", human(s.live_bytes));
             line!("maxmemory:{}", s.memory_bytes);
             line!("maxmemory_human:{}", human(s.memory_bytes));
-            line!("maxmemory_policy:noeviction");
+            line!("maxmemory_policy:{}", maxmemory_policy(ctx));
             line!("mem_allocator:shoal-log");
         }
         "persistence" => {
@@ -177,7 +178,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("forwarded_requests:{}", get(&st.forwarded_requests));
             line!("moved_replies:{}", get(&st.moved_replies));
             line!("expired_keys:{}", ctx.store.stats().expired_keys);
-            line!("evicted_keys:0");
+            line!("evicted_keys:{}", ctx.store.stats().evicted);
         }
         "replication" => {
             line!("# Replication");
@@ -274,6 +275,10 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("expiry_sweep_passes:{}", s.sweep_passes);
             line!("expiry_sweep_segments_scanned:{}", s.sweep_segments_scanned);
             line!("expiry_sweep_ms:{}", s.sweep_ms);
+            line!("eviction:{}", ctx.store.eviction().name());
+            line!("evicted_objects:{}", s.evicted);
+            line!("evicted_bytes:{}", s.evicted_bytes);
+            line!("eviction_passes:{}", s.eviction_passes);
             line!("write_cost:{:.4}", s.write_cost);
             line!("tables:{}", ctx.tables.list().len());
         }
@@ -345,4 +350,15 @@ fn cluster_fields(node: &ClusterNode, t: &mut String) {
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
     Info::parse(args).apply(session, out);
     Ok(())
+}
+
+/// Redis's name for what a full store does: `noeviction`, or Shoal's own
+/// `allkeys-oldest` (cache mode evicts the oldest segments of the log,
+/// first written first out: none of Redis's policies, so none of their
+/// names).
+pub(crate) fn maxmemory_policy(ctx: &ServerContext) -> &'static str {
+    match ctx.store.eviction() {
+        Eviction::None => "noeviction",
+        Eviction::Oldest => "allkeys-oldest",
+    }
 }
