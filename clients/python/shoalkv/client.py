@@ -19,7 +19,6 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 from . import _ops
 from . import protocol as p
 from .errors import (
-    AuthFailed,
     ObjectDoesntExist,
     ClusterError,
     ProtocolError,
@@ -99,7 +98,7 @@ def check_login(opcode: int, body: bytes) -> None:
     """The answer to a connection's AUTH: raises the refusal."""
     res = p.decode_response(opcode, body)
     if isinstance(res, StatusError):
-        raise res if isinstance(res, AuthFailed) else ShoalError(f"AUTH refused: {res}")
+        raise res  # AuthFailed; MalformedRequest from a TLS port spoken to in clear text
 
 
 class Connection:

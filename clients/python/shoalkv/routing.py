@@ -235,7 +235,7 @@ def run_requests(get_map: Callable[[], TabletMap], reqs: Sequence[Req]) -> Plan:
     pending = list(range(len(reqs)))
     last: Dict[int, BaseException] = {}
     refreshed_for_route = False
-    for _ in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS):
         if not pending:
             break
         m = get_map()
@@ -267,7 +267,7 @@ def run_requests(get_map: Callable[[], TabletMap], reqs: Sequence[Req]) -> Plan:
                 last[i] = res
             else:
                 results[i] = res
-        for a in (rnd.actions() if pending else []):
+        for a in (rnd.actions() if pending and attempt + 1 < MAX_ATTEMPTS else []):
             yield a
     for i in pending:
         results[i] = UnavailableError(MAX_ATTEMPTS, last.get(i, UnknownTablet()))
@@ -290,7 +290,7 @@ def run_multi(get_map: Callable[[], TabletMap], opcode: int, items: Sequence[Mul
     last: Dict[int, BaseException] = {}
     refreshed_for_route = False
     mutating = opcode in p.MUTATING
-    for _ in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS):
         if not pending:
             break
         m = get_map()
@@ -336,7 +336,7 @@ def run_multi(get_map: Callable[[], TabletMap], opcode: int, items: Sequence[Mul
                     last[i] = r
                 else:
                     results[i] = r
-        for a in (rnd.actions() if pending else []):
+        for a in (rnd.actions() if pending and attempt + 1 < MAX_ATTEMPTS else []):
             yield a
     for i in pending:
         results[i] = UnavailableError(MAX_ATTEMPTS, last.get(i, UnknownTablet()))
