@@ -310,7 +310,10 @@ class AsyncClient:
         await self._one(_ops.ping())
 
     async def create_table(self, name: Bytes) -> int:
-        return await self._one(_ops.create_table(name))  # type: ignore[no-any-return]
+        table = await self._one(_ops.create_table(name))
+        if not self.tablet_map.names_table(table):
+            await self.refresh_map()
+        return table  # type: ignore[no-any-return]
 
     async def drop_table(self, name: Bytes) -> None:
         await self._one(_ops.drop_table(name))

@@ -447,7 +447,10 @@ class Client:
     def create_table(self, name: Bytes) -> int:
         """Creates a table (through the coordinator in a cluster); returns its
         id, that of the existing table if the name is taken."""
-        return self._one(_ops.create_table(name))  # type: ignore[no-any-return]
+        table = self._one(_ops.create_table(name))
+        if not self._map.names_table(table):
+            self.refresh_map()
+        return table  # type: ignore[no-any-return]
 
     def drop_table(self, name: Bytes) -> None:
         """Drops a table and its objects (UnknownTableName if none)."""
