@@ -376,7 +376,7 @@ class Client:
         by_addr: Dict[Address, List[int]] = {}
         for i, (addr, _, _) in enumerate(requests):
             by_addr.setdefault(addr, []).append(i)
-        inflight = []
+        inflight: List[Tuple[ConnectionPool, Connection, List[int], Optional[List[int]]]] = []
         try:
             for addr, idx in by_addr.items():
                 pool = self.pool(addr)
@@ -393,10 +393,8 @@ class Client:
                 except ShoalConnectionError as e:
                     for i in idx:
                         outcomes[i] = e
-            for pool, conn, idx, ids in inflight:
-                if ids is None:
-                    continue
-                for i, rid in zip(idx, ids):
+            for _, conn, idx, sent in inflight:
+                for i, rid in zip(idx, sent or []):
                     try:
                         outcomes[i] = conn.wait(rid)
                     except ShoalConnectionError as e:

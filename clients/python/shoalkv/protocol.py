@@ -271,7 +271,7 @@ def decode_status(body: Any, pos: int) -> Tuple[Optional[StatusError], int]:
     if code in (1, 5, 6):
         _need(body, pos, 8)
         (v,) = _U64.unpack_from(body, pos)
-        return errors.BY_STATUS[code](v), pos + 8  # type: ignore[call-arg]
+        return errors.BY_STATUS[code](v), pos + 8
     if code in (2, 3, 18):
         _need(body, pos, 8)
         a, b = _II.unpack_from(body, pos)

@@ -130,7 +130,7 @@ def control_frame(request: Dict[str, Any]) -> bytes:
 
 
 def control_length(head: bytes) -> int:
-    (n,) = struct.unpack("<I", head)
+    n: int = struct.unpack("<I", head)[0]
     if n > MAX_CONTROL_FRAME:
         raise ClusterError(f"control frame of {n} bytes over the limit")
     return n
