@@ -186,11 +186,23 @@ REFRESH = Refresh()
 
 
 class _Round:
-    """What one round of sends learned: whether to refresh, how long to wait."""
+    """What one round of sends learned: each result filed as final or to be
+    sent again, and whether to refresh the map or wait first."""
 
-    def __init__(self) -> None:
+    def __init__(self, results: List[Any], last: Dict[int, BaseException]) -> None:
+        self.results = results
+        self.last = last
+        self.pending: List[int] = []
         self.refresh = False
         self.delay = 0.0
+
+    def file(self, i: int, result: Any, names_table: Callable[[int], bool], mutating: bool, admin: bool) -> None:
+        """Files request ``i``'s result: final, or pending again."""
+        if self.retryable(result, names_table, mutating, admin):
+            self.pending.append(i)
+            self.last[i] = result
+        else:
+            self.results[i] = result
 
     def retryable(self, result: Any, names_table: Callable[[int], bool], mutating: bool, admin: bool) -> bool:
         """Whether ``result`` (a decoded result, a status, or a connection
@@ -209,13 +221,21 @@ class _Round:
             return True
         return False
 
-    def actions(self) -> List[Action]:
+    def actions(self, attempt: int) -> List[Action]:
+        """What to do before the next round (nothing after the last one)."""
         out: List[Action] = []
-        if self.refresh:
-            out.append(REFRESH)
-        if self.delay:
-            out.append(Sleep(self.delay))
+        if self.pending and attempt + 1 < MAX_ATTEMPTS:
+            if self.refresh:
+                out.append(REFRESH)
+            if self.delay:
+                out.append(Sleep(self.delay))
         return out
+
+
+def _give_up(results: List[Any], pending: List[int], last: Dict[int, BaseException]) -> List[Any]:
+    for i in pending:
+        results[i] = UnavailableError(MAX_ATTEMPTS, last.get(i, UnknownTablet()))
+    return results
 
 
 def _decode(req_opcode: int, outcome: Outcome) -> Any:
@@ -248,8 +268,7 @@ def run_requests(get_map: Callable[[], TabletMap], reqs: Sequence[Req]) -> Plan:
             else:
                 sends.append((addr, r.opcode, r.body))
                 sent_idx.append(i)
-        rnd = _Round()
-        pending = []
+        rnd = _Round(results, last)
         if unrouted:
             # A table created since the map was fetched: refresh once.
             if refreshed_for_route:
@@ -257,21 +276,14 @@ def run_requests(get_map: Callable[[], TabletMap], reqs: Sequence[Req]) -> Plan:
                     results[i] = UnknownTable(reqs[i].route[0])  # type: ignore[index]
             else:
                 rnd.refresh = refreshed_for_route = True
-                pending.extend(unrouted)
+                rnd.pending.extend(unrouted)
         outcomes = (yield Send(sends)) if sends else []
         for i, outcome in zip(sent_idx, outcomes):
             r = reqs[i]
-            res = _decode(r.opcode, outcome)
-            if rnd.retryable(res, m.names_table, r.opcode in p.MUTATING, r.route is None):
-                pending.append(i)
-                last[i] = res
-            else:
-                results[i] = res
-        for a in (rnd.actions() if pending and attempt + 1 < MAX_ATTEMPTS else []):
-            yield a
-    for i in pending:
-        results[i] = UnavailableError(MAX_ATTEMPTS, last.get(i, UnknownTablet()))
-    return results
+            rnd.file(i, _decode(r.opcode, outcome), m.names_table, r.opcode in p.MUTATING, r.route is None)
+        pending = rnd.pending
+        yield from rnd.actions(attempt)
+    return _give_up(results, pending, last)
 
 
 class MultiItem(NamedTuple):
@@ -310,15 +322,14 @@ def run_multi(get_map: Callable[[], TabletMap], opcode: int, items: Sequence[Mul
                 sizes[addr] = 0
             gs[-1].append(i)
             sizes[addr] = sizes.get(addr, 0) + size
-        rnd = _Round()
-        pending = []
+        rnd = _Round(results, last)
         if unrouted:
             if refreshed_for_route:
                 for i in unrouted:
                     results[i] = UnknownTable(items[i].table)
             else:
                 rnd.refresh = refreshed_for_route = True
-                pending.extend(unrouted)
+                rnd.pending.extend(unrouted)
         batches = [(addr, g) for addr, gs in groups.items() for g in gs]
         sends = [(addr, opcode, p.multi(items[i].encoded for i in g)) for addr, g in batches]
         outcomes = (yield Send(sends)) if sends else []
@@ -331,13 +342,7 @@ def run_multi(get_map: Callable[[], TabletMap], opcode: int, items: Sequence[Mul
             else:  # the whole request failed: each item has that failure
                 per_item = [res] * len(g)
             for i, r in zip(g, per_item):
-                if rnd.retryable(r, m.names_table, mutating, False):
-                    pending.append(i)
-                    last[i] = r
-                else:
-                    results[i] = r
-        for a in (rnd.actions() if pending and attempt + 1 < MAX_ATTEMPTS else []):
-            yield a
-    for i in pending:
-        results[i] = UnavailableError(MAX_ATTEMPTS, last.get(i, UnknownTablet()))
-    return results
+                rnd.file(i, r, m.names_table, mutating, False)
+        pending = rnd.pending
+        yield from rnd.actions(attempt)
+    return _give_up(results, pending, last)
