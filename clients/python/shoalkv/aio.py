@@ -265,12 +265,18 @@ class AsyncClient:
             waits.append((conn, idx, futs))
         for conn, _, _ in waits:
             await conn.drain()
-        for conn, idx, futs in waits:
-            for i, fut in zip(idx, futs):
-                try:
-                    outcomes[i] = await conn._wait(fut)
-                except ShoalConnectionError as e:
-                    outcomes[i] = e
+        futs = [f for _, _, fs in waits for f in fs]
+        if futs:
+            _, late = await asyncio.wait(futs, timeout=self.opts.timeout)
+            for conn, _, fs in waits:
+                if any(f in late for f in fs):
+                    conn.close("no response in time")  # fails its waiters
+        for conn, idx, fs in waits:
+            for i, fut in zip(idx, fs):
+                exc = fut.exception()
+                outcomes[i] = exc if exc is not None else fut.result()
+                if exc is not None and not isinstance(exc, ShoalConnectionError):
+                    raise exc
         return outcomes
 
     async def _drive(self, plan: Plan) -> Any:
