@@ -5,16 +5,7 @@ from .aio import AsyncClient, AsyncPipeline
 from .client import Client, ConnectionPool, Pipeline, tls_context
 from .errors import *  # noqa: F401,F403
 from .hashing import key_hash, key_slot
-from .protocol import (
-    IncrementResult,
-    Object,
-    Page,
-    ReadResult,
-    RejectRules,
-    RemoveItem,
-    Ttl,
-    WriteItem,
-)
+from .protocol import IncrementResult, Object, Page, ReadResult, RejectRules, RemoveItem, Ttl, WriteItem
 from .routing import TabletMap
 
 __version__ = "0.1.0"

@@ -14,32 +14,10 @@ from . import _ops
 from . import protocol as p
 from .client import Options, PipelineBase, address, check_login, unwrap
 from .errors import ClusterError, ObjectDoesntExist, ProtocolError, RequestTooLarge, ShoalConnectionError, ShoalError
-from .protocol import (
-    NO_RULES,
-    Bytes,
-    IncrementResult,
-    Object,
-    Page,
-    ReadResult,
-    RejectRules,
-    RemoveItem,
-    Ttl,
-    WriteItem,
-)
-from .routing import (
-    GET_MAP,
-    Address,
-    Plan,
-    Refresh,
-    Req,
-    Send,
-    Sleep,
-    TabletMap,
-    control_length,
-    map_from_reply,
-    run_multi,
-    run_requests,
-)
+from .protocol import NO_RULES, Bytes, IncrementResult, Object, Page, ReadResult, RejectRules, RemoveItem, Ttl
+from .protocol import WriteItem
+from .routing import GET_MAP, Address, Plan, Refresh, Req, Send, Sleep, TabletMap, control_length
+from .routing import map_from_reply, run_multi, run_requests
 
 
 class AsyncConnection:

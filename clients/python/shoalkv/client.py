@@ -18,42 +18,12 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 from . import _ops
 from . import protocol as p
-from .errors import (
-    ObjectDoesntExist,
-    ClusterError,
-    ProtocolError,
-    RequestTooLarge,
-    ShoalConnectionError,
-    ShoalError,
-    StatusError,
-)
-from .protocol import (
-    NO_RULES,
-    Bytes,
-    IncrementResult,
-    Object,
-    Page,
-    ReadResult,
-    RejectRules,
-    RemoveItem,
-    Ttl,
-    WriteItem,
-)
-from .routing import (
-    GET_MAP,
-    Address,
-    Plan,
-    Refresh,
-    Req,
-    Send,
-    Sleep,
-    TabletMap,
-    control_length,
-    map_from_reply,
-    parse_address,
-    run_multi,
-    run_requests,
-)
+from .errors import ObjectDoesntExist, ClusterError, ProtocolError, RequestTooLarge, ShoalConnectionError
+from .errors import ShoalError, StatusError
+from .protocol import NO_RULES, Bytes, IncrementResult, Object, Page, ReadResult, RejectRules, RemoveItem, Ttl
+from .protocol import WriteItem
+from .routing import GET_MAP, Address, Plan, Refresh, Req, Send, Sleep, TabletMap, control_length
+from .routing import map_from_reply, parse_address, run_multi, run_requests
 
 # Requests larger than this are written with the socket non-blocking while
 # responses are read, so that neither side can fill the other's buffers.

@@ -27,16 +27,8 @@ import struct
 from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import protocol as p
-from .errors import (
-    ClusterError,
-    ProtocolError,
-    Retry,
-    ShoalConnectionError,
-    StatusError,
-    UnavailableError,
-    UnknownTable,
-    UnknownTablet,
-)
+from .errors import ClusterError, ProtocolError, Retry, ShoalConnectionError, StatusError, UnavailableError
+from .errors import UnknownTable, UnknownTablet
 
 Address = Tuple[str, int]
 
