@@ -62,13 +62,13 @@ class Cluster:
     """A running ``shoal local``: its coordinator, servers and their PIDs."""
 
     def __init__(self, root: Path, servers: int, extra: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, log_level: str = "warn") -> None:
         self.root = root
         self.servers = servers
         self.out_path = root / "local.out"
         cmd = [shoal_bin(), "local", "--servers", str(servers), "--root", str(root / "cluster"),
                "--coordinator-port", "0", "--native-port", "0", "--resp-port", "0", "--memcached-port", "0",
-               "--backup-port", "0", "--memory", "64MiB", "--log-level", "warn"] + (extra or [])
+               "--backup-port", "0", "--memory", "64MiB", "--log-level", log_level] + (extra or [])
         self.out = open(self.out_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, **(env or {})})
