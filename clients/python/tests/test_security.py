@@ -19,6 +19,8 @@ PASSWORD = "correct horse"
 def secure(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("shoal1-tls"), servers=1, extra=["--tls"],
                 env={"SHOAL_PASSWORD": PASSWORD})
+    with shoalkv.Client.cluster(c.coordinator, ssl_context=tls(c), password=PASSWORD) as client:
+        c.wait_serving(client)
     yield c
     c.stop()
 
