@@ -20,6 +20,16 @@
 #               client and keys against Shoal's memcached port and a real
 #               memcached, one request at a time per thread (--pipeline 1)
 #               and pipelined (--pipeline 16), the two stores alternating
+#   cache       a cache with expiry: CACHE_KEYS keys with 100-byte values
+#               written with a time to live (SET EX, memcached exptime),
+#               30% of them (record numbers ending in 00-29) for
+#               CACHE_SHORT_TTL seconds and the rest for an hour; once the
+#               short ones have expired, workload B (95% GET, 5% SET with
+#               the same rule, uniform keys) for CACHE_SECS, so that about
+#               30% of the keys are expired at any time. Shoal (RESP port,
+#               --eviction oldest), Redis and memcached, each in a fresh
+#               process per run, the order alternating: throughput, and RSS
+#               growth per live key (the 70% with an hour to live)
 #   memory      MEMORY_KEYS keys with 100-byte values loaded into a fresh
 #               process of each store: RSS per object and bytes per object
 #               beyond key and value (RSS growth from /proc/<pid>/status,
@@ -44,9 +54,12 @@ YCSB_OPS=1000000        # shoal bench ycsb --operations per workload
 YCSB_THREADS=4
 LATENCY_REQUESTS=100000 # redis-benchmark -c 1 -n, and ycsb ops at 1x1
 MEMORY_KEYS=1000000,10000000 # keys loaded for the memory step (comma-separated list)
+CACHE_KEYS=1000000      # keys of the cache step
+CACHE_SHORT_TTL=5       # seconds the short-lived 30% of them live
+CACHE_SECS=20           # seconds of the cache step's workload
 RUNS=3                  # repetitions of throughput and latency steps
 STEP_TIMEOUT=600        # seconds any one step may take
-ONLY="throughput,ycsb,memcached,memory" # sections to run
+ONLY="throughput,ycsb,memcached,memory,cache" # sections to run
 OUT=""
 
 usage() {
@@ -62,9 +75,11 @@ Usage: bench/compare.sh [--quick] [options]
   --ycsb-threads N       ycsb client threads (default $YCSB_THREADS)
   --latency-requests N   requests of the one-client latency runs (default $LATENCY_REQUESTS)
   --memory-keys N[,N..]  keys loaded for the memory step (default $MEMORY_KEYS)
-  --runs N               repetitions of throughput and latency steps (default $RUNS)
+  --cache-keys N         keys of the cache step (default $CACHE_KEYS)
+  --cache-secs N         seconds of the cache step's workload (default $CACHE_SECS)
+  --runs N               repetitions of throughput, latency and cache steps (default $RUNS)
   --step-timeout SECS    limit of each step (default $STEP_TIMEOUT)
-  --only LIST            sections to run, of throughput,ycsb,memcached,memory
+  --only LIST            sections to run, of throughput,ycsb,memcached,memory,cache
                          (default all)
   --out FILE             JSON results (default bench/results/compare-<time>.json)
 EOF
@@ -75,6 +90,7 @@ while [[ $# -gt 0 ]]; do
         --quick)
             KEYS=10000; REQUESTS=20000; YCSB_RECORDS=10000; YCSB_OPS=20000
             LATENCY_REQUESTS=5000; MEMORY_KEYS=20000; RUNS=1; STEP_TIMEOUT=120
+            CACHE_KEYS=20000; CACHE_SHORT_TTL=2; CACHE_SECS=3
             shift ;;
         --keys) KEYS="$2"; shift 2 ;;
         --requests) REQUESTS="$2"; shift 2 ;;
@@ -84,6 +100,8 @@ while [[ $# -gt 0 ]]; do
         --ycsb-threads) YCSB_THREADS="$2"; shift 2 ;;
         --latency-requests) LATENCY_REQUESTS="$2"; shift 2 ;;
         --memory-keys) MEMORY_KEYS="$2"; shift 2 ;;
+        --cache-keys) CACHE_KEYS="$2"; shift 2 ;;
+        --cache-secs) CACHE_SECS="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
         --step-timeout) STEP_TIMEOUT="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
@@ -172,11 +190,12 @@ log "building Shoal (release)"
 (cd "$ROOT" && timeout 1800 cargo build --release -q -p shoal)
 SHOAL="$ROOT/target/release/shoal"
 
-# start_shoal MEMORY: a server with MEMORY for objects (e.g. 2GiB).
+# start_shoal MEMORY [FLAGS...]: a server with MEMORY for objects (e.g. 2GiB).
 start_shoal() {
+    local memory="$1"; shift
     SHOAL_NATIVE=$(free_port); SHOAL_RESP=$(free_port); SHOAL_MC=$(free_port)
     "$SHOAL" server --listen 127.0.0.1 --native-port "$SHOAL_NATIVE" --resp-port "$SHOAL_RESP" \
-        --memcached-port "$SHOAL_MC" --memory "$1" --log-level warn >"$WORK/shoal.log" 2>&1 &
+        --memcached-port "$SHOAL_MC" --memory "$memory" --log-level warn "$@" >"$WORK/shoal.log" 2>&1 &
     SHOAL_PID=$!; PIDS+=("$SHOAL_PID")
     wait_port "$SHOAL_NATIVE" shoal; wait_port "$SHOAL_RESP" shoal; wait_port "$SHOAL_MC" shoal
 }
@@ -371,6 +390,45 @@ EOF
     done
 done
 
+# --- cache: SET EX and GET with 30% of the keys expired -----------------------
+
+CACHE_STORES=(shoal redis memcached)
+for run in $(seq "$RUNS"); do
+    want cache || break
+    order=("${CACHE_STORES[@]}")
+    (( run % 2 == 0 )) && order=(memcached redis shoal)
+    for store in "${order[@]}"; do
+        case "$store" in
+            # Memory sized as in the memory step (256 bytes per key, at
+            # least 64 MiB, the smallest that holds a few segments), in
+            # cache mode as a cache would run.
+            shoal) mib=$(( (CACHE_KEYS * 256 + 1048575) / 1048576 )); (( mib < 64 )) && mib=64
+                   start_shoal "${mib}MiB" --eviction oldest
+                   pid=$SHOAL_PID; protocol=resp; addr="127.0.0.1:$SHOAL_RESP" ;;
+            redis) start_redis; pid=$REDIS_PID; protocol=resp; addr="127.0.0.1:$REDIS_PORT" ;;
+            memcached) start_memcached; pid=$MEMCACHED_PID; protocol=memcached; addr="127.0.0.1:$MEMCACHED_PORT" ;;
+        esac
+        sleep 0.5
+        before=$(rss_kib "$pid")
+        ttl=(--ttl 3600 --short-ttl "$CACHE_SHORT_TTL" --short-ttl-percent 30)
+        log "cache, run $run: loading $CACHE_KEYS keys with expiry into $store"
+        ycsb cache_load "$store" "$protocol" "$addr" "$pid" "$run" --records "$CACHE_KEYS" --load --workload C \
+            --operations 1 --threads 2 --pipeline 64 "${ttl[@]}"
+        sleep $(( CACHE_SHORT_TTL + 1 ))
+        log "cache, run $run: workload B for ${CACHE_SECS}s against $store"
+        ycsb cache "$store" "$protocol" "$addr" "$pid" "$run" --records "$CACHE_KEYS" --workload B \
+            --key-dist uniform --duration "$CACHE_SECS" --operations 1000000000 --threads 4 --pipeline 8 "${ttl[@]}"
+        after=$(rss_kib "$pid")
+        preallocated=0
+        if [[ "$store" == shoal ]]; then
+            preallocated=$("$SHOAL" stats --server "127.0.0.1:$SHOAL_NATIVE" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["hash_table_bytes"])')
+        fi
+        record step=cache_memory store="$store" run="$run" keys="$CACHE_KEYS" live_keys=$(( CACHE_KEYS * 70 / 100 )) \
+            rss_before_kib="$before" rss_after_kib="$after" preallocated_bytes="$preallocated"
+        stop "$pid"
+    done
+done
+
 # --- summary ----------------------------------------------------------------
 
 python3 - "$RECORDS" "$OUT" "$RUNS" <<'EOF'
@@ -446,6 +504,30 @@ for r in pick("memory"):
              avg_key_bytes=r["key_bytes"] / r["keys"], value_bytes=r["value_bytes"])
     summary.append(s)
     print(f"{r['store']:<11}{r['keys']:>10}{r['rss_after_kib']/1024:>9.1f}{per:>10.1f}{beyond:>11.1f}")
+
+print("\ncache with expiry: SET EX / GET, 30% of the keys expired (workload B, uniform; medians over runs)")
+print(f"{'store':<11}{'ops/s':>11}{'p99 us':>9}{'live keys':>11}{'RSS MiB':>9}{'B/live key':>11}")
+cache_rows = {}
+for store in ["shoal", "redis", "memcached"]:
+    ops = [r for r in pick("cache", store=store, workload="B", op="all")]
+    mem = pick("cache_memory", store=store)
+    if not ops or not mem:
+        continue
+    per = med([((m["rss_after_kib"] - m["rss_before_kib"]) * 1024 + m["preallocated_bytes"]) / m["live_keys"] for m in mem])
+    s = dict(kind="cache", store=store, ops_per_sec=med([r["ops_per_sec"] for r in ops]),
+             p99_us=med([r["p99_us"] for r in ops]), errors=sum(r["errors"] for r in ops),
+             live_keys=mem[0]["live_keys"], rss_after_kib=med([m["rss_after_kib"] for m in mem]),
+             bytes_per_live_key=per, runs=len(mem))
+    cache_rows[store] = s
+    summary.append(s)
+    print(f"{store:<11}{s['ops_per_sec']:>11.0f}{s['p99_us']:>9.1f}{s['live_keys']:>11}{s['rss_after_kib']/1024:>9.1f}{per:>11.1f}")
+for peer in ["redis", "memcached"]:
+    if "shoal" in cache_rows and peer in cache_rows:
+        a, b = cache_rows["shoal"], cache_rows[peer]
+        r = dict(kind="ratio", step="cache", peer=peer, shoal_over_peer_ops=a["ops_per_sec"] / b["ops_per_sec"],
+                 shoal_over_peer_bytes_per_live_key=a["bytes_per_live_key"] / b["bytes_per_live_key"])
+        summary.append(r)
+        print(f"shoal/{peer:<10}{r['shoal_over_peer_ops']:>6.2f}x ops/s, {r['shoal_over_peer_bytes_per_live_key']:.2f}x bytes per live key")
 
 json.dump({"host": platform.node(), "cores": os.cpu_count(), "runs": runs, "summary": summary, "records": records},
           open(out, "w"), indent=1)

@@ -27,9 +27,8 @@ async def with_table(cluster, body, **kwargs):
     finally:
         try:
             await c.drop_table(name)
-        except errors.UnknownTableName:  # see tests/test_client.py, drop()
-            pass
-        await c.close()
+        finally:
+            await c.close()
 
 
 def test_operations(cluster):

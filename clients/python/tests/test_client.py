@@ -31,14 +31,10 @@ def table(client):
 
 
 def drop(client, name):
-    """Drops a table that exists. A cluster server may answer
-    UNKNOWN_TABLE_NAME although the coordinator dropped the table: its copy
-    of the map can drop the name first (server-side race, reported); the
-    table must be gone either way."""
-    try:
-        client.drop_table(name)
-    except errors.UnknownTableName:
-        pass
+    """Drops a table that exists: the drop succeeds (a server whose copy of
+    the map lost the name first once answered UNKNOWN_TABLE_NAME) and the
+    table is gone."""
+    client.drop_table(name)
     assert name not in client.fetch_map().tables
 
 

@@ -247,8 +247,9 @@ impl Client {
         self.execute(route, &Request::Remove { table, key, rules }, conv::remove)
     }
 
-    /// Adds `delta` to the object read as a little-endian i64 (missing: 0);
-    /// returns the new value and version.
+    /// Adds `delta` to the counter at `key`, a signed 64-bit integer stored
+    /// as decimal text as Redis INCR stores it (missing: 0); returns the new
+    /// value and version.
     pub fn increment(&mut self, table: TableId, key: &[u8], delta: i64) -> Result<(i64, Version), IncrementError> {
         self.increment_with(table, key, delta, RejectRules::default())
     }

@@ -235,7 +235,9 @@ impl TableRegistry {
             }
         }
         let Some(id) = self.inner.write().by_name.remove(name) else {
-            return Ok(false);
+            // In a cluster the coordinator dropped it: the map this server
+            // received since may already have removed it here (`sync`).
+            return Ok(self.coordinator.is_some());
         };
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.store.drop_table(id).map_err(TableError::Store)?;

@@ -118,7 +118,10 @@ fn apply<'s>(
 ) -> Result<Response<'s>, ErrorStatus> {
     let store = &ctx.store;
     // Table operations go to the coordinator; PING, AUTH and STATS read no
-    // object.
+    // object. A multi-op touches stored data only if one of its items is
+    // this server's to serve (set below): one whose every item is refused
+    // by routing (e.g. sent before this server's first lease) changed
+    // nothing, and its per-item refusals must reach the client.
     if !matches!(
         req,
         Request::Ping
@@ -127,6 +130,9 @@ fn apply<'s>(
             | Request::CreateTable { .. }
             | Request::DropTable { .. }
             | Request::GetTableId { .. }
+            | Request::MultiRead(_)
+            | Request::MultiWrite(_)
+            | Request::MultiRemove(_)
     ) {
         scratch.touched = true;
     }
@@ -181,6 +187,7 @@ fn apply<'s>(
             for it in &items {
                 let start = buf.len();
                 let r = owner(ctx, it.table, it.key).and_then(|()| {
+                    scratch.touched = true;
                     store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value).map_err(status_of)
                 });
                 results.push(match r {
@@ -200,6 +207,7 @@ fn apply<'s>(
         }
         Request::MultiWrite(items) => {
             let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|w| owner(ctx, w.table, w.key)).collect();
+            scratch.touched |= checks.iter().any(Result::is_ok);
             let ops: Vec<WriteOp<'_>> = items
                 .iter()
                 .zip(&checks)
@@ -216,6 +224,7 @@ fn apply<'s>(
         }
         Request::MultiRemove(items) => {
             let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|r| owner(ctx, r.table, r.key)).collect();
+            scratch.touched |= checks.iter().any(Result::is_ok);
             let ops: Vec<_> =
                 items.iter().zip(&checks).filter(|(_, c)| c.is_ok()).map(|(r, _)| (r.table, r.key, r.rules)).collect();
             let mut done = store.multi_remove(&ops).into_iter();
@@ -410,6 +419,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("reply_overflows", ServerStats::get(&s.reply_overflows)),
         u("idle_timeouts", ServerStats::get(&s.idle_timeouts)),
         u("request_timeouts", ServerStats::get(&s.request_timeouts)),
+        u("lease_lapses", ServerStats::get(&s.lease_lapses)),
         u("tls_handshakes", ServerStats::get(&s.tls_handshakes)),
         u("tls_handshake_failures", ServerStats::get(&s.tls_handshake_failures)),
         u("tls_handshake_timeouts", ServerStats::get(&s.tls_handshake_timeouts)),

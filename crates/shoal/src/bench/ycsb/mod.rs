@@ -126,6 +126,18 @@ pub struct Args {
     /// synchronous mode; a write's latency includes its WAIT).
     #[arg(long, value_name = "N")]
     pub resp_wait: Option<u32>,
+    /// Every write (the load's too) sets this time to live, in seconds
+    /// (native WRITE_TTL, Redis SET EX, memcached exptime); 0: none.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub ttl: u32,
+    /// With --short-ttl-percent: the time to live of writes to that share of
+    /// the records (record numbers whose last two digits are below it), so
+    /// that a cache holds that share of expired keys once they pass it.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub short_ttl: u32,
+    /// Percentage of the records written with --short-ttl instead of --ttl.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0)]
+    pub short_ttl_percent: u32,
     /// Table of the records (native protocol; created by --load).
     #[arg(long, default_value = "ycsb")]
     pub table: String,
@@ -233,6 +245,8 @@ struct Shared {
     limit: u64,
     deadline: Instant,
     value_size: usize,
+    /// --ttl, --short-ttl, --short-ttl-percent.
+    ttl: (u32, u32, u32),
 }
 
 impl Shared {
@@ -252,6 +266,16 @@ struct InFlight {
     started: Instant,
     /// The read half of a read-modify-write.
     rmw_read: bool,
+}
+
+/// The time to live of a write to `record` (0: none).
+fn ttl_of(args_ttl: (u32, u32, u32), record: u64) -> u32 {
+    let (ttl, short, percent) = args_ttl;
+    if record % 100 < u64::from(percent) {
+        short
+    } else {
+        ttl
+    }
 }
 
 /// Runs one thread's rounds until the limit or the deadline.
@@ -291,7 +315,7 @@ fn drive(wire: &mut dyn Wire, shared: &Shared, pipeline: usize, seed: u64) -> Ta
                 stamp += 1;
                 let n = value.len().min(8);
                 value[..n].copy_from_slice(&stamp.to_le_bytes()[..n]);
-                Req::Set(key.as_bytes(), &value)
+                Req::Set(key.as_bytes(), &value, ttl_of(shared.ttl, op.record))
             };
             if let Err(e) = wire.push(req) {
                 tally.fatal = Some(e);
@@ -455,7 +479,8 @@ fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(D
                         let last = (first + depth as u64).min(args.records);
                         for i in first..last {
                             record_key(i, &mut key);
-                            if let Err(e) = wire.push(Req::Set(key.as_bytes(), &value)) {
+                            let ttl = ttl_of((args.ttl, args.short_ttl, args.short_ttl_percent), i);
+                            if let Err(e) = wire.push(Req::Set(key.as_bytes(), &value, ttl)) {
                                 tally.fatal = Some(e);
                                 return tally;
                             }
@@ -587,6 +612,12 @@ fn validate(args: &Args) -> Result<(), String> {
     if args.coordinator.is_some() && args.protocol != Protocol::Native {
         return Err("--coordinator needs the native protocol (a Redis client goes to any server's --server)".into());
     }
+    if args.short_ttl_percent > 100 || (args.short_ttl_percent > 0 && args.short_ttl == 0) {
+        return Err("--short-ttl-percent is a percentage (0-100) and needs --short-ttl".into());
+    }
+    if (args.ttl > 0 || args.short_ttl_percent > 0) && args.coordinator.is_some() {
+        return Err("--ttl and --short-ttl are not supported against a cluster (--coordinator)".into());
+    }
     if args.resp_wait.is_some() && args.protocol != Protocol::Resp {
         return Err("--resp-wait is for the Redis protocol".into());
     }
@@ -675,6 +706,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
             limit,
             deadline: Instant::now() + time,
             value_size: args.value_size,
+            ttl: (args.ttl, args.short_ttl, args.short_ttl_percent),
         };
         let started = Instant::now();
         let tallies: Vec<Tally> = std::thread::scope(|s| {

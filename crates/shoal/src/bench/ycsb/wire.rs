@@ -22,11 +22,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::ops::Range;
 use std::time::Duration;
 
-/// A request of the benchmark: read a record or write it whole.
+/// A request of the benchmark: read a record or write it whole, with a
+/// time to live in seconds (0: none).
 #[derive(Clone, Copy, Debug)]
 pub enum Req<'a> {
     Get(&'a [u8]),
-    Set(&'a [u8], &'a [u8]),
+    Set(&'a [u8], &'a [u8], u32),
 }
 
 /// What a request got back.
@@ -92,7 +93,8 @@ impl Wire for Native {
         let (table, rules) = (self.table, RejectRules::default());
         let req = match req {
             Req::Get(key) => Request::Read { table, key, rules },
-            Req::Set(key, value) => Request::Write { table, key, value, rules },
+            Req::Set(key, value, 0) => Request::Write { table, key, value, rules },
+            Req::Set(key, value, ttl) => Request::WriteTtl { table, key, value, rules, ttl_ms: u64::from(ttl) * 1000 },
         };
         let id = self.conn.send(&req).map_err(|e| e.to_string())?;
         self.ids.push(id);
@@ -109,7 +111,7 @@ impl Wire for Native {
                 .ok_or_else(|| format!("reply to request {} that was not sent", frame.request_id))?;
             let reply = match frame.reply().map_err(|e| e.to_string())? {
                 Ok(Response::Read { .. }) => Reply::Found,
-                Ok(Response::Write { .. }) => Reply::Stored,
+                Ok(Response::Write { .. } | Response::WriteTtl { .. }) => Reply::Stored,
                 Ok(r) => return Err(format!("unexpected response {:?}", r.opcode())),
                 Err(ErrorStatus::ObjectDoesntExist) => Reply::NotFound,
                 Err(status) => Reply::Error(status.to_string()),
@@ -215,7 +217,8 @@ impl Wire for ClusterNative {
         let at = self.bytes.len();
         let (key, value) = match req {
             Req::Get(key) => (key, None),
-            Req::Set(key, value) => (key, Some(value)),
+            Req::Set(_, _, ttl) if ttl > 0 => return Err("--ttl is not supported against a cluster".into()),
+            Req::Set(key, value, _) => (key, Some(value)),
         };
         self.bytes.extend_from_slice(key);
         let k = at..self.bytes.len();
@@ -476,10 +479,14 @@ impl Wire for Resp {
                 out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
                 bulk(out, key);
             }
-            Req::Set(key, value) => {
-                out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+            Req::Set(key, value, ttl) => {
+                out.extend_from_slice(if ttl > 0 { b"*5\r\n$3\r\nSET\r\n" } else { b"*3\r\n$3\r\nSET\r\n" });
                 bulk(out, key);
                 bulk(out, value);
+                if ttl > 0 {
+                    bulk(out, b"EX");
+                    bulk(out, ttl.to_string().as_bytes());
+                }
                 if let Some(n) = self.wait {
                     out.extend_from_slice(b"*3\r\n$4\r\nWAIT\r\n");
                     bulk(out, n.to_string().as_bytes());
@@ -558,7 +565,7 @@ impl Wire for Memcached {
     fn push(&mut self, req: Req<'_>) -> Result<(), String> {
         let out = &mut self.0.out;
         let key = match req {
-            Req::Get(key) | Req::Set(key, _) => key,
+            Req::Get(key) | Req::Set(key, _, _) => key,
         };
         if key.len() > 250 || key.iter().any(|c| c.is_ascii_whitespace() || c.is_ascii_control()) {
             return Err("memcached keys are at most 250 bytes without spaces or control characters".into());
@@ -569,10 +576,10 @@ impl Wire for Memcached {
                 out.extend_from_slice(key);
                 out.extend_from_slice(b"\r\n");
             }
-            Req::Set(key, value) => {
+            Req::Set(key, value, ttl) => {
                 out.extend_from_slice(b"set ");
                 out.extend_from_slice(key);
-                out.extend_from_slice(format!(" 0 0 {}\r\n", value.len()).as_bytes());
+                out.extend_from_slice(format!(" 0 {ttl} {}\r\n", value.len()).as_bytes());
                 out.extend_from_slice(value);
                 out.extend_from_slice(b"\r\n");
             }
