@@ -46,6 +46,15 @@ public final class ShoalClient implements Closeable {
     return new ShoalClient(c, c.fetch(), timeoutMs);
   }
 
+  /**
+   * A client of the cluster of {@code coordinator} that starts from
+   * {@code map} instead of fetching one (tests start from a wrong map to
+   * check that the client finds the right one).
+   */
+  static ShoalClient clusterWithMap(InetSocketAddress coordinator, TabletMap map, int timeoutMs) {
+    return new ShoalClient(new Coordinator(coordinator, timeoutMs), map, timeoutMs);
+  }
+
   /** A client of one server (no coordinator: the map never changes). */
   public static ShoalClient single(InetSocketAddress server, int timeoutMs) {
     return new ShoalClient(null, TabletMap.single(server), timeoutMs);
@@ -74,6 +83,10 @@ public final class ShoalClient implements Closeable {
     }
     long t = executeAdmin(rid -> Wire.createTable(rid, name)).requireOk().tableId();
     tableIds.put(name, t);
+    if (coordinator != null && !map.namesTable(t)) {
+      // A new table: its tablets are in the coordinator's map from now on.
+      refresh();
+    }
     return t;
   }
 
