@@ -67,11 +67,6 @@ stop_pid() {
     wait "$pid" 2>/dev/null || true
 }
 
-# ycsb ARGS...: runs YCSB's client (site.ycsb.Client) with the bindings on
-# the classpath.
-ycsb() {
-    java -cp "$YCSB_DIR/target/shoal-ycsb.jar:$YCSB_DIR/target/lib/*" site.ycsb.Client "$@"
-}
 
 # A free TCP port on 127.0.0.1.
 free_port() {
