@@ -926,7 +926,8 @@ impl Store {
         let mut cursor = Some(EnumCursor::START);
         while let Some(c) = cursor {
             keys.clear();
-            cursor = self.enumerate_objects(table, c, CLEAR_STEP, true, |key, _, _| keys.push(key.to_vec()))?;
+            cursor =
+                self.enumerate_objects(table, c, u64::MAX, CLEAR_STEP, true, |key, _, _| keys.push(key.to_vec()))?;
             for key in &keys {
                 self.inner.remove(table, key, RejectRules::default())?;
             }
@@ -1260,15 +1261,31 @@ impl Store {
         max: usize,
         visit: impl FnMut(&[u8], &[u8], Version),
     ) -> Result<Option<EnumCursor>, StoreError> {
-        self.enumerate_objects(table, cursor, max, false, visit)
+        self.enumerate_objects(table, cursor, u64::MAX, max, false, visit)
     }
 
-    /// [`Store::enumerate_with`], with the expired objects not yet
+    /// [`Store::enumerate_with`] limited to the key hashes `cursor..=end`
+    /// (a tablet): objects whose key hash is outside are left out, and the
+    /// walk stops at `end`'s bucket (`None` then), so a tablet's last page
+    /// costs its own buckets only.
+    pub fn enumerate_range(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        end: u64,
+        max: usize,
+        visit: impl FnMut(&[u8], &[u8], Version),
+    ) -> Result<Option<EnumCursor>, StoreError> {
+        self.enumerate_objects(table, cursor, end, max, false, visit)
+    }
+
+    /// [`Store::enumerate_range`], with the expired objects not yet
     /// reclaimed when `with_expired`.
     fn enumerate_objects(
         &self,
         table: TableId,
         cursor: EnumCursor,
+        end: u64,
         max: usize,
         with_expired: bool,
         mut visit: impl FnMut(&[u8], &[u8], Version),
@@ -1278,13 +1295,20 @@ impl Store {
         let ht = &inner.ht;
         let mut count = 0;
         let mut bucket = ht.bucket_index(cursor.0);
-        while bucket < ht.main_buckets() {
+        let last = ht.bucket_index(end);
+        while bucket <= last {
+            // Only the first and last buckets can hold hashes outside
+            // cursor..=end: check those objects' hashes.
+            let edge = ht.first_hash_of(bucket) < cursor.0 as u128 || ht.first_hash_of(bucket + 1) > end as u128 + 1;
             {
                 let _g = inner.epochs.pin();
                 ht.for_each_in_bucket(bucket, |r| {
                     let e = inner.segs.entry(r);
                     if let Ok(o) = format::parse_object(&e) {
-                        if o.table == table && (with_expired || !inner.expired(o.expiry)) {
+                        if o.table == table
+                            && (with_expired || !inner.expired(o.expiry))
+                            && (!edge || (cursor.0..=end).contains(&key_hash(table, o.key).0))
+                        {
                             visit(o.key, o.value, o.version);
                             count += 1;
                         }
@@ -1296,7 +1320,11 @@ impl Store {
                 break;
             }
         }
-        Ok(if bucket >= ht.main_buckets() { None } else { Some(EnumCursor(ht.first_hash_of(bucket) as u64)) })
+        Ok(if bucket > last || bucket >= ht.main_buckets() {
+            None
+        } else {
+            Some(EnumCursor(ht.first_hash_of(bucket) as u64))
+        })
     }
 
     /// Statistics, read from counters without locks.

@@ -123,7 +123,7 @@ pub enum ClientCommand {
     /// Removing a missing object is not an error (it prints that nothing
     /// was removed), unless --if-version is given.
     Del(DelArgs),
-    /// Adds a delta (default 1) to an 8-byte little-endian integer object,
+    /// Adds a delta (default 1) to a counter (a decimal integer, as Redis INCR stores it),
     /// creating it at 0 if missing; prints the new value.
     Incr(IncrArgs),
     /// Lists a table's objects (key, value, version), in hash order.

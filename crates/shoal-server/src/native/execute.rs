@@ -259,14 +259,15 @@ fn apply<'s>(
                 if objects.len() >= want || bytes >= budget {
                     break;
                 }
-                let (mut batch, n) = store.enumerate(table, c, (want - objects.len()).min(64)).map_err(status_of)?;
-                if end != u64::MAX {
-                    batch.retain(|o| key_hash(table, &o.key).0 <= end);
-                }
-                bytes += batch.iter().map(|o| o.key.len() + o.value.len() + 16).sum::<usize>();
-                objects.extend(batch);
+                let n = store
+                    .enumerate_range(table, c, end, (want - objects.len()).min(64), |key, value, version| {
+                        bytes += key.len() + value.len() + 16;
+                        objects.push((key.to_vec(), value.to_vec(), version));
+                    })
+                    .map_err(status_of)?;
                 next = n;
-                if end != u64::MAX && next.is_none_or(|c| c.0 > end) {
+                if next.is_none() && end != u64::MAX {
+                    // The tablet's end: the next tablet, wherever it is served.
                     next = Some(EnumCursor(end + 1));
                     break;
                 }
@@ -279,11 +280,11 @@ fn apply<'s>(
             let buf = &mut scratch.values;
             buf.clear();
             let mut spans = Vec::with_capacity(objects.len());
-            for o in &objects {
+            for (key, value, version) in &objects {
                 let k = buf.len();
-                buf.extend_from_slice(&o.key);
-                buf.extend_from_slice(&o.value);
-                spans.push((k, o.key.len(), o.value.len(), o.version));
+                buf.extend_from_slice(key);
+                buf.extend_from_slice(value);
+                spans.push((k, key.len(), value.len(), *version));
             }
             let buf = &scratch.values;
             Response::Enumerate {
