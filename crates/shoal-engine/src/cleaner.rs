@@ -114,7 +114,50 @@ fn fractions(inner: &Inner) -> (f64, f64) {
 
 fn should_clean(inner: &Inner) -> bool {
     let (l, f) = fractions(inner);
-    f <= (0.1f64).min((1.0 - l) / 2.0)
+    f <= (0.1f64).min((1.0 - l) / 2.0) || below_target(inner)
+}
+
+/// Whether the log holds more memory than its data needs at the target
+/// utilisation (`StoreConfig::target_utilisation`), by more than two
+/// segments, once it is larger than [`TARGET_FLOOR_SEGMENTS`] segments.
+fn below_target(inner: &Inner) -> bool {
+    let target = inner.config.target_utilisation;
+    if target <= 0.0 {
+        return false;
+    }
+    let pool = &inner.segs.pool;
+    let seg = inner.segs.segment_bytes() as f64;
+    let in_use = ((pool.total_seglets() as usize - pool.free_seglets()) * pool.seglet_bytes()) as f64;
+    if in_use <= TARGET_FLOOR_SEGMENTS as f64 * seg {
+        return false;
+    }
+    let data =
+        (inner.counters.live_bytes.load(Ordering::Relaxed) + inner.log.tomb_bytes.load(Ordering::Relaxed)) as f64;
+    in_use > data / target + 2.0 * seg
+}
+
+/// Below this many segments of memory in use, the log is not cleaned for
+/// the target utilisation (only when memory is short).
+const TARGET_FLOOR_SEGMENTS: usize = 4;
+
+/// Free seglets kept resident when the rest are given back to the OS: a
+/// segment's worth, so that a burst of writes or a cleaning pass does not
+/// fault pages in. (The reserves need not be resident: a seglet given back
+/// is still free, and is faulted in when next written.)
+fn warm_seglets(inner: &Inner) -> usize {
+    inner.config.seglets_per_segment()
+}
+
+/// Gives free memory beyond [`warm_seglets`] back to the OS, unless the
+/// pool is meant to be resident (`StoreConfig::prefault`) or the target
+/// utilisation is off.
+pub(crate) fn trim(inner: &Inner) {
+    if !inner.config.prefault && inner.config.target_utilisation > 0.0 {
+        let n = inner.segs.pool.trim(warm_seglets(inner));
+        if n > 0 {
+            inner.counters.seglets_returned.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Wakes the cleaner if memory is low. Cheap: a few atomic loads.
@@ -143,6 +186,7 @@ pub(crate) fn run(inner: std::sync::Arc<Inner>) {
             return;
         }
         let freed = run_pass(&inner, false);
+        trim(&inner);
         if freed == 0 {
             // Nothing to gain now: wait to be asked again rather than spin.
             let mut req = inner.cleaner.requested.lock();

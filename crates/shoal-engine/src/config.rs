@@ -61,6 +61,13 @@ pub struct StoreConfig {
     /// What a full store does: refuse writes (`None`, the default) or
     /// evict (cache mode; see [`Eviction`]).
     pub eviction: Eviction,
+    /// The cleaner keeps the log at least this full (live objects and
+    /// live tombstones over the memory the log holds) once the log is
+    /// larger than a few segments, whatever `memory_bytes` allows, and
+    /// gives freed memory back to the OS: resident memory follows the
+    /// data. 0 turns it off (the cleaner then runs only when memory is
+    /// short, as RAMCloud's).
+    pub target_utilisation: f64,
 }
 
 /// Cache mode: what the cleaner does when live objects fill the memory.
@@ -79,6 +86,9 @@ pub enum Eviction {
     /// time, as memcached's slab LRU without its read bumps.
     Oldest,
 }
+
+/// Default of [`StoreConfig::target_utilisation`].
+pub const DEFAULT_TARGET_UTILISATION: f64 = 0.9;
 
 /// In cache mode, live objects are kept at or below this fraction of the
 /// memory: cleaning stays cheap up to about 90% (Rumble Fig. 8.1).
@@ -127,6 +137,7 @@ impl Default for StoreConfig {
             expiry_sweep_interval: Duration::from_millis(100),
             expiry_sweep_budget: Duration::from_millis(10),
             eviction: Eviction::None,
+            target_utilisation: DEFAULT_TARGET_UTILISATION,
         }
     }
 }
@@ -208,6 +219,9 @@ impl StoreConfig {
                 self.seglets(),
                 self.segment_bytes
             ));
+        }
+        if !(self.target_utilisation == 0.0 || (0.5..=0.98).contains(&self.target_utilisation)) {
+            return err(format!("target utilisation {} must be 0 (off) or within 0.5..=0.98", self.target_utilisation));
         }
         if !(0.0..=1.0).contains(&self.max_tombstone_ratio) {
             return err("max tombstone ratio must be within 0..=1".into());

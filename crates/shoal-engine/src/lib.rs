@@ -27,7 +27,7 @@ mod segment;
 mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{ConfigError, Eviction, StoreConfig, EVICT_ABOVE, EVICT_TO};
+pub use config::{ConfigError, Eviction, StoreConfig, DEFAULT_TARGET_UTILISATION, EVICT_ABOVE, EVICT_TO};
 pub use log::{LogObserver, SegmentKind};
 pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
 pub use store::{

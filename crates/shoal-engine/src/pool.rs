@@ -32,8 +32,15 @@ pub struct Pool {
     mem: HugeMapping,
     seglet_bytes: usize,
     seglets: u32,
-    free: Mutex<Vec<u32>>,
+    free: Mutex<FreeLists>,
+    /// Seglets in the free lists plus those being returned to the OS.
     free_count: AtomicUsize,
+    /// Seglets returned to the OS and not handed out since.
+    returned: AtomicUsize,
+    /// Debug builds (the tests): which seglets are handed out, to catch a
+    /// seglet freed twice or handed out twice before it corrupts data.
+    #[cfg(debug_assertions)]
+    owned: Mutex<Vec<bool>>,
     /// Seglets that only `Tier::Cleaner` may take.
     cleaner_reserve: usize,
     /// Seglets that `Tier::Write` may not take (on top of the cleaner's).
@@ -49,6 +56,21 @@ pub struct Pool {
     populator: OnceLock<std::thread::Thread>,
 }
 
+/// Free seglets: `warm` ones are resident (handed out first, most recently
+/// freed first), `cold` ones were given back to the OS ([`Pool::trim`]) and
+/// cost page faults when next written.
+#[derive(Default)]
+struct FreeLists {
+    warm: Vec<u32>,
+    cold: Vec<u32>,
+}
+
+impl FreeLists {
+    fn len(&self) -> usize {
+        self.warm.len() + self.cold.len()
+    }
+}
+
 /// How far ahead of the frontier the populating thread keeps the pool
 /// resident. The first write to a fresh page costs a fault and the zeroing
 /// of the page, and with huge pages that is 2 MiB at once: 2-8 ms on this
@@ -57,6 +79,9 @@ pub struct Pool {
 /// instead. Two huge pages: at 50 MB/s of appends that is 80 ms of lead,
 /// and the resident memory it adds is small beside any real data set.
 pub const POPULATE_AHEAD: usize = 4 << 20;
+
+/// Size of a base page: the unit `madvise` gives back.
+const PAGE: usize = 4096;
 
 /// Size of a transparent huge page on x86-64.
 const HUGE_PAGE: usize = 2 << 20;
@@ -144,13 +169,16 @@ impl Pool {
         let mem = HugeMapping::new(len, "the memory pool");
 
         // Hand out low indices first so that a lightly used pool touches few pages.
-        let free: Vec<u32> = (0..seglets).rev().collect();
+        let warm: Vec<u32> = (0..seglets).rev().collect();
         Pool {
             mem,
             seglet_bytes,
             seglets,
-            free_count: AtomicUsize::new(free.len()),
-            free: Mutex::new(free),
+            free_count: AtomicUsize::new(warm.len()),
+            returned: AtomicUsize::new(0),
+            #[cfg(debug_assertions)]
+            owned: Mutex::new(vec![false; seglets as usize]),
+            free: Mutex::new(FreeLists { warm, cold: Vec::new() }),
             cleaner_reserve,
             remove_reserve,
             frontier: AtomicUsize::new(0),
@@ -223,8 +251,21 @@ impl Pool {
         if free.len() <= floor {
             return None;
         }
-        let s = free.pop();
-        self.free_count.store(free.len(), Ordering::Relaxed);
+        let s = match free.warm.pop() {
+            Some(s) => Some(s),
+            None => {
+                let s = free.cold.pop();
+                self.returned.fetch_sub(s.is_some() as usize, Ordering::Relaxed);
+                s
+            }
+        };
+        self.free_count.fetch_sub(s.is_some() as usize, Ordering::Relaxed);
+        #[cfg(debug_assertions)]
+        if let Some(s) = s {
+            let mut o = self.owned.lock();
+            assert!(!o[s as usize], "seglet {s} handed out twice");
+            o[s as usize] = true;
+        }
         drop(free);
         if let Some(s) = s {
             let end = self.frontier.fetch_max(s as usize + 1, Ordering::AcqRel).max(s as usize + 1);
@@ -241,11 +282,69 @@ impl Pool {
     /// see them (the epoch has passed).
     pub fn release(&self, seglets: impl IntoIterator<Item = u32>) {
         let mut free = self.free.lock();
+        let before = free.warm.len();
         for s in seglets {
             debug_assert!(s < self.seglets);
-            free.push(s);
+            #[cfg(debug_assertions)]
+            {
+                let mut o = self.owned.lock();
+                assert!(o[s as usize], "seglet {s} released twice");
+                o[s as usize] = false;
+            }
+            free.warm.push(s);
         }
-        self.free_count.store(free.len(), Ordering::Relaxed);
+        self.free_count.fetch_add(free.warm.len() - before, Ordering::Relaxed);
+    }
+
+    /// Gives the memory of free seglets back to the OS, all but `keep` of
+    /// the resident ones (the least recently freed go first), so that the
+    /// process's resident memory follows the data rather than its peak.
+    /// Returns the seglets given back. The `madvise` calls run without the
+    /// free-list lock (allocations meanwhile take other seglets), so call
+    /// it from a background thread (the cleaner's), not the write path.
+    /// Never touches a seglet in use: only seglets in the free list, which
+    /// no reader can see (`release`'s contract).
+    pub fn trim(&self, keep: usize) -> usize {
+        let mut out: Vec<u32> = {
+            let mut free = self.free.lock();
+            let n = free.warm.len().saturating_sub(keep);
+            if n == 0 {
+                return 0;
+            }
+            free.warm.drain(..n).collect()
+        };
+        out.sort_unstable();
+        // One call per run of adjacent seglets.
+        let mut i = 0;
+        while i < out.len() {
+            let mut j = i + 1;
+            while j < out.len() && out[j] == out[j - 1] + 1 {
+                j += 1;
+            }
+            // Only whole pages inside the run: a page also holding a seglet
+            // in use (seglets smaller than a page) must keep its bytes.
+            let from = (self.ptr(out[i], 0, self.seglet_bytes) as usize).next_multiple_of(PAGE);
+            let to = (self.ptr(out[j - 1], 0, self.seglet_bytes) as usize + self.seglet_bytes) / PAGE * PAGE;
+            if to > from {
+                // SAFETY: [from, to) lies within the run of free seglets
+                // (`ptr` checked its ends are in the pool): nobody reads or
+                // writes them until `alloc` hands them out again, after
+                // which the zero pages the kernel gives are overwritten
+                // before they are published.
+                unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) };
+            }
+            i = j;
+        }
+        let n = out.len();
+        let mut free = self.free.lock();
+        free.cold.extend(out);
+        self.returned.fetch_add(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Free seglets whose memory was given back to the OS.
+    pub fn returned_seglets(&self) -> usize {
+        self.returned.load(Ordering::Relaxed)
     }
 
     fn ptr(&self, seglet: u32, offset: usize, len: usize) -> *mut u8 {

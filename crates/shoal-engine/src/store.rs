@@ -316,6 +316,10 @@ pub struct StoreStats {
     pub evicted: u64,
     pub evicted_bytes: u64,
     pub eviction_passes: u64,
+    /// Free seglets whose memory is given back to the OS now, and the
+    /// seglets given back so far (`StoreConfig::target_utilisation`).
+    pub seglets_returned_now: u64,
+    pub seglets_returned: u64,
     /// Sweep passes run, segments they scanned, and their time.
     pub sweep_passes: u64,
     pub sweep_segments_scanned: u64,
@@ -364,7 +368,9 @@ pub(crate) struct Counters {
     pub evicted: AtomicU64,
     pub evicted_bytes: AtomicU64,
     pub eviction_passes: AtomicU64,
-    _pad_cleaner: [u64; 4],
+    /// Seglets whose memory was given back to the OS (`Pool::trim`).
+    pub seglets_returned: AtomicU64,
+    _pad_cleaner: [u64; 3],
     // The expiry sweep.
     pub expired_swept: AtomicU64,
     pub sweep_passes: AtomicU64,
@@ -1373,6 +1379,8 @@ impl Store {
             evicted: c.evicted.load(Ordering::Relaxed),
             evicted_bytes: c.evicted_bytes.load(Ordering::Relaxed),
             eviction_passes: c.eviction_passes.load(Ordering::Relaxed),
+            seglets_returned_now: i.segs.pool.returned_seglets() as u64,
+            seglets_returned: c.seglets_returned.load(Ordering::Relaxed),
             sweep_passes: c.sweep_passes.load(Ordering::Relaxed),
             sweep_segments_scanned: c.sweep_segments.load(Ordering::Relaxed),
             sweep_ms: c.sweep_ns.load(Ordering::Relaxed) / 1_000_000,

@@ -48,6 +48,10 @@ pub struct ServerConfig {
     /// segments ("oldest", cache mode). See `docs/resp.md`, cache mode.
     #[serde(deserialize_with = "from_str")]
     pub eviction: Eviction,
+    /// The log utilisation the cleaner keeps once the log is larger than a
+    /// few segments, giving freed memory back to the OS (0: clean only when
+    /// memory is short). See `StoreConfig::target_utilisation`.
+    pub target_utilisation: f64,
     /// Largest value a client may store.
     pub max_value_size: ByteSize,
     /// Largest single request (one RESP command or one native frame). Must
@@ -192,6 +196,7 @@ impl Default for ServerConfig {
             memcached: true,
             memory: ByteSize(1 << 30),
             eviction: Eviction::None,
+            target_utilisation: shoal_engine::DEFAULT_TARGET_UTILISATION,
             max_value_size: ByteSize(StoreConfig::default().max_value_bytes as u64),
             max_request_size: ByteSize(2 << 20),
             request_buffer_size: ByteSize(4 << 20),
@@ -285,6 +290,7 @@ impl ServerConfig {
             max_value_bytes: self.max_value_size.0 as usize,
             prefault: self.prefault_memory,
             eviction: self.eviction,
+            target_utilisation: self.target_utilisation,
             ..StoreConfig::default()
         }
     }
@@ -401,7 +407,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServerArgs {
     /// TOML config file, with any of the keys listen, native_port,
-    /// resp_port, memcached_port, memcached, memory, eviction, max_value_size, max_request_size,
+    /// resp_port, memcached_port, memcached, memory, eviction, target_utilisation, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
@@ -440,6 +446,15 @@ pub struct ServerArgs {
     /// out, so writes never fail for memory [default: none].
     #[arg(long, value_name = "POLICY")]
     pub eviction: Option<Eviction>,
+    /// Log utilisation the cleaner keeps (live data over the memory the
+    /// log holds) once the log is larger than a few segments, giving the
+    /// memory it frees back to the OS, so that resident memory follows the
+    /// data: about live data / this + the hash table + a few segments,
+    /// whatever --memory allows. 0 cleans only when --memory is nearly
+    /// full (resident memory then grows to --memory and stays). Between
+    /// 0.5 and 0.98 [default: 0.9].
+    #[arg(long, value_name = "FRACTION")]
+    pub target_utilisation: Option<f64>,
     /// Largest value a client may store [default: 1MiB].
     #[arg(long, value_name = "SIZE")]
     pub max_value_size: Option<ByteSize>,
@@ -590,7 +605,7 @@ impl ServerArgs {
             };
         }
         set!(listen => listen, native_port => native_port, resp_port => resp_port,
-            memcached_port => memcached_port, memory => memory, eviction => eviction,
+            memcached_port => memcached_port, memory => memory, eviction => eviction, target_utilisation => target_utilisation,
             max_value_size => max_value_size, max_request_size => max_request_size,
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,

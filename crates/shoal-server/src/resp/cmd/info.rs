@@ -279,6 +279,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("evicted_objects:{}", s.evicted);
             line!("evicted_bytes:{}", s.evicted_bytes);
             line!("eviction_passes:{}", s.eviction_passes);
+            line!("seglets_returned_to_os_now:{}", s.seglets_returned_now);
+            line!("seglets_returned_to_os:{}", s.seglets_returned);
             line!("write_cost:{:.4}", s.write_cost);
             line!("tables:{}", ctx.tables.list().len());
         }
