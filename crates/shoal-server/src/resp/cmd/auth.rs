@@ -52,6 +52,7 @@ pub fn login(session: &mut Session, user: &[u8], password: &[u8]) -> Result<(), 
         return Err(WRONGPASS);
     }
     session.authenticated = true;
+    session.slot.update_text(|t| t.user = user.to_vec());
     Ok(())
 }
 

@@ -32,7 +32,9 @@ mod hello;
 mod incr;
 mod info;
 mod keys;
+mod latency;
 mod mget;
+mod monitor;
 mod mset;
 mod msetnx;
 pub mod multi;
@@ -50,6 +52,7 @@ mod setex;
 mod setnx;
 mod shoal_local;
 mod shoal_mc;
+mod slowlog;
 mod strlen;
 mod time;
 mod ttl;
@@ -133,6 +136,7 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &incr::INCRBY, run: incr::run_incrby },
     Entry { spec: &incr::DECR, run: incr::run_decr },
     Entry { spec: &incr::DECRBY, run: incr::run_decrby },
+    Entry { spec: &incr::INCRBYFLOAT, run: incr::run_incrbyfloat },
     Entry { spec: &append::SPEC, run: append::run },
     Entry { spec: &strlen::SPEC, run: strlen::run },
     Entry { spec: &setnx::SPEC, run: setnx::run },
@@ -189,6 +193,9 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &cluster::READONLY, run: cluster::run_ok },
     Entry { spec: &cluster::READWRITE, run: cluster::run_ok },
     Entry { spec: &cluster::ASKING, run: cluster::run_ok },
+    Entry { spec: &slowlog::SPEC, run: slowlog::run },
+    Entry { spec: &latency::SPEC, run: latency::run },
+    Entry { spec: &monitor::SPEC, run: monitor::run },
 ];
 
 /// Whether the command may run on a connection that has not authenticated
@@ -221,6 +228,86 @@ pub fn lookup(name: &[u8]) -> Option<&'static Entry> {
 /// The position in [`COMMANDS`] of a command name, in any case.
 pub fn lookup_index(name: &[u8]) -> Option<usize> {
     COMMANDS.iter().position(|e| e.spec.name.len() == name.len() && e.spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The position in [`COMMANDS`] of one of its entries.
+pub fn index_of(entry: &'static Entry) -> usize {
+    let offset = (entry as *const Entry as usize).wrapping_sub(COMMANDS.as_ptr() as usize);
+    let index = offset / std::mem::size_of::<Entry>();
+    debug_assert!(std::ptr::eq(&COMMANDS[index], entry), "an entry of the command table");
+    index
+}
+
+/// The position in `spec.subcommands` of the subcommand `args` name, if
+/// `spec` has subcommands and it is one of them.
+pub fn sub_index(spec: &'static CommandSpec, args: Args<'_>) -> Option<usize> {
+    if spec.subcommands.is_empty() || args.len() < 2 {
+        return None;
+    }
+    let name = args.get(1);
+    spec.subcommands.iter().position(|s| {
+        let sub = s.name.split_once('|').map_or(s.name, |(_, sub)| sub);
+        sub.as_bytes().eq_ignore_ascii_case(name)
+    })
+}
+
+/// Whether MONITOR does not show the command, as Redis hides
+/// administrative commands (`admin` flag) from it.
+pub fn hidden_from_monitor(spec: &CommandSpec) -> bool {
+    spec.flags.contains(&"admin") || spec.flags.contains(&"skip_monitor")
+}
+
+/// The arguments as the slow log and MONITOR show them: a password
+/// (AUTH's arguments, HELLO's AUTH pair) replaced by "(redacted)", as Redis does.
+pub fn redacted(args: Args<'_>) -> Vec<std::borrow::Cow<'_, [u8]>> {
+    use std::borrow::Cow;
+    const HIDDEN: &[u8] = b"(redacted)";
+    let mut shown: Vec<Cow<'_, [u8]>> = args.iter().map(Cow::Borrowed).collect();
+    if is(args.get(0), "auth") {
+        shown.iter_mut().skip(1).for_each(|a| *a = Cow::Borrowed(HIDDEN));
+    } else if is(args.get(0), "hello") {
+        let mut i = 2;
+        while i < shown.len() {
+            if is(&shown[i], "auth") && i + 2 < shown.len() {
+                shown[i + 1] = Cow::Borrowed(HIDDEN);
+                shown[i + 2] = Cow::Borrowed(HIDDEN);
+                i += 3;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    shown
+}
+
+/// A MONITOR line, as Redis writes it: `+<secs>.<micros> [<db> <addr>]`
+/// and each argument quoted (C escapes for the backslash, the quote and
+/// control characters, `\xHH` for other unprintable bytes).
+pub fn monitor_line<'a>(
+    now: std::time::Duration,
+    db: usize,
+    addr: &std::net::SocketAddr,
+    args: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let mut line = format!("+{}.{:06} [{} {}]", now.as_secs(), now.subsec_micros(), db, addr).into_bytes();
+    for a in args {
+        line.extend_from_slice(b" \"");
+        for &c in a {
+            match c {
+                b'\\' | b'"' => line.extend_from_slice(&[b'\\', c]),
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                b'\t' => line.extend_from_slice(b"\\t"),
+                7 => line.extend_from_slice(b"\\a"),
+                8 => line.extend_from_slice(b"\\b"),
+                b' '..=b'~' => line.push(c),
+                _ => line.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
+            }
+        }
+        line.push(b'"');
+    }
+    line.extend_from_slice(b"\r\n");
+    line
 }
 
 /// The spec of a subcommand of `parent`, in any case.
