@@ -173,6 +173,44 @@ def scenario(c):
         gone = outcome(lambda: victim.execute_command("PING"))
         out.append(("victim after KILL " + how, gone[0] if how != "SKIPME" else gone))
         victim.close()
+    out += monitor_scenario(c)
+    return out
+
+
+def monitor_scenario(c):
+    """MONITOR over a raw socket: the lines other connections' commands
+    produce, timestamp and client address masked."""
+    port = c.connection_pool.connection_kwargs["port"]
+    mon = socket.create_connection(("127.0.0.1", port), timeout=5)
+    mon.sendall(b"MONITOR\r\n")
+    buf = b""
+    while not buf.endswith(b"\r\n"):
+        buf += mon.recv(4096)
+    out = [("MONITOR reply", buf)]
+    c.execute_command("SELECT", "2")
+    c.execute_command("SET", "a b", "x\ny\"z\\\x01\xff")
+    c.execute_command("INCRBYFLOAT", "n", "1.5")
+    # AUTH over a raw socket (redis-py retries a failed AUTH).
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        raw.sendall(b"AUTH secret\r\nHELLO 2 AUTH default secret\r\n")
+        time.sleep(0.2)
+    c.execute_command("CONFIG", "GET", "timeout")
+    c.execute_command("SELECT", "0")
+    c.execute_command("PING")
+    lines, buf = [], b""
+    deadline = time.time() + 5
+    while not any(l.endswith(b'"PING"') for l in lines) and time.time() < deadline:
+        buf += mon.recv(4096)
+        *done, buf = buf.split(b"\r\n")
+        lines += done
+    mon.close()
+    masked = []
+    for line in lines:
+        stamp, rest = line.split(b" ", 1)
+        db, rest = rest.split(b" ", 1)
+        addr, rest = rest.split(b"]", 1)
+        masked.append((stamp[:1], stamp.count(b"."), len(stamp.split(b".")[1]), db, rest))
+    out.append(("MONITOR lines", masked))
     return out
 
 

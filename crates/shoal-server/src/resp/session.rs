@@ -260,7 +260,6 @@ impl Session {
             }
         }
         ServerStats::add(&self.ctx.stats.commands, 1);
-        let db = self.db;
         let started = Instant::now();
         // As Redis, the connection's last command is this one while it runs.
         let sub = cmd::sub_index(entry.spec, args);
@@ -271,14 +270,13 @@ impl Session {
         if self.scratch.capacity() > 1 << 16 {
             self.scratch = Vec::new();
         }
-        self.observe(index, sub, args, db, usec);
+        self.observe(index, sub, args, usec);
         Step::Done
     }
 
-    /// After command `index` (subcommand `sub`) ran with `db` selected, for
-    /// `usec`: updates the connection's slot, and feeds the slow log, the
+    /// After command `index` (subcommand `sub`) ran for `usec`: updates the connection's slot, and feeds the slow log, the
     /// latency monitor and monitors where their thresholds say so.
-    fn observe(&mut self, index: usize, sub: Option<usize>, args: Args<'_>, db: usize, usec: u64) {
+    fn observe(&mut self, index: usize, sub: Option<usize>, args: Args<'_>, usec: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let entry = &cmd::COMMANDS[index];
         let spec = sub.map_or(entry.spec, |s| &entry.spec.subcommands[s]);
@@ -307,7 +305,7 @@ impl Session {
             admin.latency.add(event, now.as_secs() as i64, usec / 1000);
         }
         if monitored {
-            let line = cmd::monitor_line(now, db, &self.slot.addr, shown.iter().map(|a| a.as_ref()));
+            let line = cmd::monitor_line(now, self.db, &self.slot.addr, shown.iter().map(|a| a.as_ref()));
             admin.clients.feed_monitors(self.id, &line, self.ctx.config.reply_buffer_size.0 as usize);
         }
     }
