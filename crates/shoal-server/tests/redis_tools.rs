@@ -163,3 +163,28 @@ fn command_and_error_counters_match_a_real_redis_server() {
     assert!(out.status.success(), "INFO commandstats/errorstats differ from Redis:\n{stdout}");
     assert!(stdout.contains(", 0 differences"));
 }
+
+#[test]
+fn server_commands_and_incrbyfloat_match_a_real_redis_server() {
+    if !have_tool("redis-server", &["--version"]) || !have_tool("python3", &["-c", "import redis"]) {
+        return;
+    }
+    let server = start(config());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/resp_server_compat.py");
+    let out = run_bounded(
+        Command::new("python3").args([
+            "-W",
+            "ignore",
+            script,
+            "--shoal-port",
+            &server.resp_addr().port().to_string(),
+            "--floats",
+            "20000",
+        ]),
+        Duration::from_secs(240),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "replies differ from Redis:\n{stdout}");
+    assert!(stdout.contains(", 0 differences"));
+}
