@@ -12,6 +12,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "auth",
+    syntax: "[username] password",
     arity: -2,
     flags: &["noscript", "loading", "stale", "fast", "no_auth", "sentinel", "allow_busy"],
     acl: &["@fast", "@connection"],

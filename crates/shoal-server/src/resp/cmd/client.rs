@@ -41,6 +41,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         CommandSpec { name: "client|getname", since: "2.6.9", summary: "Get the current connection name", ..SUB },
         CommandSpec {
             name: "client|setname",
+            syntax: "connection-name",
             arity: 3,
             since: "2.6.9",
             summary: "Set the current connection name",
@@ -48,6 +49,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         },
         CommandSpec {
             name: "client|setinfo",
+            syntax: "attr=(LIB-NAME libname|LIB-VER libver)",
             arity: 4,
             since: "7.2.0",
             summary: "Set client or connection specific info",
@@ -55,6 +57,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         },
         CommandSpec {
             name: "client|list",
+            syntax: "[TYPE client-type=(NORMAL|MASTER|REPLICA|PUBSUB)] [ID (client-id#integer...)]",
             arity: -2,
             flags: &["admin", "noscript", "loading", "stale"],
             acl: &["@admin", "@slow", "@dangerous", "@connection"],
@@ -71,6 +74,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         },
         CommandSpec {
             name: "client|kill",
+            syntax: "filter=(ip:port|new-format=([ID client-id#integer]|[TYPE client-type=(NORMAL|MASTER|SLAVE|REPLICA|PUBSUB)]|[USER username]|[ADDR ip:port]|[LADDR ip:port]|[SKIPME yes/no])...)",
             arity: -3,
             flags: &["admin", "noscript", "loading", "stale"],
             acl: &["@admin", "@slow", "@dangerous", "@connection"],

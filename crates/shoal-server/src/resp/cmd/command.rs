@@ -6,7 +6,7 @@
 //! last key, step, ACL categories, tips, key specs, subcommands]. COMMAND
 //! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
 
-use super::{lookup, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS};
+use super::{lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS};
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -43,12 +43,14 @@ pub static SPEC: CommandSpec = CommandSpec {
         },
         CommandSpec {
             name: "command|info",
+            syntax: "[command-name...]",
             arity: -2,
             summary: "Get array of specific Redis command details, or all when no argument is given.",
             ..SUB
         },
         CommandSpec {
             name: "command|docs",
+            syntax: "[command-name...]",
             arity: -2,
             since: "7.0.0",
             summary: "Get array of specific Redis command documentation",
@@ -190,12 +192,18 @@ fn info(spec: &CommandSpec, out: &mut Reply) {
 
 fn docs(spec: &CommandSpec, out: &mut Reply) {
     let has_subs = !spec.subcommands.is_empty();
-    out.map(4 + has_subs as usize);
+    // The table's syntax strings are checked by a unit test of `syntax`.
+    let args = syntax::parse(spec.syntax).unwrap_or_default();
+    out.map(4 + !args.is_empty() as usize + has_subs as usize);
     for (k, v) in
         [("summary", spec.summary), ("since", spec.since), ("group", spec.group), ("complexity", spec.complexity)]
     {
         out.bulk(k.as_bytes());
         out.bulk(v.as_bytes());
+    }
+    if !args.is_empty() {
+        out.bulk(b"arguments");
+        arguments(&args, out);
     }
     if has_subs {
         out.bulk(b"subcommands");
@@ -203,6 +211,39 @@ fn docs(spec: &CommandSpec, out: &mut Reply) {
         for s in spec.subcommands {
             out.bulk(s.name.as_bytes());
             docs(s, out);
+        }
+    }
+}
+
+/// Arguments as COMMAND DOCS lists them: per argument a map of name,
+/// type, token, flags and nested arguments, as Redis 7 writes them.
+fn arguments(args: &[syntax::Arg], out: &mut Reply) {
+    out.array(args.len());
+    for a in args {
+        let flags: Vec<&str> = [("optional", a.optional), ("multiple", a.multiple)]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(f, _)| *f)
+            .collect();
+        out.map(2 + a.token.is_some() as usize + !flags.is_empty() as usize + !a.args.is_empty() as usize);
+        out.bulk(b"name");
+        out.bulk(a.name.as_bytes());
+        out.bulk(b"type");
+        out.bulk(a.kind.as_bytes());
+        if let Some(t) = &a.token {
+            out.bulk(b"token");
+            out.bulk(t.as_bytes());
+        }
+        if !flags.is_empty() {
+            out.bulk(b"flags");
+            out.set(flags.len());
+            for f in flags {
+                out.simple(f);
+            }
+        }
+        if !a.args.is_empty() {
+            out.bulk(b"arguments");
+            arguments(&a.args, out);
         }
     }
 }

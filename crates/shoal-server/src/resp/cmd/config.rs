@@ -22,6 +22,7 @@ use crate::resp::session::Session;
 
 const SUB: CommandSpec = CommandSpec {
     name: "config|get",
+    syntax: "(parameter)...",
     arity: -3,
     flags: &["admin", "noscript", "loading", "stale"],
     acl: &["@admin", "@slow", "@dangerous"],
@@ -45,14 +46,15 @@ pub static SPEC: CommandSpec = CommandSpec {
         SUB,
         CommandSpec {
             name: "config|set",
+            syntax: "data=(parameter value)...",
             arity: -4,
             summary: "Set configuration parameters to the given values",
             ..SUB
         },
-        CommandSpec { name: "config|rewrite", arity: 2, summary: "Rewrite the configuration file", ..SUB },
-        CommandSpec { name: "config|resetstat", arity: 2, summary: "Reset the stats returned by INFO", ..SUB },
+        CommandSpec { name: "config|rewrite", syntax: "", arity: 2, summary: "Rewrite the configuration file", ..SUB },
+        CommandSpec { name: "config|resetstat", syntax: "", arity: 2, summary: "Reset the stats returned by INFO", ..SUB },
         CommandSpec {
-            name: "config|help",
+            name: "config|help", syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             summary: "Show helpful text about the different subcommands",

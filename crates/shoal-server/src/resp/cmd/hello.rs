@@ -16,6 +16,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "hello",
+    syntax: "arguments=[protover#integer [AUTH (username password)] [SETNAME clientname]]",
     arity: -1,
     flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
     acl: &["@fast", "@connection"],

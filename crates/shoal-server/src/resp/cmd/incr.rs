@@ -27,6 +27,7 @@ use shoal_engine::Expiry;
 
 const BASE: CommandSpec = CommandSpec {
     name: "incr",
+    syntax: "key",
     arity: 2,
     flags: &["write", "denyoom", "fast"],
     first_key: 1,
@@ -41,14 +42,16 @@ const BASE: CommandSpec = CommandSpec {
 pub static INCR: CommandSpec = BASE;
 pub static INCRBY: CommandSpec = CommandSpec {
     name: "incrby",
+    syntax: "key increment#integer",
     arity: 3,
     summary: "Increment the integer value of a key by the given amount",
     ..BASE
 };
 pub static DECR: CommandSpec =
-    CommandSpec { name: "decr", summary: "Decrement the integer value of a key by one", ..BASE };
+    CommandSpec { name: "decr", syntax: "key", summary: "Decrement the integer value of a key by one", ..BASE };
 pub static DECRBY: CommandSpec = CommandSpec {
     name: "decrby",
+    syntax: "key decrement#integer",
     arity: 3,
     summary: "Decrement the integer value of a key by the given number",
     ..BASE
@@ -56,6 +59,7 @@ pub static DECRBY: CommandSpec = CommandSpec {
 
 pub static INCRBYFLOAT: CommandSpec = CommandSpec {
     name: "incrbyfloat",
+    syntax: "key increment#double",
     arity: 3,
     since: "2.6.0",
     summary: "Add a floating point number to the number a key holds (0 if missing)",

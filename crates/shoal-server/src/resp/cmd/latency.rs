@@ -33,9 +33,10 @@ pub static SPEC: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     subcommands: &[
         SUB,
-        CommandSpec { name: "latency|history", arity: 3, summary: "Read the latency samples of an event", ..SUB },
+        CommandSpec { name: "latency|history", syntax: "event", arity: 3, summary: "Read the latency samples of an event", ..SUB },
         CommandSpec {
             name: "latency|reset",
+            syntax: "[event...]",
             arity: -2,
             tips: &["request_policy:all_nodes", "response_policy:agg_sum"],
             summary: "Forget the latency samples of some or all events",

@@ -54,6 +54,7 @@ mod shoal_local;
 mod shoal_mc;
 mod slowlog;
 mod strlen;
+mod syntax;
 mod time;
 mod ttl;
 mod type_of;
@@ -81,6 +82,9 @@ pub struct CommandSpec {
     pub since: &'static str,
     pub summary: &'static str,
     pub complexity: &'static str,
+    /// The arguments, in the notation of `syntax` (what COMMAND DOCS
+    /// reports, and redis-cli shows as hints); "" for none.
+    pub syntax: &'static str,
     pub subcommands: &'static [CommandSpec],
 }
 
@@ -99,6 +103,7 @@ impl CommandSpec {
         since: "1.0.0",
         summary: "",
         complexity: "O(1)",
+        syntax: "",
         subcommands: &[],
     };
 

@@ -22,6 +22,7 @@ use shoal_engine::{counter, format};
 
 const OBJECT_SUB: CommandSpec = CommandSpec {
     name: "object|encoding",
+    syntax: "key",
     arity: 3,
     flags: &["readonly"],
     first_key: 2,
@@ -54,12 +55,13 @@ pub static OBJECT: CommandSpec = CommandSpec {
         OBJECT_SUB,
         CommandSpec {
             name: "object|freq",
+            syntax: "key",
             since: "4.0.0",
             summary: "Get the logarithmic access frequency counter of a Redis object",
             ..OBJECT_SUB
         },
         CommandSpec {
-            name: "object|help",
+            name: "object|help", syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             first_key: 0,
@@ -75,6 +77,7 @@ pub static OBJECT: CommandSpec = CommandSpec {
 
 const MEMORY_SUB: CommandSpec = CommandSpec {
     name: "memory|usage",
+    syntax: "key [SAMPLES count#integer]",
     arity: -3,
     flags: &["readonly"],
     first_key: 2,
@@ -104,6 +107,7 @@ pub static MEMORY: CommandSpec = CommandSpec {
         MEMORY_SUB,
         CommandSpec {
             name: "memory|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             first_key: 0,

@@ -10,6 +10,7 @@ use crate::resp::session::Session;
 
 const SUB: CommandSpec = CommandSpec {
     name: "slowlog|get",
+    syntax: "[count#integer]",
     arity: -2,
     flags: &["admin", "loading", "stale"],
     acl: &["@admin", "@slow", "@dangerous"],
@@ -32,7 +33,7 @@ pub static SPEC: CommandSpec = CommandSpec {
     subcommands: &[
         SUB,
         CommandSpec {
-            name: "slowlog|len",
+            name: "slowlog|len", syntax: "",
             arity: 2,
             tips: &["request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"],
             summary: "Count the entries of the slow log",
@@ -40,7 +41,7 @@ pub static SPEC: CommandSpec = CommandSpec {
             ..SUB
         },
         CommandSpec {
-            name: "slowlog|reset",
+            name: "slowlog|reset", syntax: "",
             arity: 2,
             tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
             summary: "Empty the slow log",
@@ -48,7 +49,7 @@ pub static SPEC: CommandSpec = CommandSpec {
             ..SUB
         },
         CommandSpec {
-            name: "slowlog|help",
+            name: "slowlog|help", syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             acl: &["@slow"],
