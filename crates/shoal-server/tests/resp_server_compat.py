@@ -7,6 +7,8 @@ real Redis through redis-py: every reply compared, errors included.
   digits and exponents across the whole 80-bit range, hexadecimal, special
   and malformed texts, sums that cancel), each set then incremented; the
   reply and the stored text must be Redis's.
+* COMMAND DOCS: the argument structure of every command both have (what
+  redis-cli's hints are made of), and COMMAND LIST FILTERBY.
 * The rest: fixed scenarios whose replies do not depend on timing or on
   the server's identity; where a reply holds such fields (ids, addresses,
   ages, durations) its shape is compared and the field values that must
@@ -214,6 +216,80 @@ def monitor_scenario(c):
     return out
 
 
+# ------------------------------------------------------------ COMMAND DOCS
+
+def text(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def arg_shape(args):
+    """Arguments as (type, token, optional/multiple flags, nested): what
+    redis-cli builds its hints from (names and Redis's extra fields such as
+    display_text are left out)."""
+    shape = []
+    for a in args or []:
+        a = {text(k): v for k, v in (a.items() if isinstance(a, dict) else zip(a[::2], a[1::2]))}
+        flags = tuple(sorted(f for f in map(text, a.get("flags", [])) if f in ("optional", "multiple")))
+        shape.append((text(a["type"]), text(a.get("token")), flags, arg_shape(a.get("arguments"))))
+    return tuple(shape)
+
+
+def command_docs(port):
+    """Per command and subcommand name: its argument shape."""
+    conn = redis.Connection(host="127.0.0.1", port=port, protocol=3)
+    conn.send_command("COMMAND", "DOCS")
+    docs = conn.read_response()
+    shapes = {}
+
+    def walk(name, doc):
+        doc = {text(k): v for k, v in doc.items()}
+        shapes[text(name)] = arg_shape(doc.get("arguments"))
+        for sub, sub_doc in (doc.get("subcommands") or {}).items():
+            walk(sub, sub_doc)
+
+    for name, doc in docs.items():
+        walk(name, doc)
+    conn.disconnect()
+    return shapes
+
+
+def compare_docs(shoal_port, redis_port):
+    """COMMAND DOCS argument shapes of every command both servers have (the
+    ones only Shoal has, SHOAL.* and CLIENT SETINFO from Redis 7.2, are
+    left out), and COMMAND LIST FILTERBY restricted to Shoal's commands."""
+    shoal, real = command_docs(shoal_port), command_docs(redis_port)
+    mismatches = []
+    common = sorted(n for n in shoal if n in real)
+    for n in common:
+        if shoal[n] != real[n]:
+            mismatches.append(("COMMAND DOCS " + n, shoal[n], real[n]))
+    checks = len(common)
+    # Raw connections: redis-py would parse COMMAND replies its own way.
+    clients = [redis.Connection(host="127.0.0.1", port=p, protocol=2) for p in (shoal_port, redis_port)]
+
+    def raw(conn, *args):
+        conn.send_command(*args)
+        try:
+            return ("ok", conn.read_response())
+        except redis.exceptions.ResponseError as e:
+            return ("err", str(e))
+    for f in [("PATTERN", "c*"), ("PATTERN", "*|help"), ("ACLCAT", "string"), ("ACLCAT", "admin"), ("ACLCAT", "nosuch"),
+              ("MODULE", "x")]:
+        got = [raw(c, "COMMAND", "LIST", "FILTERBY", *f) for c in clients]
+        got = [(g[0], sorted(text(x) for x in g[1] if text(x) in common)) if g[0] == "ok" else g for g in got]
+        checks += 1
+        if got[0] != got[1]:
+            mismatches.append(("COMMAND LIST FILTERBY %s %s" % f, got[0], got[1]))
+    for args in [("COMMAND", "LIST", "FOO"), ("COMMAND", "LIST", "FILTERBY", "FOO", "x")]:
+        got = [raw(c, *args) for c in clients]
+        checks += 1
+        if got[0] != got[1]:
+            mismatches.append((" ".join(args), got[0], got[1]))
+    for c in clients:
+        c.disconnect()
+    return checks, mismatches
+
+
 def parse_fields(line):
     if isinstance(line, bytes):
         line = line.decode()
@@ -258,14 +334,15 @@ def main():
             checks += n
             mismatches += m
         if args.only != "floats":
-            n, m = compare_scenarios(args.shoal_port, redis_port)
-            checks += n
-            mismatches += m
+            for compare in (compare_scenarios, compare_docs):
+                n, m = compare(args.shoal_port, redis_port)
+                checks += n
+                mismatches += m
     finally:
         proc.kill()
         proc.wait()
     for m in mismatches[:30]:
-        print("%r\n  shoal: %r\n  redis: %r" % m[-3:] if len(m) == 3 else "%r %r\n  shoal: %r\n  redis: %r" % m)
+        print("%r\n  shoal: %r\n  redis: %r" % m)
     print("resp_server_compat: %d checks, %d differences" % (checks, len(mismatches)))
     sys.exit(1 if mismatches else 0)
 

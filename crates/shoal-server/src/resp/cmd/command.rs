@@ -1,4 +1,4 @@
-//! COMMAND [COUNT | LIST | INFO [name ...] | DOCS [name ...] | HELP]: what
+//! COMMAND [COUNT | LIST [FILTERBY ...] | INFO [name ...] | DOCS [name ...] | HELP]: what
 //! the server supports, as Redis 7 describes it, enough for redis-cli's
 //! help and hints and for client libraries that read the command table.
 //!
@@ -6,7 +6,8 @@
 //! last key, step, ACL categories, tips, key specs, subcommands]. COMMAND
 //! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
 
-use super::{lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS};
+use super::{is, lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS, SYNTAX_ERROR};
+use crate::resp::glob;
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -36,6 +37,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         SUB,
         CommandSpec {
             name: "command|list",
+            syntax: "[FILTERBY filterby=(MODULE module-name|ACLCAT category|PATTERN pattern#pattern)]",
             arity: -2,
             since: "7.0.0",
             summary: "Get an array of Redis command names",
@@ -66,12 +68,31 @@ pub static SPEC: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
+enum Filter<'a> {
+    Module,
+    AclCategory(&'a [u8]),
+    Pattern(&'a [u8]),
+}
+
+impl Filter<'_> {
+    fn picks(&self, spec: &CommandSpec) -> bool {
+        match self {
+            Filter::Module => false,
+            Filter::AclCategory(cat) => {
+                spec.acl.iter().any(|a| a.strip_prefix('@').is_some_and(|a| a.as_bytes().eq_ignore_ascii_case(cat)))
+            }
+            Filter::Pattern(p) => glob::matches(&p.to_ascii_lowercase(), spec.name.as_bytes()),
+        }
+    }
+}
+
 enum Command<'a> {
     /// COMMAND, COMMAND INFO: all (no names) or the named ones.
     Info(Option<Args<'a>>),
     Docs(Option<Args<'a>>),
     Count,
-    List,
+    /// COMMAND LIST, or with FILTERBY, the commands and subcommands it picks.
+    List(Option<Filter<'a>>),
     Help,
 }
 
@@ -87,7 +108,20 @@ impl<'a> Command<'a> {
         let names = (args.len() > 2).then(|| args.skip(2));
         Ok(match sub.name {
             "command|count" => Command::Count,
-            "command|list" => Command::List,
+            "command|list" if args.len() == 2 => Command::List(None),
+            "command|list" if args.len() == 5 && is(args.get(2), "FILTERBY") => {
+                let (kind, value) = (args.get(3), args.get(4));
+                Command::List(Some(if is(kind, "MODULE") {
+                    Filter::Module
+                } else if is(kind, "ACLCAT") {
+                    Filter::AclCategory(value)
+                } else if is(kind, "PATTERN") {
+                    Filter::Pattern(value)
+                } else {
+                    return Err(SYNTAX_ERROR);
+                }))
+            }
+            "command|list" => return Err(SYNTAX_ERROR),
             "command|info" => Command::Info(names),
             "command|docs" => Command::Docs(names),
             _ => Command::Help,
@@ -97,10 +131,21 @@ impl<'a> Command<'a> {
     fn apply(self, out: &mut Reply) {
         match self {
             Command::Count => out.int(COMMANDS.len() as i64),
-            Command::List => {
+            Command::List(None) => {
                 out.array(COMMANDS.len());
                 for e in COMMANDS {
                     out.bulk(e.spec.name.as_bytes());
+                }
+            }
+            Command::List(Some(filter)) => {
+                let picked: Vec<&CommandSpec> = COMMANDS
+                    .iter()
+                    .flat_map(|e| std::iter::once(e.spec).chain(e.spec.subcommands.iter()))
+                    .filter(|s| filter.picks(s))
+                    .collect();
+                out.array(picked.len());
+                for s in picked {
+                    out.bulk(s.name.as_bytes());
                 }
             }
             Command::Info(None) => {

@@ -57,6 +57,7 @@ pub static SPEC: CommandSpec = CommandSpec {
             name: "config|help", syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
+            acl: &["@slow"],
             summary: "Show helpful text about the different subcommands",
             ..SUB
         },
