@@ -198,6 +198,9 @@ def monitor_scenario(c):
         time.sleep(0.2)
     c.execute_command("CONFIG", "GET", "timeout")
     c.execute_command("SELECT", "0")
+    pipe = c.pipeline(transaction=True)
+    pipe.set("t", "1").incr("t")
+    pipe.execute()
     c.execute_command("PING")
     lines, buf = [], b""
     deadline = time.time() + 5

@@ -231,12 +231,19 @@ impl Session {
             return Step::Done;
         }
         let before = reply.buffered();
+        let started = Instant::now();
         if let Some(step) = multi::intercept(self, entry, args, &mut reply) {
             ServerStats::add(&self.ctx.stats.commands, 1);
             let queued = self.multi.as_ref().map_or(-1, |m| m.queued_count() as i64);
             self.slot.multi.store(queued, std::sync::atomic::Ordering::Relaxed);
             if reply.buffered() > before && reply.last_was_error(before) {
                 self.ctx.stats.resp_commands.rejected(index);
+            }
+            // EXEC ran here: monitors see it after its commands (a queued
+            // command is shown when EXEC runs it).
+            if std::ptr::eq(entry.spec, &cmd::multi::EXEC) && matches!(step, Step::Done) {
+                let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.observe(index, None, args, usec);
             }
             return step;
         }
@@ -276,7 +283,7 @@ impl Session {
 
     /// After command `index` (subcommand `sub`) ran for `usec`: updates the connection's slot, and feeds the slow log, the
     /// latency monitor and monitors where their thresholds say so.
-    fn observe(&mut self, index: usize, sub: Option<usize>, args: Args<'_>, usec: u64) {
+    pub(crate) fn observe(&mut self, index: usize, sub: Option<usize>, args: Args<'_>, usec: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let entry = &cmd::COMMANDS[index];
         let spec = sub.map_or(entry.spec, |s| &entry.spec.subcommands[s]);
