@@ -35,8 +35,14 @@ pub enum LongDouble {
     /// `mant * 2^exp`, negative if `neg` (zero keeps its sign). Normal:
     /// `mant` has its top bit set and `exp` is in `MIN_EXP..=MAX_EXP`;
     /// subnormal: `exp == MIN_EXP` and the top bit clear.
-    Finite { neg: bool, mant: u64, exp: i64 },
-    Inf { neg: bool },
+    Finite {
+        neg: bool,
+        mant: u64,
+        exp: i64,
+    },
+    Inf {
+        neg: bool,
+    },
     NaN,
 }
 
@@ -182,11 +188,8 @@ fn parse_exponent(s: &[u8]) -> Option<i64> {
 /// remainder was left) with `num / den ≈ quotient * 2^-shift`.
 fn divide(num: &Big, den: &Big) -> (Big, i64, bool) {
     let shift = 66 - (num.bits() as i64 - den.bits() as i64);
-    let (mut rem, den) = if shift >= 0 {
-        (num.shl(shift as u64), den.clone())
-    } else {
-        (num.clone(), den.shl(shift.unsigned_abs()))
-    };
+    let (mut rem, den) =
+        if shift >= 0 { (num.shl(shift as u64), den.clone()) } else { (num.clone(), den.shl(shift.unsigned_abs())) };
     // The quotient is below 2^67: one bit per step, from the top.
     let mut q = 0u128;
     for bit in (0..=67).rev() {
@@ -238,9 +241,7 @@ pub fn add(a: LongDouble, b: LongDouble) -> LongDouble {
         (NaN, _) | (_, NaN) => NaN,
         (Inf { neg: x }, Inf { neg: y }) if x != y => NaN,
         (Inf { neg }, _) | (_, Inf { neg }) => Inf { neg },
-        (Finite { neg: na, mant: 0, .. }, Finite { neg: nb, mant: 0, .. }) => {
-            Finite { neg: na && nb, mant: 0, exp: 0 }
-        }
+        (Finite { neg: na, mant: 0, .. }, Finite { neg: nb, mant: 0, .. }) => Finite { neg: na && nb, mant: 0, exp: 0 },
         (Finite { mant: 0, .. }, x) | (x, Finite { mant: 0, .. }) => x,
         (Finite { neg: na, mant: ma, exp: ea }, Finite { neg: nb, mant: mb, exp: eb }) => {
             let exp = ea.min(eb);
@@ -514,10 +515,12 @@ mod tests {
 
     #[test]
     fn parse_accepts_what_strtold_reads_in_full() {
-        for ok in ["1", "-1", "+1", "1.", ".5", "1e5", "1E+05", "1.5e-3", "0x10", "0X1.8p1", "0x.8", "inf", "-Infinity"] {
+        for ok in ["1", "-1", "+1", "1.", ".5", "1e5", "1E+05", "1.5e-3", "0x10", "0X1.8p1", "0x.8", "inf", "-Infinity"]
+        {
             assert!(parse(ok.as_bytes()).is_some(), "{ok}");
         }
-        for bad in ["", " 1", "1 ", ".", "e1", "1e", "1e+", "0x", "0xp1", "1x", "nan", "NaN", "infinit", "1..2", "--1"] {
+        for bad in ["", " 1", "1 ", ".", "e1", "1e", "1e+", "0x", "0xp1", "1x", "nan", "NaN", "infinit", "1..2", "--1"]
+        {
             assert_eq!(parse(bad.as_bytes()), None, "{bad}");
         }
         assert_eq!(parse(&[b'1'; MAX_TEXT]), None, "too long");

@@ -2,8 +2,8 @@
 //! dispatch of its commands: look the name up, check the arity, (in a
 //! cluster) route, run.
 
-pub use crate::connection::Step;
 use crate::admin::clients::ClientSlot;
+pub use crate::connection::Step;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};

@@ -97,8 +97,14 @@ enum Client<'a> {
     Id,
     GetName,
     SetName(&'a [u8]),
-    SetInfo { lib_name: bool, value: &'a [u8] },
-    List { normal: bool, ids: Option<Vec<u64>> },
+    SetInfo {
+        lib_name: bool,
+        value: &'a [u8],
+    },
+    List {
+        normal: bool,
+        ids: Option<Vec<u64>>,
+    },
     Info,
     /// The old form, `KILL addr:port`.
     KillAddr(&'a [u8]),
@@ -253,7 +259,13 @@ impl<'a> Client<'a> {
                 out.ok();
             }
             Client::SetInfo { lib_name, value } => {
-                session.slot.update_text(|t| if lib_name { t.lib_name = value.to_vec() } else { t.lib_ver = value.to_vec() });
+                session.slot.update_text(|t| {
+                    if lib_name {
+                        t.lib_name = value.to_vec()
+                    } else {
+                        t.lib_ver = value.to_vec()
+                    }
+                });
                 out.ok();
             }
             Client::List { normal, ids } => {
@@ -295,6 +307,26 @@ impl<'a> Client<'a> {
                     "    Return the name of the current connection.",
                     "ID",
                     "    Return the ID of the current connection.",
+                    "INFO",
+                    "    Return information about the current client connection.",
+                    "KILL <ip:port>",
+                    "    Kill connection made from <ip:port>.",
+                    "KILL <option> <value> [<option> <value> [...]]",
+                    "    Kill connections. Options are:",
+                    "    * ADDR (<ip:port>|<unixsocket>:0)",
+                    "      Kill connections made from the specified address",
+                    "    * LADDR (<ip:port>|<unixsocket>:0)",
+                    "      Kill connections made to specified local address",
+                    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                    "      Kill connections by type.",
+                    "    * USER <username>",
+                    "      Kill connections authenticated by <username>.",
+                    "    * SKIPME (YES|NO)",
+                    "      Skip killing current connection (default: yes).",
+                    "LIST [options ...]",
+                    "    Return information about client connections. Options:",
+                    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                    "      Return clients of specified type.",
                     "SETNAME <name>",
                     "    Assign the name <name> to the current connection.",
                     "SETINFO <option> <value>",

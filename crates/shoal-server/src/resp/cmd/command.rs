@@ -7,8 +7,8 @@
 //! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
 
 use super::{is, lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS, SYNTAX_ERROR};
-use crate::resp::glob;
 use crate::resp::frame::Args;
+use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
 

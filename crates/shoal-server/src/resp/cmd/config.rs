@@ -12,13 +12,13 @@
 use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
 use crate::admin::settings::Settings;
 use crate::context::ServerContext;
-use crate::resp::frame::parse_i64;
-use std::sync::atomic::Ordering::Relaxed;
 use crate::resp::db::DATABASES;
+use crate::resp::frame::parse_i64;
 use crate::resp::frame::Args;
 use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use std::sync::atomic::Ordering::Relaxed;
 
 const SUB: CommandSpec = CommandSpec {
     name: "config|get",
@@ -52,9 +52,16 @@ pub static SPEC: CommandSpec = CommandSpec {
             ..SUB
         },
         CommandSpec { name: "config|rewrite", syntax: "", arity: 2, summary: "Rewrite the configuration file", ..SUB },
-        CommandSpec { name: "config|resetstat", syntax: "", arity: 2, summary: "Reset the stats returned by INFO", ..SUB },
         CommandSpec {
-            name: "config|help", syntax: "",
+            name: "config|resetstat",
+            syntax: "",
+            arity: 2,
+            summary: "Reset the stats returned by INFO",
+            ..SUB
+        },
+        CommandSpec {
+            name: "config|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             acl: &["@slow"],
@@ -147,7 +154,7 @@ static SETTABLE: &[Settable] = &[
 /// Checks every pair of CONFIG SET's arguments (name, value, ...) as Redis
 /// does, and only then applies them all.
 fn config_set(ctx: &ServerContext, pairs: Args<'_>) -> Result<(), ErrorReply> {
-    if pairs.len() % 2 != 0 {
+    if !pairs.len().is_multiple_of(2) {
         return Err(super::SYNTAX_ERROR);
     }
     let failed = |name: &[u8], why: &str| {

@@ -36,8 +36,13 @@ pub static EXPIRE: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
-pub static PEXPIRE: CommandSpec =
-    CommandSpec { name: "pexpire", syntax: "key milliseconds#integer condition=[NX|XX|GT|LT]", since: "2.6.0", summary: "Set a key's time to live in milliseconds", ..EXPIRE };
+pub static PEXPIRE: CommandSpec = CommandSpec {
+    name: "pexpire",
+    syntax: "key milliseconds#integer condition=[NX|XX|GT|LT]",
+    since: "2.6.0",
+    summary: "Set a key's time to live in milliseconds",
+    ..EXPIRE
+};
 
 pub static EXPIREAT: CommandSpec = CommandSpec {
     name: "expireat",

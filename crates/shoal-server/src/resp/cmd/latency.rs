@@ -33,7 +33,13 @@ pub static SPEC: CommandSpec = CommandSpec {
     complexity: "Depends on subcommand.",
     subcommands: &[
         SUB,
-        CommandSpec { name: "latency|history", syntax: "event", arity: 3, summary: "Read the latency samples of an event", ..SUB },
+        CommandSpec {
+            name: "latency|history",
+            syntax: "event",
+            arity: 3,
+            summary: "Read the latency samples of an event",
+            ..SUB
+        },
         CommandSpec {
             name: "latency|reset",
             syntax: "[event...]",

@@ -61,7 +61,8 @@ pub static OBJECT: CommandSpec = CommandSpec {
             ..OBJECT_SUB
         },
         CommandSpec {
-            name: "object|help", syntax: "",
+            name: "object|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             first_key: 0,

@@ -33,7 +33,8 @@ pub static SPEC: CommandSpec = CommandSpec {
     subcommands: &[
         SUB,
         CommandSpec {
-            name: "slowlog|len", syntax: "",
+            name: "slowlog|len",
+            syntax: "",
             arity: 2,
             tips: &["request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"],
             summary: "Count the entries of the slow log",
@@ -41,7 +42,8 @@ pub static SPEC: CommandSpec = CommandSpec {
             ..SUB
         },
         CommandSpec {
-            name: "slowlog|reset", syntax: "",
+            name: "slowlog|reset",
+            syntax: "",
             arity: 2,
             tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
             summary: "Empty the slow log",
@@ -49,7 +51,8 @@ pub static SPEC: CommandSpec = CommandSpec {
             ..SUB
         },
         CommandSpec {
-            name: "slowlog|help", syntax: "",
+            name: "slowlog|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             acl: &["@slow"],

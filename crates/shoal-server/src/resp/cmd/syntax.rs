@@ -209,7 +209,10 @@ mod tests {
                 ("seconds", "oneof", None, true, false),
             ]
         );
-        assert_eq!(names(&set[2].args), vec![("nx", "pure-token", Some("NX"), false, false), ("xx", "pure-token", Some("XX"), false, false)]);
+        assert_eq!(
+            names(&set[2].args),
+            vec![("nx", "pure-token", Some("NX"), false, false), ("xx", "pure-token", Some("XX"), false, false)]
+        );
         assert_eq!(names(&set[4].args)[0], ("seconds", "integer", Some("EX"), false, false));
         let mset = parse("data=(key value)...").unwrap();
         assert_eq!(names(&mset), vec![("data", "block", None, false, true)]);

@@ -25,8 +25,13 @@ pub static TTL: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
-pub static PTTL: CommandSpec =
-    CommandSpec { name: "pttl", syntax: "key", since: "2.6.0", summary: "Get the time to live for a key in milliseconds", ..TTL };
+pub static PTTL: CommandSpec = CommandSpec {
+    name: "pttl",
+    syntax: "key",
+    since: "2.6.0",
+    summary: "Get the time to live for a key in milliseconds",
+    ..TTL
+};
 
 pub static EXPIRETIME: CommandSpec = CommandSpec {
     name: "expiretime",
