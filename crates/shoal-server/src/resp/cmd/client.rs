@@ -8,7 +8,7 @@
 //! `SKIPME` (the number closed; the connection itself, unless skipped,
 //! closes once its reply is sent).
 
-use super::{is, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, SYNTAX_ERROR};
+use super::{help, is, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, SYNTAX_ERROR};
 use crate::admin::clients::ClientSlot;
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Reply};
@@ -334,10 +334,7 @@ impl<'a> Client<'a> {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
             }
         }
         Ok(())

@@ -6,7 +6,9 @@
 //! last key, step, ACL categories, tips, key specs, subcommands]. COMMAND
 //! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
 
-use super::{is, lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS, SYNTAX_ERROR};
+use super::{
+    help, is, lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS, SYNTAX_ERROR,
+};
 use crate::resp::frame::Args;
 use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
@@ -190,10 +192,7 @@ impl<'a> Command<'a> {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
             }
         }
     }

@@ -9,7 +9,7 @@
 //! fixed at start ("can't set immutable config") or named twice, then each
 //! value's parse and range. REWRITE and RESETSTAT reply a clear error.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
 use crate::admin::settings::Settings;
 use crate::context::ServerContext;
 use crate::resp::db::DATABASES;
@@ -253,10 +253,7 @@ impl<'a> Config<'a> {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
                 Ok(())
             }
             Config::Unsupported(name) => Err(ErrorReply::owned(format!(

@@ -6,7 +6,7 @@
 //! (commands flagged `fast`), recorded while `latency-monitor-threshold`
 //! is above 0. DOCTOR, GRAPH and HISTOGRAM are not supported.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
 use crate::resp::frame::Args;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -127,10 +127,7 @@ impl<'a> Latency<'a> {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
             }
         }
     }

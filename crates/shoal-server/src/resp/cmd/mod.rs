@@ -367,6 +367,14 @@ pub(super) fn c_string(s: &[u8], max: usize) -> &[u8] {
     &s[..s.len().min(max)]
 }
 
+/// A HELP subcommand's reply: its lines as simple strings.
+pub(super) fn help(out: &mut Reply, lines: &[&str]) {
+    out.array(lines.len());
+    for l in lines {
+        out.simple(l);
+    }
+}
+
 /// Whether `arg` is `word`, ignoring ASCII case.
 pub fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())

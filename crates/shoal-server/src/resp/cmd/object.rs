@@ -14,7 +14,7 @@
 //! OBJECT IDLETIME and REFCOUNT are not supported (Shoal tracks neither);
 //! they get Redis's unknown-subcommand error.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -132,13 +132,6 @@ fn encoding(value: &[u8]) -> &'static str {
         "embstr"
     } else {
         "raw"
-    }
-}
-
-fn help(out: &mut Reply<'_>, lines: &[&str]) {
-    out.array(lines.len());
-    for l in lines {
-        out.simple(l);
     }
 }
 

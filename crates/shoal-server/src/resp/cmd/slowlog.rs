@@ -3,7 +3,7 @@
 //! client address, client name], as Redis 7 answers. `count` defaults to
 //! 10; -1 means all.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -131,10 +131,7 @@ impl SlowLog {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
             }
         }
     }
