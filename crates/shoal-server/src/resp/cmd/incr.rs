@@ -83,17 +83,15 @@ impl<'a> Incr<'a> {
     }
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
-        let mut scratch = std::mem::take(&mut session.scratch);
-        let result = session.db().update(self.key, &mut scratch, Expiry::Keep, |current| {
+        let new = update_keeping_expiry(session, self.key, |current| {
             let old = match current {
                 None => 0,
                 Some(v) => parse_i64(v).ok_or(NOT_AN_INTEGER)?,
             };
             let new = old.checked_add(self.delta).ok_or(OVERFLOW)?;
             Ok(Update::Write(new.to_string().into_bytes(), new))
-        });
-        session.scratch = scratch;
-        out.int(result?);
+        })?;
+        out.int(new);
         Ok(())
     }
 }
@@ -114,6 +112,21 @@ pub fn run_decrby(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) ->
     Incr::parse(args, -1, true)?.apply(session, out)
 }
 
+/// The atomic read-modify-write of `key` both commands make (see
+/// [`Db::update`]), keeping the key's expiry, through the session's buffer.
+///
+/// [`Db::update`]: crate::resp::db::Db::update
+fn update_keeping_expiry<T>(
+    session: &mut Session,
+    key: &[u8],
+    step: impl FnMut(Option<&[u8]>) -> Result<Update<T>, ErrorReply>,
+) -> Result<T, ErrorReply> {
+    let mut scratch = std::mem::take(&mut session.scratch);
+    let result = session.db().update(key, &mut scratch, Expiry::Keep, step);
+    session.scratch = scratch;
+    result
+}
+
 const NOT_A_FLOAT: ErrorReply = ErrorReply::new("ERR value is not a valid float");
 
 struct IncrByFloat<'a> {
@@ -127,8 +140,7 @@ impl<'a> IncrByFloat<'a> {
     }
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
-        let mut scratch = std::mem::take(&mut session.scratch);
-        let result = session.db().update(self.key, &mut scratch, Expiry::Keep, |current| {
+        let text = update_keeping_expiry(session, self.key, |current| {
             let old = match current {
                 None => LongDouble::Finite { neg: false, mant: 0, exp: 0 },
                 Some(v) => long_double::parse(v).ok_or(NOT_A_FLOAT)?,
@@ -139,9 +151,8 @@ impl<'a> IncrByFloat<'a> {
             }
             let text = long_double::format_human(sum).into_bytes();
             Ok(Update::Write(text.clone(), text))
-        });
-        session.scratch = scratch;
-        out.bulk(&result?);
+        })?;
+        out.bulk(&text);
         Ok(())
     }
 }
