@@ -393,7 +393,13 @@ impl<P: Protocol> Conn<P> {
                     let now_idle = self.ctx.admin.settings.idle_timeout();
                     if now_idle != idle && closing.is_none() {
                         idle = now_idle;
-                        timer.as_mut().reset(idle.map_or(Instant::now() + far, |t| last_progress + t));
+                        // Sooner only: a later deadline is found when the
+                        // timer fires (it may be the request timeout's).
+                        if let Some(at) = idle.map(|t| last_progress + t) {
+                            if at < timer.deadline() {
+                                timer.as_mut().reset(at);
+                            }
+                        }
                     }
                 }
                 _ = &mut shutdown, if closing.is_none() => {

@@ -94,6 +94,9 @@ fn config_set_timeout_closes_idle_connections_already_open() {
     let started = Instant::now();
     assert!(idle.closed_by_server());
     assert!(started.elapsed() < Duration::from_secs(5));
+    // The admin connection idles as long and closes too: a new one.
+    let mut admin = Client::connect(server.resp_addr());
+    assert_eq!(admin.call(&["CONFIG", "SET", "timeout", "0"]), "+OK\r\n");
     assert_eq!(
         admin.call(&["CONFIG", "SET", "timeout", "x"]).lines().next().unwrap(),
         "-ERR CONFIG SET failed (possibly related to argument 'timeout') - argument couldn't be parsed into an integer"
