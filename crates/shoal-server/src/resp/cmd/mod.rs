@@ -420,6 +420,30 @@ mod tests {
     }
 
     #[test]
+    fn monitor_line_quotes_and_escapes_as_redis() {
+        let (d, s) = args_of(&[b"set", b"a b", b"q\"\\\n\r\t\x07\x08\x01\xff"]);
+        let addr = "127.0.0.1:5000".parse().unwrap();
+        let line =
+            monitor_line(std::time::Duration::from_micros(1_700_000_000_000_042), 3, &addr, Args::new(&d, &s).iter());
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "+1700000000.000042 [3 127.0.0.1:5000] \"set\" \"a b\" \"q\\\"\\\\\\n\\r\\t\\a\\b\\x01\\xff\"\r\n"
+        );
+    }
+
+    #[test]
+    fn redacted_hides_auth_and_hello_passwords() {
+        let (d, s) = args_of(&[b"AUTH", b"user", b"pw"]);
+        let shown: Vec<Vec<u8>> = redacted(Args::new(&d, &s)).iter().map(|a| a.to_vec()).collect();
+        assert_eq!(shown, vec![b"AUTH".to_vec(), b"(redacted)".to_vec(), b"(redacted)".to_vec()]);
+        let (d, s) = args_of(&[b"hello", b"3", b"auth", b"u", b"p", b"SETNAME", b"n"]);
+        let shown: Vec<Vec<u8>> = redacted(Args::new(&d, &s)).iter().map(|a| a.to_vec()).collect();
+        assert_eq!(shown[3], b"(redacted)");
+        assert_eq!(shown[4], b"(redacted)");
+        assert_eq!(shown[6], b"n");
+    }
+
+    #[test]
     fn the_table_fits_the_command_counters() {
         assert!(COMMANDS.len() <= crate::resp::stats::MAX_COMMANDS);
     }
