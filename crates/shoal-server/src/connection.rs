@@ -380,10 +380,17 @@ impl<P: Protocol> Conn<P> {
                 _ = self._conn.account.evicted(), if self._conn.account.is_charged() => return End::OverBudget,
                 () = &mut mail, if slot.is_some() => {
                     mail.set(wait_mail(slot.clone()));
+                    let from = self.output.len();
                     if let Some(s) = &slot {
                         if let Mail::Kill = s.take_mail(&mut self.output) {
                             return End::Killed;
                         }
+                    }
+                    // Monitor lines go after the replies held for durability,
+                    // never before them.
+                    if let Some(back) = self.held.back_mut() {
+                        back.1 += self.output.len() - from;
+                        self.held_bytes += self.output.len() - from;
                     }
                     if self.output.len() > self.reply_limit {
                         ServerStats::add(&self.ctx.stats.reply_overflows, 1);
