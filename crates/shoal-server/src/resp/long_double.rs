@@ -553,6 +553,27 @@ mod tests {
     }
 
     #[test]
+    fn random_texts_never_panic_and_f64_sums_agree_to_f64_precision() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+        let alphabet = b"0123456789.eEpPxX+-infatyINF ";
+        for _ in 0..20_000 {
+            let len = rng.gen_range(0..24);
+            let text: Vec<u8> = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
+            if let Some(v) = parse(&text) {
+                let _ = format_human(add(v, v));
+            }
+        }
+        for _ in 0..2_000 {
+            let (a, b) = (rng.gen_range(-1e9..1e9f64), rng.gen_range(-1e3..1e3f64));
+            let sum = add(parse(a.to_string().as_bytes()).unwrap(), parse(b.to_string().as_bytes()).unwrap());
+            let text = format_human(sum);
+            let back: f64 = text.parse().unwrap();
+            assert!((back - (a + b)).abs() <= 1e-6 * (a + b).abs().max(1.0), "{a} + {b} = {text}");
+        }
+    }
+
+    #[test]
     fn big_integers_convert_exactly() {
         assert_eq!(Big::pow10(30).to_decimal(), format!("1{}", "0".repeat(30)));
         let x = Big::from_u128(u128::MAX);
