@@ -143,16 +143,39 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// it to route requests, so it is stable across versions and platforms. Test
 /// vectors are in `docs/log-format.md` and in the tests below.
 pub fn key_hash(table: TableId, key: &[u8]) -> KeyHash {
+    let h = xxh3_of(table, key);
+    KeyHash(if table.is_slot_hashed() { slots::slot_hash(key, h) } else { h })
+}
+
+/// XXH3-64 over the table id (8 bytes, little-endian) and the key.
+fn xxh3_of(table: TableId, key: &[u8]) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     hasher.update(&table.0.to_le_bytes());
     hasher.update(key);
-    let h = hasher.digest();
-    KeyHash(if table.is_slot_hashed() { slots::slot_hash(key, h) } else { h })
+    hasher.digest()
+}
+
+/// [`key_hash`] for a caller that already knows the key's Redis Cluster
+/// slot (`slots::key_slot(key)`), which a slot-hashed table's hash holds:
+/// saves computing it twice.
+pub fn key_hash_in_slot(table: TableId, key: &[u8], slot: u16) -> KeyHash {
+    debug_assert_eq!(slot, slots::key_slot(key));
+    let h = xxh3_of(table, key);
+    KeyHash(if table.is_slot_hashed() { slots::slot_hash_with(slot, h) } else { h })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_hash_in_slot_is_key_hash() {
+        for table in [TableId(7), TableId(7 | slots::SLOT_HASHED)] {
+            for key in [&b"a"[..], b"{user}:1", b""] {
+                assert_eq!(key_hash_in_slot(table, key, slots::key_slot(key)), key_hash(table, key));
+            }
+        }
+    }
 
     /// The documented test vectors (cross-checked with Python's `xxhash`
     /// package). If this test fails, the protocol broke.

@@ -81,7 +81,12 @@ pub fn key_slot(key: &[u8]) -> u16 {
 /// The key hash of `key` in a slot-hashed table (see the module comment),
 /// from the ordinary XXH3 hash `xxh3`.
 pub(crate) fn slot_hash(key: &[u8], xxh3: u64) -> u64 {
-    (u64::from(key_slot(key)) << SLOT_SHIFT) | (xxh3 >> (64 - SLOT_SHIFT))
+    slot_hash_with(key_slot(key), xxh3)
+}
+
+/// [`slot_hash`] of a key whose slot is `slot`.
+pub(crate) fn slot_hash_with(slot: u16, xxh3: u64) -> u64 {
+    (u64::from(slot) << SLOT_SHIFT) | (xxh3 >> (64 - SLOT_SHIFT))
 }
 
 /// The slot a slot-hashed table's key hash belongs to.

@@ -251,6 +251,11 @@ impl Users {
         }
     }
 
+    /// Whether a user of that name exists (CLIENT KILL USER).
+    pub fn has_user(&self, name: &[u8]) -> bool {
+        self.users.iter().any(|u| u.name == name)
+    }
+
     /// `requirepass` as CONFIG GET shows it ("" when unset).
     pub fn requirepass(&self) -> &str {
         self.requirepass.as_ref().map_or("", |p| &p.0)

@@ -37,6 +37,7 @@
 //!
 //! A standalone server does neither, at the cost of a few untaken branches.
 
+use crate::admin::clients::{ClientSlot, Mail};
 use crate::budget::PAUSE_SLACK;
 use crate::context::{ServerContext, ServerStats};
 use crate::listener::Connection;
@@ -48,7 +49,6 @@ use crate::workers::{Moved, Placement, Served};
 use bytes::{Buf, BufMut, BytesMut};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +92,14 @@ pub trait Protocol: Send + 'static {
     /// For logs ("resp", "memcached").
     const NAME: &'static str;
 
-    fn new(ctx: Arc<ServerContext>, id: u64, peer: SocketAddr) -> Self;
+    fn new(ctx: Arc<ServerContext>, conn: &Connection) -> Self;
+
+    /// The connection's entry in the client registry, if the protocol
+    /// keeps one: its mail (kill, monitor lines) is read beside the socket,
+    /// and its buffer sizes are reported there.
+    fn client_slot(&self) -> Option<Arc<ClientSlot>> {
+        None
+    }
 
     /// If `input` starts with a complete request, runs it, appending its
     /// reply to `out`: the bytes consumed and what became of it
@@ -142,11 +149,21 @@ enum End {
     Io(std::io::Error),
     /// To be handed back, to move to another worker (see `workers`).
     Moved,
+    /// CLIENT KILL, or a monitor that fell behind.
+    Killed,
 }
 
 /// What a connection awaits in a cluster (owned, so the select loop may
 /// poll it beside reading and writing).
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
+
+/// Completes when `slot` has mail; never without a slot.
+async fn wait_mail(slot: Option<Arc<ClientSlot>>) {
+    match slot {
+        Some(s) => s.mail().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Serves one connection speaking `P`.
 pub(crate) fn serve<P: Protocol, S: ClientStream>(stream: S, conn: Connection, placement: Placement) -> Served {
@@ -199,6 +216,8 @@ struct Conn<P> {
     /// A forwarded command's reply (or the pause before retrying a
     /// request); no request runs until it is in `output`.
     forward: Pending<BytesMut>,
+    /// The connection's entry in the client registry (see [`Protocol::client_slot`]).
+    slot: Option<Arc<ClientSlot>>,
     _conn: Connection,
 }
 
@@ -206,8 +225,10 @@ impl<P: Protocol> Conn<P> {
     fn new(conn: Connection) -> Conn<P> {
         let ctx = conn.ctx.clone();
         let cfg = &ctx.config;
+        let session = P::new(ctx.clone(), &conn);
         Conn {
-            session: P::new(ctx.clone(), conn.id, conn.peer),
+            slot: session.client_slot(),
+            session,
             request_limit: cfg.request_buffer_size.0 as usize,
             reply_limit: cfg.reply_buffer_size.0 as usize,
             input: BytesMut::new(),
@@ -240,7 +261,11 @@ impl<P: Protocol> Conn<P> {
             let _ = signal.wait_for(|s| *s).await;
         };
         tokio::pin!(shutdown);
-        let idle = self.ctx.config.idle_timeout();
+        let mut idle = self.ctx.admin.settings.idle_timeout();
+        // Mail from other connections (see `admin::clients`); one future
+        // at a time, made anew after each delivery.
+        let slot = self.slot.clone();
+        let mut mail = std::pin::pin!(wait_mail(slot.clone()));
         let request_timeout = self.ctx.config.request_timeout();
         let far = Duration::from_secs(86400 * 365);
         let mut last_progress = Instant::now();
@@ -353,6 +378,37 @@ impl<P: Protocol> Conn<P> {
                     Err(e) => return End::Io(e),
                 },
                 _ = self._conn.account.evicted(), if self._conn.account.is_charged() => return End::OverBudget,
+                () = &mut mail, if slot.is_some() => {
+                    mail.set(wait_mail(slot.clone()));
+                    let from = self.output.len();
+                    if let Some(s) = &slot {
+                        if let Mail::Kill = s.take_mail(&mut self.output) {
+                            return End::Killed;
+                        }
+                    }
+                    // Monitor lines go after the replies held for durability,
+                    // never before them.
+                    if let Some(back) = self.held.back_mut() {
+                        back.1 += self.output.len() - from;
+                        self.held_bytes += self.output.len() - from;
+                    }
+                    if self.output.len() > self.reply_limit {
+                        ServerStats::add(&self.ctx.stats.reply_overflows, 1);
+                        return End::ReplyOverflow;
+                    }
+                    // The idle timeout may have changed (CONFIG SET timeout).
+                    let now_idle = self.ctx.admin.settings.idle_timeout();
+                    if now_idle != idle && closing.is_none() {
+                        idle = now_idle;
+                        // Sooner only: a later deadline is found when the
+                        // timer fires (it may be the request timeout's).
+                        if let Some(at) = idle.map(|t| last_progress + t) {
+                            if at < timer.deadline() {
+                                timer.as_mut().reset(at);
+                            }
+                        }
+                    }
+                }
                 _ = &mut shutdown, if closing.is_none() => {
                     closing = Some((End::Shutdown, Instant::now() + CLOSE_GRACE));
                     timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
@@ -557,6 +613,13 @@ impl<P: Protocol> Conn<P> {
     /// the budget).
     fn over_budget(&mut self) -> bool {
         let unread = self.output.len();
+        if let Some(slot) = &self.slot {
+            use std::sync::atomic::Ordering::Relaxed;
+            slot.qbuf.store(self.input.len(), Relaxed);
+            slot.qbuf_cap.store(self.input.capacity(), Relaxed);
+            slot.obl.store(unread, Relaxed);
+            slot.omem.store(self.output.capacity(), Relaxed);
+        }
         let account = &mut self._conn.account;
         let held = self.input.capacity() + self.output.capacity() + self.session.held_bytes();
         account.report(held, unread);

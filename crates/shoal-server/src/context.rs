@@ -2,6 +2,7 @@
 //! registry, server-level statistics, the start time and the shutdown
 //! signal. Front ends reach the store only through its public operations.
 
+use crate::admin::Admin;
 use crate::auth::Users;
 use crate::budget::ClientBudget;
 use crate::cluster::ClusterNode;
@@ -38,6 +39,8 @@ pub struct ServerContext {
     pub budget: Arc<ClientBudget>,
     /// TLS on the client ports, when configured (see `tls`).
     pub tls: Option<Arc<ServerTls>>,
+    /// Client connections, slow log, latency monitor, run-time settings.
+    pub admin: Admin,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -83,7 +86,9 @@ impl ServerContext {
             tables.sync(&node.map());
         }
         let budget = Arc::new(ClientBudget::new(config.client_buffer_budget.0 as usize));
+        let admin = Admin::new(&config);
         Ok(ServerContext {
+            admin,
             config,
             store,
             tables,

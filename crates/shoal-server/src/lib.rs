@@ -1,5 +1,7 @@
 //! Shoal's server: a master's store behind network front ends.
 //!
+//! * [`admin`]: what the server commands watch and change at run time:
+//!   client connections, slow log, latency monitor, settings.
 //! * [`auth`]: client authentication: users, passwords, checking them.
 //! * [`config`]: [`ServerConfig`] (defaults, TOML file) and [`ServerArgs`]
 //!   (the flags `shoal server` and `shoal local` flatten).
@@ -31,6 +33,7 @@
 //! operations, and create tables only through [`TableRegistry`], so that
 //! the registry knows every table.
 
+pub mod admin;
 pub mod auth;
 pub mod budget;
 pub mod cluster;

@@ -53,6 +53,10 @@ pub trait FrontEnd: Send + Sync + 'static {
 pub struct Connection {
     pub id: u64,
     pub peer: SocketAddr,
+    /// The server's end of the connection, and its file descriptor (-1 if
+    /// unknown), as CLIENT LIST shows them.
+    pub local: Option<SocketAddr>,
+    pub fd: i64,
     pub ctx: Arc<ServerContext>,
     pub account: Account,
     _open: OpenGuard,
@@ -128,7 +132,7 @@ pub async fn run<F: FrontEnd>(
         };
         let stats = &ctx.stats;
         let open = stats.connections_current.fetch_add(1, Ordering::Relaxed);
-        if open >= ctx.config.max_connections as u64 {
+        if open >= ctx.admin.settings.max_clients() {
             stats.connections_current.fetch_sub(1, Ordering::Relaxed);
             ServerStats::add(&stats.connections_rejected, 1);
             if ctx.tls.is_none() {
@@ -142,6 +146,8 @@ pub async fn run<F: FrontEnd>(
         let conn = Connection {
             id,
             peer,
+            local: stream.local_addr().ok(),
+            fd: raw_fd(&stream),
             ctx: ctx.clone(),
             account: ctx.budget.open(id, peer),
             _open: OpenGuard { ctx: ctx.clone(), _tracker: tracker.clone() },
@@ -161,4 +167,18 @@ pub async fn run<F: FrontEnd>(
         }
     }
     info!("{name}: stopped accepting");
+}
+
+/// The socket's file descriptor, where there is one.
+fn raw_fd(stream: &TcpStream) -> i64 {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        stream.as_raw_fd() as i64
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = stream;
+        -1
+    }
 }

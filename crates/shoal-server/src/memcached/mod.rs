@@ -405,7 +405,7 @@ fn remote(addr: SocketAddr, request: &[u8]) -> Part {
 impl Protocol for Memcached {
     const NAME: &'static str = "memcached";
 
-    fn new(ctx: Arc<ServerContext>, _id: u64, _peer: SocketAddr) -> Memcached {
+    fn new(ctx: Arc<ServerContext>, _conn: &crate::listener::Connection) -> Memcached {
         McStats::add(&ctx.memcached.curr_connections);
         McStats::add(&ctx.memcached.total_connections);
         let mut m = Memcached::build(ctx, false);

@@ -17,12 +17,14 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod glob;
+mod long_double;
 mod multi;
 mod reply;
 pub(crate) mod routing;
 mod session;
 pub(crate) mod stats;
 
+use crate::admin::clients::ClientSlot;
 use crate::connection::{self, Fatal, Protocol, Step};
 use crate::context::ServerContext;
 use crate::context::ServerStats;
@@ -33,7 +35,6 @@ use bytes::BytesMut;
 use frame::{Args, Limits};
 use reply::{ErrorReply, Reply};
 use session::Session;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -105,10 +106,15 @@ struct Resp {
 impl Protocol for Resp {
     const NAME: &'static str = "resp";
 
-    fn new(ctx: Arc<ServerContext>, id: u64, _peer: SocketAddr) -> Resp {
+    fn new(ctx: Arc<ServerContext>, conn: &Connection) -> Resp {
         let store = ctx.store.config();
         let limits = Limits::new(ctx.config.max_request_size.0 as usize, store.max_value_bytes, store.max_key_bytes);
-        Resp { session: Session::new(ctx, id), limits, spans: Vec::new(), inline: Vec::new() }
+        let slot = ClientSlot::new(conn.id, conn.peer, conn.local, conn.fd);
+        Resp { session: Session::with_slot(ctx, slot), limits, spans: Vec::new(), inline: Vec::new() }
+    }
+
+    fn client_slot(&self) -> Option<Arc<ClientSlot>> {
+        Some(self.session.slot.clone())
     }
 
     fn step(&mut self, input: &[u8], out: &mut BytesMut) -> Result<Option<(usize, Step)>, Fatal> {

@@ -78,8 +78,17 @@ impl Seen {
 /// A command queued by MULTI: its arguments, owned.
 pub struct Queued {
     entry: &'static Entry,
+    /// `entry`'s position in the command table (its counters' index).
+    index: usize,
     data: Vec<u8>,
     spans: Vec<(usize, usize)>,
+}
+
+impl Multi {
+    /// Commands queued so far.
+    pub fn queued_count(&self) -> usize {
+        self.queued.len()
+    }
 }
 
 impl Queued {
@@ -90,7 +99,7 @@ impl Queued {
             spans.push((data.len(), data.len() + a.len()));
             data.extend_from_slice(a);
         }
-        Queued { entry, data, spans }
+        Queued { entry, index: cmd::index_of(entry), data, spans }
     }
 
     fn args(&self) -> Args<'_> {
@@ -352,10 +361,11 @@ fn run(s: &mut Session, queued: &[Queued], plan: &Plan, out: &mut Reply<'_>) -> 
                 }
             };
             // Each command EXEC runs counts as a call of its own, as in Redis.
-            if let Some(i) = cmd::lookup_index(q.entry.spec.name.as_bytes()) {
-                let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                s.ctx.stats.resp_commands.ran(i, usec, failed);
-            }
+            let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            s.ctx.stats.resp_commands.ran(q.index, usec, failed);
+            // As in Redis, each command EXEC runs is shown to monitors and
+            // may enter the slow log.
+            s.observe(q.index, cmd::sub_index(q.entry.spec, q.args()), q.args(), usec);
             if s.clustered() && cmd::touches_data(q.entry.spec) {
                 s.touched = true;
             }

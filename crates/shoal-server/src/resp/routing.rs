@@ -187,7 +187,9 @@ pub fn slot_check(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Res
     if (first + step..=last).step_by(step).any(|p| key_slot(args.get(p)) != slot) {
         return Err(Routed::Error(CROSSSLOT));
     }
-    let Some(node) = s.ctx.cluster.clone() else { return Ok(SlotOf::Slot(slot)) };
+    if s.ctx.cluster.is_none() {
+        return Ok(SlotOf::Slot(slot));
+    }
     let table = if entry.spec.flags.contains(&"denyoom") {
         s.db().table_for_write().map_err(Routed::Error)?
     } else {
@@ -199,7 +201,10 @@ pub fn slot_check(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Res
     if !table.is_slot_hashed() {
         return Ok(SlotOf::Unslotted);
     }
-    match owner(&node, table, args.get(first)) {
+    // The slot is known: the key hash reuses it.
+    let hash = shoal_common::key_hash_in_slot(table, args.get(first), slot);
+    let Some(node) = s.ctx.cluster.as_deref() else { return Ok(SlotOf::Slot(slot)) };
+    match owner_of_hash(node, table, hash) {
         Ok(Owner::Here) => Ok(SlotOf::Slot(slot)),
         Ok(Owner::There(addr)) => {
             ServerStats::add(&s.ctx.stats.moved_replies, 1);

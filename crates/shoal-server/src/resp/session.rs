@@ -2,6 +2,7 @@
 //! dispatch of its commands: look the name up, check the arity, (in a
 //! cluster) route, run.
 
+use crate::admin::clients::ClientSlot;
 pub use crate::connection::Step;
 use crate::context::{ServerContext, ServerStats};
 use crate::resp::cmd;
@@ -23,9 +24,9 @@ pub struct Session {
     /// Selected database (0..16).
     pub db: usize,
     pub proto: Protocol,
-    pub name: Option<Vec<u8>>,
-    pub lib_name: Option<Vec<u8>>,
-    pub lib_ver: Option<Vec<u8>>,
+    /// The connection's entry in the client registry (its name and library
+    /// live there), registered while the session lives.
+    pub slot: Arc<ClientSlot>,
     /// Logged in (see `auth`): every command may run. A connection starts
     /// logged in when the server needs no authentication.
     pub authenticated: bool,
@@ -65,7 +66,17 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session for connection `id`, whose peer is not known (tests).
     pub fn new(ctx: Arc<ServerContext>, id: u64) -> Session {
+        let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        Session::with_slot(ctx, ClientSlot::new(id, unknown, None, -1))
+    }
+
+    /// A session registered in the client registry as `slot`.
+    pub fn with_slot(ctx: Arc<ServerContext>, slot: ClientSlot) -> Session {
+        let id = slot.id;
+        let slot = Arc::new(slot);
+        ctx.admin.clients.register(slot.clone());
         let reply_limit = ctx.config.reply_buffer_size.0 as usize;
         let clustered = ctx.cluster.is_some();
         let cluster_mode = ctx.config.cluster_mode;
@@ -75,9 +86,7 @@ impl Session {
             id,
             db: 0,
             proto: Protocol::Resp2,
-            name: None,
-            lib_name: None,
-            lib_ver: None,
+            slot,
             authenticated,
             quit: false,
             reply_limit,
@@ -222,10 +231,19 @@ impl Session {
             return Step::Done;
         }
         let before = reply.buffered();
+        let started = Instant::now();
         if let Some(step) = multi::intercept(self, entry, args, &mut reply) {
             ServerStats::add(&self.ctx.stats.commands, 1);
+            let queued = self.multi.as_ref().map_or(-1, |m| m.queued_count() as i64);
+            self.slot.multi.store(queued, std::sync::atomic::Ordering::Relaxed);
             if reply.buffered() > before && reply.last_was_error(before) {
                 self.ctx.stats.resp_commands.rejected(index);
+            }
+            // EXEC ran here: monitors see it after its commands (a queued
+            // command is shown when EXEC runs it).
+            if std::ptr::eq(entry.spec, &cmd::multi::EXEC) && matches!(step, Step::Done) {
+                let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.observe(index, None, args, usec);
             }
             return step;
         }
@@ -250,12 +268,58 @@ impl Session {
         }
         ServerStats::add(&self.ctx.stats.commands, 1);
         let started = Instant::now();
+        // As Redis, the connection's last command is this one while it runs.
+        let sub = cmd::sub_index(entry.spec, args);
+        self.slot.record_command(index, sub, started);
         let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
         let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.ctx.stats.resp_commands.ran(index, usec, failed);
         if self.scratch.capacity() > 1 << 16 {
             self.scratch = Vec::new();
         }
+        self.observe(index, sub, args, usec);
         Step::Done
+    }
+
+    /// After command `index` (subcommand `sub`) ran for `usec`: updates the connection's slot, and feeds the slow log, the
+    /// latency monitor and monitors where their thresholds say so.
+    pub(crate) fn observe(&mut self, index: usize, sub: Option<usize>, args: Args<'_>, usec: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let entry = &cmd::COMMANDS[index];
+        let spec = sub.map_or(entry.spec, |s| &entry.spec.subcommands[s]);
+        self.slot.db.store(self.db, Relaxed);
+        self.slot.resp.store(self.proto.version() as u32, Relaxed);
+        self.slot.multi.store(self.multi.as_ref().map_or(-1, |m| m.queued_count() as i64), Relaxed);
+        let admin = &self.ctx.admin;
+        let slower_than = admin.settings.slowlog_slower_than.load(Relaxed);
+        let latency_ms = admin.settings.latency_threshold_ms.load(Relaxed);
+        let slow = slower_than >= 0 && usec >= slower_than as u64 && !spec.flags.contains(&"skip_slowlog");
+        let latent = latency_ms > 0 && usec / 1000 >= latency_ms;
+        let monitored = admin.clients.monitored() && !cmd::hidden_from_monitor(spec);
+        if !(slow || latent || monitored) {
+            return;
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let shown = cmd::redacted(args);
+        if slow {
+            let addr = self.slot.addr.to_string();
+            let name = self.slot.text().name;
+            let max_len = admin.settings.slowlog_max_len.load(Relaxed);
+            admin.slowlog.record(shown.iter().map(|a| a.as_ref()), now.as_secs() as i64, usec, addr, name, max_len);
+        }
+        if latent {
+            let event = if spec.flags.contains(&"fast") { "fast-command" } else { "command" };
+            admin.latency.add(event, now.as_secs() as i64, usec / 1000);
+        }
+        if monitored {
+            let line = cmd::monitor_line(now, self.db, &self.slot.addr, shown.iter().map(|a| a.as_ref()));
+            admin.clients.feed_monitors(self.id, &line, self.ctx.config.reply_buffer_size.0 as usize);
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.ctx.admin.clients.unregister(self.id);
     }
 }

@@ -13,11 +13,13 @@
 //!   only in the total.
 //!
 //! Counters are atomics indexed by the command's position in the command
-//! table; the error map takes a lock only when an error is replied.
+//! table. Error codes are counted in a fixed table of (code, count): a code
+//! seen before is found by comparing bytes and counted with one atomic add,
+//! without allocating or locking; only a new code takes a lock to enter it.
 
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// Most commands the table may hold (checked by a test of the table).
 pub const MAX_COMMANDS: usize = 128;
@@ -43,15 +45,73 @@ pub struct CommandFigures {
 
 pub struct CommandStats {
     per: Box<[Counter]>,
-    errors: Mutex<BTreeMap<String, u64>>,
+    errors: ErrorCodes,
     total_errors: AtomicU64,
+}
+
+/// Per error code, its count: the first `len` entries are in use; an entry
+/// is written once, under `adding`, before `len` covers it.
+struct ErrorCodes {
+    codes: Box<[OnceLock<Box<[u8]>>]>,
+    counts: Box<[AtomicU64]>,
+    len: AtomicUsize,
+    adding: Mutex<()>,
+}
+
+impl ErrorCodes {
+    fn new() -> ErrorCodes {
+        ErrorCodes {
+            codes: (0..MAX_ERROR_CODES).map(|_| OnceLock::new()).collect(),
+            counts: (0..MAX_ERROR_CODES).map(|_| AtomicU64::new(0)).collect(),
+            len: AtomicUsize::new(0),
+            adding: Mutex::new(()),
+        }
+    }
+
+    /// The position of `code` among the first `len` entries, from `from` on.
+    fn find(&self, code: &[u8], from: usize, len: usize) -> Option<usize> {
+        (from..len).find(|&i| self.codes[i].get().is_some_and(|c| &c[..] == code))
+    }
+
+    fn count(&self, code: &[u8]) {
+        let len = self.len.load(Ordering::Acquire);
+        if let Some(i) = self.find(code, 0, len) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let _adding = self.adding.lock();
+        let now = self.len.load(Ordering::Acquire);
+        let i = match self.find(code, len, now) {
+            Some(i) => i,
+            None if now < MAX_ERROR_CODES => {
+                let _ = self.codes[now].set(code.into());
+                self.len.store(now + 1, Ordering::Release);
+                now
+            }
+            None => return,
+        };
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every code and its count, in code order.
+    fn all(&self) -> Vec<(String, u64)> {
+        let len = self.len.load(Ordering::Acquire);
+        let mut all: Vec<(String, u64)> = (0..len)
+            .filter_map(|i| {
+                let code = self.codes[i].get()?;
+                Some((String::from_utf8_lossy(code).into_owned(), self.counts[i].load(Ordering::Relaxed)))
+            })
+            .collect();
+        all.sort();
+        all
+    }
 }
 
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
             per: (0..MAX_COMMANDS).map(|_| Counter::default()).collect(),
-            errors: Mutex::new(BTreeMap::new()),
+            errors: ErrorCodes::new(),
             total_errors: AtomicU64::new(0),
         }
     }
@@ -80,13 +140,7 @@ impl CommandStats {
     pub fn error(&self, text: &[u8]) {
         self.total_errors.fetch_add(1, Ordering::Relaxed);
         let code = text.split(|&c| c == b' ' || c == b'\r').next().unwrap_or_default();
-        let code = String::from_utf8_lossy(&code[..code.len().min(64)]).into_owned();
-        let mut errors = self.errors.lock();
-        if let Some(n) = errors.get_mut(&code) {
-            *n += 1;
-        } else if errors.len() < MAX_ERROR_CODES {
-            errors.insert(code, 1);
-        }
+        self.errors.count(&code[..code.len().min(64)]);
     }
 
     pub fn total_errors(&self) -> u64 {
@@ -106,7 +160,7 @@ impl CommandStats {
 
     /// Every error code seen and its count, in code order.
     pub fn error_counts(&self) -> Vec<(String, u64)> {
-        self.errors.lock().iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.errors.all()
     }
 }
 

@@ -13,6 +13,7 @@ use shoal_engine::{Expiry, StoreError};
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "append",
+    syntax: "key value",
     arity: 3,
     flags: &["write", "denyoom", "fast"],
     first_key: 1,

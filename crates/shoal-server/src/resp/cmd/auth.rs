@@ -12,6 +12,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "auth",
+    syntax: "[username] password",
     arity: -2,
     flags: &["noscript", "loading", "stale", "fast", "no_auth", "sentinel", "allow_busy"],
     acl: &["@fast", "@connection"],
@@ -52,6 +53,7 @@ pub fn login(session: &mut Session, user: &[u8], password: &[u8]) -> Result<(), 
         return Err(WRONGPASS);
     }
     session.authenticated = true;
+    session.slot.update_text(|t| t.user = user.to_vec());
     Ok(())
 }
 

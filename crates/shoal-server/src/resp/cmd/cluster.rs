@@ -53,6 +53,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         SUB,
         CommandSpec {
             name: "cluster|keyslot",
+            syntax: "key#string",
             arity: 3,
             flags: &["stale"],
             summary: "Returns the hash slot of the specified key",

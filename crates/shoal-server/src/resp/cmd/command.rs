@@ -1,4 +1,4 @@
-//! COMMAND [COUNT | LIST | INFO [name ...] | DOCS [name ...] | HELP]: what
+//! COMMAND [COUNT | LIST [FILTERBY ...] | INFO [name ...] | DOCS [name ...] | HELP]: what
 //! the server supports, as Redis 7 describes it, enough for redis-cli's
 //! help and hints and for client libraries that read the command table.
 //!
@@ -6,8 +6,11 @@
 //! last key, step, ACL categories, tips, key specs, subcommands]. COMMAND
 //! DOCS: a map of name to {summary, since, group, complexity[, subcommands]}.
 
-use super::{lookup, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS};
+use super::{
+    help, is, lookup, lookup_sub, syntax, unknown_subcommand, wrong_arity, CommandSpec, COMMANDS, SYNTAX_ERROR,
+};
 use crate::resp::frame::Args;
+use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
 
@@ -36,6 +39,7 @@ pub static SPEC: CommandSpec = CommandSpec {
         SUB,
         CommandSpec {
             name: "command|list",
+            syntax: "[FILTERBY filterby=(MODULE module-name|ACLCAT category|PATTERN pattern#pattern)]",
             arity: -2,
             since: "7.0.0",
             summary: "Get an array of Redis command names",
@@ -43,12 +47,14 @@ pub static SPEC: CommandSpec = CommandSpec {
         },
         CommandSpec {
             name: "command|info",
+            syntax: "[command-name...]",
             arity: -2,
             summary: "Get array of specific Redis command details, or all when no argument is given.",
             ..SUB
         },
         CommandSpec {
             name: "command|docs",
+            syntax: "[command-name...]",
             arity: -2,
             since: "7.0.0",
             summary: "Get array of specific Redis command documentation",
@@ -64,12 +70,31 @@ pub static SPEC: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
+enum Filter<'a> {
+    Module,
+    AclCategory(&'a [u8]),
+    Pattern(&'a [u8]),
+}
+
+impl Filter<'_> {
+    fn picks(&self, spec: &CommandSpec) -> bool {
+        match self {
+            Filter::Module => false,
+            Filter::AclCategory(cat) => {
+                spec.acl.iter().any(|a| a.strip_prefix('@').is_some_and(|a| a.as_bytes().eq_ignore_ascii_case(cat)))
+            }
+            Filter::Pattern(p) => glob::matches(&p.to_ascii_lowercase(), spec.name.as_bytes()),
+        }
+    }
+}
+
 enum Command<'a> {
     /// COMMAND, COMMAND INFO: all (no names) or the named ones.
     Info(Option<Args<'a>>),
     Docs(Option<Args<'a>>),
     Count,
-    List,
+    /// COMMAND LIST, or with FILTERBY, the commands and subcommands it picks.
+    List(Option<Filter<'a>>),
     Help,
 }
 
@@ -85,7 +110,20 @@ impl<'a> Command<'a> {
         let names = (args.len() > 2).then(|| args.skip(2));
         Ok(match sub.name {
             "command|count" => Command::Count,
-            "command|list" => Command::List,
+            "command|list" if args.len() == 2 => Command::List(None),
+            "command|list" if args.len() == 5 && is(args.get(2), "FILTERBY") => {
+                let (kind, value) = (args.get(3), args.get(4));
+                Command::List(Some(if is(kind, "MODULE") {
+                    Filter::Module
+                } else if is(kind, "ACLCAT") {
+                    Filter::AclCategory(value)
+                } else if is(kind, "PATTERN") {
+                    Filter::Pattern(value)
+                } else {
+                    return Err(SYNTAX_ERROR);
+                }))
+            }
+            "command|list" => return Err(SYNTAX_ERROR),
             "command|info" => Command::Info(names),
             "command|docs" => Command::Docs(names),
             _ => Command::Help,
@@ -95,10 +133,21 @@ impl<'a> Command<'a> {
     fn apply(self, out: &mut Reply) {
         match self {
             Command::Count => out.int(COMMANDS.len() as i64),
-            Command::List => {
+            Command::List(None) => {
                 out.array(COMMANDS.len());
                 for e in COMMANDS {
                     out.bulk(e.spec.name.as_bytes());
+                }
+            }
+            Command::List(Some(filter)) => {
+                let picked: Vec<&CommandSpec> = COMMANDS
+                    .iter()
+                    .flat_map(|e| std::iter::once(e.spec).chain(e.spec.subcommands.iter()))
+                    .filter(|s| filter.picks(s))
+                    .collect();
+                out.array(picked.len());
+                for s in picked {
+                    out.bulk(s.name.as_bytes());
                 }
             }
             Command::Info(None) => {
@@ -143,10 +192,7 @@ impl<'a> Command<'a> {
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
             }
         }
     }
@@ -190,12 +236,18 @@ fn info(spec: &CommandSpec, out: &mut Reply) {
 
 fn docs(spec: &CommandSpec, out: &mut Reply) {
     let has_subs = !spec.subcommands.is_empty();
-    out.map(4 + has_subs as usize);
+    // The table's syntax strings are checked by a unit test of `syntax`.
+    let args = syntax::parse(spec.syntax).unwrap_or_default();
+    out.map(4 + !args.is_empty() as usize + has_subs as usize);
     for (k, v) in
         [("summary", spec.summary), ("since", spec.since), ("group", spec.group), ("complexity", spec.complexity)]
     {
         out.bulk(k.as_bytes());
         out.bulk(v.as_bytes());
+    }
+    if !args.is_empty() {
+        out.bulk(b"arguments");
+        arguments(&args, out);
     }
     if has_subs {
         out.bulk(b"subcommands");
@@ -203,6 +255,39 @@ fn docs(spec: &CommandSpec, out: &mut Reply) {
         for s in spec.subcommands {
             out.bulk(s.name.as_bytes());
             docs(s, out);
+        }
+    }
+}
+
+/// Arguments as COMMAND DOCS lists them: per argument a map of name,
+/// type, token, flags and nested arguments, as Redis 7 writes them.
+fn arguments(args: &[syntax::Arg], out: &mut Reply) {
+    out.array(args.len());
+    for a in args {
+        let flags: Vec<&str> = [("optional", a.optional), ("multiple", a.multiple)]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(f, _)| *f)
+            .collect();
+        out.map(2 + a.token.is_some() as usize + !flags.is_empty() as usize + !a.args.is_empty() as usize);
+        out.bulk(b"name");
+        out.bulk(a.name.as_bytes());
+        out.bulk(b"type");
+        out.bulk(a.kind.as_bytes());
+        if let Some(t) = &a.token {
+            out.bulk(b"token");
+            out.bulk(t.as_bytes());
+        }
+        if !flags.is_empty() {
+            out.bulk(b"flags");
+            out.set(flags.len());
+            for f in flags {
+                out.simple(f);
+            }
+        }
+        if !a.args.is_empty() {
+            out.bulk(b"arguments");
+            arguments(&a.args, out);
         }
     }
 }

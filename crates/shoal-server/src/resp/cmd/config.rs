@@ -1,19 +1,28 @@
 //! CONFIG GET pattern [pattern ...]: the matching parameters as a map of
 //! name to value (RESP2: a flat array), enough for tools that ask (e.g.
 //! redis-benchmark asks for "save" and "appendonly"). Values reflect the
-//! server's real configuration. CONFIG SET, REWRITE and RESETSTAT reply a
-//! clear error: Shoal's configuration is set at start.
+//! server's real configuration.
+//!
+//! CONFIG SET name value [name value ...]: the settings that can change
+//! while the server runs ([`SETTABLE`], `admin::settings`), all or none,
+//! with Redis 7's checks and errors: an unknown name first, then a setting
+//! fixed at start ("can't set immutable config") or named twice, then each
+//! value's parse and range. REWRITE and RESETSTAT reply a clear error.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use crate::admin::settings::Settings;
 use crate::context::ServerContext;
 use crate::resp::db::DATABASES;
+use crate::resp::frame::parse_i64;
 use crate::resp::frame::Args;
 use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use std::sync::atomic::Ordering::Relaxed;
 
 const SUB: CommandSpec = CommandSpec {
     name: "config|get",
+    syntax: "(parameter)...",
     arity: -3,
     flags: &["admin", "noscript", "loading", "stale"],
     acl: &["@admin", "@slow", "@dangerous"],
@@ -37,16 +46,25 @@ pub static SPEC: CommandSpec = CommandSpec {
         SUB,
         CommandSpec {
             name: "config|set",
+            syntax: "data=(parameter value)...",
             arity: -4,
             summary: "Set configuration parameters to the given values",
             ..SUB
         },
-        CommandSpec { name: "config|rewrite", arity: 2, summary: "Rewrite the configuration file", ..SUB },
-        CommandSpec { name: "config|resetstat", arity: 2, summary: "Reset the stats returned by INFO", ..SUB },
+        CommandSpec { name: "config|rewrite", syntax: "", arity: 2, summary: "Rewrite the configuration file", ..SUB },
+        CommandSpec {
+            name: "config|resetstat",
+            syntax: "",
+            arity: 2,
+            summary: "Reset the stats returned by INFO",
+            ..SUB
+        },
         CommandSpec {
             name: "config|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
+            acl: &["@slow"],
             summary: "Show helpful text about the different subcommands",
             ..SUB
         },
@@ -57,7 +75,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 /// The parameters CONFIG GET knows, in the order it lists them.
 fn parameters(ctx: &ServerContext) -> Vec<(&'static str, String)> {
     let c = &ctx.config;
-    vec![
+    let mut params = vec![
         ("bind", c.listen.to_string()),
         ("port", c.resp_port.to_string()),
         ("databases", DATABASES.to_string()),
@@ -71,11 +89,120 @@ fn parameters(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("appendonly", "no".into()),
         ("io-threads", "1".into()),
         ("requirepass", ctx.auth.requirepass().into()),
-    ]
+    ];
+    // The settings CONFIG SET changes: their current values.
+    params.retain(|(name, _)| !SETTABLE.iter().any(|s| s.name == *name));
+    params.extend(SETTABLE.iter().map(|s| (s.name, (s.get)(&ctx.admin.settings).to_string())));
+    params
+}
+
+/// A setting CONFIG SET may change: its name, Redis's range, and how it is
+/// read and written.
+struct Settable {
+    name: &'static str,
+    min: i64,
+    max: i64,
+    get: fn(&Settings) -> i64,
+    set: fn(&ServerContext, i64),
+}
+
+static SETTABLE: &[Settable] = &[
+    Settable {
+        name: "maxclients",
+        min: 1,
+        max: u32::MAX as i64,
+        get: |s| s.max_clients.load(Relaxed) as i64,
+        set: |ctx, v| ctx.admin.settings.max_clients.store(v as u64, Relaxed),
+    },
+    Settable {
+        name: "timeout",
+        min: 0,
+        max: i32::MAX as i64,
+        get: |s| s.timeout_secs.load(Relaxed) as i64,
+        set: |ctx, v| {
+            ctx.admin.settings.timeout_secs.store(v as u64, Relaxed);
+            // Open connections re-read it.
+            ctx.admin.clients.wake_all();
+        },
+    },
+    Settable {
+        name: "slowlog-log-slower-than",
+        min: -1,
+        max: i64::MAX,
+        get: |s| s.slowlog_slower_than.load(Relaxed),
+        set: |ctx, v| ctx.admin.settings.slowlog_slower_than.store(v, Relaxed),
+    },
+    Settable {
+        name: "slowlog-max-len",
+        min: 0,
+        max: i64::MAX,
+        get: |s| s.slowlog_max_len.load(Relaxed) as i64,
+        set: |ctx, v| {
+            ctx.admin.settings.slowlog_max_len.store(v as u64, Relaxed);
+            ctx.admin.slowlog.trim(v as u64);
+        },
+    },
+    Settable {
+        name: "latency-monitor-threshold",
+        min: 0,
+        max: i64::MAX,
+        get: |s| s.latency_threshold_ms.load(Relaxed) as i64,
+        set: |ctx, v| ctx.admin.settings.latency_threshold_ms.store(v as u64, Relaxed),
+    },
+];
+
+/// Checks every pair of CONFIG SET's arguments (name, value, ...) as Redis
+/// does, and only then applies them all.
+fn config_set(ctx: &ServerContext, pairs: Args<'_>) -> Result<(), ErrorReply> {
+    if !pairs.len().is_multiple_of(2) {
+        return Err(super::SYNTAX_ERROR);
+    }
+    let failed = |name: &[u8], why: &str| {
+        ErrorReply::owned(
+            [b"ERR CONFIG SET failed (possibly related to argument '".as_slice(), name, b"') - ", why.as_bytes()]
+                .concat(),
+        )
+    };
+    let fixed = parameters(ctx);
+    let mut chosen: Vec<(&Settable, &[u8], &[u8])> = Vec::new();
+    let mut refusal = None;
+    for i in (0..pairs.len()).step_by(2) {
+        let (name, value) = (pairs.get(i), pairs.get(i + 1));
+        match SETTABLE.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name)) {
+            Some(s) if chosen.iter().any(|(c, _, _)| std::ptr::eq(*c, s)) => {
+                refusal = Some(failed(name, "duplicate parameter"));
+            }
+            Some(s) => chosen.push((s, name, value)),
+            None if fixed.iter().any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name)) => {
+                refusal = Some(failed(name, "can't set immutable config"));
+            }
+            None => {
+                return Err(ErrorReply::owned(
+                    [b"ERR Unknown option or number of arguments for CONFIG SET - '".as_slice(), name, b"'"].concat(),
+                ))
+            }
+        }
+    }
+    if let Some(e) = refusal {
+        return Err(e);
+    }
+    let mut values = Vec::with_capacity(chosen.len());
+    for (s, name, value) in &chosen {
+        let v = parse_i64(value).ok_or_else(|| failed(name, "argument couldn't be parsed into an integer"))?;
+        if v < s.min || v > s.max {
+            return Err(failed(name, &format!("argument must be between {} and {} inclusive", s.min, s.max)));
+        }
+        values.push(v);
+    }
+    for ((s, _, _), v) in chosen.iter().zip(values) {
+        (s.set)(ctx, v);
+    }
+    Ok(())
 }
 
 enum Config<'a> {
     Get(Args<'a>),
+    Set(Args<'a>),
     Help,
     Unsupported(&'static str),
 }
@@ -88,6 +215,7 @@ impl<'a> Config<'a> {
         }
         Ok(match sub.name {
             "config|get" => Config::Get(args.skip(2)),
+            "config|set" => Config::Set(args.skip(2)),
             "config|help" => Config::Help,
             other => Config::Unsupported(other),
         })
@@ -110,18 +238,22 @@ impl<'a> Config<'a> {
                 }
                 Ok(())
             }
+            Config::Set(pairs) => {
+                config_set(&session.ctx, pairs)?;
+                out.ok();
+                Ok(())
+            }
             Config::Help => {
                 let lines = [
                     "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "GET <pattern>",
                     "    Return parameters matching the glob-like <pattern> and their values.",
+                    "SET <directive> <value>",
+                    "    Set the configuration <directive> to <value>.",
                     "HELP",
                     "    Prints this help.",
                 ];
-                out.array(lines.len());
-                for l in lines {
-                    out.simple(l);
-                }
+                help(out, &lines);
                 Ok(())
             }
             Config::Unsupported(name) => Err(ErrorReply::owned(format!(

@@ -9,6 +9,7 @@ use crate::resp::session::Session;
 
 pub static DEL: CommandSpec = CommandSpec {
     name: "del",
+    syntax: "key...",
     tips: &["request_policy:multi_shard", "response_policy:agg_sum"],
     arity: -2,
     flags: &["write"],
@@ -24,6 +25,7 @@ pub static DEL: CommandSpec = CommandSpec {
 
 pub static UNLINK: CommandSpec = CommandSpec {
     name: "unlink",
+    syntax: "key...",
     tips: &["request_policy:multi_shard", "response_policy:agg_sum"],
     flags: &["write", "fast"],
     acl: &["@keyspace", "@write", "@fast"],

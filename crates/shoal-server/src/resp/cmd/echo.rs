@@ -7,6 +7,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "echo",
+    syntax: "message",
     arity: 2,
     flags: &["fast"],
     acl: &["@fast", "@connection"],

@@ -8,6 +8,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "exists",
+    syntax: "key...",
     tips: &["request_policy:multi_shard", "response_policy:agg_sum"],
     arity: -2,
     flags: &["readonly", "fast"],

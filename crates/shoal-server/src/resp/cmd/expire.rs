@@ -23,6 +23,7 @@ use shoal_engine::{RejectRules, UnixMillis};
 
 pub static EXPIRE: CommandSpec = CommandSpec {
     name: "expire",
+    syntax: "key seconds#integer condition=[NX|XX|GT|LT]",
     arity: -3,
     flags: &["write", "fast"],
     first_key: 1,
@@ -35,11 +36,17 @@ pub static EXPIRE: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
-pub static PEXPIRE: CommandSpec =
-    CommandSpec { name: "pexpire", since: "2.6.0", summary: "Set a key's time to live in milliseconds", ..EXPIRE };
+pub static PEXPIRE: CommandSpec = CommandSpec {
+    name: "pexpire",
+    syntax: "key milliseconds#integer condition=[NX|XX|GT|LT]",
+    since: "2.6.0",
+    summary: "Set a key's time to live in milliseconds",
+    ..EXPIRE
+};
 
 pub static EXPIREAT: CommandSpec = CommandSpec {
     name: "expireat",
+    syntax: "key unix-time-seconds#unix-time condition=[NX|XX|GT|LT]",
     since: "1.2.0",
     summary: "Set the expiration for a key as a UNIX timestamp",
     ..EXPIRE
@@ -47,6 +54,7 @@ pub static EXPIREAT: CommandSpec = CommandSpec {
 
 pub static PEXPIREAT: CommandSpec = CommandSpec {
     name: "pexpireat",
+    syntax: "key unix-time-milliseconds#unix-time condition=[NX|XX|GT|LT]",
     since: "2.6.0",
     summary: "Set the expiration for a key as a UNIX timestamp specified in milliseconds",
     ..EXPIRE

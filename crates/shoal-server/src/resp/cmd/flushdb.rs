@@ -10,6 +10,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "flushdb",
+    syntax: "flush-type=[ASYNC|SYNC]",
     tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
     arity: -1,
     flags: &["write"],
@@ -22,6 +23,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 
 pub static FLUSHALL: CommandSpec = CommandSpec {
     name: "flushall",
+    syntax: "flush-type=[ASYNC|SYNC]",
     tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
     summary: "Remove all keys from all databases",
     complexity: "O(N) where N is the total number of keys in all databases",

@@ -7,6 +7,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "get",
+    syntax: "key",
     arity: 2,
     flags: &["readonly", "fast"],
     first_key: 1,

@@ -8,6 +8,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "getdel",
+    syntax: "key",
     arity: 2,
     flags: &["write", "fast"],
     first_key: 1,

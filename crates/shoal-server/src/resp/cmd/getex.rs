@@ -18,6 +18,7 @@ use shoal_engine::RejectRules;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "getex",
+    syntax: "key expiration=[EX seconds#integer|PX milliseconds#integer|EXAT unix-time-seconds#unix-time|PXAT unix-time-milliseconds#unix-time|PERSIST]",
     arity: -2,
     flags: &["write", "fast"],
     first_key: 1,

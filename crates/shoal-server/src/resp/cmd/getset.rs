@@ -9,6 +9,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "getset",
+    syntax: "key value",
     arity: 3,
     flags: &["write", "denyoom", "fast"],
     first_key: 1,

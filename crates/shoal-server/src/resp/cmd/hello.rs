@@ -16,6 +16,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "hello",
+    syntax: "arguments=[protover#integer [AUTH (username password)] [SETNAME clientname]]",
     arity: -1,
     flags: &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
     acl: &["@fast", "@connection"],
@@ -63,7 +64,7 @@ impl Hello {
                         "ERR Client names cannot contain spaces, newlines or special characters.",
                     ));
                 }
-                session.name = (!name.is_empty()).then(|| name.to_vec());
+                session.slot.update_text(|t| t.name = name.to_vec());
                 i += 2;
             } else {
                 return Err(ErrorReply::owned([b"ERR Syntax error in HELLO option '".as_slice(), opt, b"'"].concat()));

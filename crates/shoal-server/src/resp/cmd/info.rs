@@ -20,6 +20,7 @@ use std::fmt::Write;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "info",
+    syntax: "[section...]",
     tips: &["nondeterministic_output", "request_policy:all_shards", "response_policy:special"],
     arity: -1,
     flags: &["loading", "stale"],

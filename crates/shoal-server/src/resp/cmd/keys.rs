@@ -12,6 +12,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "keys",
+    syntax: "pattern#pattern",
     tips: &["request_policy:all_shards", "nondeterministic_output_order"],
     arity: 2,
     flags: &["readonly"],

@@ -11,6 +11,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "mget",
+    syntax: "key...",
     tips: &["request_policy:multi_shard"],
     arity: -2,
     flags: &["readonly", "fast"],

@@ -32,7 +32,9 @@ mod hello;
 mod incr;
 mod info;
 mod keys;
+mod latency;
 mod mget;
+mod monitor;
 mod mset;
 mod msetnx;
 pub mod multi;
@@ -50,7 +52,9 @@ mod setex;
 mod setnx;
 mod shoal_local;
 mod shoal_mc;
+mod slowlog;
 mod strlen;
+mod syntax;
 mod time;
 mod ttl;
 mod type_of;
@@ -78,6 +82,9 @@ pub struct CommandSpec {
     pub since: &'static str,
     pub summary: &'static str,
     pub complexity: &'static str,
+    /// The arguments, in the notation of `syntax` (what COMMAND DOCS
+    /// reports, and redis-cli shows as hints); "" for none.
+    pub syntax: &'static str,
     pub subcommands: &'static [CommandSpec],
 }
 
@@ -96,6 +103,7 @@ impl CommandSpec {
         since: "1.0.0",
         summary: "",
         complexity: "O(1)",
+        syntax: "",
         subcommands: &[],
     };
 
@@ -133,6 +141,7 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &incr::INCRBY, run: incr::run_incrby },
     Entry { spec: &incr::DECR, run: incr::run_decr },
     Entry { spec: &incr::DECRBY, run: incr::run_decrby },
+    Entry { spec: &incr::INCRBYFLOAT, run: incr::run_incrbyfloat },
     Entry { spec: &append::SPEC, run: append::run },
     Entry { spec: &strlen::SPEC, run: strlen::run },
     Entry { spec: &setnx::SPEC, run: setnx::run },
@@ -189,6 +198,9 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &cluster::READONLY, run: cluster::run_ok },
     Entry { spec: &cluster::READWRITE, run: cluster::run_ok },
     Entry { spec: &cluster::ASKING, run: cluster::run_ok },
+    Entry { spec: &slowlog::SPEC, run: slowlog::run },
+    Entry { spec: &latency::SPEC, run: latency::run },
+    Entry { spec: &monitor::SPEC, run: monitor::run },
 ];
 
 /// Whether the command may run on a connection that has not authenticated
@@ -221,6 +233,86 @@ pub fn lookup(name: &[u8]) -> Option<&'static Entry> {
 /// The position in [`COMMANDS`] of a command name, in any case.
 pub fn lookup_index(name: &[u8]) -> Option<usize> {
     COMMANDS.iter().position(|e| e.spec.name.len() == name.len() && e.spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The position in [`COMMANDS`] of one of its entries.
+pub fn index_of(entry: &'static Entry) -> usize {
+    let offset = (entry as *const Entry as usize).wrapping_sub(COMMANDS.as_ptr() as usize);
+    let index = offset / std::mem::size_of::<Entry>();
+    debug_assert!(std::ptr::eq(&COMMANDS[index], entry), "an entry of the command table");
+    index
+}
+
+/// The position in `spec.subcommands` of the subcommand `args` name, if
+/// `spec` has subcommands and it is one of them.
+pub fn sub_index(spec: &'static CommandSpec, args: Args<'_>) -> Option<usize> {
+    if spec.subcommands.is_empty() || args.len() < 2 {
+        return None;
+    }
+    let name = args.get(1);
+    spec.subcommands.iter().position(|s| {
+        let sub = s.name.split_once('|').map_or(s.name, |(_, sub)| sub);
+        sub.as_bytes().eq_ignore_ascii_case(name)
+    })
+}
+
+/// Whether MONITOR does not show the command, as Redis hides
+/// administrative commands (`admin` flag) from it.
+pub fn hidden_from_monitor(spec: &CommandSpec) -> bool {
+    spec.flags.contains(&"admin") || spec.flags.contains(&"skip_monitor")
+}
+
+/// The arguments as the slow log and MONITOR show them: a password
+/// (AUTH's arguments, HELLO's AUTH pair) replaced by "(redacted)", as Redis does.
+pub fn redacted(args: Args<'_>) -> Vec<std::borrow::Cow<'_, [u8]>> {
+    use std::borrow::Cow;
+    const HIDDEN: &[u8] = b"(redacted)";
+    let mut shown: Vec<Cow<'_, [u8]>> = args.iter().map(Cow::Borrowed).collect();
+    if is(args.get(0), "auth") {
+        shown.iter_mut().skip(1).for_each(|a| *a = Cow::Borrowed(HIDDEN));
+    } else if is(args.get(0), "hello") {
+        let mut i = 2;
+        while i < shown.len() {
+            if is(&shown[i], "auth") && i + 2 < shown.len() {
+                shown[i + 1] = Cow::Borrowed(HIDDEN);
+                shown[i + 2] = Cow::Borrowed(HIDDEN);
+                i += 3;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    shown
+}
+
+/// A MONITOR line, as Redis writes it: `+<secs>.<micros> [<db> <addr>]`
+/// and each argument quoted (C escapes for the backslash, the quote and
+/// control characters, `\xHH` for other unprintable bytes).
+pub fn monitor_line<'a>(
+    now: std::time::Duration,
+    db: usize,
+    addr: &std::net::SocketAddr,
+    args: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let mut line = format!("+{}.{:06} [{} {}]", now.as_secs(), now.subsec_micros(), db, addr).into_bytes();
+    for a in args {
+        line.extend_from_slice(b" \"");
+        for &c in a {
+            match c {
+                b'\\' | b'"' => line.extend_from_slice(&[b'\\', c]),
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                b'\t' => line.extend_from_slice(b"\\t"),
+                7 => line.extend_from_slice(b"\\a"),
+                8 => line.extend_from_slice(b"\\b"),
+                b' '..=b'~' => line.push(c),
+                _ => line.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
+            }
+        }
+        line.push(b'"');
+    }
+    line.extend_from_slice(b"\r\n");
+    line
 }
 
 /// The spec of a subcommand of `parent`, in any case.
@@ -275,6 +367,14 @@ pub(super) fn c_string(s: &[u8], max: usize) -> &[u8] {
     &s[..s.len().min(max)]
 }
 
+/// A HELP subcommand's reply: its lines as simple strings.
+pub(super) fn help(out: &mut Reply, lines: &[&str]) {
+    out.array(lines.len());
+    for l in lines {
+        out.simple(l);
+    }
+}
+
 /// Whether `arg` is `word`, ignoring ASCII case.
 pub fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
@@ -317,6 +417,30 @@ mod tests {
             assert_eq!(COMMANDS.iter().filter(|o| o.spec.name == e.spec.name).count(), 1);
         }
         assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn monitor_line_quotes_and_escapes_as_redis() {
+        let (d, s) = args_of(&[b"set", b"a b", b"q\"\\\n\r\t\x07\x08\x01\xff"]);
+        let addr = "127.0.0.1:5000".parse().unwrap();
+        let line =
+            monitor_line(std::time::Duration::from_micros(1_700_000_000_000_042), 3, &addr, Args::new(&d, &s).iter());
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "+1700000000.000042 [3 127.0.0.1:5000] \"set\" \"a b\" \"q\\\"\\\\\\n\\r\\t\\a\\b\\x01\\xff\"\r\n"
+        );
+    }
+
+    #[test]
+    fn redacted_hides_auth_and_hello_passwords() {
+        let (d, s) = args_of(&[b"AUTH", b"user", b"pw"]);
+        let shown: Vec<Vec<u8>> = redacted(Args::new(&d, &s)).iter().map(|a| a.to_vec()).collect();
+        assert_eq!(shown, vec![b"AUTH".to_vec(), b"(redacted)".to_vec(), b"(redacted)".to_vec()]);
+        let (d, s) = args_of(&[b"hello", b"3", b"auth", b"u", b"p", b"SETNAME", b"n"]);
+        let shown: Vec<Vec<u8>> = redacted(Args::new(&d, &s)).iter().map(|a| a.to_vec()).collect();
+        assert_eq!(shown[3], b"(redacted)");
+        assert_eq!(shown[4], b"(redacted)");
+        assert_eq!(shown[6], b"n");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use shoal_engine::RejectRules;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "mset",
+    syntax: "data=(key value)...",
     tips: &["request_policy:multi_shard", "response_policy:all_succeeded"],
     arity: -3,
     flags: &["write", "denyoom"],

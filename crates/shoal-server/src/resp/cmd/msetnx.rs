@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "msetnx",
+    syntax: "data=(key value)...",
     tips: &["request_policy:multi_shard", "response_policy:agg_min"],
     arity: -3,
     flags: &["write", "denyoom"],

@@ -47,6 +47,7 @@ pub static DISCARD: CommandSpec = CommandSpec {
 
 pub static WATCH: CommandSpec = CommandSpec {
     name: "watch",
+    syntax: "key...",
     arity: -2,
     first_key: 1,
     last_key: -1,

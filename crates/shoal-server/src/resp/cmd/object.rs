@@ -14,7 +14,7 @@
 //! OBJECT IDLETIME and REFCOUNT are not supported (Shoal tracks neither);
 //! they get Redis's unknown-subcommand error.
 
-use super::{lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
+use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec, NOT_AN_INTEGER, SYNTAX_ERROR};
 use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
@@ -22,6 +22,7 @@ use shoal_engine::{counter, format};
 
 const OBJECT_SUB: CommandSpec = CommandSpec {
     name: "object|encoding",
+    syntax: "key",
     arity: 3,
     flags: &["readonly"],
     first_key: 2,
@@ -54,12 +55,14 @@ pub static OBJECT: CommandSpec = CommandSpec {
         OBJECT_SUB,
         CommandSpec {
             name: "object|freq",
+            syntax: "key",
             since: "4.0.0",
             summary: "Get the logarithmic access frequency counter of a Redis object",
             ..OBJECT_SUB
         },
         CommandSpec {
             name: "object|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             first_key: 0,
@@ -75,6 +78,7 @@ pub static OBJECT: CommandSpec = CommandSpec {
 
 const MEMORY_SUB: CommandSpec = CommandSpec {
     name: "memory|usage",
+    syntax: "key [SAMPLES count#integer]",
     arity: -3,
     flags: &["readonly"],
     first_key: 2,
@@ -104,6 +108,7 @@ pub static MEMORY: CommandSpec = CommandSpec {
         MEMORY_SUB,
         CommandSpec {
             name: "memory|help",
+            syntax: "",
             arity: 2,
             flags: &["loading", "stale"],
             first_key: 0,
@@ -127,13 +132,6 @@ fn encoding(value: &[u8]) -> &'static str {
         "embstr"
     } else {
         "raw"
-    }
-}
-
-fn help(out: &mut Reply<'_>, lines: &[&str]) {
-    out.array(lines.len());
-    for l in lines {
-        out.simple(l);
     }
 }
 

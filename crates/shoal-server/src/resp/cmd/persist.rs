@@ -10,6 +10,7 @@ use shoal_engine::RejectRules;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "persist",
+    syntax: "key",
     arity: 2,
     flags: &["write", "fast"],
     first_key: 1,

@@ -7,6 +7,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "ping",
+    syntax: "[message]",
     tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
     arity: -1,
     flags: &["fast", "sentinel"],

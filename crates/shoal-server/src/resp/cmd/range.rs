@@ -20,6 +20,7 @@ use shoal_engine::Expiry;
 
 pub static GETRANGE: CommandSpec = CommandSpec {
     name: "getrange",
+    syntax: "key start#integer end#integer",
     arity: 4,
     flags: &["readonly"],
     first_key: 1,
@@ -37,6 +38,7 @@ pub static GETRANGE: CommandSpec = CommandSpec {
 
 pub static SETRANGE: CommandSpec = CommandSpec {
     name: "setrange",
+    syntax: "key offset#integer value",
     arity: 4,
     flags: &["write", "denyoom"],
     first_key: 1,

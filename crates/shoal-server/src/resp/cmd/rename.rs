@@ -15,6 +15,7 @@ use shoal_engine::{Expiry, RejectRules};
 
 pub static RENAME: CommandSpec = CommandSpec {
     name: "rename",
+    syntax: "key newkey#key",
     arity: 3,
     flags: &["write"],
     first_key: 1,
@@ -29,6 +30,7 @@ pub static RENAME: CommandSpec = CommandSpec {
 
 pub static RENAMENX: CommandSpec = CommandSpec {
     name: "renamenx",
+    syntax: "key newkey#key",
     flags: &["write", "fast"],
     acl: &["@keyspace", "@write", "@fast"],
     since: "1.0.0",
@@ -38,6 +40,7 @@ pub static RENAMENX: CommandSpec = CommandSpec {
 
 pub static COPY: CommandSpec = CommandSpec {
     name: "copy",
+    syntax: "source#key destination#key [DB destination-db#integer] [REPLACE]",
     arity: -3,
     flags: &["write", "denyoom"],
     acl: &["@keyspace", "@write", "@slow"],

@@ -24,6 +24,7 @@ use shoal_engine::KeyHash;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "scan",
+    syntax: "cursor#integer [MATCH pattern#pattern] [COUNT count#integer] [TYPE type]",
     tips: &["nondeterministic_output", "request_policy:special"],
     arity: -2,
     flags: &["readonly"],

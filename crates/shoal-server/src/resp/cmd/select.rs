@@ -9,6 +9,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "select",
+    syntax: "index#integer",
     arity: 2,
     flags: &["loading", "stale", "fast"],
     acl: &["@keyspace", "@fast"],

@@ -19,6 +19,7 @@ use shoal_engine::{Expiry, RejectRules, UnixMillis};
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "set",
+    syntax: "key value condition=[NX|XX] [GET] expiration=[EX seconds#integer|PX milliseconds#integer|EXAT unix-time-seconds#unix-time|PXAT unix-time-milliseconds#unix-time|KEEPTTL]",
     arity: -3,
     flags: &["write", "denyoom"],
     first_key: 1,

@@ -13,6 +13,7 @@ use shoal_engine::{Expiry, RejectRules};
 
 pub static SETEX: CommandSpec = CommandSpec {
     name: "setex",
+    syntax: "key seconds#integer value",
     arity: 4,
     flags: &["write", "denyoom"],
     first_key: 1,
@@ -27,6 +28,7 @@ pub static SETEX: CommandSpec = CommandSpec {
 
 pub static PSETEX: CommandSpec = CommandSpec {
     name: "psetex",
+    syntax: "key milliseconds#integer value",
     since: "2.6.0",
     summary: "Set the value and expiration in milliseconds of a key",
     ..SETEX

@@ -8,6 +8,7 @@ use shoal_engine::RejectRules;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "setnx",
+    syntax: "key value",
     arity: 3,
     flags: &["write", "denyoom", "fast"],
     first_key: 1,

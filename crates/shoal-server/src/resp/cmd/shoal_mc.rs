@@ -11,6 +11,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "shoal.mc",
+    syntax: "request",
     arity: 2,
     flags: &["write", "denyoom"],
     group: "server",

@@ -11,6 +11,7 @@ use crate::resp::session::Session;
 
 pub static TTL: CommandSpec = CommandSpec {
     name: "ttl",
+    syntax: "key",
     tips: &["nondeterministic_output"],
     arity: 2,
     flags: &["readonly", "fast"],
@@ -24,11 +25,17 @@ pub static TTL: CommandSpec = CommandSpec {
     ..CommandSpec::BASE
 };
 
-pub static PTTL: CommandSpec =
-    CommandSpec { name: "pttl", since: "2.6.0", summary: "Get the time to live for a key in milliseconds", ..TTL };
+pub static PTTL: CommandSpec = CommandSpec {
+    name: "pttl",
+    syntax: "key",
+    since: "2.6.0",
+    summary: "Get the time to live for a key in milliseconds",
+    ..TTL
+};
 
 pub static EXPIRETIME: CommandSpec = CommandSpec {
     name: "expiretime",
+    syntax: "key",
     since: "7.0.0",
     summary: "Get the expiration Unix timestamp for a key",
     tips: &[],
@@ -37,6 +44,7 @@ pub static EXPIRETIME: CommandSpec = CommandSpec {
 
 pub static PEXPIRETIME: CommandSpec = CommandSpec {
     name: "pexpiretime",
+    syntax: "key",
     since: "7.0.0",
     summary: "Get the expiration Unix timestamp for a key in milliseconds",
     tips: &[],

@@ -8,6 +8,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "type",
+    syntax: "key",
     arity: 2,
     flags: &["readonly", "fast"],
     first_key: 1,

@@ -14,6 +14,7 @@ use crate::resp::session::Session;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "wait",
+    syntax: "numreplicas#integer timeout#integer",
     tips: &["request_policy:all_shards", "response_policy:agg_min"],
     arity: 3,
     flags: &["noscript"],
