@@ -421,6 +421,14 @@ fn a_full_cache_evicts_the_oldest_keys_and_says_so() {
     // First written, first evicted.
     assert_eq!(c.call(&["EXISTS", "key:0"]), ":0\r\n");
     assert_eq!(c.call(&["STRLEN", "key:1599"]), format!(":{}\r\n", value.len()));
+    // The policy changes at run time; Redis's policies Shoal lacks are refused.
+    assert_eq!(c.call(&["CONFIG", "SET", "maxmemory-policy", "NOEVICTION"]), "+OK\r\n");
+    assert!(c.call(&["INFO", "memory"]).contains("maxmemory_policy:noeviction"));
+    assert_eq!(
+        c.call(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the \
+         following: noeviction, allkeys-oldest\r\n"
+    );
     still_serving(&server);
 }
 

@@ -10,7 +10,6 @@
 //! value's parse and range. REWRITE and RESETSTAT reply a clear error.
 
 use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
-use crate::admin::settings::Settings;
 use crate::context::ServerContext;
 use crate::resp::db::DATABASES;
 use crate::resp::frame::parse_i64;
@@ -18,6 +17,7 @@ use crate::resp::frame::Args;
 use crate::resp::glob;
 use crate::resp::reply::{ErrorReply, Reply};
 use crate::resp::session::Session;
+use shoal_engine::Eviction;
 use std::sync::atomic::Ordering::Relaxed;
 
 const SUB: CommandSpec = CommandSpec {
@@ -92,33 +92,81 @@ fn parameters(ctx: &ServerContext) -> Vec<(&'static str, String)> {
     ];
     // The settings CONFIG SET changes: their current values.
     params.retain(|(name, _)| !SETTABLE.iter().any(|s| s.name == *name));
-    params.extend(SETTABLE.iter().map(|s| (s.name, (s.get)(&ctx.admin.settings).to_string())));
+    params.extend(SETTABLE.iter().map(|s| (s.name, s.value.show((s.get)(ctx)))));
     params
 }
 
-/// A setting CONFIG SET may change: its name, Redis's range, and how it is
-/// read and written.
+/// A setting CONFIG SET may change: its name, its values, and how it is
+/// read and written (as an integer: the number, or the index of the name).
 struct Settable {
     name: &'static str,
-    min: i64,
-    max: i64,
-    get: fn(&Settings) -> i64,
+    value: Value,
+    get: fn(&ServerContext) -> i64,
     set: fn(&ServerContext, i64),
+}
+
+/// What values a setting takes.
+enum Value {
+    /// An integer in Redis's range.
+    Int { min: i64, max: i64 },
+    /// One of these names (case-insensitive, as Redis's enums).
+    OneOf(&'static [&'static str]),
+}
+
+impl Value {
+    fn show(&self, v: i64) -> String {
+        match self {
+            Value::Int { .. } => v.to_string(),
+            Value::OneOf(names) => names.get(v as usize).copied().unwrap_or("").to_string(),
+        }
+    }
+
+    /// The value of `text`, or why not (Redis's words).
+    fn parse(&self, text: &[u8]) -> Result<i64, String> {
+        match *self {
+            Value::Int { min, max } => {
+                let v = parse_i64(text).ok_or("argument couldn't be parsed into an integer")?;
+                if v < min || v > max {
+                    return Err(format!("argument must be between {min} and {max} inclusive"));
+                }
+                Ok(v)
+            }
+            Value::OneOf(names) => names
+                .iter()
+                .position(|n| n.as_bytes().eq_ignore_ascii_case(text))
+                .map(|i| i as i64)
+                .ok_or_else(|| format!("argument(s) must be one of the following: {}", names.join(", "))),
+        }
+    }
+}
+
+/// `maxmemory-policy`'s names, in the order of [`Eviction`]'s index.
+const POLICIES: &[&str] = &["noeviction", "allkeys-oldest"];
+
+fn eviction_index(e: Eviction) -> i64 {
+    match e {
+        Eviction::None => 0,
+        Eviction::Oldest => 1,
+    }
 }
 
 static SETTABLE: &[Settable] = &[
     Settable {
+        name: "maxmemory-policy",
+        value: Value::OneOf(POLICIES),
+        get: |ctx| eviction_index(ctx.store.eviction()),
+        set: |ctx, v| ctx.store.set_eviction(if v == 1 { Eviction::Oldest } else { Eviction::None }),
+    },
+    Settable {
         name: "maxclients",
-        min: 1,
-        max: u32::MAX as i64,
-        get: |s| s.max_clients.load(Relaxed) as i64,
+        value: Value::Int { min: 1, max: u32::MAX as i64 },
+        get: |ctx| ctx.admin.settings.max_clients.load(Relaxed) as i64,
         set: |ctx, v| ctx.admin.settings.max_clients.store(v as u64, Relaxed),
     },
     Settable {
         name: "timeout",
-        min: 0,
-        max: i32::MAX as i64,
-        get: |s| s.timeout_secs.load(Relaxed) as i64,
+        value: Value::Int { min: 0, max: i32::MAX as i64 },
+        get: |ctx| ctx.admin.settings.timeout_secs.load(Relaxed) as i64,
         set: |ctx, v| {
             ctx.admin.settings.timeout_secs.store(v as u64, Relaxed);
             // Open connections re-read it.
@@ -127,16 +175,14 @@ static SETTABLE: &[Settable] = &[
     },
     Settable {
         name: "slowlog-log-slower-than",
-        min: -1,
-        max: i64::MAX,
-        get: |s| s.slowlog_slower_than.load(Relaxed),
+        value: Value::Int { min: -1, max: i64::MAX },
+        get: |ctx| ctx.admin.settings.slowlog_slower_than.load(Relaxed),
         set: |ctx, v| ctx.admin.settings.slowlog_slower_than.store(v, Relaxed),
     },
     Settable {
         name: "slowlog-max-len",
-        min: 0,
-        max: i64::MAX,
-        get: |s| s.slowlog_max_len.load(Relaxed) as i64,
+        value: Value::Int { min: 0, max: i64::MAX },
+        get: |ctx| ctx.admin.settings.slowlog_max_len.load(Relaxed) as i64,
         set: |ctx, v| {
             ctx.admin.settings.slowlog_max_len.store(v as u64, Relaxed);
             ctx.admin.slowlog.trim(v as u64);
@@ -144,9 +190,8 @@ static SETTABLE: &[Settable] = &[
     },
     Settable {
         name: "latency-monitor-threshold",
-        min: 0,
-        max: i64::MAX,
-        get: |s| s.latency_threshold_ms.load(Relaxed) as i64,
+        value: Value::Int { min: 0, max: i64::MAX },
+        get: |ctx| ctx.admin.settings.latency_threshold_ms.load(Relaxed) as i64,
         set: |ctx, v| ctx.admin.settings.latency_threshold_ms.store(v as u64, Relaxed),
     },
 ];
@@ -188,11 +233,7 @@ fn config_set(ctx: &ServerContext, pairs: Args<'_>) -> Result<(), ErrorReply> {
     }
     let mut values = Vec::with_capacity(chosen.len());
     for (s, name, value) in &chosen {
-        let v = parse_i64(value).ok_or_else(|| failed(name, "argument couldn't be parsed into an integer"))?;
-        if v < s.min || v > s.max {
-            return Err(failed(name, &format!("argument must be between {} and {} inclusive", s.min, s.max)));
-        }
-        values.push(v);
+        values.push(s.value.parse(value).map_err(|why| failed(name, &why))?);
     }
     for ((s, _, _), v) in chosen.iter().zip(values) {
         (s.set)(ctx, v);
