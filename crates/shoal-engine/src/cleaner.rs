@@ -117,8 +117,8 @@ fn should_clean(inner: &Inner) -> bool {
     f <= (0.1f64).min((1.0 - l) / 2.0) || below_target(inner)
 }
 
-/// Whether the log holds more memory than its data needs at the target
-/// utilisation (`StoreConfig::target_utilisation`), by more than two
+/// Whether the log holds more memory than its live objects need at the
+/// target utilisation (`StoreConfig::target_utilisation`), by more than two
 /// segments, once it is larger than [`TARGET_FLOOR_SEGMENTS`] segments.
 fn below_target(inner: &Inner) -> bool {
     let target = inner.config.target_utilisation;
@@ -131,19 +131,21 @@ fn below_target(inner: &Inner) -> bool {
     if in_use <= TARGET_FLOOR_SEGMENTS as f64 * seg {
         return false;
     }
-    let data =
-        (inner.counters.live_bytes.load(Ordering::Relaxed) + inner.log.tomb_bytes.load(Ordering::Relaxed)) as f64;
-    in_use > data / target + 2.0 * seg
+    // Live objects only: tombstones are garbage in waiting, which combined
+    // cleaning removes (their segments leave the log).
+    let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64;
+    in_use > live / target + 2.0 * seg
 }
 
 /// Below this many segments of memory in use, the log is not cleaned for
 /// the target utilisation (only when memory is short).
 const TARGET_FLOOR_SEGMENTS: usize = 4;
 
-/// Free seglets kept resident when the rest are given back to the OS: a
-/// segment's worth, so that a burst of writes or a cleaning pass does not
-/// fault pages in. (The reserves need not be resident: a seglet given back
-/// is still free, and is faulted in when next written.)
+/// Free seglets kept resident when wholly free regions are given back to
+/// the OS: a segment's worth (the lowest free regions, handed out first),
+/// so that a burst of writes or a cleaning pass does not fault pages in.
+/// (The reserves need not be resident: a seglet given back is still free,
+/// and is faulted in when next written.)
 fn warm_seglets(inner: &Inner) -> usize {
     inner.config.seglets_per_segment()
 }

@@ -61,8 +61,8 @@ pub struct StoreConfig {
     /// What a full store does: refuse writes (`None`, the default) or
     /// evict (cache mode; see [`Eviction`]).
     pub eviction: Eviction,
-    /// The cleaner keeps the log at least this full (live objects and
-    /// live tombstones over the memory the log holds) once the log is
+    /// The cleaner keeps the log at least this full (live objects over the
+    /// memory the log holds) once the log is
     /// larger than a few segments, whatever `memory_bytes` allows, and
     /// gives freed memory back to the OS: resident memory follows the
     /// data. 0 turns it off (the cleaner then runs only when memory is

@@ -7,8 +7,10 @@
 //! accesses sound, and each accessor states the contract its caller (only
 //! `segment.rs`) must keep.
 //!
-//! Free seglets are kept in a stack. Allocation honours reserve tiers so
-//! that the cleaner and tombstones always find memory (Rumble §4.5).
+//! Free seglets are handed out lowest index first, and whole free regions
+//! (huge pages) given back to the OS (`FreeSet`, `Pool::trim`). Allocation
+//! honours reserve tiers so that the cleaner and tombstones always find
+//! memory (Rumble §4.5).
 
 use parking_lot::Mutex;
 use std::ptr::NonNull;
@@ -32,11 +34,13 @@ pub struct Pool {
     mem: HugeMapping,
     seglet_bytes: usize,
     seglets: u32,
-    free: Mutex<FreeLists>,
-    /// Seglets in the free lists plus those being returned to the OS.
+    free: Mutex<FreeSet>,
+    /// Seglets in the free set plus those being returned to the OS.
     free_count: AtomicUsize,
-    /// Seglets returned to the OS and not handed out since.
+    /// Free seglets in regions given back to the OS.
     returned: AtomicUsize,
+    /// Seglets per region, the unit memory is given back in.
+    per_region: usize,
     /// Debug builds (the tests): which seglets are handed out, to catch a
     /// seglet freed twice or handed out twice before it corrupts data.
     #[cfg(debug_assertions)]
@@ -56,19 +60,19 @@ pub struct Pool {
     populator: OnceLock<std::thread::Thread>,
 }
 
-/// Free seglets: `warm` ones are resident (handed out first, most recently
-/// freed first), `cold` ones were given back to the OS ([`Pool::trim`]) and
-/// cost page faults when next written.
-#[derive(Default)]
-struct FreeLists {
-    warm: Vec<u32>,
-    cold: Vec<u32>,
-}
-
-impl FreeLists {
-    fn len(&self) -> usize {
-        self.warm.len() + self.cold.len()
-    }
+/// Free seglets, handed out lowest index first, so that the seglets in use
+/// gather at the start of the pool and whole regions at its end fall free.
+/// Memory goes back to the OS a whole region at a time ([`Pool::trim`]):
+/// with transparent huge pages, a region is one huge page, and giving back
+/// part of one would not shrink the resident set (the kernel's khugepaged
+/// fills a partly present huge page again).
+struct FreeSet {
+    free: std::collections::BTreeSet<u32>,
+    /// Free seglets per region.
+    region_free: Vec<u32>,
+    /// Whether a region's memory may be resident (false once given back,
+    /// until a seglet of it is handed out).
+    resident: Vec<bool>,
 }
 
 /// How far ahead of the frontier the populating thread keeps the pool
@@ -161,24 +165,33 @@ impl Drop for HugeMapping {
 impl Pool {
     /// Reserves `seglets * seglet_bytes` bytes of anonymous memory. The
     /// kernel backs a page only when it is first written, so seglets never
-    /// used are never resident; the free list hands out recently freed
-    /// seglets first, which keeps the resident set small.
+    /// used are never resident; seglets are handed out lowest index first,
+    /// which keeps the resident set small and lets the end of the pool be
+    /// given back when it falls free.
     pub fn new(seglet_bytes: usize, seglets: u32, cleaner_reserve: usize, remove_reserve: usize) -> Pool {
         assert!(seglet_bytes.is_power_of_two() && seglets > 0);
         let len = seglet_bytes * seglets as usize;
         let mem = HugeMapping::new(len, "the memory pool");
 
-        // Hand out low indices first so that a lightly used pool touches few pages.
-        let warm: Vec<u32> = (0..seglets).rev().collect();
+        // Regions: huge pages, or base pages for a pool too small to
+        // have many huge pages (tests), but never less than a seglet.
+        let region_bytes = if len >= 32 * HUGE_PAGE { HUGE_PAGE } else { PAGE }.max(seglet_bytes);
+        let per_region = region_bytes / seglet_bytes;
+        let regions = (seglets as usize).div_ceil(per_region);
+        let mut region_free = vec![per_region as u32; regions];
+        if !(seglets as usize).is_multiple_of(per_region) {
+            region_free[regions - 1] = (seglets as usize % per_region) as u32;
+        }
         Pool {
             mem,
             seglet_bytes,
             seglets,
-            free_count: AtomicUsize::new(warm.len()),
+            free_count: AtomicUsize::new(seglets as usize),
             returned: AtomicUsize::new(0),
+            per_region,
             #[cfg(debug_assertions)]
             owned: Mutex::new(vec![false; seglets as usize]),
-            free: Mutex::new(FreeLists { warm, cold: Vec::new() }),
+            free: Mutex::new(FreeSet { free: (0..seglets).collect(), region_free, resident: vec![true; regions] }),
             cleaner_reserve,
             remove_reserve,
             frontier: AtomicUsize::new(0),
@@ -248,17 +261,19 @@ impl Pool {
             Tier::Remove => self.cleaner_reserve,
             Tier::Cleaner => 0,
         };
-        if free.len() <= floor {
+        if free.free.len() <= floor {
             return None;
         }
-        let s = match free.warm.pop() {
-            Some(s) => Some(s),
-            None => {
-                let s = free.cold.pop();
-                self.returned.fetch_sub(s.is_some() as usize, Ordering::Relaxed);
-                s
+        let s = free.free.pop_first();
+        if let Some(s) = s {
+            let r = s as usize / self.per_region;
+            if !free.resident[r] {
+                // Its pages come back as they are written.
+                free.resident[r] = true;
+                self.returned.fetch_sub(free.region_free[r] as usize, Ordering::Relaxed);
             }
-        };
+            free.region_free[r] -= 1;
+        }
         self.free_count.fetch_sub(s.is_some() as usize, Ordering::Relaxed);
         #[cfg(debug_assertions)]
         if let Some(s) = s {
@@ -282,7 +297,7 @@ impl Pool {
     /// see them (the epoch has passed).
     pub fn release(&self, seglets: impl IntoIterator<Item = u32>) {
         let mut free = self.free.lock();
-        let before = free.warm.len();
+        let mut n = 0;
         for s in seglets {
             debug_assert!(s < self.seglets);
             #[cfg(debug_assertions)]
@@ -291,55 +306,62 @@ impl Pool {
                 assert!(o[s as usize], "seglet {s} released twice");
                 o[s as usize] = false;
             }
-            free.warm.push(s);
+            free.free.insert(s);
+            free.region_free[s as usize / self.per_region] += 1;
+            n += 1;
         }
-        self.free_count.fetch_add(free.warm.len() - before, Ordering::Relaxed);
+        self.free_count.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Gives the memory of free seglets back to the OS, all but `keep` of
-    /// the resident ones (the least recently freed go first), so that the
-    /// process's resident memory follows the data rather than its peak.
-    /// Returns the seglets given back. The `madvise` calls run without the
-    /// free-list lock (allocations meanwhile take other seglets), so call
-    /// it from a background thread (the cleaner's), not the write path.
-    /// Never touches a seglet in use: only seglets in the free list, which
-    /// no reader can see (`release`'s contract).
+    /// Gives the memory of wholly free regions back to the OS, all but the
+    /// lowest ones holding `keep` seglets (handed out first, so kept
+    /// resident), so that the process's resident memory follows the data
+    /// rather than its peak. Returns the seglets given back. The `madvise`
+    /// runs without the lock: the regions' seglets leave the free set
+    /// meanwhile (still counted as free), so nobody is handed one while its
+    /// memory is being dropped. Call it from a background thread (the
+    /// cleaner's), not the write path.
     pub fn trim(&self, keep: usize) -> usize {
-        let mut out: Vec<u32> = {
+        let full = self.per_region as u32;
+        let regions: Vec<usize> = {
             let mut free = self.free.lock();
-            let n = free.warm.len().saturating_sub(keep);
-            if n == 0 {
-                return 0;
+            let regions: Vec<usize> = (0..free.region_free.len())
+                .filter(|&r| free.region_free[r] == full && free.resident[r])
+                .skip(keep.div_ceil(self.per_region))
+                .collect();
+            for &r in &regions {
+                for s in self.region_seglets(r) {
+                    free.free.remove(&s);
+                }
             }
-            free.warm.drain(..n).collect()
+            regions
         };
-        out.sort_unstable();
-        // One call per run of adjacent seglets.
-        let mut i = 0;
-        while i < out.len() {
-            let mut j = i + 1;
-            while j < out.len() && out[j] == out[j - 1] + 1 {
-                j += 1;
-            }
-            // Only whole pages inside the run: a page also holding a seglet
-            // in use (seglets smaller than a page) must keep its bytes.
-            let from = (self.ptr(out[i], 0, self.seglet_bytes) as usize).next_multiple_of(PAGE);
-            let to = (self.ptr(out[j - 1], 0, self.seglet_bytes) as usize + self.seglet_bytes) / PAGE * PAGE;
-            if to > from {
-                // SAFETY: [from, to) lies within the run of free seglets
-                // (`ptr` checked its ends are in the pool): nobody reads or
-                // writes them until `alloc` hands them out again, after
-                // which the zero pages the kernel gives are overwritten
-                // before they are published.
-                unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) };
-            }
-            i = j;
+        for &r in &regions {
+            let at = self.ptr(self.region_seglets(r).start, 0, self.seglet_bytes);
+            // SAFETY: a whole region of the pool (a multiple of the page
+            // size, in bounds: `ptr` checked its first seglet and regions
+            // tile the pool) whose seglets are all free and out of the free
+            // set: nobody reads or writes them until they are handed out
+            // again, after which the zero pages the kernel gives are
+            // overwritten before they are published.
+            unsafe { libc::madvise(at.cast(), self.per_region * self.seglet_bytes, libc::MADV_DONTNEED) };
         }
-        let n = out.len();
         let mut free = self.free.lock();
-        free.cold.extend(out);
+        for &r in &regions {
+            free.resident[r] = false;
+            for s in self.region_seglets(r) {
+                free.free.insert(s);
+            }
+        }
+        let n = regions.len() * self.per_region;
         self.returned.fetch_add(n, Ordering::Relaxed);
         n
+    }
+
+    /// The seglets of region `r` (only whole regions are trimmed: a pool's
+    /// last region, if partial, never counts as wholly free).
+    fn region_seglets(&self, r: usize) -> std::ops::Range<u32> {
+        (r * self.per_region) as u32..((r + 1) * self.per_region) as u32
     }
 
     /// Free seglets whose memory was given back to the OS.
