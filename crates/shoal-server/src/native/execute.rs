@@ -252,17 +252,23 @@ fn apply<'s>(
                 },
                 None => u64::MAX,
             };
-            let mut objects = Vec::new();
+            // Keys and values go straight into the scratch buffer (they must
+            // outlive this call), laid out key then value.
+            let buf = &mut scratch.values;
+            buf.clear();
+            let mut spans: Vec<(usize, usize, usize, Version)> = Vec::new();
             let mut bytes = 0;
             let mut next = Some(EnumCursor(cursor));
             while let Some(c) = next {
-                if objects.len() >= want || bytes >= budget {
+                if spans.len() >= want || bytes >= budget {
                     break;
                 }
                 let n = store
-                    .enumerate_range(table, c, end, (want - objects.len()).min(64), |key, value, version| {
+                    .enumerate_range(table, c, end, (want - spans.len()).min(64), |key, value, version| {
                         bytes += key.len() + value.len() + 16;
-                        objects.push((key.to_vec(), value.to_vec(), version));
+                        spans.push((buf.len(), key.len(), value.len(), version));
+                        buf.extend_from_slice(key);
+                        buf.extend_from_slice(value);
                     })
                     .map_err(status_of)?;
                 next = n;
@@ -274,17 +280,6 @@ fn apply<'s>(
             }
             if bytes > max_response {
                 return Err(ErrorStatus::FrameTooLarge { len: sat32(bytes), max: sat32(max_response) });
-            }
-            // The objects must outlive this call: keep them in the scratch
-            // buffer, laid out key then value.
-            let buf = &mut scratch.values;
-            buf.clear();
-            let mut spans = Vec::with_capacity(objects.len());
-            for (key, value, version) in &objects {
-                let k = buf.len();
-                buf.extend_from_slice(key);
-                buf.extend_from_slice(value);
-                spans.push((k, key.len(), value.len(), *version));
             }
             let buf = &scratch.values;
             Response::Enumerate {

@@ -178,8 +178,9 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("keyspace_misses:{}", get(&st.keyspace_misses));
             line!("forwarded_requests:{}", get(&st.forwarded_requests));
             line!("moved_replies:{}", get(&st.moved_replies));
-            line!("expired_keys:{}", ctx.store.stats().expired_keys);
-            line!("evicted_keys:{}", ctx.store.stats().evicted);
+            let store = ctx.store.stats();
+            line!("expired_keys:{}", store.expired_keys);
+            line!("evicted_keys:{}", store.evicted);
         }
         "replication" => {
             line!("# Replication");
