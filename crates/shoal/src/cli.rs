@@ -171,10 +171,14 @@ pub enum ClientCommand {
     /// split over the keys' masters (--coordinator). Progress goes to
     /// stderr: a bar on a terminal, otherwise a line per tenth of the file
     /// (or every 5 s). At the end it prints the records loaded and the
-    /// rate. The table must exist (shoal create-table). A key or value
-    /// over the server's limits stops the load (exit 2) at that line; a
-    /// write the server refuses stops it with exit 1. Records before the
-    /// failing line may have been written; nothing is rolled back.
+    /// rate. The table must exist (shoal create-table).
+    ///
+    /// A malformed line, or a key or value over the server's limits, stops
+    /// the load with exit code 2: the records before that line are
+    /// loaded, none after it. A write the server refuses stops it with
+    /// exit code 1 (3 if the connection fails); batches already sent may
+    /// have been written. Nothing is rolled back; the count loaded is
+    /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
 }

@@ -183,6 +183,15 @@ impl Task {
         self.update(|s| s.position += n);
     }
 
+    /// Adds `n` units done and changes the message, together.
+    pub fn advance(&self, n: u64, message: impl Into<String>) {
+        let message = message.into();
+        self.update(|s| {
+            s.position += n;
+            s.message = message;
+        });
+    }
+
     pub fn set_position(&self, position: u64) {
         self.update(|s| s.position = position);
     }

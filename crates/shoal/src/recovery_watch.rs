@@ -15,7 +15,7 @@ use crate::progress::{Progress, Stream, Task, Unit};
 use serde_json::Value;
 use shoal_cluster::control::call_blocking;
 use shoal_cluster::{ControlRequest, ControlResponse};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -30,12 +30,20 @@ pub struct RecoveryWatch {
     progress: Progress,
     /// The recoveries being shown, by id.
     tasks: BTreeMap<u64, Task>,
+    /// Finished recoveries already reported.
+    reported: BTreeSet<u64>,
     last_poll: Option<Instant>,
 }
 
 impl RecoveryWatch {
     pub fn new(coordinator: SocketAddr) -> RecoveryWatch {
-        RecoveryWatch { coordinator, progress: Progress::new(Stream::Stdout), tasks: BTreeMap::new(), last_poll: None }
+        RecoveryWatch {
+            coordinator,
+            progress: Progress::new(Stream::Stdout),
+            tasks: BTreeMap::new(),
+            reported: BTreeSet::new(),
+            last_poll: None,
+        }
     }
 
     /// Where other output should go through while bars may be drawn.
@@ -77,6 +85,16 @@ impl RecoveryWatch {
             let task = self.tasks.remove(&id).expect("listed above");
             let summary = finished(&stats, id).unwrap_or_else(|| "finished".to_string());
             task.finish(summary);
+            self.reported.insert(id);
+        }
+        // Recoveries that ran and ended between two polls. The coordinator
+        // is this cluster's own process: everything it lists happened
+        // while this watch ran.
+        for (id, dead) in finished_ids(&stats) {
+            if self.reported.insert(id) && !self.tasks.contains_key(&id) {
+                let summary = finished(&stats, id).unwrap_or_else(|| "finished".to_string());
+                self.progress.println(&format!("server {dead} died: recovery {id} {summary}"));
+            }
         }
     }
 }
@@ -130,6 +148,13 @@ fn running(stats: &Value) -> Vec<Running> {
             })
         })
         .collect()
+}
+
+/// The ids of the finished recoveries the coordinator lists, with their
+/// dead servers.
+fn finished_ids(stats: &Value) -> Vec<(u64, u64)> {
+    let Some(list) = stats["finished_recoveries"].as_array() else { return Vec::new() };
+    list.iter().filter_map(|r| Some((r["id"].as_u64()?, r["dead"].as_u64().unwrap_or(0)))).collect()
 }
 
 /// The summary of finished recovery `id`, if the coordinator still lists it.
@@ -198,5 +223,6 @@ mod tests {
         assert_eq!(finished(&stats, 7).unwrap(), "recovered in 2100 ms: 1000 objects, 2.00 KiB, 3 partitions");
         assert_eq!(finished(&stats, 8).unwrap(), "recovered in 900 ms, 1 partition");
         assert_eq!(finished(&stats, 9), None);
+        assert_eq!(finished_ids(&json!({"finished_recoveries": [{"id": 7, "dead": 2}]})), [(7, 2)]);
     }
 }

@@ -340,7 +340,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             }
         }
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
-        procs.0.push((format!("server {i}"), spawn_with_env(&exe, &args, &env, &dir)?));
+        // Named by its directory: its server id is the coordinator's to give.
+        procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
 
     // Wait until every server serves (a restart first replays the logs).

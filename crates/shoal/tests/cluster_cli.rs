@@ -55,7 +55,9 @@ fn stats_coordinator_shows_every_server() {
 
     // A server killed is still listed: not answering until the coordinator
     // declares it dead, then down.
-    let victim = map.servers.iter().max_by_key(|s| s.id).unwrap().clone();
+    // The last process started, by the id its data directory keeps.
+    let id = std::fs::read_to_string(root.0.join("server-2/data/server-id")).unwrap();
+    let victim = map.servers.iter().find(|s| s.id.0.to_string() == id.trim()).expect("server-2's id").clone();
     let mut child = cluster.servers.pop().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();

@@ -13,9 +13,11 @@
 //! over the keys' masters and sends the pieces pipelined; up to
 //! --in-flight batches are outstanding while the next one is parsed (the
 //! client runs on a runtime thread of its own). The first failure stops the
-//! load: a malformed line or an oversized key or value (exit 2), or a write
-//! the server refused or a lost connection (exit 1 or 3). The batches
-//! already sent are waited for and counted; nothing is rolled back.
+//! load. A malformed line or an oversized key or value (exit 2): every
+//! record before that line is written, none after. A write the server
+//! refused or a lost connection (exit 1 or 3): nothing more is sent, and
+//! the batches already in flight are waited for and counted. Nothing is
+//! rolled back.
 
 use super::{client_config, max_value_bytes, stat_u64, CliError, Common, Target, USAGE};
 use crate::progress::{Progress, Stream, Unit};
@@ -111,20 +113,17 @@ async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), Cl
     let mut batch = Batch::default();
     let mut line = Vec::new();
     let mut line_no = 0u64;
+    let mut write_failed = false;
     let settle = |outcome: Option<Result<Outcome, tokio::task::JoinError>>,
                   tally: &mut Tally,
                   failure: &mut Option<CliError>| {
         let Some(outcome) = outcome else { return };
-        let e = settle_one(outcome, &t, &name, tally);
-        task.inc(e.1);
+        let (e, input_bytes) = settle_one(outcome, &t, &name, tally);
         let secs = started.elapsed().as_secs_f64().max(1e-9);
-        task.set_message(format!(
-            "{} records, {} records/s",
-            HumanCount(tally.records),
-            HumanCount((tally.records as f64 / secs) as u64)
-        ));
+        let rate = (tally.records as f64 / secs) as u64;
+        task.advance(input_bytes, format!("{} records, {} records/s", HumanCount(tally.records), HumanCount(rate)));
         if failure.is_none() {
-            *failure = e.0;
+            *failure = e;
         }
     };
     loop {
@@ -174,13 +173,16 @@ async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), Cl
             if flights.len() >= a.in_flight as usize {
                 settle(flights.join_next().await, &mut tally, &mut failure);
                 if failure.is_some() {
+                    write_failed = true;
                     break;
                 }
             }
             flights.spawn(write(client.clone(), table, std::mem::take(&mut batch)));
         }
     }
-    if failure.is_none() {
+    // After a bad line, the records before it are written too; after a
+    // failed write, nothing more is sent.
+    if !write_failed {
         if batch.records.is_empty() {
             // Only empty lines since the last batch.
             task.inc(batch.input_bytes);
