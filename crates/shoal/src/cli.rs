@@ -657,7 +657,9 @@ fn lookup(c: &mut Client, t: &Target<'_>) -> Result<TableId, CliError> {
 
 /// The largest value the server takes: its `max_value_bytes` statistic,
 /// or, from a server that does not report it, the frame limit (the server
-/// still refuses a larger value itself).
+/// still refuses a larger value itself). In a cluster the statistics are
+/// those of the server admin requests go to: its servers normally share
+/// their limits, and a master with a lower one refuses the value itself.
 fn max_value_bytes(stats: &[(String, StatValue)]) -> usize {
     stat_u64(stats, "max_value_bytes").map_or(ClientConfig::default().max_body_bytes as usize, |n| n as usize)
 }

@@ -74,7 +74,11 @@ impl RecoveryWatch {
                     r.partitions,
                     r.detection_ms.map_or(String::new(), |ms| format!(" (detected in {ms} ms)"))
                 ));
-                self.progress.task(format!("recovery {} of server {}", r.id, r.dead), Some(r.tablets), Unit::Count("tablets"))
+                self.progress.task(
+                    format!("recovery {} of server {}", r.id, r.dead),
+                    Some(r.tablets),
+                    Unit::Count("tablets"),
+                )
             });
             task.set_total(r.tablets);
             task.set_position(r.tablets_done);

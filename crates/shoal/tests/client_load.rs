@@ -137,7 +137,10 @@ fn an_oversized_value_is_refused_without_reading_it_all() {
     let o = shoal(a, &["put", "t", "k", "-"], &binary(MAX_VALUE + 1));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     let e = text(&o.stderr);
-    assert!(e.contains(&format!("the value from stdin is larger than the server's maximum of {MAX_VALUE} bytes")), "{e}");
+    assert!(
+        e.contains(&format!("the value from stdin is larger than the server's maximum of {MAX_VALUE} bytes")),
+        "{e}"
+    );
     let f = TempFile::new("big", &binary(MAX_VALUE * 3));
     let o = shoal(a, &["put", "t", "k", "--value-file", f.path(), "--json"], b"");
     assert_eq!(o.status.code(), Some(2));
@@ -273,7 +276,10 @@ fn load_stops_at_a_bad_line_with_its_number() {
     let o = shoal(a, &["load", "t", f.path()], b"");
     assert_eq!(o.status.code(), Some(2));
     let e = text(&o.stderr);
-    assert!(e.contains(&format!(":2: the value ({} bytes) exceeds the server's maximum of {MAX_VALUE}", MAX_VALUE + 1)), "{e}");
+    assert!(
+        e.contains(&format!(":2: the value ({} bytes) exceeds the server's maximum of {MAX_VALUE}", MAX_VALUE + 1)),
+        "{e}"
+    );
 
     let o = shoal(a, &["load", "missing", "-"], b"a\t1\n");
     assert_eq!(o.status.code(), Some(1));

@@ -31,7 +31,10 @@ fn stats_coordinator_shows_every_server() {
     assert_eq!(ids.len(), 3);
 
     let text = ok(&["stats", "--coordinator", &coordinator]);
-    assert!(text.starts_with(&format!("cluster (coordinator {coordinator}): 3 servers (3 up, 0 recovering, 0 down)")), "{text}");
+    assert!(
+        text.starts_with(&format!("cluster (coordinator {coordinator}): 3 servers (3 up, 0 recovering, 0 down)")),
+        "{text}"
+    );
     for s in &map.servers {
         let header = format!("server {} ({}, up):", s.id, s.native);
         let at = text.find(&header).unwrap_or_else(|| panic!("no section {header}: {text}"));
@@ -111,4 +114,76 @@ fn load_through_the_coordinator_reaches_every_master() {
         let objects = stat(&one.stats().unwrap(), "objects").unwrap();
         assert!(objects > 500, "server {}: {objects} objects", s.id);
     }
+}
+
+/// `shoal local`, stopped with SIGINT (then killed) when dropped.
+struct Local(std::process::Child);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        signal(self.0.id(), "-INT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn local_reports_the_recovery_of_a_killed_server() {
+    use std::io::BufRead;
+    let root = Root::new("cluster-cli-local");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let port = coordinator.rsplit(':').next().unwrap().to_string();
+    let mut child = Command::new(SHOAL)
+        .args(["local", "--servers", "4", "--replicas", "1", "--memory", "64MiB", "--log-level", "info"])
+        .args(["--coordinator-port", &port, "--native-port", "0", "--resp-port", "0"])
+        .args(["--memcached-port", "0", "--backup-port", "0"])
+        .arg("--root")
+        .arg(root.0.join("local"))
+        .env_remove("SHOAL_PASSWORD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stdout is a pipe: plain lines, collected as they come.
+    let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stdout = child.stdout.take().unwrap();
+    let collected = out.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut o = collected.lock().unwrap();
+            o.push_str(&line);
+            o.push('\n');
+        }
+    });
+    let local = Local(child);
+    let wait_for = |what: &str, secs: u64| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if out.lock().unwrap().contains(what) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no {what:?} in: {}", out.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("Stop with Ctrl-C.", 60);
+    ok(&["create-table", "t", "--coordinator", &coordinator]);
+    for i in 0..50 {
+        ok(&["put", "t", &format!("k{i}"), "v", "--coordinator", &coordinator]);
+    }
+
+    // Kill the server process of server-1's directory.
+    let pids = Command::new("pgrep").args(["-P", &local.0.id().to_string(), "-f", "server-1/data"]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&pids.stdout).trim().parse().expect("server-1's process");
+    let id = std::fs::read_to_string(root.0.join("local/server-1/data/server-id")).unwrap();
+    signal(pid, "-KILL");
+    // Whether it saw the recovery running or only its end, shoal local
+    // says which server died and that its recovery finished.
+    wait_for(&format!("server {} died: recovery ", id.trim()), 60);
+    wait_for("recovered in ", 60);
+    assert_eq!(ok(&["get", "t", "k7", "--coordinator", &coordinator]), "v\n(version 1)\n");
 }

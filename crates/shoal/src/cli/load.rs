@@ -103,7 +103,7 @@ async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), Cl
     // escaped as \xHH, the TAB and a CR.
     let max_line = 4 * (max_key + max_value) + 2;
 
-    let (name, total, mut input) = open(&a.file)?;
+    let Input { name, size: total, reader: mut input } = open(&a.file)?;
     let progress = Progress::new(Stream::Stderr);
     let task = progress.task(format!("load '{}'", a.table), total, Unit::Bytes);
     let started = Instant::now();
@@ -200,7 +200,11 @@ async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), Cl
         e.message += &format!(" ({} records were loaded before the load stopped)", tally.records);
         return Err(e);
     }
-    task.finish(format!("{} records in {secs:.2} s ({} records/s)", HumanCount(tally.records), HumanCount(rate as u64)));
+    task.finish(format!(
+        "{} records in {secs:.2} s ({} records/s)",
+        HumanCount(tally.records),
+        HumanCount(rate as u64)
+    ));
     if a.common.json {
         out!(
             "{}",
@@ -224,15 +228,24 @@ async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), Cl
     Ok(())
 }
 
-/// The input, its name for messages and its size if known (a regular file).
-fn open(path: &Path) -> Result<(String, Option<u64>, Box<dyn BufRead>), CliError> {
+/// The records' source.
+struct Input {
+    /// For messages: the path, or "stdin".
+    name: String,
+    /// Its size, if known (a regular file).
+    size: Option<u64>,
+    reader: Box<dyn BufRead>,
+}
+
+fn open(path: &Path) -> Result<Input, CliError> {
     const BUFFER: usize = 256 << 10;
     if path == Path::new("-") {
-        return Ok(("stdin".into(), None, Box::new(BufReader::with_capacity(BUFFER, std::io::stdin()))));
+        let reader = Box::new(BufReader::with_capacity(BUFFER, std::io::stdin()));
+        return Ok(Input { name: "stdin".into(), size: None, reader });
     }
     let file = std::fs::File::open(path).map_err(|e| input_error(format!("cannot open {}: {e}", path.display())))?;
     let size = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok((path.display().to_string(), size, Box::new(BufReader::with_capacity(BUFFER, file))))
+    Ok(Input { name: path.display().to_string(), size, reader: Box::new(BufReader::with_capacity(BUFFER, file)) })
 }
 
 /// Writes one batch; hands it back with the results (for the messages).

@@ -41,7 +41,9 @@ pub(super) fn cluster(coordinator: SocketAddr, common: &Common) -> Result<(), Cl
     servers.sort_by_key(|s| s.id);
     let answers: Vec<Answer> = std::thread::scope(|scope| {
         let asks: Vec<_> = servers.iter().map(|s| scope.spawn(|| ask(s, &config))).collect();
-        asks.into_iter().map(|h| h.join().unwrap_or_else(|_| Answer::Failed("the query thread panicked".into()))).collect()
+        asks.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Answer::Failed("the query thread panicked".into())))
+            .collect()
     });
 
     if common.json {

@@ -517,7 +517,9 @@ fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(D
     let elapsed = started.elapsed();
     match &total.fatal {
         Some(e) => task.finish(format!("stopped: {e}")),
-        None => task.finish(format!("{} records in {:.2} s", args.records, elapsed.as_secs_f64())),
+        None => {
+            task.finish(format!("{} records in {:.2} s", indicatif::HumanCount(args.records), elapsed.as_secs_f64()))
+        }
     }
     Ok((elapsed, total))
 }
