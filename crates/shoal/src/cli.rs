@@ -152,7 +152,7 @@ pub enum ClientCommand {
     /// object for the coordinator, then one per server
     /// ({"server": id, "address", "state", "stats"} or "error").
     Stats(StatsArgs),
-    /// Loads key/value records from a file (or stdin) into a table.
+    /// Loads key/value records from a file (or stdin) into a table
     ///
     /// The format is text, one record per line: the key, a TAB, the value,
     /// then a newline (LF; a CR before it is dropped, so CRLF files work).
