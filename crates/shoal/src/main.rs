@@ -4,6 +4,8 @@
 
 mod bench;
 mod cli;
+mod progress;
+mod recovery_watch;
 mod serve;
 mod sim;
 
@@ -28,6 +30,11 @@ enum Command {
     /// replicating its log to --replicas others, with their data under
     /// --root. Stops cleanly on Ctrl-C; starting it again on the same root
     /// brings every acknowledged write back.
+    ///
+    /// While it runs it reports servers that exit, and shows the progress
+    /// of each crash recovery the coordinator runs for a dead server:
+    /// tablet pieces of finished partitions out of all of them (a bar on a
+    /// terminal, otherwise a line per tenth and every 5 s on stdout).
     Local(serve::LocalCommand),
     /// Runs a coordinator: cluster membership, tables and tablets, kept in
     /// its data directory.

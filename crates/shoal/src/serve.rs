@@ -11,6 +11,7 @@
 //! 0600), made at the first start; with --tls, a throwaway CA and
 //! certificates in `<root>/tls` too.
 
+use crate::recovery_watch::RecoveryWatch;
 use shoal_cluster::{ClusterMap, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
@@ -339,7 +340,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             }
         }
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
-        procs.0.push((format!("server {i}"), spawn_with_env(&exe, &args, &env, &dir)?));
+        // Named by its directory: its server id is the coordinator's to give.
+        procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
 
     // Wait until every server serves (a restart first replays the logs).
@@ -410,17 +412,20 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     );
     println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
 
-    // Run until a signal; report servers that exit on their own.
+    // Run until a signal; report servers that exit on their own, and the
+    // progress of the recoveries that follow.
+    let mut watch = RecoveryWatch::new(coordinator);
     loop {
         if signals.received() {
             break;
         }
         for (name, child) in &mut procs.0 {
             if let Ok(Some(status)) = child.try_wait() {
-                eprintln!("shoal: {name} exited ({status})");
+                watch.progress().suspend(|| eprintln!("shoal: {name} exited ({status})"));
             }
         }
         procs.0.retain_mut(|(_, c)| matches!(c.try_wait(), Ok(None)));
+        watch.poll();
         std::thread::sleep(Duration::from_millis(100));
     }
     procs.stop();

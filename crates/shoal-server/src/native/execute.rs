@@ -460,6 +460,10 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("bytes_in", ServerStats::get(&s.bytes_in)),
         u("bytes_out", ServerStats::get(&s.bytes_out)),
         u("tables", ctx.tables.list().len() as u64),
+        // The largest key and value this server takes: clients that stream
+        // a value in (`shoal put TABLE KEY -`, `shoal load`) stop reading past them.
+        u("max_key_bytes", ctx.store.config().max_key_bytes as u64),
+        u("max_value_bytes", ctx.store.config().max_value_bytes as u64),
         u("memory_bytes", memory_bytes),
         u("segment_bytes", segment_bytes),
         u("seglet_bytes", seglet_bytes),
