@@ -19,7 +19,7 @@
 //!
 //! Beside them, with `--metrics-port`: `http.rs`, a bounded HTTP listener,
 //! serving the dashboard (`dashboard/`), whose per-server figures come from
-//! [`sampler`] (each server's native STATS, polled once a second). None of
+//! `sampler.rs` (each server's native STATS, polled once a second). None of
 //! it reaches the state machine.
 
 mod config;
@@ -27,7 +27,7 @@ mod dashboard;
 mod http;
 pub mod lease;
 pub mod probe;
-pub mod sampler;
+mod sampler;
 mod server;
 mod service;
 pub mod state;

@@ -105,11 +105,6 @@ impl Sampler {
         self.servers.lock().clone()
     }
 
-    /// The latest sample of each server, and its last error.
-    pub fn latest(&self) -> BTreeMap<ServerId, (Option<Sample>, Option<String>)> {
-        self.servers.lock().iter().map(|(id, h)| (*id, (h.samples.back().cloned(), h.error.clone()))).collect()
-    }
-
     fn record(&self, id: ServerId, native: SocketAddr, sample: Sample, error: Option<String>) {
         let mut servers = self.servers.lock();
         let h = servers.entry(id).or_default();
@@ -355,6 +350,123 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_cluster::map::ServerInfo;
+    use shoal_common::LogId;
+    use shoal_proto::{encode_error, Stat};
+    use std::borrow::Cow;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::TcpListener;
+
+    /// A native port that answers PING, and STATS with `stats` (or, if
+    /// `auth`, NOT_AUTHENTICATED). Counts the connections it accepted.
+    async fn fake_server(stats: Vec<(&'static str, StatValue)>, auth: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::Relaxed);
+                let stats = stats.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Ok(Some(h)) = check_frame(&buf, 1 << 20) {
+                            let mut out = Vec::new();
+                            match shoal_proto::Opcode::from_u8(h.opcode) {
+                                Some(shoal_proto::Opcode::Ping) => {
+                                    Response::Ping.encode(h.request_id, &mut out);
+                                }
+                                _ if auth => {
+                                    encode_error(&mut out, h.request_id, h.opcode, &ErrorStatus::NotAuthenticated);
+                                }
+                                _ => {
+                                    let list = stats.iter().map(|(n, v)| Stat { name: Cow::Borrowed(*n), value: *v });
+                                    Response::Stats(list.collect()).encode(h.request_id, &mut out);
+                                }
+                            }
+                            buf.drain(..h.frame_len());
+                            if s.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn map_of(native: SocketAddr) -> Arc<ClusterMap> {
+        let server =
+            ServerInfo { id: ServerId(1), native, resp: native, backup: native, log: LogId(1), state: ServerState::Up };
+        Arc::new(ClusterMap { version: 2, servers: vec![server], ..ClusterMap::default() })
+    }
+
+    /// Polls the server of `map` until it has `n` samples; its history.
+    async fn poll(map: Arc<ClusterMap>, n: usize) -> ServerHistory {
+        let sampler = Arc::new(Sampler::default());
+        let (_map_tx, map_rx) = watch::channel(map);
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(sampler.clone().run(map_rx, stop_rx));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let history = loop {
+            if let Some(h) = sampler.snapshot().remove(&ServerId(1)).filter(|h| h.samples.len() >= n) {
+                break h;
+            }
+            assert!(Instant::now() < deadline, "no {n} samples in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        stop.send_replace(true);
+        task.await.unwrap();
+        history
+    }
+
+    #[tokio::test]
+    async fn polls_stats_and_times_the_ping_on_one_kept_connection() {
+        let stats = vec![
+            ("reads", StatValue::U64(7)),
+            ("memory_bytes", StatValue::U64(64 << 20)),
+            ("log_utilisation", StatValue::F64(0.5)),
+            ("closed_segments_below_r", StatValue::U64(2)),
+            ("recovery_4_partition_1_bytes", StatValue::U64(1000)),
+            ("recovery_4_partition_1_done", StatValue::U64(1)),
+            ("something_new", StatValue::U64(1)),
+        ];
+        let (addr, accepted) = fake_server(stats, false).await;
+        let h = poll(map_of(addr), 2).await;
+        assert_eq!(h.error, None);
+        let last = h.samples.back().unwrap();
+        assert!(last.ping_us.is_some());
+        let s = last.stats.as_ref().unwrap();
+        assert_eq!((s.reads, s.memory_bytes, s.log_utilisation, s.closed_segments_below_r), (7, 64 << 20, 0.5, 2));
+        let p = PartitionStats { recovery: 4, partition: 1, done: true, bytes: 1000, ..Default::default() };
+        assert_eq!(s.partitions, vec![p]);
+        assert_eq!(accepted.load(Ordering::Relaxed), 1, "one connection for every poll");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_wants_a_password_shows_why_it_has_no_figures() {
+        let (addr, _) = fake_server(Vec::new(), true).await;
+        let h = poll(map_of(addr), 1).await;
+        let last = h.samples.back().unwrap();
+        assert!(last.ping_us.is_some() && last.stats.is_none());
+        assert!(h.error.as_deref().unwrap().contains("log in"), "{:?}", h.error);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_is_gone_gets_empty_samples_and_a_reason() {
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let h = poll(map_of(gone), 1).await;
+        assert!(h.samples.back().unwrap().ping_us.is_none());
+        assert!(h.error.as_deref().unwrap().contains("cannot connect"), "{:?}", h.error);
+    }
 
     #[test]
     fn partition_stat_names() {

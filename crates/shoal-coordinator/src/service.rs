@@ -1102,6 +1102,76 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_server_declared_dead_is_listed_with_why_and_its_recovery_is_timed() {
+        let unused = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let service = Arc::new(
+            Service::open(
+                Arc::new(FlakyStore::default()),
+                None,
+                ProbeConfig { attempts: 1, timeout: Duration::from_millis(50) },
+            )
+            .await
+            .unwrap(),
+        );
+        let (_tx, mut rx) = watch::channel(false);
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let a = unused();
+            let req = ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
+            match service.handle(req, Caller::Unchecked, &mut rx).await {
+                ControlResponse::Enlisted { server, .. } => ids.push(server),
+                other => panic!("{other:?}"),
+            }
+        }
+        let create = ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false };
+        assert!(matches!(service.handle(create, Caller::Unchecked, &mut rx).await, ControlResponse::Table { .. }));
+        assert!(service.observe().failures.is_empty());
+
+        let req = ControlRequest::Suspect { reporter: ids[0], suspect: ids[1] };
+        assert_eq!(service.handle(req, Caller::Unchecked, &mut rx).await, ControlResponse::Ok);
+        let suspects = service.observe().suspects;
+        assert_eq!(suspects.len(), 1);
+        assert_eq!((suspects[0].server, suspects[0].reporter), (ids[1], Some(ids[0])));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while service.observe().failures.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seen = service.observe();
+        assert_eq!(seen.failures.len(), 1);
+        let f = &seen.failures[0];
+        assert_eq!(f.server, ids[1]);
+        assert!(f.reason.contains(&format!("reported unreachable by server {}", ids[0])), "{}", f.reason);
+        assert!(f.reason.contains("pings"), "{}", f.reason);
+        let recovery = f.recovery.expect("it had tablets");
+        assert!(seen.suspects.is_empty());
+        let times = seen.running.iter().find(|t| t.id == recovery).expect("the recovery is timed");
+        assert!(times.detection_ms.is_some() && times.lease_wait_ms.is_some(), "{times:?}");
+        assert!(times.assigned_ms.is_some(), "a server is up to take the partitions");
+    }
+
+    #[tokio::test]
+    async fn a_server_replaced_at_its_address_is_listed_with_why() {
+        let service =
+            Arc::new(Service::open(Arc::new(FlakyStore::default()), None, ProbeConfig::default()).await.unwrap());
+        let (_tx, mut rx) = watch::channel(false);
+        let first = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
+        let second = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
+        let (ControlResponse::Enlisted { server: old, .. }, ControlResponse::Enlisted { server: new, .. }) =
+            (first, second)
+        else {
+            panic!("both enlist");
+        };
+        let failures = service.observe().failures;
+        assert_eq!(failures.len(), 1);
+        assert_eq!((failures[0].server, failures[0].recovery), (old, None));
+        assert!(
+            failures[0].reason.contains(&format!("server {new} enlisted at its address")),
+            "{}",
+            failures[0].reason
+        );
+    }
+
+    #[tokio::test]
     async fn open_refuses_a_corrupt_state() {
         let store = Arc::new(FlakyStore::default());
         *store.bytes.lock() = Some(b"{\"format\":1}".to_vec());

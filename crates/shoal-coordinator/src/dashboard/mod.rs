@@ -188,11 +188,7 @@ fn cluster_view(o: &Observed, samples: &BTreeMap<ServerId, ServerHistory>, contr
                     })
                 })
                 .collect();
-            let phase = if r.partitions.is_empty() {
-                "waiting for a recovery master"
-            } else {
-                "replaying partitions"
-            };
+            let phase = if r.partitions.is_empty() { "waiting for a recovery master" } else { "replaying partitions" };
             json!({
                 "id": r.id,
                 "dead": r.dead,
