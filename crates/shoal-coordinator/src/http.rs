@@ -65,9 +65,9 @@ async fn serve(listener: TcpListener, router: Router, mut shutdown: watch::Recei
                         let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
                         connections.spawn(async move {
                             let _permit = permit;
-                            match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
-                                Ok(Err(e)) => debug!("HTTP connection from {peer}: {e}"),
-                                Ok(Ok(())) | Err(_) => {}
+                            // Past its lifetime the connection is dropped (closed).
+                            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+                                debug!("HTTP connection from {peer}: {e}");
                             }
                         });
                     }
