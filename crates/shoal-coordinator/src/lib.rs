@@ -16,10 +16,18 @@
 //! * [`state`]: the decision-making core, a pure state machine with no
 //!   I/O ([`ClusterState`]), crash recovery planning included;
 //! * [`store`]: durability ([`StateStore`], [`DirStore`]).
+//!
+//! Beside them, with `--metrics-port`: `http.rs`, a bounded HTTP listener,
+//! serving the dashboard (`dashboard/`), whose per-server figures come from
+//! `sampler.rs` (each server's native STATS, polled once a second). None of
+//! it reaches the state machine.
 
 mod config;
+mod dashboard;
+mod http;
 pub mod lease;
 pub mod probe;
+mod sampler;
 mod server;
 mod service;
 pub mod state;
@@ -52,6 +60,9 @@ pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
         coordinator.local_addr(),
         config.data_dir.display()
     );
+    if let Some(http) = coordinator.http_addr() {
+        tracing::info!("dashboard on http://{http}/ (HTTP listener of --metrics-port)");
+    }
     let name = tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",

@@ -20,6 +20,9 @@
 //! any request is read.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
+use crate::dashboard::{self, Dashboard};
+use crate::http;
+use crate::sampler::Sampler;
 use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
 use shoal_cluster::auth::{self, ClusterSecret, IpSlot, PerIpLimit, Port, Session, HANDSHAKE_TIMEOUT};
@@ -53,6 +56,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Dropping the handle shuts the coordinator down without waiting.
 pub struct Coordinator {
     addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
     service: Arc<Service>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -92,8 +96,17 @@ impl Coordinator {
             per_ip: config.max_connections_per_ip.max(1),
             secret: config.secret.clone(),
         };
+        let http_addr = match config.metrics_listen {
+            Some(at) => Some(start_http(at, addr, &service, &shutdown).await?),
+            None => None,
+        };
         let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
-        Ok(Coordinator { addr, service, shutdown, task: Some(task) })
+        Ok(Coordinator { addr, http_addr, service, shutdown, task: Some(task) })
+    }
+
+    /// The address of the HTTP listener (the dashboard), if it has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// The address the control protocol listens on.
@@ -125,6 +138,24 @@ impl Drop for Coordinator {
     fn drop(&mut self) {
         self.shutdown.send_replace(true);
     }
+}
+
+/// Binds the HTTP listener at `at` and serves the dashboard on it, with
+/// the poller of the servers' statistics it shows; both stop at shutdown.
+/// Returns the bound address.
+async fn start_http(
+    at: SocketAddr,
+    control: SocketAddr,
+    service: &Arc<Service>,
+    shutdown: &watch::Sender<bool>,
+) -> Result<SocketAddr, CoordinatorError> {
+    let listener = TcpListener::bind(at).await.map_err(|source| CoordinatorError::Bind { addr: at, source })?;
+    let bound = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: at, source })?;
+    let sampler = Arc::new(Sampler::default());
+    tokio::spawn(sampler.clone().run(service.map_watch(), shutdown.subscribe()));
+    let routes = dashboard::routes(Dashboard { service: service.clone(), sampler, control });
+    http::spawn(listener, routes, shutdown.subscribe());
+    Ok(bound)
 }
 
 /// What the listener enforces on every connection.

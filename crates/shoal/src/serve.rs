@@ -25,6 +25,10 @@ pub struct ServerCommand {
     pub server: ServerArgs,
 }
 
+/// Default port of the dashboard of `shoal local` (the coordinator's
+/// `--metrics-port`).
+pub const DEFAULT_METRICS_PORT: u16 = 9600;
+
 #[derive(clap::Args, Debug)]
 pub struct LocalCommand {
     /// Servers to start; each is a master and a backup.
@@ -42,6 +46,12 @@ pub struct LocalCommand {
     /// Port of the coordinator; 0 picks a free port.
     #[arg(long, default_value_t = 7600, value_name = "PORT")]
     pub coordinator_port: u16,
+    /// Port of the coordinator's HTTP listener, whose / is the cluster's
+    /// live dashboard (docs/observability.md); 0 picks a free port.
+    /// [default: 9600, or a free port when --coordinator-port is 0, so
+    /// that clusters started side by side on free ports never collide]
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
     /// Native protocol port of the first server; server i uses this + i.
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_NATIVE_PORT, value_name = "PORT")]
@@ -292,6 +302,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     if let Some(r) = cmd.replicas {
         args.extend(["--replicas".into(), r.to_string()]);
     }
+    let metrics_port = cmd.metrics_port.unwrap_or(if cmd.coordinator_port == 0 { 0 } else { DEFAULT_METRICS_PORT });
+    let dashboard: SocketAddr = SocketAddr::new(coordinator.ip(), pick_port(metrics_port)?);
+    args.extend(["--metrics-port".into(), dashboard.port().to_string()]);
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
     wait_for_coordinator(coordinator, &log, deadline, &mut procs.0[0].1)?;
@@ -355,6 +368,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         cmd.servers, cmd.memory, map.replicas
     );
     println!("  coordinator:     {coordinator}");
+    println!("  dashboard:       http://{dashboard}/");
     let mut servers: Vec<_> = map.servers.iter().filter(|s| s.state != ServerState::Down).collect();
     servers.sort_by_key(|s| s.id);
     // The map does not carry memcached addresses: server i's is the
