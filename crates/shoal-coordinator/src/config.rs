@@ -98,6 +98,13 @@ pub struct CoordinatorArgs {
     /// so that one client cannot starve the servers' connections.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_IP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_connections_per_ip: usize,
+
+    /// Serve /metrics (Prometheus text format: requests, cluster map,
+    /// leases, recoveries; docs/observability.md) over HTTP on this port,
+    /// on the address of --listen; 0 picks a free port (logged). Without it
+    /// no HTTP port is opened.
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -131,6 +138,9 @@ pub struct CoordinatorConfig {
     /// Open control connections beyond this from one IP address are
     /// answered with an error and closed.
     pub max_connections_per_ip: usize,
+    /// Address of the HTTP listener serving `/metrics`; port 0 picks a
+    /// free one. `None`: no HTTP listener.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for CoordinatorConfig {
@@ -149,6 +159,7 @@ impl Default for CoordinatorConfig {
             lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
             secret: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            metrics_listen: None,
         }
     }
 }
@@ -174,6 +185,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             lease: Duration::from_millis(args.lease_ms),
             secret,
             max_connections_per_ip: args.max_connections_per_ip,
+            metrics_listen: args.metrics_port.map(|port| SocketAddr::new(args.listen.ip(), port)),
             ..CoordinatorConfig::default()
         })
     }
@@ -228,6 +240,7 @@ mod tests {
         assert_eq!(config.log_level, "info");
         assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(config.probe, ProbeConfig::default());
+        assert_eq!(config.metrics_listen, None);
 
         let cli = Cli::parse_from([
             "c",
@@ -246,9 +259,12 @@ mod tests {
             "--insecure-no-secret",
             "--max-connections-per-ip",
             "5",
+            "--metrics-port",
+            "9600",
         ]);
         let config = CoordinatorConfig::try_from(cli.args).unwrap();
         assert_eq!(config.max_connections_per_ip, 5);
+        assert_eq!(config.metrics_listen, Some("0.0.0.0:9600".parse().unwrap()));
         assert_eq!(config.listen, "0.0.0.0:9".parse().unwrap());
         assert_eq!(config.data_dir, PathBuf::from("/x"));
         assert_eq!(config.replicas, Some(2));

@@ -15,10 +15,14 @@
 //!   crash recoveries;
 //! * [`state`]: the decision-making core, a pure state machine with no
 //!   I/O ([`ClusterState`]), crash recovery planning included;
-//! * [`store`]: durability ([`StateStore`], [`DirStore`]).
+//! * [`store`]: durability ([`StateStore`], [`DirStore`]);
+//! * `http.rs` and `metrics.rs`: the HTTP listener (`--metrics-port`) and
+//!   its `/metrics`, read from the service at scrape time.
 
 mod config;
+mod http;
 pub mod lease;
+mod metrics;
 pub mod probe;
 mod server;
 mod service;
@@ -52,6 +56,9 @@ pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
         coordinator.local_addr(),
         config.data_dir.display()
     );
+    if let Some(addr) = coordinator.metrics_addr() {
+        tracing::info!("shoal coordinator metrics on http://{addr}/metrics");
+    }
     let name = tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",

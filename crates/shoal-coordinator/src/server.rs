@@ -53,6 +53,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Dropping the handle shuts the coordinator down without waiting.
 pub struct Coordinator {
     addr: SocketAddr,
+    /// The HTTP listener's address (`--metrics-port`), if any.
+    metrics_addr: Option<SocketAddr>,
     service: Arc<Service>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -60,8 +62,8 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// Loads (or creates) the state in `config.data_dir`, listens on
-    /// `config.listen` and serves in the background on the current tokio
-    /// runtime. Errors: the directory cannot be used, the saved state
+    /// `config.listen` (and `config.metrics_listen`) and serves in the
+    /// background on the current tokio runtime. Errors: the directory cannot be used, the saved state
     /// cannot be read or is damaged (it is never overwritten then), or
     /// the address cannot be bound.
     pub async fn start(config: CoordinatorConfig) -> Result<Coordinator, CoordinatorError> {
@@ -86,19 +88,34 @@ impl Coordinator {
             .await
             .map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
+        let metrics = match config.metrics_listen {
+            Some(at) => {
+                Some(TcpListener::bind(at).await.map_err(|source| CoordinatorError::Bind { addr: at, source })?)
+            }
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
         let (shutdown, _) = watch::channel(false);
+        if let Some(metrics) = metrics {
+            tokio::spawn(crate::http::serve(metrics, service.clone(), shutdown.subscribe()));
+        }
         let limits = Limits {
             total: config.max_connections.max(1),
             per_ip: config.max_connections_per_ip.max(1),
             secret: config.secret.clone(),
         };
         let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
-        Ok(Coordinator { addr, service, shutdown, task: Some(task) })
+        Ok(Coordinator { addr, metrics_addr, service, shutdown, task: Some(task) })
     }
 
     /// The address the control protocol listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the HTTP listener serving `/metrics`, if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The current (saved) cluster map.

@@ -1,8 +1,9 @@
 //! Writing metrics at scrape time: a process implements
 //! [`prometheus_client::collector::Collector`] over the figures it already
 //! keeps, and writes each family with one call of [`Scrape`]; [`render`]
-//! encodes the whole in the OpenMetrics text format (what Prometheus
-//! scrapes; [`CONTENT_TYPE`]).
+//! encodes the whole in the OpenMetrics text format (what Prometheus asks
+//! for; [`CONTENT_TYPE`]), and [`render_for`] in the Prometheus text
+//! format 0.0.4 for scrapers that do not ask for OpenMetrics.
 //!
 //! Names are given whole (`shoal_log_bytes`, `shoal_cleaner_passes`), as
 //! `docs/observability.md` lists them; a name ending in `_bytes` or
@@ -17,8 +18,66 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-/// The `Content-Type` of [`render`]'s text.
+/// The `Content-Type` of [`render`]'s text (OpenMetrics 1.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The `Content-Type` of the Prometheus text format 0.0.4 ([`to_text_format`]).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Encodes `collector` for a scraper that sent `accept` (its `Accept`
+/// header): OpenMetrics if it asks for it (Prometheus does), else the
+/// Prometheus text format 0.0.4 (curl, older scrapers). The content type
+/// and the text.
+pub fn render_for(
+    accept: Option<&str>,
+    collector: impl Collector,
+) -> std::result::Result<(&'static str, String), std::fmt::Error> {
+    let text = render(collector)?;
+    Ok(match accept.is_some_and(|a| a.contains("application/openmetrics-text")) {
+        true => (CONTENT_TYPE, text),
+        false => (TEXT_CONTENT_TYPE, to_text_format(&text)),
+    })
+}
+
+/// The Prometheus text format 0.0.4 of an OpenMetrics text as [`render`]
+/// writes it: the same samples, without `# UNIT` and `# EOF` lines, and a
+/// counter family named after its samples (`x_total`), as that format
+/// names it.
+pub fn to_text_format(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's HELP line waits for its TYPE line, which tells its name.
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            if let Some(h) = help.replace(line) {
+                out.push_str(h);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("# TYPE ").and_then(|t| t.strip_suffix(" counter")) {
+            if let Some(h) = help.take() {
+                let text = h.strip_prefix("# HELP ").and_then(|t| t.strip_prefix(name)).unwrap_or("");
+                out.push_str(&format!("# HELP {name}_total{text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name}_total counter\n"));
+            continue;
+        }
+        if let Some(h) = help.take() {
+            out.push_str(h);
+            out.push('\n');
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if let Some(h) = help {
+        out.push_str(h);
+        out.push('\n');
+    }
+    out
+}
 
 /// A set of labels: (name, value) pairs, values from fixed tables only (so
 /// that the number of series stays bounded, whatever clients send).
@@ -51,12 +110,16 @@ impl<'a> Scrape<'a> {
 
     /// A counter without labels; `name` without `_total`.
     pub fn counter(&mut self, name: &str, help: &str, value: impl EncodeCounterValue) -> Result {
-        self.counters(name, help, [(&[][..], value)])
+        let (base, unit) = split_unit(name);
+        let family = self.encoder.encode_descriptor(base, help, unit.as_ref(), MetricType::Counter)?;
+        ConstCounter::new(value).encode(family)
     }
 
     /// A gauge without labels.
     pub fn gauge(&mut self, name: &str, help: &str, value: impl EncodeGaugeValue) -> Result {
-        self.gauges(name, help, [(&[][..], value)])
+        let (base, unit) = split_unit(name);
+        let family = self.encoder.encode_descriptor(base, help, unit.as_ref(), MetricType::Gauge)?;
+        ConstGauge::new(value).encode(family)
     }
 
     /// A counter family: one value per label set.
@@ -142,6 +205,7 @@ mod tests {
         for line in [
             "# TYPE shoal_things counter",
             "shoal_things_total 3",
+            "shoal_pool_bytes 4096",
             "# UNIT shoal_pool_bytes bytes",
             "shoal_pool_bytes 4096",
             "shoal_requests_total{frontend=\"resp\"} 7",
@@ -152,5 +216,25 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn to_text_format_names_counters_after_their_samples_and_drops_openmetrics_lines() {
+        let text = to_text_format(&render(Sample).unwrap());
+        for line in [
+            "# HELP shoal_things_total Things done.",
+            "# TYPE shoal_things_total counter",
+            "shoal_things_total 3",
+            "# HELP shoal_pool_bytes Bytes of the pool.",
+            "# TYPE shoal_pool_bytes gauge",
+            "# TYPE shoal_requests_total counter",
+            "# TYPE shoal_wait_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+        }
+        assert!(!text.contains("# UNIT") && !text.contains("# EOF"), "{text}");
+        let (kind, _) = render_for(Some("application/openmetrics-text;version=1.0.0"), Sample).unwrap();
+        assert_eq!(kind, CONTENT_TYPE);
+        assert_eq!(render_for(Some("*/*"), Sample).unwrap().0, TEXT_CONTENT_TYPE);
     }
 }

@@ -57,6 +57,19 @@ pub struct LocalCommand {
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_BACKUP_PORT, value_name = "PORT")]
     pub backup_port: u16,
+    /// HTTP port of the coordinator's /metrics (Prometheus text format;
+    /// docs/observability.md) [default: the coordinator's port + 2000, so
+    /// 9600; a free port when that is 0].
+    #[arg(long, value_name = "PORT")]
+    pub coordinator_metrics_port: Option<u16>,
+    /// HTTP port of the first server's /metrics; server i uses this + i. 0
+    /// lets every server pick a free port (each logs it) [default: the
+    /// first server's native port + 2000, so 9700; free ports when that is 0].
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
+    /// Open no HTTP port: no /metrics anywhere.
+    #[arg(long, conflicts_with_all = ["metrics_port", "coordinator_metrics_port"])]
+    pub no_metrics: bool,
     /// Memory for objects, per server.
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]
     pub memory: ByteSize,
@@ -128,8 +141,10 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     let a = server.addresses();
     let native = a.native.map_or("off".to_string(), |n| n.to_string());
     let memcached = a.memcached.map_or("off".to_string(), |m| m.to_string());
+    let metrics = a.metrics.map_or("off".to_string(), |m| format!("http://{m}/metrics"));
     tracing::info!(
-        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}",
+        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}, \
+         metrics on {metrics}",
         a.resp
     );
     server.wait();
@@ -180,6 +195,21 @@ impl Drop for Processes {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The HTTP ports of /metrics in `shoal local`: the coordinator's and the
+/// first server's (`None`: no metrics). By default each is its
+/// process's main port + 2000 (7600 -> 9600, 7700 + i -> 9700 + i), and
+/// free ports (0) when the main ports are.
+fn metrics_ports(cmd: &LocalCommand) -> Option<(u16, u16)> {
+    if cmd.no_metrics {
+        return None;
+    }
+    let derived = |port: u16| if port == 0 { 0 } else { port.saturating_add(2000) };
+    Some((
+        cmd.coordinator_metrics_port.unwrap_or(derived(cmd.coordinator_port)),
+        cmd.metrics_port.unwrap_or(derived(cmd.native_port)),
+    ))
 }
 
 fn port(base: u16, i: usize) -> String {
@@ -291,6 +321,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     if let Some(r) = cmd.replicas {
         args.extend(["--replicas".into(), r.to_string()]);
     }
+    let metrics = metrics_ports(cmd);
+    if let Some((port, _)) = metrics {
+        args.extend(["--metrics-port".into(), port.to_string()]);
+    }
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
     wait_for_coordinator(coordinator, &log, deadline, &mut procs.0[0].1)?;
@@ -331,6 +365,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if cmd.cluster_mode {
             args.push("--cluster-mode".into());
         }
+        if let Some((_, base)) = metrics {
+            args.extend(["--metrics-port".into(), port(base, i)]);
+        }
         if let Some(pki) = &pki {
             for (flag, path) in
                 [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)]
@@ -364,15 +401,29 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let memcached = |s: &shoal_cluster::ServerInfo| {
         memcached_addr(s).map_or("on a free port (in its log)".to_string(), |a| a.to_string())
     };
+    // Nor metrics addresses: server i's is the configured port + i.
+    let server_metrics = |s: &shoal_cluster::ServerInfo| match (metrics, cmd.native_port) {
+        (None, _) => "off".to_string(),
+        (Some((_, 0)), _) | (_, 0) => "on a free port (in its log)".to_string(),
+        (Some((_, m)), n) => {
+            format!("http://{}:{}/metrics", s.native.ip(), m.wrapping_add(s.native.port().wrapping_sub(n)))
+        }
+    };
     for s in &servers {
         println!(
-            "  server {}: native protocol {}, Redis protocol {}, memcached protocol {}, backup {}",
+            "  server {}: native protocol {}, Redis protocol {}, memcached protocol {}, backup {}, metrics {}",
             s.id,
             s.native,
             s.resp,
             memcached(s),
-            s.backup
+            s.backup,
+            server_metrics(s)
         );
+    }
+    match metrics {
+        Some((0, _)) => println!("  metrics:         coordinator's on a free port (in {})", log.display()),
+        Some((port, _)) => println!("  metrics:         http://{}:{port}/metrics (coordinator)", coordinator.ip()),
+        None => {}
     }
     // With a password, the hints read it from the environment rather than
     // print it.
