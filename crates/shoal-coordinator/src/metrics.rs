@@ -61,31 +61,31 @@ impl Collector for CoordinatorMetrics {
         )?;
         s.gauge("shoal_coordinator_leases_held", "Master leases held now.", f.leases_held as u64)?;
         s.gauge("shoal_coordinator_lease_seconds", "Length of a master lease (--lease-ms).", f.lease.as_secs_f64())?;
-        s.gauge("shoal_recoveries_running", "Crash recoveries under way.", map.recoveries.len() as u64)?;
+        s.gauge("shoal_coordinator_recoveries_running", "Crash recoveries under way.", map.recoveries.len() as u64)?;
         s.counter(
-            "shoal_recoveries_finished",
+            "shoal_coordinator_recoveries_finished",
             "Crash recoveries that finished since this coordinator started.",
             f.recoveries_finished,
         )?;
         let parts = map.recoveries.iter().flat_map(|r| &r.partitions);
         let (done, all) = parts.fold((0u64, 0u64), |(d, a), p| (d + u64::from(p.done), a + 1));
         s.gauges(
-            "shoal_recovery_partitions_planned",
+            "shoal_coordinator_recovery_partitions",
             "Partitions of the crash recoveries under way, by state.",
             [(&[("state", "done")][..], done), (&[("state", "pending")][..], all - done)],
         )?;
         s.gauge(
-            "shoal_recovery_replayed_objects",
+            "shoal_coordinator_recovery_reported_objects",
             "Objects the recovery masters reported replayed, over the recoveries under way.",
             f.running.iter().map(|r| r.objects).sum::<u64>(),
         )?;
         s.gauge(
-            "shoal_recovery_reported_bytes",
+            "shoal_coordinator_recovery_reported_bytes",
             "Bytes the recovery masters reported replayed, over the recoveries under way.",
             f.running.iter().map(|r| r.bytes).sum::<u64>(),
         )?;
         s.gauge(
-            "shoal_recovery_elapsed_seconds",
+            "shoal_coordinator_recovery_elapsed_seconds",
             "Time since the longest-running recovery under way began (0: none).",
             f.running.iter().map(|r| r.elapsed.as_secs_f64()).fold(0.0, f64::max),
         )?;
@@ -99,7 +99,7 @@ impl Collector for CoordinatorMetrics {
             phases.push((&[("phase", "replay")][..], secs(ms)));
         }
         s.gauges(
-            "shoal_last_recovery_seconds",
+            "shoal_coordinator_last_recovery_seconds",
             "The last finished recovery's phases: detection (first suspicion to declaration), replay (the longest \
              partition's), total (declaration to the last partition).",
             phases,

@@ -34,6 +34,17 @@ fn value(text: &str, sample: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
 }
 
+/// Checks that docs/observability.md lists every family of `text` (a
+/// scrape in the text format).
+fn documented(text: &str) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/observability.md")).unwrap();
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("# TYPE ").and_then(|t| t.split(' ').next()) {
+            assert!(doc.contains(&format!("`{name}`")), "docs/observability.md does not list {name}");
+        }
+    }
+}
+
 /// Runs `metrics_check.py` on two scrapes and an OpenMetrics one, with
 /// samples that must have moved between them.
 fn python_check(name: &str, first: &str, second: &str, openmetrics: &str, moved: &[&str]) {
@@ -137,6 +148,7 @@ fn server_metrics_count_every_front_end_and_parse() {
     assert!(
         value(&second, r#"shoal_request_duration_seconds_bucket{le="+Inf",frontend="resp",command="set"}"#) >= 20.0
     );
+    documented(&second);
     let om = scrape(metrics, true);
     assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
     python_check(
@@ -172,6 +184,8 @@ fn cluster_and_coordinator_metrics_move_with_writes_and_parse() {
     assert_eq!(value(&second, "shoal_cluster_replicas"), 1.0);
     assert!(value(&second, "shoal_backup_buffers") > 0.0);
     assert_eq!(value(&coordinator_second, r#"shoal_cluster_servers{state="up"}"#), 2.0);
+    documented(&second);
+    documented(&coordinator_second);
     python_check(
         "server-in-cluster",
         &first,
