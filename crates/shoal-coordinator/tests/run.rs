@@ -22,6 +22,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         cluster_secret_file: Some(secret_file(dir.path())),
         insecure_no_secret: false,
         max_connections_per_ip: 64,
+        metrics_port: None,
     };
     let running = tokio::spawn(run(args.clone()));
 

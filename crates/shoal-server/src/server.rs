@@ -231,7 +231,7 @@ async fn serve(
 ) {
     let tracker = ConnectionTracker::default();
     let Listeners { resp, native, memcached, metrics } = listeners;
-    let tokio_listener = |l: std::net::TcpListener| TcpListener::from_std(l);
+    let tokio_listener = TcpListener::from_std;
     let (resp, native) = match (tokio_listener(resp), tokio_listener(native)) {
         (Ok(r), Ok(n)) => (r, n),
         (Err(e), _) | (_, Err(e)) => {
