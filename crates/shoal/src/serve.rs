@@ -141,10 +141,12 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     let a = server.addresses();
     let native = a.native.map_or("off".to_string(), |n| n.to_string());
     let memcached = a.memcached.map_or("off".to_string(), |m| m.to_string());
-    let metrics = a.metrics.map_or("off".to_string(), |m| format!("http://{m}/metrics"));
+    if let Some(m) = a.metrics {
+        tracing::info!("shoal server metrics on http://{m}/metrics");
+    }
+    // The Redis address ends the line: tools read it from there.
     tracing::info!(
-        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}, \
-         metrics on {metrics}",
+        "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}",
         a.resp
     );
     server.wait();
