@@ -53,6 +53,8 @@ func (n *netns) ip(i int) string {
 var (
 	nsMu   sync.Mutex
 	nsLive *netns
+	// nsSeq numbers the scenarios of this run that made namespaces.
+	nsSeq int
 )
 
 func ipCmd(args ...string) error {
@@ -72,8 +74,12 @@ func netnsOptions(o clusterOptions) (clusterOptions, func() error, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return o, nil, fmt.Errorf("the partition scenario needs ip (iproute2): %v", err)
 	}
+	// A prefix of its own per scenario: a namespace's veth pair may
+	// outlive `ip netns del` for a while (the kernel tears namespaces
+	// down in the background), so the next scenario must not reuse names.
 	id := os.Getpid() % 10000
-	n := &netns{prefix: fmt.Sprintf("lz%d", id), subnet: fmt.Sprintf("10.213.%d", id%250+1)}
+	nsSeq++
+	n := &netns{prefix: fmt.Sprintf("lz%d%c", id, 'a'+rune(nsSeq%26)), subnet: fmt.Sprintf("10.213.%d", id%250+1)}
 	n.bridge = n.prefix + "br"
 	n.names = append(n.names, n.prefix+"c")
 	n.ips = append(n.ips, n.subnet+".2")
@@ -175,8 +181,11 @@ func cleanupNetns() {
 	// The root namespace's routes (partition-clients) do not go with the
 	// namespaces.
 	_ = n.healAll()
-	for _, name := range n.names {
-		_ = exec.Command("ip", "netns", "del", name).Run() // its veth pair goes with it
+	for i, name := range n.names {
+		// Deleting the host end removes the pair at once; the namespace's
+		// own teardown would take it only later.
+		_ = exec.Command("ip", "link", "del", fmt.Sprintf("%sh%d", n.prefix, i)).Run()
+		_ = exec.Command("ip", "netns", "del", name).Run()
 	}
 	_ = exec.Command("ip", "link", "del", n.bridge).Run()
 }

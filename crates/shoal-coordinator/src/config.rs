@@ -99,10 +99,12 @@ pub struct CoordinatorArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_IP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_connections_per_ip: usize,
 
-    /// Serve /metrics (Prometheus text format: requests, cluster map,
-    /// leases, recoveries; docs/observability.md) over HTTP on this port,
-    /// on the address of --listen; 0 picks a free port (logged). Without it
-    /// no HTTP port is opened.
+    /// Port of the coordinator's HTTP listener, on the address of --listen:
+    /// /metrics (Prometheus text format: requests, cluster map, leases,
+    /// recoveries) and the live dashboard at / (docs/observability.md). 0
+    /// picks a free port (logged). Without it, no HTTP listener is opened
+    /// (neither /metrics nor the dashboard) and servers are not polled for
+    /// the dashboard.
     #[arg(long, value_name = "PORT")]
     pub metrics_port: Option<u16>,
 }
@@ -138,8 +140,8 @@ pub struct CoordinatorConfig {
     /// Open control connections beyond this from one IP address are
     /// answered with an error and closed.
     pub max_connections_per_ip: usize,
-    /// Address of the HTTP listener serving `/metrics`; port 0 picks a
-    /// free one. `None`: no HTTP listener.
+    /// Address of the HTTP listener (`/metrics` and the dashboard); `None`:
+    /// none. Port 0 picks a free one ([`Coordinator::http_addr`](crate::Coordinator::http_addr) tells it).
     pub metrics_listen: Option<SocketAddr>,
 }
 

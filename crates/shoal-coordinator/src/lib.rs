@@ -15,15 +15,22 @@
 //!   crash recoveries;
 //! * [`state`]: the decision-making core, a pure state machine with no
 //!   I/O ([`ClusterState`]), crash recovery planning included;
-//! * [`store`]: durability ([`StateStore`], [`DirStore`]);
-//! * `http.rs` and `metrics.rs`: the HTTP listener (`--metrics-port`) and
-//!   its `/metrics`, read from the service at scrape time.
+//! * [`store`]: durability ([`StateStore`], [`DirStore`]).
+//!
+//! Beside them, with `--metrics-port`: one HTTP listener (`http.rs`: the
+//! routes, served by `shoal_http`'s bounded listener, as servers' are)
+//! serving `/metrics` (`metrics.rs`, read from the service at scrape time)
+//! and the dashboard (`dashboard/`), whose per-server figures come from
+//! `sampler.rs` (each server's native STATS, polled once a second). None of
+//! it reaches the state machine.
 
 mod config;
+mod dashboard;
 mod http;
 pub mod lease;
 mod metrics;
 pub mod probe;
+mod sampler;
 mod server;
 mod service;
 pub mod state;
@@ -56,8 +63,8 @@ pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
         coordinator.local_addr(),
         config.data_dir.display()
     );
-    if let Some(addr) = coordinator.metrics_addr() {
-        tracing::info!("shoal coordinator metrics on http://{addr}/metrics");
+    if let Some(http) = coordinator.http_addr() {
+        tracing::info!("shoal coordinator metrics on http://{http}/metrics, dashboard on http://{http}/");
     }
     let name = tokio::select! {
         _ = term.recv() => "SIGTERM",

@@ -95,13 +95,20 @@ impl Collector for CoordinatorMetrics {
         if let Some(ms) = last.detection_ms {
             phases.push((&[("phase", "detection")][..], secs(ms)));
         }
+        if let Some(ms) = last.lease_wait_ms {
+            phases.push((&[("phase", "lease_wait")][..], secs(ms)));
+        }
+        if let Some(ms) = last.assigned_ms {
+            phases.push((&[("phase", "assigned")][..], secs(ms)));
+        }
         if let Some(ms) = last.replay_ms {
             phases.push((&[("phase", "replay")][..], secs(ms)));
         }
         s.gauges(
             "shoal_coordinator_last_recovery_seconds",
-            "The last finished recovery's phases: detection (first suspicion to declaration), replay (the longest \
-             partition's), total (declaration to the last partition).",
+            "The last finished recovery's phases: detection (first suspicion to declaration), lease_wait (the part \
+             of detection waiting for the dead server's lease), assigned (declaration to partitions assigned), \
+             replay (the longest partition's), total (declaration to the last partition).",
             phases,
         )
     }

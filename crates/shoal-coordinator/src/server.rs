@@ -20,6 +20,7 @@
 //! any request is read.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
+use crate::http;
 use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
 use shoal_cluster::auth::{self, ClusterSecret, IpSlot, PerIpLimit, Port, Session, HANDSHAKE_TIMEOUT};
@@ -53,8 +54,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Dropping the handle shuts the coordinator down without waiting.
 pub struct Coordinator {
     addr: SocketAddr,
-    /// The HTTP listener's address (`--metrics-port`), if any.
-    metrics_addr: Option<SocketAddr>,
+    /// The HTTP listener's address (`--metrics-port`: `/metrics` and the
+    /// dashboard), if any.
+    http_addr: Option<SocketAddr>,
     service: Arc<Service>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -88,34 +90,29 @@ impl Coordinator {
             .await
             .map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: config.listen, source })?;
-        let metrics = match config.metrics_listen {
-            Some(at) => {
-                Some(TcpListener::bind(at).await.map_err(|source| CoordinatorError::Bind { addr: at, source })?)
-            }
-            None => None,
-        };
-        let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
         let (shutdown, _) = watch::channel(false);
-        if let Some(metrics) = metrics {
-            tokio::spawn(crate::http::serve(metrics, service.clone(), shutdown.subscribe()));
-        }
         let limits = Limits {
             total: config.max_connections.max(1),
             per_ip: config.max_connections_per_ip.max(1),
             secret: config.secret.clone(),
         };
+        let http_addr = match config.metrics_listen {
+            Some(at) => Some(http::start(at, addr, &service, &shutdown).await?),
+            None => None,
+        };
         let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
-        Ok(Coordinator { addr, metrics_addr, service, shutdown, task: Some(task) })
+        Ok(Coordinator { addr, http_addr, service, shutdown, task: Some(task) })
+    }
+
+    /// The address of the HTTP listener (`/metrics` and the dashboard), if
+    /// it has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// The address the control protocol listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// The address of the HTTP listener serving `/metrics`, if it has one.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_addr
     }
 
     /// The current (saved) cluster map.

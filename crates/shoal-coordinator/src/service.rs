@@ -44,6 +44,9 @@ use tracing::{debug, error, info, warn};
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
 /// Finished recoveries `stats` remembers (since this process started).
 pub const FINISHED_RECOVERIES_KEPT: usize = 16;
+/// Servers declared dead that the dashboard lists (since this process
+/// started), the latest last.
+pub const FAILURES_KEPT: usize = 16;
 
 /// What a control connection proved, decided when it opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +121,8 @@ pub(crate) struct Service {
     pub(crate) connections: AtomicUsize,
     detection: parking_lot::Mutex<Detection>,
     clock: parking_lot::Mutex<RecoveryClock>,
+    /// The last servers declared dead, oldest first.
+    failures: parking_lot::Mutex<VecDeque<Failure>>,
     /// Per server, the highest map version it said it holds (`watch_map`).
     seen: parking_lot::Mutex<BTreeMap<ServerId, u64>>,
     /// This process resumed a cluster with servers: suspicions of a server
@@ -135,6 +140,89 @@ pub(crate) struct Service {
 struct Detection {
     checking: BTreeSet<ServerId>,
     first_suspect: BTreeMap<ServerId, Instant>,
+    /// The server that first reported each suspect.
+    reporter: BTreeMap<ServerId, ServerId>,
+    /// Suspects that answered no PING and wait for their lease to end
+    /// before they are declared dead.
+    condemned: BTreeMap<ServerId, Condemned>,
+}
+
+impl Detection {
+    /// Forgets what was noted of `server`'s suspicion (it answered, or was
+    /// declared dead and its failure recorded).
+    fn forget(&mut self, server: ServerId) {
+        self.first_suspect.remove(&server);
+        self.reporter.remove(&server);
+        self.condemned.remove(&server);
+    }
+}
+
+/// A suspect that answered none of the coordinator's PINGs.
+struct Condemned {
+    /// When its last PING failed.
+    at: Instant,
+    /// When its lease surely ended: it is declared dead then.
+    until: Instant,
+    /// The last PING's failure.
+    why: String,
+}
+
+/// A server declared dead, as the dashboard lists it (`FAILURES_KEPT` of
+/// them, since this process started).
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct Failure {
+    pub server: ServerId,
+    pub native: std::net::SocketAddr,
+    pub unix_ms: u64,
+    pub reason: String,
+    /// The recovery of its tablets; `None` if it had none.
+    pub recovery: Option<u64>,
+}
+
+/// A suspect being checked now (not yet declared dead).
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct SuspectView {
+    pub server: ServerId,
+    pub reporter: Option<ServerId>,
+    /// Since it was first reported.
+    pub suspected_ms: Option<u64>,
+    /// "pinging" (the coordinator's PINGs are under way) or "waiting for
+    /// its lease to end" (it answered none; declared dead when it ended).
+    pub phase: &'static str,
+    pub lease_left_ms: Option<u64>,
+    pub why: Option<String>,
+}
+
+/// The times this process saw of a recovery under way (`RecoveryClock`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct RecoveryTimes {
+    pub id: u64,
+    /// Since it was declared.
+    pub elapsed_ms: u64,
+    /// First `suspect` to declaration (lease wait included).
+    pub detection_ms: Option<u64>,
+    /// The part of detection spent waiting for the dead server's lease.
+    pub lease_wait_ms: Option<u64>,
+    /// Declaration to partitions assigned to recovery masters.
+    pub assigned_ms: Option<u64>,
+    /// Per finished partition, declaration to its report.
+    pub done_ms: BTreeMap<u32, u64>,
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// What the dashboard shows of the coordinator itself: the published map
+/// and what this process saw happen (`Service::observe`).
+pub(crate) struct Observed {
+    pub map: Arc<ClusterMap>,
+    pub uptime: Duration,
+    pub requests: u64,
+    pub connections: usize,
+    pub leases_held: usize,
+    pub suspects: Vec<SuspectView>,
+    pub running: Vec<RecoveryTimes>,
+    pub finished: Vec<serde_json::Value>,
+    pub failures: Vec<Failure>,
 }
 
 /// What this process saw of each recovery: when its phases happened and
@@ -154,6 +242,10 @@ struct Running {
     declared: Instant,
     /// First `suspect` to declaration; `None` if not declared by detection.
     detection: Option<Duration>,
+    /// The part of `detection` spent waiting for the lease to end.
+    lease_wait: Option<Duration>,
+    /// Declaration to the first assignment of its partitions.
+    assigned: Option<Duration>,
     objects: u64,
     bytes: u64,
     replay_ms: u64,
@@ -225,6 +317,8 @@ impl Service {
                     dead: r.dead,
                     declared: now.checked_sub(age).unwrap_or(now),
                     detection: None,
+                    lease_wait: None,
+                    assigned: None,
                     objects: 0,
                     bytes: 0,
                     replay_ms: 0,
@@ -245,6 +339,7 @@ impl Service {
             connections: AtomicUsize::new(0),
             detection: Default::default(),
             clock: parking_lot::Mutex::new(clock),
+            failures: Default::default(),
             seen: Default::default(),
             resumed,
             restart_grace: Duration::from_millis(crate::config::DEFAULT_RESTART_GRACE_MS),
@@ -256,6 +351,11 @@ impl Service {
     /// The last published (durable) map.
     pub(crate) fn map(&self) -> Arc<ClusterMap> {
         self.map.borrow().clone()
+    }
+
+    /// Follows the published map.
+    pub(crate) fn map_watch(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.subscribe()
     }
 
     /// The server a connection proved by presenting `credential` for `id`
@@ -416,6 +516,8 @@ impl Service {
 
     /// What the coordinator's metrics report (`metrics.rs`), read without
     /// the state lock: counters, the published map, leases, recoveries.
+    /// Recovery times come from the same bookkeeping (`RecoveryClock`) as
+    /// the dashboard's ([`observe`](Self::observe)).
     pub(crate) fn figures(&self) -> Figures {
         let now = Instant::now();
         let (lease, leases_held) = {
@@ -440,9 +542,64 @@ impl Service {
                 .collect(),
             last_finished: clock.finished.back().map(|f| FinishedFigures {
                 detection_ms: ms(&f["detection_ms"]),
+                lease_wait_ms: ms(&f["lease_wait_ms"]),
+                assigned_ms: ms(&f["assigned_ms"]),
                 replay_ms: ms(&f["replay_ms"]),
                 total_ms: ms(&f["total_ms"]).unwrap_or(0),
             }),
+        }
+    }
+
+    /// What the dashboard shows of the coordinator: the published map,
+    /// suspects being checked, recoveries' times, the last failures.
+    /// Takes no lock that a request holds while it waits.
+    pub(crate) fn observe(&self) -> Observed {
+        let now = Instant::now();
+        let suspects = {
+            let d = self.detection.lock();
+            d.checking
+                .iter()
+                .map(|&server| {
+                    let condemned = d.condemned.get(&server);
+                    SuspectView {
+                        server,
+                        reporter: d.reporter.get(&server).copied(),
+                        suspected_ms: d.first_suspect.get(&server).map(|t| millis(now.saturating_duration_since(*t))),
+                        phase: if condemned.is_some() { "waiting for its lease to end" } else { "pinging" },
+                        lease_left_ms: condemned.map(|c| millis(c.until.saturating_duration_since(now))),
+                        why: condemned.map(|c| c.why.clone()),
+                    }
+                })
+                .collect()
+        };
+        let (running, finished) = {
+            let clock = self.clock.lock();
+            let running = clock
+                .running
+                .iter()
+                .map(|(&id, run)| RecoveryTimes {
+                    id,
+                    elapsed_ms: millis(now.saturating_duration_since(run.declared)),
+                    detection_ms: run.detection.map(millis),
+                    lease_wait_ms: run.lease_wait.map(millis),
+                    assigned_ms: run.assigned.map(millis),
+                    done_ms: run.done_ms.clone(),
+                    objects: run.objects,
+                    bytes: run.bytes,
+                })
+                .collect();
+            (running, clock.finished.iter().cloned().collect())
+        };
+        Observed {
+            map: self.map(),
+            uptime: self.started.elapsed(),
+            requests: self.requests.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
+            leases_held: self.leases.lock().held(now),
+            suspects,
+            running,
+            finished,
+            failures: self.failures.lock().iter().cloned().collect(),
         }
     }
 
@@ -473,6 +630,7 @@ impl Service {
                 return debug!("server {reporter} suspects server {suspect}, which is being checked already");
             }
             d.first_suspect.entry(suspect).or_insert_with(Instant::now);
+            d.reporter.entry(suspect).or_insert(reporter);
         }
         info!("server {reporter} cannot reach server {suspect}; pinging it at {native}");
         let this = self.clone();
@@ -481,13 +639,15 @@ impl Service {
             match verdict {
                 Ok(()) => {
                     info!("server {suspect} answers a ping; it stays up");
-                    this.detection.lock().first_suspect.remove(&suspect);
+                    this.detection.lock().forget(suspect);
                 }
                 Err(_) if *shutdown.borrow() => {}
                 Err(why) => {
                     // Nobody else serves its tablets while it may still hold
                     // a lease (docs/recovery.md, "Leases").
                     let until = this.leases.lock().condemn((suspect, log));
+                    let condemned = Condemned { at: Instant::now(), until, why: why.clone() };
+                    this.detection.lock().condemned.insert(suspect, condemned);
                     warn!(
                         "server {suspect} at {native} answered none of {} pings ({why}); declaring it dead once \
                          its lease has ended ({} ms)",
@@ -497,7 +657,9 @@ impl Service {
                     tokio::select! {
                         _ = tokio::time::sleep_until(until.into()) => {}
                         _ = shutdown.wait_for(|s| *s) => {
-                            this.detection.lock().checking.remove(&suspect);
+                            let mut d = this.detection.lock();
+                            d.checking.remove(&suspect);
+                            d.condemned.remove(&suspect);
                             return;
                         }
                     }
@@ -510,11 +672,13 @@ impl Service {
                     let resp = this.commit("declare_dead", declare, |_, _, _| {});
                     if let ControlResponse::Error { message, .. } = resp.await {
                         error!("server {suspect} could not be declared dead: {message}");
-                        this.detection.lock().first_suspect.remove(&suspect);
+                        this.detection.lock().forget(suspect);
                     }
                 }
             }
-            this.detection.lock().checking.remove(&suspect);
+            let mut d = this.detection.lock();
+            d.checking.remove(&suspect);
+            d.condemned.remove(&suspect);
         });
     }
 
@@ -612,13 +776,50 @@ impl Service {
     }
 
     /// Logs and times what a saved change did to recoveries: declared,
-    /// (re)assigned, finished.
+    /// (re)assigned, finished. Records the servers it declared dead
+    /// (`failures`), with why.
     fn track_recoveries(&self, before: &ClusterMap, after: &ClusterMap) {
+        // Per server declared dead by this change: its detection time and
+        // lease wait, taken from what failure detection noted.
+        let mut declared: BTreeMap<ServerId, (Option<Duration>, Option<Duration>)> = BTreeMap::new();
+        for s in &after.servers {
+            let was = before.server(s.id).map(|b| b.state);
+            if s.state != ServerState::Down || !was.is_some_and(|w| w != ServerState::Down) {
+                continue;
+            }
+            let recovery = after.recoveries.iter().find(|r| r.dead == s.id).map(|r| r.id);
+            if recovery.is_none() && !before.recoveries.iter().any(|r| r.dead == s.id) {
+                info!("server {} declared dead; it had no tablets, its logs are free", s.id);
+            }
+            let (first, reporter, condemned) = {
+                let mut d = self.detection.lock();
+                (d.first_suspect.remove(&s.id), d.reporter.remove(&s.id), d.condemned.remove(&s.id))
+            };
+            let reason = match (&condemned, reporter) {
+                (Some(c), reporter) => format!(
+                    "{}answered none of the coordinator's {} pings ({}); declared dead once its lease had ended",
+                    reporter.map_or(String::new(), |r| format!("reported unreachable by server {r}; ")),
+                    self.probe.attempts,
+                    c.why
+                ),
+                (None, _) => match after.servers.iter().find(|o| o.id != s.id && o.native == s.native) {
+                    Some(o) => format!("server {} enlisted at its address {}", o.id, s.native),
+                    None => "declared dead".to_string(),
+                },
+            };
+            let mut failures = self.failures.lock();
+            failures.push_back(Failure { server: s.id, native: s.native, unix_ms: unix_ms(), reason, recovery });
+            while failures.len() > FAILURES_KEPT {
+                failures.pop_front();
+            }
+            let lease_wait = condemned.map(|c| c.until.saturating_duration_since(c.at));
+            declared.insert(s.id, (first.map(|t| t.elapsed()), lease_wait));
+        }
         let mut clock = self.clock.lock();
         for r in &after.recoveries {
             let old = before.recoveries.iter().find(|o| o.id == r.id);
             if old.is_none() {
-                let detection = self.detection.lock().first_suspect.remove(&r.dead).map(|t| t.elapsed());
+                let (detection, lease_wait) = declared.remove(&r.dead).unwrap_or_default();
                 info!(
                     "server {} declared dead{}: recovery {} of logs {:?}, fenced at version {}",
                     r.dead,
@@ -633,6 +834,8 @@ impl Service {
                         dead: r.dead,
                         declared: Instant::now(),
                         detection,
+                        lease_wait,
+                        assigned: None,
                         objects: 0,
                         bytes: 0,
                         replay_ms: 0,
@@ -645,6 +848,9 @@ impl Service {
                     warn!("recovery {}: no server is up to recover server {}; waiting for one", r.id, r.dead);
                 } else {
                     info!("recovery {}: {}", r.id, describe_partitions(r));
+                    if let Some(run) = clock.running.get_mut(&r.id) {
+                        run.assigned.get_or_insert(run.declared.elapsed());
+                    }
                 }
             }
             if let Some(old) = old {
@@ -676,16 +882,6 @@ impl Service {
             clock.finished_count += 1;
             while clock.finished.len() > FINISHED_RECOVERIES_KEPT {
                 clock.finished.pop_front();
-            }
-        }
-        for s in &after.servers {
-            let was = before.server(s.id).map(|b| b.state);
-            if s.state == ServerState::Down && was.is_some_and(|w| w != ServerState::Down) {
-                if !after.recoveries.iter().any(|r| r.dead == s.id) && !before.recoveries.iter().any(|r| r.dead == s.id)
-                {
-                    info!("server {} declared dead; it had no tablets, its logs are free", s.id);
-                }
-                self.detection.lock().first_suspect.remove(&s.id);
             }
         }
     }
@@ -801,6 +997,10 @@ pub(crate) struct RunningFigures {
 /// A finished recovery's phase times (`None`: not known to this process).
 pub(crate) struct FinishedFigures {
     pub detection_ms: Option<u64>,
+    /// The part of detection spent waiting for the dead server's lease.
+    pub lease_wait_ms: Option<u64>,
+    /// Declaration to partitions assigned to recovery masters.
+    pub assigned_ms: Option<u64>,
     pub replay_ms: Option<u64>,
     pub total_ms: u64,
 }
@@ -816,6 +1016,9 @@ fn finish_record(r: &Recovery, run: Option<&Running>) -> serde_json::Value {
         "dead": run.map_or(r.dead, |run| run.dead),
         "partitions": r.partitions.len(),
         "detection_ms": run.and_then(|run| run.detection.map(millis)),
+        "lease_wait_ms": run.and_then(|run| run.lease_wait.map(millis)),
+        "assigned_ms": run.and_then(|run| run.assigned.map(millis)),
+        "finished_unix_ms": unix_ms(),
         "replay_ms": run.map(|run| run.replay_ms),
         "total_ms": total,
         "objects": run.map(|run| run.objects),
@@ -995,6 +1198,76 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(down(&no_grace, ids[1]));
+    }
+
+    #[tokio::test]
+    async fn a_server_declared_dead_is_listed_with_why_and_its_recovery_is_timed() {
+        let unused = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let service = Arc::new(
+            Service::open(
+                Arc::new(FlakyStore::default()),
+                None,
+                ProbeConfig { attempts: 1, timeout: Duration::from_millis(50) },
+            )
+            .await
+            .unwrap(),
+        );
+        let (_tx, mut rx) = watch::channel(false);
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let a = unused();
+            let req = ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
+            match service.handle(req, Caller::Unchecked, &mut rx).await {
+                ControlResponse::Enlisted { server, .. } => ids.push(server),
+                other => panic!("{other:?}"),
+            }
+        }
+        let create = ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false };
+        assert!(matches!(service.handle(create, Caller::Unchecked, &mut rx).await, ControlResponse::Table { .. }));
+        assert!(service.observe().failures.is_empty());
+
+        let req = ControlRequest::Suspect { reporter: ids[0], suspect: ids[1] };
+        assert_eq!(service.handle(req, Caller::Unchecked, &mut rx).await, ControlResponse::Ok);
+        let suspects = service.observe().suspects;
+        assert_eq!(suspects.len(), 1);
+        assert_eq!((suspects[0].server, suspects[0].reporter), (ids[1], Some(ids[0])));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while service.observe().failures.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seen = service.observe();
+        assert_eq!(seen.failures.len(), 1);
+        let f = &seen.failures[0];
+        assert_eq!(f.server, ids[1]);
+        assert!(f.reason.contains(&format!("reported unreachable by server {}", ids[0])), "{}", f.reason);
+        assert!(f.reason.contains("pings"), "{}", f.reason);
+        let recovery = f.recovery.expect("it had tablets");
+        assert!(seen.suspects.is_empty());
+        let times = seen.running.iter().find(|t| t.id == recovery).expect("the recovery is timed");
+        assert!(times.detection_ms.is_some() && times.lease_wait_ms.is_some(), "{times:?}");
+        assert!(times.assigned_ms.is_some(), "a server is up to take the partitions");
+    }
+
+    #[tokio::test]
+    async fn a_server_replaced_at_its_address_is_listed_with_why() {
+        let service =
+            Arc::new(Service::open(Arc::new(FlakyStore::default()), None, ProbeConfig::default()).await.unwrap());
+        let (_tx, mut rx) = watch::channel(false);
+        let first = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
+        let second = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
+        let (ControlResponse::Enlisted { server: old, .. }, ControlResponse::Enlisted { server: new, .. }) =
+            (first, second)
+        else {
+            panic!("both enlist");
+        };
+        let failures = service.observe().failures;
+        assert_eq!(failures.len(), 1);
+        assert_eq!((failures[0].server, failures[0].recovery), (old, None));
+        assert!(
+            failures[0].reason.contains(&format!("server {new} enlisted at its address")),
+            "{}",
+            failures[0].reason
+        );
     }
 
     #[tokio::test]

@@ -42,6 +42,14 @@ pub trait LogObserver: Send + Sync {
     /// head whose digest says so has been opened (and announced) before
     /// this call. Replicas of `freed` may go once that digest is durable.
     fn segments_freed(&self, _survivors: &[SegmentId], _freed: &[SegmentId]) {}
+    /// The log position: how many bytes `appended` has been given so far,
+    /// counting the bytes of a call before it returns. The store stamps it
+    /// on the keys it writes ([`crate::Store::write_position`]) so that a
+    /// reader can wait for its own key's last write instead of the whole
+    /// log. An observer that keeps no position answers 0.
+    fn position(&self) -> u64 {
+        0
+    }
 }
 
 /// One segment being written: the head, or a survivor of the cleaner.
@@ -109,6 +117,11 @@ pub struct Log {
 }
 
 impl Log {
+    /// The observer's log position ([`LogObserver::position`]); 0 without one.
+    pub fn position(&self) -> u64 {
+        self.observer.as_ref().map_or(0, |o| o.position())
+    }
+
     pub fn new(segs: Arc<Segments>, log_id: LogId, observer: Option<Arc<dyn LogObserver>>) -> Log {
         let start = Instant::now();
         let placeholder =

@@ -404,6 +404,13 @@ pub(crate) struct Inner {
     /// Removals so far, per [`ABSENCE_SLOTS`] slice of the key-hash space
     /// ([`Store::absence_stamp`]); bumped under the key's stripe lock.
     removals: Box<[AtomicU32]>,
+    /// Per [`WRITE_SLOTS`] slice of the key-hash space, the log position
+    /// ([`LogObserver::position`]) after the last object or tombstone
+    /// appended for a key of the slice ([`Store::write_position`]). Raised
+    /// under the key's stripe lock *before* the hash table changes, so a
+    /// reader that sees an object (or its absence) and then loads the slot
+    /// gets a position at or past the append it saw.
+    written: Box<[AtomicU64]>,
 }
 
 /// Slices of the key-hash space that absence stamps count removals in.
@@ -411,6 +418,13 @@ const ABSENCE_SLOTS: usize = 1 << 16;
 
 fn absence_slot(hash: u64) -> usize {
     (hash >> 48) as usize % ABSENCE_SLOTS
+}
+
+/// Slices of the key-hash space that write positions are kept for (32 KiB).
+const WRITE_SLOTS: usize = 1 << 12;
+
+fn write_slot(hash: u64) -> usize {
+    (hash >> 52) as usize % WRITE_SLOTS
 }
 
 /// A master's in-memory store. Cheap to share: wrap in an `Arc`.
@@ -655,6 +669,7 @@ impl Inner {
         kv_len: usize,
         expiry: Option<UnixMillis>,
     ) {
+        self.stamp_write(hash);
         let c = &self.counters;
         let expiring_before = old.is_some_and(|f| f.expiry.is_some());
         match old {
@@ -688,12 +703,23 @@ impl Inner {
         c.live_kv_bytes.fetch_add(kv_len as u64, Ordering::Relaxed);
     }
 
+    /// Records that the key of `hash` was just written (an object or a
+    /// tombstone appended; the observer has seen it): before the hash
+    /// table changes, under the key's stripe lock.
+    fn stamp_write(&self, hash: u64) {
+        let pos = self.log.position();
+        if pos != 0 {
+            self.written[write_slot(hash)].fetch_max(pos, Ordering::Release);
+        }
+    }
+
     /// Removes the object from the hash table and the statistics (stripe
     /// lock held, `f` found under it; `hash` is its key's) after its
     /// tombstone was appended, or when the cleaner drops it expired. Raises
     /// the safe version above it, so that the key's next object gets a
     /// higher version, and bumps the key's absence stamp.
     pub(crate) fn uninstall(&self, table: TableId, hash: u64, f: Found) {
+        self.stamp_write(hash);
         let c = &self.counters;
         self.ht.clear(f.pos);
         self.removals[absence_slot(hash)].fetch_add(1, Ordering::Release);
@@ -855,6 +881,7 @@ impl Store {
             shutdown: AtomicBool::new(false),
             space: (Mutex::new(0), Condvar::new()),
             removals: (0..ABSENCE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            written: (0..WRITE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             config,
         });
         let cleaner = if inner.config.cleaner_thread {
@@ -1076,6 +1103,18 @@ impl Store {
     /// only towards "changed". Read it before checking that the key is absent.
     pub fn absence_stamp(&self, table: TableId, key: &[u8]) -> u32 {
         self.inner.removals[absence_slot(key_hash(table, key).0)].load(Ordering::Acquire)
+    }
+
+    /// A log position ([`LogObserver::position`]) at or past the last
+    /// append of an object or tombstone of (table, key) by this store's
+    /// writes, as seen by a read that ran before this call: once the log
+    /// is durable up to it, what that read returned survives a crash.
+    /// Shared by every key of a slice of the key-hash space, so it errs
+    /// only towards later. 0 without an observer, or for keys of a slice
+    /// never written (objects that came by replay are as durable as the
+    /// replay, which the caller waits for before serving them).
+    pub fn write_position(&self, table: TableId, key: &[u8]) -> u64 {
+        self.inner.written[write_slot(key_hash(table, key).0)].load(Ordering::Acquire)
     }
 
     /// Reads several objects; one result per item, in order.

@@ -380,6 +380,10 @@ impl LogObserver for Replicator {
         self.inner.notify.notify_one();
     }
 
+    fn position(&self) -> u64 {
+        self.inner.position.load(Ordering::Acquire)
+    }
+
     fn segments_freed(&self, _survivors: &[SegmentId], freed: &[SegmentId]) {
         let mut st = self.inner.state.lock();
         if st.shut {

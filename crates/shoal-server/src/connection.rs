@@ -39,7 +39,7 @@
 
 use crate::admin::clients::{ClientSlot, Mail};
 use crate::budget::PAUSE_SLACK;
-use crate::context::{ServerContext, ServerStats};
+use crate::context::{Durability, ServerContext, ServerStats};
 use crate::listener::Connection;
 use crate::resp::forward::{self, Job};
 use crate::resp::routing::NO_TABLET_RETRY;
@@ -115,10 +115,10 @@ pub trait Protocol: Send + 'static {
     /// replies are sent.
     fn quit(&self) -> bool;
 
-    /// Whether a request run since the last call read or wrote stored data
-    /// (in a cluster its reply waits until the log is durable and needs the
-    /// lease); clears the flag.
-    fn take_touched(&mut self) -> bool;
+    /// If a request run since the last call read or wrote stored data (in
+    /// a cluster its reply needs the lease and waits until the log is
+    /// durable), what it waits for; clears it.
+    fn take_touched(&mut self) -> Option<Durability>;
 
     /// Memory the protocol state holds for the client (queued transactions,
     /// watched keys), counted in the client buffer budget.
@@ -637,13 +637,13 @@ impl<P: Protocol> Conn<P> {
     fn hold(&mut self, from: usize) -> Option<End> {
         let appended = self.output.len() - from;
         let touched = self.session.take_touched();
-        if touched && !self.ctx.lease_held() {
+        if touched.is_some() && !self.ctx.lease_held() {
             ServerStats::add(&self.ctx.stats.lease_lapses, 1);
             self.output.truncate(from);
             self.more = false;
             return Some(End::LeaseLapsed);
         }
-        let target = if touched { self.ctx.replication_target() } else { None };
+        let target = touched.and_then(|need| self.ctx.durable_target(need));
         match (target, self.held.back_mut()) {
             (None, None) => return None,
             (Some(pos), Some(back)) if back.0 >= pos => back.1 += appended,

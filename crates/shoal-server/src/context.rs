@@ -45,6 +45,35 @@ pub struct ServerContext {
     shutdown: watch::Sender<bool>,
 }
 
+/// What the replies to a batch of commands must wait for before they go
+/// out, so that none shows data a crash could still lose.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Durability {
+    /// A command wrote, or read something other than a present object (a
+    /// miss may be a removal still replicating, or an eviction): the
+    /// whole log applied so far.
+    pub log_end: bool,
+    /// Reads of present objects: the highest of their keys' write
+    /// positions (`Store::write_position`). A read of an object written
+    /// long ago waits for nothing, however many other writes are
+    /// replicating meanwhile.
+    pub keys: u64,
+}
+
+impl Durability {
+    pub const LOG_END: Durability = Durability { log_end: true, keys: 0 };
+
+    /// Everything applied so far must be durable.
+    pub fn log_end(&mut self) {
+        self.log_end = true;
+    }
+
+    /// A present object of a key whose write position is `pos` was read.
+    pub fn key(&mut self, pos: u64) {
+        self.keys = self.keys.max(pos);
+    }
+}
+
 impl ServerContext {
     /// Creates the store for `config` (which must be valid).
     pub fn new(config: ServerConfig) -> Result<ServerContext, shoal_engine::ConfigError> {
@@ -107,8 +136,16 @@ impl ServerContext {
     /// The log position after everything this thread applied so far, if
     /// writes must wait for replication (see [`ServerContext::wait_durable`]).
     pub fn replication_target(&self) -> Option<u64> {
+        self.durable_target(Durability::LOG_END)
+    }
+
+    /// The log position replies must wait for (see
+    /// [`ServerContext::wait_durable`]) after commands that needed
+    /// `need`; `None` if the log is durable that far already, or on a
+    /// standalone server.
+    pub fn durable_target(&self, need: Durability) -> Option<u64> {
         let node = self.cluster.as_ref()?;
-        let pos = node.position();
+        let pos = if need.log_end { node.position() } else { need.keys };
         (node.replicator.durable() < pos).then_some(pos)
     }
 

@@ -1,6 +1,7 @@
-//! `shoal get/put/del/incr/scan/create-table/drop-table/stats`: the command
-//! line as a client of a running server, over the native protocol through
-//! the blocking client library.
+//! `shoal get/put/del/incr/scan/create-table/drop-table/stats/load`: the
+//! command line as a client of a running server, over the native protocol
+//! through the client library (blocking; `load` pipelines multi-writes
+//! through the async client, `load.rs`).
 //!
 //! Tables are named on the command line and looked up by name (GET_TABLE_ID)
 //! before each operation. Output is for people by default and one JSON
@@ -18,7 +19,7 @@ use shoal_client::{
     StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -32,6 +33,9 @@ macro_rules! out {
         writeln!(std::io::stdout().lock(), $($arg)*).map_err(CliError::stdout)?
     };
 }
+
+mod load;
+mod stats;
 
 /// Where the server is and how to print; every client subcommand takes these.
 #[derive(Args, Debug, Clone)]
@@ -108,6 +112,12 @@ pub enum ClientCommand {
     Get(GetArgs),
     /// Writes an object (creates or overwrites); prints its new version.
     ///
+    /// The value is the third argument, or with `-` read from stdin, or
+    /// read from the file of --value-file; stdin and files are taken as
+    /// raw bytes (binary-safe, nothing stripped), and reading stops past
+    /// the server's largest value (its max_value_bytes statistic): a larger
+    /// value is refused with exit code 2 before anything is written.
+    ///
     /// Reject rules make the write conditional; when one refuses, nothing
     /// changes and the command exits 1. With --ttl-ms the object expires
     /// that long after the write (then it reads as missing); without, it
@@ -132,8 +142,45 @@ pub enum ClientCommand {
     CreateTable(TableArgs),
     /// Drops a table and every object in it.
     DropTable(TableArgs),
-    /// Prints the server's statistics.
+    /// Prints the server's statistics; with --coordinator, the cluster's
+    /// and every server's.
+    ///
+    /// With --coordinator: the coordinator's statistics (servers, tables,
+    /// recoveries), then one section per server of the cluster map, each
+    /// queried in parallel. A server the map marks down is listed as down;
+    /// one that does not answer is listed with the error. With --json: one
+    /// object for the coordinator, then one per server
+    /// ({"server": id, "address", "state", "stats"} or "error").
     Stats(StatsArgs),
+    /// Loads key/value records from a file (or stdin) into a table
+    ///
+    /// The format is text, one record per line: the key, a TAB, the value,
+    /// then a newline (LF; a CR before it is dropped, so CRLF files work).
+    /// In keys and values a backslash starts an escape: \\ (a backslash),
+    /// \t (TAB), \n (LF), \r (CR), \0 (NUL) and \xHH (any byte, two hex
+    /// digits), so any bytes can be loaded; other escapes are errors. The
+    /// first TAB of a line ends the key (a TAB in a key must be \t); TABs
+    /// after it belong to the value. Empty lines are skipped; a line with
+    /// no TAB is an error. Example:
+    ///
+    ///     alice<TAB>hello world
+    ///     bin\x00key<TAB>\xff\xfe\n
+    ///
+    /// The file is streamed (memory stays bounded whatever its size) and
+    /// written with multi-writes, --in-flight of them pipelined, each
+    /// split over the keys' masters (--coordinator). Progress goes to
+    /// stderr: a bar on a terminal, otherwise a line per tenth of the file
+    /// (or every 5 s). At the end it prints the records loaded and the
+    /// rate. The table must exist (shoal create-table).
+    ///
+    /// A malformed line, or a key or value over the server's limits, stops
+    /// the load with exit code 2: the records before that line are
+    /// loaded, none after it. A write the server refuses stops it with
+    /// exit code 1 (3 if the connection fails); batches already sent may
+    /// have been written. Nothing is rolled back; the count loaded is
+    /// printed.
+    #[command(verbatim_doc_comment)]
+    Load(load::LoadArgs),
 }
 
 #[derive(Args, Debug)]
@@ -175,7 +222,12 @@ impl PutRules {
 pub struct PutArgs {
     pub table: String,
     pub key: OsString,
-    pub value: OsString,
+    /// The value; `-` reads it from stdin.
+    #[arg(required_unless_present = "value_file", conflicts_with = "value_file")]
+    pub value: Option<OsString>,
+    /// Read the value from this file (raw bytes) instead of the command line.
+    #[arg(long, value_name = "PATH")]
+    pub value_file: Option<PathBuf>,
     #[command(flatten)]
     pub rules: PutRules,
     /// The object expires this many milliseconds after the write (at least 1).
@@ -426,8 +478,13 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Scan(a) => &a.common,
         ClientCommand::CreateTable(a) | ClientCommand::DropTable(a) => &a.common,
         ClientCommand::Stats(a) => &a.common,
+        ClientCommand::Load(a) => &a.common,
     };
-    let outcome = connect(common).and_then(|mut client| execute(&mut client, cmd, common));
+    let outcome = match cmd {
+        ClientCommand::Load(a) => load::run(a),
+        ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(*c, common),
+        _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
+    };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -443,12 +500,13 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
     }
 }
 
-fn connect(common: &Common) -> Result<Client, CliError> {
+/// The client library's settings from the flags (timeout, login, TLS).
+fn client_config(common: &Common) -> Result<ClientConfig, CliError> {
     if !(common.timeout.is_finite() && common.timeout > 0.0) {
         return Err(CliError { kind: "usage", message: "--timeout must be a positive number".into(), code: USAGE });
     }
     let tls = common.client_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
-    let config = ClientConfig {
+    Ok(ClientConfig {
         tls,
         timeout: Some(Duration::from_secs_f64(common.timeout)),
         credentials: common
@@ -456,7 +514,11 @@ fn connect(common: &Common) -> Result<Client, CliError> {
             .as_ref()
             .map(|password| Credentials { user: common.user.clone(), password: password.clone() }),
         ..ClientConfig::default()
-    };
+    })
+}
+
+fn connect(common: &Common) -> Result<Client, CliError> {
+    let config = client_config(common)?;
     let target = Target { server: &common.server, table: "", key: None };
     if let Some(coordinator) = common.coordinator {
         return Client::connect_cluster(coordinator, config).map_err(|e| CliError {
@@ -486,7 +548,8 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Put(a) => {
             let t = Target { server, table: &a.table, key: Some(a.key.as_bytes()) };
             let table = lookup(c, &t)?;
-            let (key, value, rules) = (a.key.as_bytes(), a.value.as_bytes(), a.rules.rules());
+            let value = put_value(c, &t, a)?;
+            let (key, value, rules) = (a.key.as_bytes(), value.as_slice(), a.rules.rules());
             let version = match a.ttl_ms {
                 Some(ms) => c.write_ttl_with(table, key, value, Duration::from_millis(ms), rules),
                 None => c.write_with(table, key, value, rules),
@@ -578,42 +641,83 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
             }
         }
         ClientCommand::Stats(_) => {
+            // With --coordinator, run() hands it to stats::cluster.
             let t = Target { server, table: "", key: None };
-            if let Some(coordinator) = common.coordinator {
-                // The cluster's view first: servers, tables, recoveries in progress.
-                let req = shoal_cluster::ControlRequest::Stats;
-                let timeout = Duration::from_secs_f64(common.timeout);
-                match shoal_cluster::control::call_blocking(coordinator, &req, timeout) {
-                    Ok(shoal_cluster::ControlResponse::Stats { stats }) => {
-                        if json {
-                            out!("{}", json!({ "coordinator": stats }));
-                        } else {
-                            out!("cluster (coordinator {coordinator}):");
-                            out!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
-                            out!("server {}:", c.tablet_map().admin());
-                        }
-                    }
-                    Ok(other) => {
-                        return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}")))
-                    }
-                    Err(e) => {
-                        return Err(CliError {
-                            kind: "connection",
-                            message: format!("cannot reach the coordinator at {coordinator}: {e}"),
-                            code: UNREACHABLE,
-                        })
-                    }
-                }
-            }
             let stats = c.stats().map_err(|e| t.client(e))?;
             print_stats(&stats, json)?;
         }
+        ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
     }
     Ok(())
 }
 
 fn lookup(c: &mut Client, t: &Target<'_>) -> Result<TableId, CliError> {
     c.table_id(t.table).map_err(|e| t.table_error(e))
+}
+
+/// The largest value the server takes: its `max_value_bytes` statistic,
+/// or, from a server that does not report it, the frame limit (the server
+/// still refuses a larger value itself). In a cluster the statistics are
+/// those of the server admin requests go to: its servers normally share
+/// their limits, and a master with a lower one refuses the value itself.
+fn max_value_bytes(stats: &[(String, StatValue)]) -> usize {
+    stat_u64(stats, "max_value_bytes").map_or(ClientConfig::default().max_body_bytes as usize, |n| n as usize)
+}
+
+fn stat_u64(stats: &[(String, StatValue)], name: &str) -> Option<u64> {
+    stats.iter().find(|(n, _)| n == name).and_then(|(_, v)| match v {
+        StatValue::U64(x) => Some(*x),
+        StatValue::F64(_) => None,
+    })
+}
+
+/// `put`'s value: the argument, stdin (`-`) or --value-file, read up to the
+/// server's largest value.
+fn put_value(c: &mut Client, t: &Target<'_>, a: &PutArgs) -> Result<Vec<u8>, CliError> {
+    let (what, input): (String, Box<dyn Read>) = match (&a.value, &a.value_file) {
+        (Some(v), None) if v.as_bytes() != b"-" => return Ok(v.as_bytes().to_vec()),
+        (Some(_), None) => ("stdin".into(), Box::new(std::io::stdin().lock())),
+        (None, Some(path)) => {
+            let file = std::fs::File::open(path).map_err(|e| CliError {
+                kind: "input",
+                message: format!("cannot open {}: {e}", path.display()),
+                code: USAGE,
+            })?;
+            (path.display().to_string(), Box::new(file))
+        }
+        _ => unreachable!("clap: exactly one of VALUE and --value-file"),
+    };
+    let max = max_value_bytes(&c.stats().map_err(|e| t.client(e))?);
+    read_bounded(input, max).map_err(|e| match e {
+        Bounded::TooLarge => CliError {
+            kind: "too_large",
+            message: format!(
+                "the value from {what} is larger than the server's maximum of {max} bytes (stopped reading at {} \
+                 bytes)",
+                max + 1
+            ),
+            code: USAGE,
+        },
+        Bounded::Io(e) => CliError { kind: "input", message: format!("cannot read {what}: {e}"), code: USAGE },
+    })
+}
+
+/// Why [`read_bounded`] failed.
+#[derive(Debug)]
+enum Bounded {
+    TooLarge,
+    Io(std::io::Error),
+}
+
+/// Reads `input` to its end if that is at most `max` bytes; stops after
+/// `max + 1` bytes otherwise (never holds more).
+fn read_bounded(input: impl Read, max: usize) -> Result<Vec<u8>, Bounded> {
+    let mut buf = Vec::new();
+    input.take(max as u64 + 1).read_to_end(&mut buf).map_err(Bounded::Io)?;
+    if buf.len() > max {
+        return Err(Bounded::TooLarge);
+    }
+    Ok(buf)
 }
 
 /// Objects per enumeration request.
@@ -649,19 +753,23 @@ fn scan(c: &mut Client, t: &Target<'_>, table: TableId, limit: Option<u64>, json
     Ok(())
 }
 
+/// A server's statistics as one JSON object, by name.
+fn stats_json(stats: &[(String, StatValue)]) -> Map<String, Value> {
+    stats
+        .iter()
+        .map(|(n, v)| {
+            let v = match v {
+                StatValue::U64(x) => Value::from(*x),
+                StatValue::F64(x) => Value::from(*x),
+            };
+            (n.clone(), v)
+        })
+        .collect()
+}
+
 fn print_stats(stats: &[(String, StatValue)], json: bool) -> Result<(), CliError> {
     if json {
-        let o: Map<String, Value> = stats
-            .iter()
-            .map(|(n, v)| {
-                let v = match v {
-                    StatValue::U64(x) => Value::from(*x),
-                    StatValue::F64(x) => Value::from(*x),
-                };
-                (n.clone(), v)
-            })
-            .collect();
-        out!("{}", Value::Object(o));
+        out!("{}", Value::Object(stats_json(stats)));
         return Ok(());
     }
     let width = stats.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
@@ -742,6 +850,16 @@ mod tests {
         assert_eq!(PutRules { if_absent: true, ..Default::default() }.rules(), RejectRules::must_not_exist());
         assert_eq!(PutRules { if_present: true, ..Default::default() }.rules(), RejectRules::must_exist());
         assert_eq!(PutRules::default().rules(), RejectRules::default());
+    }
+
+    #[test]
+    fn read_bounded_stops_past_the_limit() {
+        assert_eq!(read_bounded(&b"abc"[..], 3).unwrap(), b"abc");
+        assert_eq!(read_bounded(&b""[..], 0).unwrap(), b"");
+        assert!(matches!(read_bounded(&b"abcd"[..], 3), Err(Bounded::TooLarge)));
+        // An endless input is read only to the limit + 1.
+        let mut endless = std::io::repeat(7);
+        assert!(matches!(read_bounded(&mut endless, 1 << 20), Err(Bounded::TooLarge)));
     }
 
     #[test]

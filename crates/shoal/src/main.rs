@@ -4,6 +4,8 @@
 
 mod bench;
 mod cli;
+mod progress;
+mod recovery_watch;
 mod serve;
 mod sim;
 
@@ -23,12 +25,17 @@ struct Cli {
 enum Command {
     /// Starts a working Shoal cluster on this machine and prints how to connect.
     ///
-    /// A coordinator (port 7600, /metrics on 9600) and --servers servers
+    /// A coordinator (port 7600; /metrics and the dashboard on 9600) and --servers servers
     /// (default 4; server i on native port 7700+i, Redis port 6380+i,
     /// memcached port 11212+i, backup port 7800+i, /metrics on 9700+i),
     /// each replicating its log to --replicas others, with their data under
     /// --root. Stops cleanly on Ctrl-C; starting it again on the same root
     /// brings every acknowledged write back.
+    ///
+    /// While it runs it reports servers that exit, and shows the progress
+    /// of each crash recovery the coordinator runs for a dead server:
+    /// tablet pieces of finished partitions out of all of them (a bar on a
+    /// terminal, otherwise a line per tenth and every 5 s on stdout).
     Local(serve::LocalCommand),
     /// Runs a coordinator: cluster membership, tables and tablets, kept in
     /// its data directory.

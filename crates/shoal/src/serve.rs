@@ -11,6 +11,7 @@
 //! 0600), made at the first start; with --tls, a throwaway CA and
 //! certificates in `<root>/tls` too.
 
+use crate::recovery_watch::RecoveryWatch;
 use shoal_cluster::{ClusterMap, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
@@ -57,9 +58,10 @@ pub struct LocalCommand {
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_BACKUP_PORT, value_name = "PORT")]
     pub backup_port: u16,
-    /// HTTP port of the coordinator's /metrics (Prometheus text format;
-    /// docs/observability.md) [default: the coordinator's port + 2000, so
-    /// 9600; a free port when that is 0].
+    /// HTTP port of the coordinator: its /metrics (Prometheus text format)
+    /// and the cluster's live dashboard at / (docs/observability.md)
+    /// [default: the coordinator's port + 2000, so 9600; a free port when
+    /// that is 0, so that clusters started side by side never collide].
     #[arg(long, value_name = "PORT")]
     pub coordinator_metrics_port: Option<u16>,
     /// HTTP port of the first server's /metrics; server i uses this + i. 0
@@ -67,7 +69,8 @@ pub struct LocalCommand {
     /// first server's native port + 2000, so 9700; free ports when that is 0].
     #[arg(long, value_name = "PORT")]
     pub metrics_port: Option<u16>,
-    /// Open no HTTP port: no /metrics anywhere.
+    /// Open no HTTP port: no /metrics anywhere, and so no dashboard either
+    /// (the coordinator serves it on its metrics port).
     #[arg(long, conflicts_with_all = ["metrics_port", "coordinator_metrics_port"])]
     pub no_metrics: bool,
     /// Memory for objects, per server.
@@ -199,8 +202,8 @@ impl Drop for Processes {
     }
 }
 
-/// The HTTP ports of /metrics in `shoal local`: the coordinator's and the
-/// first server's (`None`: no metrics). By default each is its
+/// The HTTP ports of `shoal local`: the coordinator's (/metrics and the
+/// dashboard) and the first server's /metrics (`None`: no HTTP port). By default each is its
 /// process's main port + 2000 (7600 -> 9600, 7700 + i -> 9700 + i), and
 /// free ports (0) when the main ports are.
 fn metrics_ports(cmd: &LocalCommand) -> Option<(u16, u16)> {
@@ -324,8 +327,14 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         args.extend(["--replicas".into(), r.to_string()]);
     }
     let metrics = metrics_ports(cmd);
-    if let Some((port, _)) = metrics {
-        args.extend(["--metrics-port".into(), port.to_string()]);
+    // The coordinator's HTTP port is picked here when free, so that the
+    // dashboard's address can be printed.
+    let http = match metrics {
+        Some((port, _)) => Some(SocketAddr::new(coordinator.ip(), pick_port(port)?)),
+        None => None,
+    };
+    if let Some(http) = http {
+        args.extend(["--metrics-port".into(), http.port().to_string()]);
     }
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -378,7 +387,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             }
         }
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
-        procs.0.push((format!("server {i}"), spawn_with_env(&exe, &args, &env, &dir)?));
+        // Named by its directory: its server id is the coordinator's to give.
+        procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
 
     // Wait until every server serves (a restart first replays the logs).
@@ -392,6 +402,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         cmd.servers, cmd.memory, map.replicas
     );
     println!("  coordinator:     {coordinator}");
+    match http {
+        Some(http) => println!("  dashboard:       http://{http}/"),
+        None => println!("  dashboard:       off (--no-metrics)"),
+    }
     let mut servers: Vec<_> = map.servers.iter().filter(|s| s.state != ServerState::Down).collect();
     servers.sort_by_key(|s| s.id);
     // The map does not carry memcached addresses: server i's is the
@@ -422,10 +436,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             server_metrics(s)
         );
     }
-    match metrics {
-        Some((0, _)) => println!("  metrics:         coordinator's on a free port (in {})", log.display()),
-        Some((port, _)) => println!("  metrics:         http://{}:{port}/metrics (coordinator)", coordinator.ip()),
-        None => {}
+    if let Some(http) = http {
+        println!("  metrics:         http://{http}/metrics (coordinator)");
     }
     // With a password, the hints read it from the environment rather than
     // print it.
@@ -463,17 +475,20 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     );
     println!("Data and logs are under {}. Stop with Ctrl-C.", root.display());
 
-    // Run until a signal; report servers that exit on their own.
+    // Run until a signal; report servers that exit on their own, and the
+    // progress of the recoveries that follow.
+    let mut watch = RecoveryWatch::new(coordinator);
     loop {
         if signals.received() {
             break;
         }
         for (name, child) in &mut procs.0 {
             if let Ok(Some(status)) = child.try_wait() {
-                eprintln!("shoal: {name} exited ({status})");
+                watch.progress().suspend(|| eprintln!("shoal: {name} exited ({status})"));
             }
         }
         procs.0.retain_mut(|(_, c)| matches!(c.try_wait(), Ok(None)));
+        watch.poll();
         std::thread::sleep(Duration::from_millis(100));
     }
     procs.stop();

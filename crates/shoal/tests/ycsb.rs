@@ -98,3 +98,24 @@ fn missing_table_is_a_clear_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no table 'ycsb'") && err.contains("--load"), "{err}");
 }
+
+#[test]
+fn load_progress_is_plain_lines_on_stderr() {
+    let server = start();
+    let addr = server.addresses().native.unwrap().to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["bench", "ycsb", "--json", "--records", "2000", "--threads", "2", "--pipeline", "10"])
+        .args(["--server", &addr, "--load", "--workload", "C", "--operations", "100"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // stdout stays JSON only; stderr (a pipe) has a line per tenth.
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("ycsb load: ")).collect();
+    assert!(progress.iter().filter(|l| l.contains("%)") && l.contains("records/s")).count() >= 5, "{err}");
+    assert!(progress.iter().any(|l| l.contains("2,000/2,000 records (100%)")), "{err}");
+    assert!(progress.last().unwrap().contains("2,000 records in"), "{err}");
+}

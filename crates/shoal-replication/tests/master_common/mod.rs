@@ -56,6 +56,9 @@ impl LogObserver for Tee {
         l.closed.push(segment.0);
         self.rep.segment_closed(segment, len, checksum);
     }
+    fn position(&self) -> u64 {
+        self.rep.position()
+    }
     fn segments_freed(&self, survivors: &[SegmentId], freed: &[SegmentId]) {
         let mut l = self.log.lock();
         let head = l.heads.last().unwrap().0;

@@ -26,7 +26,7 @@ pub mod items;
 
 use crate::cluster::Route;
 use crate::connection::{self, Fatal, Protocol, Step};
-use crate::context::{ServerContext, ServerStats};
+use crate::context::{Durability, ServerContext, ServerStats};
 use crate::listener::{Connection, FrontEnd};
 use crate::resp::db::TableCache;
 use crate::resp::forward::{encode_request, memcached_job, Merge, Part, Target};
@@ -541,8 +541,8 @@ impl Protocol for Memcached {
         self.quit
     }
 
-    fn take_touched(&mut self) -> bool {
-        std::mem::take(&mut self.touched)
+    fn take_touched(&mut self) -> Option<Durability> {
+        std::mem::take(&mut self.touched).then_some(Durability::LOG_END)
     }
 
     fn held_bytes(&self) -> usize {

@@ -4,8 +4,10 @@
 //! place where the native protocol meets the store.
 
 use crate::cluster::Route;
-use crate::context::{ServerContext, ServerStats, TableError};
-use shoal_engine::{key_hash, EnumCursor, Expiry, KeyHash, RejectRules, StoreError, StoreStats, TableId, WriteOp};
+use crate::context::{Durability, ServerContext, ServerStats, TableError};
+use shoal_engine::{
+    key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, TableId, WriteOp,
+};
 use shoal_proto::{
     encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, Version,
 };
@@ -29,6 +31,8 @@ pub struct Scratch {
     /// could still lose; see `ServerContext::wait_durable`) and needs the
     /// lease (`ServerContext::lease_held`).
     pub touched: bool,
+    /// What the replies since the last reset wait for, when `touched`.
+    pub durable: Durability,
     /// An AUTH request of this connection logged it in.
     authenticated: bool,
     /// The connection is in clear text on a TLS port: only PING is served.
@@ -94,7 +98,7 @@ pub fn execute(
             return true;
         }
     };
-    let touched_before = scratch.touched;
+    let (touched_before, durable_before) = (scratch.touched, scratch.durable);
     match apply(ctx, req, scratch, max_response) {
         Ok(resp) => {
             resp.encode(id, out);
@@ -109,6 +113,7 @@ pub fn execute(
             // nothing).
             if matches!(status, ErrorStatus::Retry { .. } | ErrorStatus::UnknownTablet | ErrorStatus::UnknownTable(_)) {
                 scratch.touched = touched_before;
+                scratch.durable = durable_before;
             }
             // A missing object or a reject rule's verdict is an answer, not a failure.
             let answer = matches!(
@@ -118,6 +123,17 @@ pub fn execute(
             encode_error(out, id, header.opcode, &status);
             !answer
         }
+    }
+}
+
+/// What a read's reply waits for: a present object, its key's last write;
+/// anything else (a miss may be a removal still replicating, or an
+/// eviction; a refusal by reject rules saw a version), the whole log.
+fn wait_for_read(store: &Store, need: &mut Durability, table: TableId, key: &[u8], found: bool) {
+    if found {
+        need.key(store.write_position(table, key));
+    } else {
+        need.log_end();
     }
 }
 
@@ -146,6 +162,11 @@ fn apply<'s>(
             | Request::MultiRemove(_)
     ) {
         scratch.touched = true;
+        // A read of a present object waits for its key's last write only
+        // (set below); everything else for the whole log applied so far.
+        if !matches!(req, Request::Read { .. }) {
+            scratch.durable.log_end();
+        }
     }
     Ok(match req {
         Request::Ping => Response::Ping,
@@ -158,7 +179,9 @@ fn apply<'s>(
         }
         Request::Read { table, key, rules } => {
             owner(ctx, table, key)?;
-            let version = store.read_into(table, key, rules, &mut scratch.value).map_err(status_of)?;
+            let read = store.read_into(table, key, rules, &mut scratch.value);
+            wait_for_read(store, &mut scratch.durable, table, key, read.is_ok());
+            let version = read.map_err(status_of)?;
             ServerStats::add(&ctx.stats.keyspace_hits, 1);
             Response::Read { version, value: &scratch.value }
         }
@@ -199,7 +222,9 @@ fn apply<'s>(
                 let start = buf.len();
                 let r = owner(ctx, it.table, it.key).and_then(|()| {
                     scratch.touched = true;
-                    store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value).map_err(status_of)
+                    let read = store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value);
+                    wait_for_read(store, &mut scratch.durable, it.table, it.key, read.is_ok());
+                    read.map_err(status_of)
                 });
                 results.push(match r {
                     Ok(v) => {
@@ -218,7 +243,10 @@ fn apply<'s>(
         }
         Request::MultiWrite(items) => {
             let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|w| owner(ctx, w.table, w.key)).collect();
-            scratch.touched |= checks.iter().any(Result::is_ok);
+            if checks.iter().any(Result::is_ok) {
+                scratch.touched = true;
+                scratch.durable.log_end();
+            }
             let ops: Vec<WriteOp<'_>> = items
                 .iter()
                 .zip(&checks)
@@ -235,7 +263,10 @@ fn apply<'s>(
         }
         Request::MultiRemove(items) => {
             let checks: Vec<Result<(), ErrorStatus>> = items.iter().map(|r| owner(ctx, r.table, r.key)).collect();
-            scratch.touched |= checks.iter().any(Result::is_ok);
+            if checks.iter().any(Result::is_ok) {
+                scratch.touched = true;
+                scratch.durable.log_end();
+            }
             let ops: Vec<_> =
                 items.iter().zip(&checks).filter(|(_, c)| c.is_ok()).map(|(r, _)| (r.table, r.key, r.rules)).collect();
             let mut done = store.multi_remove(&ops).into_iter();
@@ -440,6 +471,10 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("bytes_in", ServerStats::get(&s.bytes_in)),
         u("bytes_out", ServerStats::get(&s.bytes_out)),
         u("tables", ctx.tables.list().len() as u64),
+        // The largest key and value this server takes: clients that stream
+        // a value in (`shoal put TABLE KEY -`, `shoal load`) stop reading past them.
+        u("max_key_bytes", ctx.store.config().max_key_bytes as u64),
+        u("max_value_bytes", ctx.store.config().max_value_bytes as u64),
         u("memory_bytes", memory_bytes),
         u("segment_bytes", segment_bytes),
         u("seglet_bytes", seglet_bytes),

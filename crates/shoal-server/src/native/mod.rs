@@ -379,6 +379,7 @@ fn over_budget(account: &mut Account, held: usize, unread: usize) -> bool {
 /// connection applied meanwhile rides the same replication round; a read
 /// never shows what a crash could still lose).
 async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed> {
+    let need = std::mem::take(&mut scratch.durable);
     if !std::mem::take(&mut scratch.touched) {
         return Ok(());
     }
@@ -386,7 +387,7 @@ async fn settle(ctx: &ServerContext, scratch: &mut Scratch) -> Result<(), Closed
         ServerStats::add(&ctx.stats.lease_lapses, 1);
         return Err("this server's lease lapsed while its requests ran; replies dropped".into());
     }
-    match ctx.replication_target() {
+    match ctx.durable_target(need) {
         Some(pos) if !ctx.wait_durable(pos).await => Err("replication stopped; writes not acknowledged".into()),
         _ => Ok(()),
     }

@@ -148,6 +148,12 @@ impl<'a> Db<'a> {
         ServerStats::add(if found { &s.keyspace_hits } else { &s.keyspace_misses }, 1);
     }
 
+    /// The log position that a read of `key` seen so far waits for
+    /// (`Store::write_position`); 0 if the database has no table.
+    pub fn write_position(&self, key: &[u8]) -> u64 {
+        self.table().map_or(0, |t| self.ctx.store.write_position(t, key))
+    }
+
     /// Reads `key`'s value into `out`; `Ok(None)` if it does not exist.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Version>, ErrorReply> {
         Ok(self.read(key, Some(out))?.map(|m| m.version))

@@ -26,8 +26,8 @@ pub(crate) mod stats;
 
 use crate::admin::clients::ClientSlot;
 use crate::connection::{self, Fatal, Protocol, Step};
-use crate::context::ServerContext;
 use crate::context::ServerStats;
+use crate::context::{Durability, ServerContext};
 use crate::listener::{Connection, FrontEnd};
 use crate::stream::ClientStream;
 use crate::workers::{Placement, Served};
@@ -148,8 +148,9 @@ impl Protocol for Resp {
         self.session.quit
     }
 
-    fn take_touched(&mut self) -> bool {
-        std::mem::take(&mut self.session.touched)
+    fn take_touched(&mut self) -> Option<Durability> {
+        let need = std::mem::take(&mut self.session.durable);
+        std::mem::take(&mut self.session.touched).then_some(need)
     }
 
     fn held_bytes(&self) -> usize {

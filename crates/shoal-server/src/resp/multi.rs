@@ -368,7 +368,7 @@ fn run(s: &mut Session, queued: &[Queued], plan: &Plan, out: &mut Reply<'_>) -> 
             // may enter the slow log.
             s.observe(q.index, cmd::sub_index(q.entry.spec, q.args()), q.args(), usec);
             if s.clustered() && cmd::touches_data(q.entry.spec) {
-                s.touched = true;
+                s.touch(q.entry.spec);
             }
         }
         let txn = s.txn.borrow_mut().take().expect("the transaction EXEC started");

@@ -407,7 +407,7 @@ fn run_here(s: &mut Session, entry: &'static Entry, words: &[&[u8]]) -> BytesMut
         reply.error(&e);
     }
     if cmd::touches_data(entry.spec) {
-        s.touched = true;
+        s.touch(entry.spec);
     }
     out
 }

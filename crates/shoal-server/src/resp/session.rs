@@ -4,7 +4,7 @@
 
 use crate::admin::clients::ClientSlot;
 pub use crate::connection::Step;
-use crate::context::{ServerContext, ServerStats};
+use crate::context::{Durability, ServerContext, ServerStats};
 use crate::resp::cmd;
 use crate::resp::db::{Db, TableCache};
 use crate::resp::frame::Args;
@@ -48,6 +48,8 @@ pub struct Session {
     /// this flag read or wrote stored data (`cmd::touches_data`): its reply
     /// waits until the log is durable and needs the lease.
     pub touched: bool,
+    /// What the replies of those commands wait for (see [`Session::touch`]).
+    pub durable: Durability,
     /// When the request being retried first found no tablet for its key.
     pub no_tablet_since: Option<Instant>,
     /// Between MULTI and EXEC: the queued commands (`multi`).
@@ -95,6 +97,7 @@ impl Session {
             cluster_mode,
             local_only: false,
             touched: false,
+            durable: Durability::default(),
             no_tablet_since: None,
             multi: None,
             watched: HashMap::new(),
@@ -106,6 +109,17 @@ impl Session {
     }
 
     /// The selected database.
+    /// A command that reads or writes stored data ran here (in a
+    /// cluster): its reply needs the lease and waits for durability, up to
+    /// the whole log applied so far unless the command says itself what
+    /// it waits for (`cmd::waits_for_own_keys`).
+    pub fn touch(&mut self, spec: &cmd::CommandSpec) {
+        self.touched = true;
+        if !cmd::waits_for_own_keys(spec) {
+            self.durable.log_end();
+        }
+    }
+
     pub fn db(&self) -> Db<'_> {
         Db::new(&self.ctx, self.db, &self.tables, &self.txn)
     }
@@ -263,7 +277,7 @@ impl Session {
                 }
             }
             if self.clustered && cmd::touches_data(entry.spec) {
-                self.touched = true;
+                self.touch(entry.spec);
             }
         }
         ServerStats::add(&self.ctx.stats.commands, 1);

@@ -99,7 +99,7 @@ impl Cluster {
 
     /// The coordinator's HTTP listener (`/metrics`).
     pub fn coordinator_metrics(&self) -> SocketAddr {
-        self._coordinator.metrics_addr().expect("the harness starts it with metrics")
+        self._coordinator.http_addr().expect("the harness starts it with metrics")
     }
 
     pub fn addr(&self, i: usize) -> SocketAddr {

@@ -32,9 +32,17 @@ impl<'a> Get<'a> {
         let mut value = std::mem::take(&mut session.scratch);
         let found = session.db().get_into(self.key, &mut value);
         match found {
-            Ok(Some(_)) => out.bulk(&value),
-            Ok(None) => out.null(),
-            Err(_) => {}
+            Ok(Some(_)) => {
+                let pos = session.db().write_position(self.key);
+                session.durable.key(pos);
+                out.bulk(&value)
+            }
+            // A miss may be a removal or an eviction still replicating.
+            Ok(None) => {
+                session.durable.log_end();
+                out.null()
+            }
+            Err(_) => session.durable.log_end(),
         }
         session.scratch = value;
         found.map(|_| ())

@@ -225,6 +225,13 @@ pub fn touches_data(spec: &CommandSpec) -> bool {
     writes(spec) || spec.flags.contains(&"readonly")
 }
 
+/// Commands that say themselves what their reply waits for
+/// (`Session::durable`: GET, a read of one key) instead of the whole log
+/// applied so far.
+pub fn waits_for_own_keys(spec: &CommandSpec) -> bool {
+    std::ptr::eq(spec, &get::SPEC)
+}
+
 /// The entry for a command name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static Entry> {
     lookup_index(name).map(|i| &COMMANDS[i])

@@ -25,6 +25,7 @@ mod wire;
 mod workload;
 
 use super::{emit_json, Table};
+use crate::progress::{Progress, Stream, Unit};
 use clap::Args as ClapArgs;
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
@@ -452,13 +453,17 @@ fn cluster_table(coordinator: SocketAddr, name: &str, create: bool) -> Result<(T
 }
 
 /// Writes records `0..n` from `threads` connections, `depth` at a time.
+/// Shows its progress on stderr (a bar on a terminal, else a line per
+/// tenth of the records).
 fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(Duration, Tally), String> {
     let next = AtomicU64::new(0);
     let started = Instant::now();
+    let progress = Progress::new(Stream::Stderr);
+    let task = progress.task("ycsb load", Some(args.records), Unit::Count("records")).with_rate();
     let tallies: Vec<Tally> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.threads)
             .map(|t| {
-                let next = &next;
+                let (next, task) = (&next, &task);
                 s.spawn(move || {
                     let mut tally = Tally::new();
                     let mut wire = match connect(args, target, table) {
@@ -497,6 +502,7 @@ fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(D
                             tally.fatal = Some(e);
                             return tally;
                         }
+                        task.inc(last - first);
                         tally.map_refreshes = wire.map_refreshes();
                     }
                 })
@@ -508,7 +514,14 @@ fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(D
     for t in tallies {
         total.merge(t);
     }
-    Ok((started.elapsed(), total))
+    let elapsed = started.elapsed();
+    match &total.fatal {
+        Some(e) => task.finish(format!("stopped: {e}")),
+        None => {
+            task.finish(format!("{} records in {:.2} s", indicatif::HumanCount(args.records), elapsed.as_secs_f64()))
+        }
+    }
+    Ok((elapsed, total))
 }
 
 fn us(ns: u64) -> f64 {

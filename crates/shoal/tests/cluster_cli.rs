@@ -1,0 +1,189 @@
+//! The command line against a real 3-server cluster (see `common`):
+//! `shoal stats --coordinator` lists every server, a dead one included,
+//! and `shoal load --coordinator` spreads a file over the masters.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn shoal(args: &[&str]) -> Output {
+    Command::new(SHOAL).args(args).env_remove("SHOAL_PASSWORD").output().expect("run shoal")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = shoal(args);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(o.status.success(), "shoal {args:?}: {}{}", text(&o.stdout), text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[test]
+fn stats_coordinator_shows_every_server() {
+    let root = Root::new("cluster-cli-stats");
+    let mut cluster = Cluster::start(&root.0, 3, 2, 0);
+    let coordinator = cluster.coordinator.to_string();
+    let map = cluster.map().unwrap();
+    let ids: BTreeSet<u64> = map.servers.iter().map(|s| s.id.0).collect();
+    assert_eq!(ids.len(), 3);
+
+    let text = ok(&["stats", "--coordinator", &coordinator]);
+    assert!(
+        text.starts_with(&format!("cluster (coordinator {coordinator}): 3 servers (3 up, 0 recovering, 0 down)")),
+        "{text}"
+    );
+    for s in &map.servers {
+        let header = format!("server {} ({}, up):", s.id, s.native);
+        let at = text.find(&header).unwrap_or_else(|| panic!("no section {header}: {text}"));
+        let section = &text[at..];
+        let server_id = section.lines().find(|l| l.starts_with("server_id ")).expect("server_id stat");
+        assert_eq!(server_id.split_whitespace().nth(1), Some(s.id.0.to_string().as_str()), "{section}");
+    }
+
+    // --json: the coordinator's object, then one per server.
+    let json = ok(&["stats", "--coordinator", &coordinator, "--json"]);
+    let lines: Vec<Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4, "{json}");
+    assert!(lines[0]["coordinator"]["servers"].is_array(), "{json}");
+    let listed: BTreeSet<u64> = lines[1..].iter().map(|o| o["server"].as_u64().unwrap()).collect();
+    assert_eq!(listed, ids);
+    for o in &lines[1..] {
+        assert_eq!(o["state"], "up");
+        assert_eq!(o["stats"]["server_id"], o["server"], "{o}");
+        assert!(o["stats"]["max_value_bytes"].as_u64().unwrap() > 0, "{o}");
+    }
+
+    // A server killed is still listed: not answering until the coordinator
+    // declares it dead, then down.
+    // The last process started, by the id its data directory keeps.
+    let id = std::fs::read_to_string(root.0.join("server-2/data/server-id")).unwrap();
+    let victim = map.servers.iter().find(|s| s.id.0.to_string() == id.trim()).expect("server-2's id").clone();
+    let mut child = cluster.servers.pop().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen_down = false;
+    while Instant::now() < deadline {
+        let json = ok(&["stats", "--coordinator", &coordinator, "--json", "--timeout", "2"]);
+        let o = json
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|o| o["server"] == victim.id.0)
+            .unwrap_or_else(|| panic!("server {} not listed: {json}", victim.id));
+        match o["state"].as_str() {
+            Some("down") => {
+                assert!(o.get("stats").is_none() && o.get("error").is_none(), "{o}");
+                seen_down = true;
+                break;
+            }
+            _ => assert!(o["error"].as_str().is_some_and(|e| e.contains(&victim.native.to_string())), "{o}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(seen_down, "server {} never shown down", victim.id);
+    let text = ok(&["stats", "--coordinator", &coordinator]);
+    assert!(text.contains(&format!("server {} ({}): down", victim.id, victim.native)), "{text}");
+}
+
+#[test]
+fn load_through_the_coordinator_reaches_every_master() {
+    let root = Root::new("cluster-cli-load");
+    let cluster = Cluster::start(&root.0, 3, 1, 0);
+    let coordinator = cluster.coordinator.to_string();
+    ok(&["create-table", "t", "--coordinator", &coordinator]);
+    let mut file = String::new();
+    for i in 0..3000 {
+        file.push_str(&format!("k{i}\tv{i}\n"));
+    }
+    let path = root.0.join("records.tsv");
+    std::fs::write(&path, file).unwrap();
+    let out = ok(&["load", "t", path.to_str().unwrap(), "--coordinator", &coordinator]);
+    assert!(out.starts_with("loaded 3000 records"), "{out}");
+
+    let mut c = cluster.client();
+    let t = c.table_id("t").unwrap();
+    for i in (0..3000).step_by(13) {
+        assert_eq!(c.read(t, format!("k{i}").as_bytes()).unwrap().0, format!("v{i}").as_bytes());
+    }
+    let map = cluster.map().unwrap();
+    for s in &map.servers {
+        let mut one = shoal_client::blocking::Client::connect(s.native).unwrap();
+        let objects = stat(&one.stats().unwrap(), "objects").unwrap();
+        assert!(objects > 500, "server {}: {objects} objects", s.id);
+    }
+}
+
+/// `shoal local`, stopped with SIGINT (then killed) when dropped.
+struct Local(std::process::Child);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        signal(self.0.id(), "-INT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn local_reports_the_recovery_of_a_killed_server() {
+    use std::io::BufRead;
+    let root = Root::new("cluster-cli-local");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let port = coordinator.rsplit(':').next().unwrap().to_string();
+    let mut child = Command::new(SHOAL)
+        .args(["local", "--servers", "4", "--replicas", "1", "--memory", "64MiB", "--log-level", "info"])
+        .args(["--coordinator-port", &port, "--native-port", "0", "--resp-port", "0"])
+        .args(["--memcached-port", "0", "--backup-port", "0"])
+        .arg("--root")
+        .arg(root.0.join("local"))
+        .env_remove("SHOAL_PASSWORD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stdout is a pipe: plain lines, collected as they come.
+    let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stdout = child.stdout.take().unwrap();
+    let collected = out.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut o = collected.lock().unwrap();
+            o.push_str(&line);
+            o.push('\n');
+        }
+    });
+    let local = Local(child);
+    let wait_for = |what: &str, secs: u64| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if out.lock().unwrap().contains(what) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no {what:?} in: {}", out.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("Stop with Ctrl-C.", 60);
+    ok(&["create-table", "t", "--coordinator", &coordinator]);
+    for i in 0..50 {
+        ok(&["put", "t", &format!("k{i}"), "v", "--coordinator", &coordinator]);
+    }
+
+    // Kill the server process of server-1's directory.
+    let pids = Command::new("pgrep").args(["-P", &local.0.id().to_string(), "-f", "server-1/data"]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&pids.stdout).trim().parse().expect("server-1's process");
+    let id = std::fs::read_to_string(root.0.join("local/server-1/data/server-id")).unwrap();
+    signal(pid, "-KILL");
+    // Whether it saw the recovery running or only its end, shoal local
+    // says which server died and that its recovery finished.
+    wait_for(&format!("server {} died: recovery ", id.trim()), 60);
+    wait_for("recovered in ", 60);
+    assert_eq!(ok(&["get", "t", "k7", "--coordinator", &coordinator]), "v\n(version 1)\n");
+}
