@@ -60,3 +60,15 @@ pub fn cpu_seconds(children: bool) -> (f64, f64) {
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(u.ru_utime), secs(u.ru_stime))
 }
+
+/// Resident bytes of this process (`/proc/self/statm` resident pages times
+/// the page size), or 0 where that file cannot be read.
+pub fn rss_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = s.split_whitespace().nth(1).and_then(|f| f.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * if page > 0 { page as u64 } else { 4096 }
+}

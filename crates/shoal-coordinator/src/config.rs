@@ -100,9 +100,11 @@ pub struct CoordinatorArgs {
     pub max_connections_per_ip: usize,
 
     /// Port of the coordinator's HTTP listener, on the address of --listen:
-    /// the dashboard at / (docs/observability.md). 0 picks a free port
-    /// (logged). Without it, no HTTP listener is opened and servers are
-    /// not polled for the dashboard.
+    /// /metrics (Prometheus text format: requests, cluster map, leases,
+    /// recoveries) and the live dashboard at / (docs/observability.md). 0
+    /// picks a free port (logged). Without it, no HTTP listener is opened
+    /// (neither /metrics nor the dashboard) and servers are not polled for
+    /// the dashboard.
     #[arg(long, value_name = "PORT")]
     pub metrics_port: Option<u16>,
 }
@@ -138,8 +140,8 @@ pub struct CoordinatorConfig {
     /// Open control connections beyond this from one IP address are
     /// answered with an error and closed.
     pub max_connections_per_ip: usize,
-    /// Address of the HTTP listener (dashboard); `None`: none. Port 0
-    /// picks a free one ([`Coordinator::http_addr`](crate::Coordinator::http_addr) tells it).
+    /// Address of the HTTP listener (`/metrics` and the dashboard); `None`:
+    /// none. Port 0 picks a free one ([`Coordinator::http_addr`](crate::Coordinator::http_addr) tells it).
     pub metrics_listen: Option<SocketAddr>,
 }
 
@@ -260,11 +262,11 @@ mod tests {
             "--max-connections-per-ip",
             "5",
             "--metrics-port",
-            "0",
+            "9600",
         ]);
         let config = CoordinatorConfig::try_from(cli.args).unwrap();
         assert_eq!(config.max_connections_per_ip, 5);
-        assert_eq!(config.metrics_listen, Some("0.0.0.0:0".parse().unwrap()));
+        assert_eq!(config.metrics_listen, Some("0.0.0.0:9600".parse().unwrap()));
         assert_eq!(config.listen, "0.0.0.0:9".parse().unwrap());
         assert_eq!(config.data_dir, PathBuf::from("/x"));
         assert_eq!(config.replicas, Some(2));

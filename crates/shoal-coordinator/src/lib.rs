@@ -17,8 +17,10 @@
 //!   I/O ([`ClusterState`]), crash recovery planning included;
 //! * [`store`]: durability ([`StateStore`], [`DirStore`]).
 //!
-//! Beside them, with `--metrics-port`: `http.rs`, a bounded HTTP listener,
-//! serving the dashboard (`dashboard/`), whose per-server figures come from
+//! Beside them, with `--metrics-port`: one HTTP listener (`http.rs`: the
+//! routes, served by `shoal_http`'s bounded listener, as servers' are)
+//! serving `/metrics` (`metrics.rs`, read from the service at scrape time)
+//! and the dashboard (`dashboard/`), whose per-server figures come from
 //! `sampler.rs` (each server's native STATS, polled once a second). None of
 //! it reaches the state machine.
 
@@ -26,6 +28,7 @@ mod config;
 mod dashboard;
 mod http;
 pub mod lease;
+mod metrics;
 pub mod probe;
 mod sampler;
 mod server;
@@ -61,7 +64,7 @@ pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
         config.data_dir.display()
     );
     if let Some(http) = coordinator.http_addr() {
-        tracing::info!("dashboard on http://{http}/ (HTTP listener of --metrics-port)");
+        tracing::info!("shoal coordinator metrics on http://{http}/metrics, dashboard on http://{http}/");
     }
     let name = tokio::select! {
         _ = term.recv() => "SIGTERM",

@@ -20,9 +20,7 @@
 //! any request is read.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
-use crate::dashboard::{self, Dashboard};
 use crate::http;
-use crate::sampler::Sampler;
 use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
 use shoal_cluster::auth::{self, ClusterSecret, IpSlot, PerIpLimit, Port, Session, HANDSHAKE_TIMEOUT};
@@ -56,6 +54,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Dropping the handle shuts the coordinator down without waiting.
 pub struct Coordinator {
     addr: SocketAddr,
+    /// The HTTP listener's address (`--metrics-port`: `/metrics` and the
+    /// dashboard), if any.
     http_addr: Option<SocketAddr>,
     service: Arc<Service>,
     shutdown: watch::Sender<bool>,
@@ -64,8 +64,8 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// Loads (or creates) the state in `config.data_dir`, listens on
-    /// `config.listen` and serves in the background on the current tokio
-    /// runtime. Errors: the directory cannot be used, the saved state
+    /// `config.listen` (and `config.metrics_listen`) and serves in the
+    /// background on the current tokio runtime. Errors: the directory cannot be used, the saved state
     /// cannot be read or is damaged (it is never overwritten then), or
     /// the address cannot be bound.
     pub async fn start(config: CoordinatorConfig) -> Result<Coordinator, CoordinatorError> {
@@ -97,14 +97,15 @@ impl Coordinator {
             secret: config.secret.clone(),
         };
         let http_addr = match config.metrics_listen {
-            Some(at) => Some(start_http(at, addr, &service, &shutdown).await?),
+            Some(at) => Some(http::start(at, addr, &service, &shutdown).await?),
             None => None,
         };
         let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
         Ok(Coordinator { addr, http_addr, service, shutdown, task: Some(task) })
     }
 
-    /// The address of the HTTP listener (the dashboard), if it has one.
+    /// The address of the HTTP listener (`/metrics` and the dashboard), if
+    /// it has one.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
     }
@@ -138,24 +139,6 @@ impl Drop for Coordinator {
     fn drop(&mut self) {
         self.shutdown.send_replace(true);
     }
-}
-
-/// Binds the HTTP listener at `at` and serves the dashboard on it, with
-/// the poller of the servers' statistics it shows; both stop at shutdown.
-/// Returns the bound address.
-async fn start_http(
-    at: SocketAddr,
-    control: SocketAddr,
-    service: &Arc<Service>,
-    shutdown: &watch::Sender<bool>,
-) -> Result<SocketAddr, CoordinatorError> {
-    let listener = TcpListener::bind(at).await.map_err(|source| CoordinatorError::Bind { addr: at, source })?;
-    let bound = listener.local_addr().map_err(|source| CoordinatorError::Bind { addr: at, source })?;
-    let sampler = Arc::new(Sampler::default());
-    tokio::spawn(sampler.clone().run(service.map_watch(), shutdown.subscribe()));
-    let routes = dashboard::routes(Dashboard { service: service.clone(), sampler, control });
-    http::spawn(listener, routes, shutdown.subscribe());
-    Ok(bound)
 }
 
 /// What the listener enforces on every connection.

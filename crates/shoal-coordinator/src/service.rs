@@ -114,6 +114,8 @@ pub(crate) struct Service {
     probe: ProbeConfig,
     started: Instant,
     requests: AtomicU64,
+    /// Requests per operation, by position in [`OPS`].
+    requests_by_op: [AtomicU64; OPS.len()],
     enlistments: AtomicU64,
     /// Control connections open now (kept by the listener).
     pub(crate) connections: AtomicUsize,
@@ -231,6 +233,8 @@ pub(crate) struct Observed {
 struct RecoveryClock {
     running: BTreeMap<u64, Running>,
     finished: VecDeque<serde_json::Value>,
+    /// Recoveries that finished since this process started.
+    finished_count: u64,
 }
 
 struct Running {
@@ -330,6 +334,7 @@ impl Service {
             probe,
             started: now,
             requests: AtomicU64::new(0),
+            requests_by_op: Default::default(),
             enlistments: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
             detection: Default::default(),
@@ -371,6 +376,7 @@ impl Service {
         shutdown: &mut watch::Receiver<bool>,
     ) -> ControlResponse {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests_by_op[op_index(&req)].fetch_add(1, Ordering::Relaxed);
         if let Err(message) = caller.authorize(&req) {
             debug!("{} refused: {message}", op_name(&req));
             return ControlResponse::Error { code: ControlErrorCode::Unauthorized, message };
@@ -506,6 +512,42 @@ impl Service {
         }
         stats["finished_recoveries"] = clock.finished.iter().cloned().collect::<Vec<_>>().into();
         ControlResponse::Stats { stats }
+    }
+
+    /// What the coordinator's metrics report (`metrics.rs`), read without
+    /// the state lock: counters, the published map, leases, recoveries.
+    /// Recovery times come from the same bookkeeping (`RecoveryClock`) as
+    /// the dashboard's ([`observe`](Self::observe)).
+    pub(crate) fn figures(&self) -> Figures {
+        let now = Instant::now();
+        let (lease, leases_held) = {
+            let leases = self.leases.lock();
+            (leases.duration(), leases.held(now))
+        };
+        let clock = self.clock.lock();
+        let ms = |v: &serde_json::Value| v.as_u64();
+        Figures {
+            uptime: self.started.elapsed(),
+            requests: OPS.iter().zip(&self.requests_by_op).map(|(op, n)| (*op, n.load(Ordering::Relaxed))).collect(),
+            enlistments: self.enlistments.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
+            map: self.map(),
+            lease,
+            leases_held,
+            recoveries_finished: clock.finished_count,
+            running: clock
+                .running
+                .values()
+                .map(|r| RunningFigures { elapsed: r.declared.elapsed(), objects: r.objects, bytes: r.bytes })
+                .collect(),
+            last_finished: clock.finished.back().map(|f| FinishedFigures {
+                detection_ms: ms(&f["detection_ms"]),
+                lease_wait_ms: ms(&f["lease_wait_ms"]),
+                assigned_ms: ms(&f["assigned_ms"]),
+                replay_ms: ms(&f["replay_ms"]),
+                total_ms: ms(&f["total_ms"]).unwrap_or(0),
+            }),
+        }
     }
 
     /// What the dashboard shows of the coordinator: the published map,
@@ -837,6 +879,7 @@ impl Service {
                 r.partitions.len()
             );
             clock.finished.push_back(finished);
+            clock.finished_count += 1;
             while clock.finished.len() > FINISHED_RECOVERIES_KEPT {
                 clock.finished.pop_front();
             }
@@ -927,6 +970,41 @@ fn describe_partitions(r: &Recovery) -> String {
     format!("{} partitions of server {}'s tablets: {}", r.partitions.len(), r.dead, parts.join("; "))
 }
 
+/// See [`Service::figures`].
+pub(crate) struct Figures {
+    pub uptime: Duration,
+    /// Requests received per operation (every name of [`OPS`]).
+    pub requests: Vec<(&'static str, u64)>,
+    pub enlistments: u64,
+    pub connections: usize,
+    pub map: Arc<ClusterMap>,
+    pub lease: Duration,
+    pub leases_held: usize,
+    pub recoveries_finished: u64,
+    pub running: Vec<RunningFigures>,
+    /// The last recovery that finished since this process started.
+    pub last_finished: Option<FinishedFigures>,
+}
+
+/// A recovery under way: time since its server was declared dead, and
+/// what its recovery masters reported replayed so far.
+pub(crate) struct RunningFigures {
+    pub elapsed: Duration,
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// A finished recovery's phase times (`None`: not known to this process).
+pub(crate) struct FinishedFigures {
+    pub detection_ms: Option<u64>,
+    /// The part of detection spent waiting for the dead server's lease.
+    pub lease_wait_ms: Option<u64>,
+    /// Declaration to partitions assigned to recovery masters.
+    pub assigned_ms: Option<u64>,
+    pub replay_ms: Option<u64>,
+    pub total_ms: u64,
+}
+
 /// What `stats` keeps of a finished recovery.
 fn finish_record(r: &Recovery, run: Option<&Running>) -> serde_json::Value {
     let total = match run {
@@ -966,20 +1044,41 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
     }
 }
 
+/// The names of the control operations, for logs and metrics.
+pub(crate) const OPS: [&str; 12] = [
+    "enlist",
+    "get_map",
+    "watch_map",
+    "create_table",
+    "drop_table",
+    "get_table",
+    "recovered",
+    "stats",
+    "suspect",
+    "recovery_done",
+    "raise_replica_floors",
+    "renew_lease",
+];
+
 fn op_name(req: &ControlRequest) -> &'static str {
+    OPS[op_index(req)]
+}
+
+/// The position of `req`'s operation in [`OPS`].
+fn op_index(req: &ControlRequest) -> usize {
     match req {
-        ControlRequest::Enlist { .. } => "enlist",
-        ControlRequest::GetMap => "get_map",
-        ControlRequest::WatchMap { .. } => "watch_map",
-        ControlRequest::CreateTable { .. } => "create_table",
-        ControlRequest::DropTable { .. } => "drop_table",
-        ControlRequest::GetTable { .. } => "get_table",
-        ControlRequest::Recovered { .. } => "recovered",
-        ControlRequest::Stats => "stats",
-        ControlRequest::Suspect { .. } => "suspect",
-        ControlRequest::RecoveryDone { .. } => "recovery_done",
-        ControlRequest::RaiseReplicaFloors { .. } => "raise_replica_floors",
-        ControlRequest::RenewLease { .. } => "renew_lease",
+        ControlRequest::Enlist { .. } => 0,
+        ControlRequest::GetMap => 1,
+        ControlRequest::WatchMap { .. } => 2,
+        ControlRequest::CreateTable { .. } => 3,
+        ControlRequest::DropTable { .. } => 4,
+        ControlRequest::GetTable { .. } => 5,
+        ControlRequest::Recovered { .. } => 6,
+        ControlRequest::Stats => 7,
+        ControlRequest::Suspect { .. } => 8,
+        ControlRequest::RecoveryDone { .. } => 9,
+        ControlRequest::RaiseReplicaFloors { .. } => 10,
+        ControlRequest::RenewLease { .. } => 11,
     }
 }
 

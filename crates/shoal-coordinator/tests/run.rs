@@ -22,7 +22,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         cluster_secret_file: Some(secret_file(dir.path())),
         insecure_no_secret: false,
         max_connections_per_ip: 64,
-        // The HTTP listener (dashboard) starts and stops with it.
+        // The HTTP listener (/metrics and the dashboard) starts and stops with it.
         metrics_port: Some(0),
     };
     let running = tokio::spawn(run(args.clone()));

@@ -147,6 +147,10 @@ pub struct ServerConfig {
     /// and keyless commands (DBSIZE, KEYS, SCAN, FLUSHALL) see this server
     /// only. Off: any server serves any key by forwarding.
     pub cluster_mode: bool,
+    /// Port of the HTTP listener serving `/metrics` (Prometheus text
+    /// format; `docs/observability.md`); 0 picks a free port. Unset: no
+    /// HTTP listener.
+    pub metrics_port: Option<u16>,
 }
 
 /// Whether TLS clients must present a certificate (with `tls_ca` set), as
@@ -224,6 +228,7 @@ impl Default for ServerConfig {
             tls_auth_clients: TlsAuthClients::Yes,
             tls_handshake_timeout_ms: 5000,
             cluster_mode: false,
+            metrics_port: None,
         }
     }
 }
@@ -266,6 +271,11 @@ impl ServerConfig {
 
     pub fn backup_addr(&self) -> SocketAddr {
         SocketAddr::new(self.listen, self.backup_port)
+    }
+
+    /// The HTTP listener's address, if `/metrics` is served.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_port.map(|port| SocketAddr::new(self.listen, port))
     }
 
     /// `None` when connections never time out.
@@ -413,7 +423,7 @@ pub struct ServerArgs {
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
-    /// tls_handshake_timeout_ms, cluster_mode (sizes as numbers of bytes or strings like
+    /// tls_handshake_timeout_ms, cluster_mode, metrics_port (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -589,6 +599,12 @@ pub struct ServerArgs {
     /// clients work. See docs/redis-cluster.md.
     #[arg(long)]
     pub cluster_mode: bool,
+    /// Serve /metrics (Prometheus text format: requests, latency, memory,
+    /// cleaner, replication, backup, recovery; docs/observability.md) over
+    /// HTTP on this port of --listen; 0 picks a free port (logged). Without
+    /// it no HTTP port is opened.
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
 }
 
 impl ServerArgs {
@@ -630,6 +646,9 @@ impl ServerArgs {
         }
         if self.cluster_mode {
             c.cluster_mode = true;
+        }
+        if self.metrics_port.is_some() {
+            c.metrics_port = self.metrics_port;
         }
         if self.password.is_some() {
             c.requirepass = self.password;

@@ -369,6 +369,10 @@ pub struct ServerStats {
     pub moved_replies: AtomicU64,
     /// The Redis front end's per-command and per-error counters.
     pub resp_commands: crate::resp::stats::CommandStats,
+    /// The native and memcached front ends' per-operation counters and
+    /// latency histograms (`metrics::ops`).
+    pub native_ops: crate::metrics::ops::OpStats<{ crate::native::OPS }>,
+    pub memcached_ops: crate::metrics::ops::OpStats<{ crate::memcached::cmd::OPS.len() }>,
     /// TLS handshakes completed, failed (not TLS, a certificate refused,
     /// ...) and not finished within the handshake timeout.
     pub tls_handshakes: AtomicU64,

@@ -20,6 +20,9 @@
 //! * [`stream`]: what a front end serves a connection over, plain TCP or
 //!   TLS ([`stream::ClientStream`]), and how either moves between workers.
 //! * [`tls`]: TLS on the client ports: certificates, the bounded handshake.
+//! * [`metrics`]: the server's Prometheus metrics, gathered at scrape time,
+//!   and the front ends' per-operation counters and latency histograms;
+//!   [`http`]: the HTTP listener that serves them (`--metrics-port`).
 //!
 //! # Adding a front end
 //!
@@ -40,9 +43,11 @@ pub mod cluster;
 pub mod config;
 mod connection;
 pub mod context;
+pub mod http;
 pub mod lease;
 pub mod listener;
 pub mod memcached;
+pub mod metrics;
 pub mod native;
 pub mod resp;
 pub mod server;

@@ -62,6 +62,8 @@ pub struct Addresses {
     pub memcached: Option<SocketAddr>,
     /// The native protocol's address (`None` only for a server built without it).
     pub native: Option<SocketAddr>,
+    /// The HTTP listener serving `/metrics` (`None`: no `--metrics-port`).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A server running on its own runtime in a background thread.
@@ -93,6 +95,14 @@ impl Server {
             true => Some(bind("memcached", config.memcached_addr())?),
             false => None,
         };
+        let metrics = match config.metrics_addr() {
+            Some(addr) => Some(shoal_http::bind(addr).map_err(|source| ServerError::Bind {
+                protocol: "metrics",
+                addr,
+                source,
+            })?),
+            None => None,
+        };
         let resp_addr = resp.local_addr().unwrap_or(config.resp_addr());
         let native_addr = native.local_addr().unwrap_or(config.native_addr());
         // Ports given as 0 become the ones bound (INFO, CLUSTER SLOTS).
@@ -119,7 +129,8 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("shoal-server".into())
             .spawn(move || {
-                runtime.block_on(serve(c, signals, workers.clone(), [resp, native], memcached, ready_tx));
+                let listeners = Listeners { resp, native, memcached, metrics };
+                runtime.block_on(serve(c, signals, workers.clone(), listeners, ready_tx));
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 // The listeners are gone, so this is the last reference.
                 if let Ok(workers) = Arc::try_unwrap(workers) {
@@ -197,6 +208,15 @@ fn bind(protocol: &'static str, addr: SocketAddr) -> Result<std::net::TcpListene
     listen().map_err(|source| ServerError::Bind { protocol, addr, source })
 }
 
+/// The listeners `launch` bound, for `serve`.
+struct Listeners {
+    resp: std::net::TcpListener,
+    native: std::net::TcpListener,
+    memcached: Option<std::net::TcpListener>,
+    /// The HTTP listener of `/metrics` (`http`).
+    metrics: Option<std::net::TcpListener>,
+}
+
 /// Binds the listeners, reports readiness, serves until shutdown.
 ///
 /// Front ends: each is one `bind` and one `listener::run` spawn below. The
@@ -206,30 +226,36 @@ async fn serve(
     ctx: Arc<ServerContext>,
     signals: bool,
     workers: Arc<Workers>,
-    [resp, native]: [std::net::TcpListener; 2],
-    memcached: Option<std::net::TcpListener>,
+    listeners: Listeners,
     ready: std::sync::mpsc::Sender<Result<Addresses, ServerError>>,
 ) {
     let tracker = ConnectionTracker::default();
-    let (resp, native) = match (TcpListener::from_std(resp), TcpListener::from_std(native)) {
+    let Listeners { resp, native, memcached, metrics } = listeners;
+    let tokio_listener = TcpListener::from_std;
+    let (resp, native) = match (tokio_listener(resp), tokio_listener(native)) {
         (Ok(r), Ok(n)) => (r, n),
         (Err(e), _) | (_, Err(e)) => {
             let _ = ready.send(Err(ServerError::Runtime(e)));
             return;
         }
     };
-    let memcached = match memcached.map(TcpListener::from_std).transpose() {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = ready.send(Err(ServerError::Runtime(e)));
-            return;
-        }
-    };
+    let (memcached, metrics) =
+        match (memcached.map(tokio_listener).transpose(), metrics.map(tokio_listener).transpose()) {
+            (Ok(m), Ok(h)) => (m, h),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = ready.send(Err(ServerError::Runtime(e)));
+                return;
+            }
+        };
     let addrs = Addresses {
         resp: resp.local_addr().unwrap_or(ctx.config.resp_addr()),
         memcached: memcached.as_ref().map(|m| m.local_addr().unwrap_or(ctx.config.memcached_addr())),
         native: Some(native.local_addr().unwrap_or(ctx.config.native_addr())),
+        metrics: metrics.as_ref().and_then(|m| m.local_addr().ok()),
     };
+    if let Some(metrics) = metrics {
+        tokio::spawn(crate::http::serve(ctx.clone(), metrics));
+    }
     if let Some(node) = ctx.cluster.clone() {
         let c = ctx.clone();
         let c2 = ctx.clone();

@@ -25,9 +25,10 @@ struct Cli {
 enum Command {
     /// Starts a working Shoal cluster on this machine and prints how to connect.
     ///
-    /// A coordinator (port 7600) and --servers servers (default 4; server i
-    /// on native port 7700+i, Redis port 6380+i, backup port 7800+i), each
-    /// replicating its log to --replicas others, with their data under
+    /// A coordinator (port 7600; /metrics and the dashboard on 9600) and --servers servers
+    /// (default 4; server i on native port 7700+i, Redis port 6380+i,
+    /// memcached port 11212+i, backup port 7800+i, /metrics on 9700+i),
+    /// each replicating its log to --replicas others, with their data under
     /// --root. Stops cleanly on Ctrl-C; starting it again on the same root
     /// brings every acknowledged write back.
     ///
@@ -41,8 +42,10 @@ enum Command {
     Coordinator(shoal_coordinator::CoordinatorArgs),
     /// Runs one Shoal server in the foreground until Ctrl-C or SIGTERM.
     ///
-    /// Serves Shoal's native protocol (--native-port, default 7700) and the
-    /// Redis protocol (--resp-port, default 6380). Options come from the
+    /// Serves Shoal's native protocol (--native-port, default 7700), the
+    /// Redis protocol (--resp-port, default 6380), memcached's
+    /// (--memcached-port, default 11212) and, with --metrics-port,
+    /// Prometheus metrics on /metrics over HTTP. Options come from the
     /// flags, over an optional TOML file (--config), over the defaults.
     Server(serve::ServerCommand),
     /// Benchmarks of the master store, and YCSB against a running server.

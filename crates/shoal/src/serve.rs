@@ -25,10 +25,6 @@ pub struct ServerCommand {
     pub server: ServerArgs,
 }
 
-/// Default port of the dashboard of `shoal local` (the coordinator's
-/// `--metrics-port`).
-pub const DEFAULT_METRICS_PORT: u16 = 9600;
-
 #[derive(clap::Args, Debug)]
 pub struct LocalCommand {
     /// Servers to start; each is a master and a backup.
@@ -46,12 +42,6 @@ pub struct LocalCommand {
     /// Port of the coordinator; 0 picks a free port.
     #[arg(long, default_value_t = 7600, value_name = "PORT")]
     pub coordinator_port: u16,
-    /// Port of the coordinator's HTTP listener, whose / is the cluster's
-    /// live dashboard (docs/observability.md); 0 picks a free port.
-    /// [default: 9600, or a free port when --coordinator-port is 0, so
-    /// that clusters started side by side on free ports never collide]
-    #[arg(long, value_name = "PORT")]
-    pub metrics_port: Option<u16>,
     /// Native protocol port of the first server; server i uses this + i.
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_NATIVE_PORT, value_name = "PORT")]
@@ -68,6 +58,21 @@ pub struct LocalCommand {
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_BACKUP_PORT, value_name = "PORT")]
     pub backup_port: u16,
+    /// HTTP port of the coordinator: its /metrics (Prometheus text format)
+    /// and the cluster's live dashboard at / (docs/observability.md)
+    /// [default: the coordinator's port + 2000, so 9600; a free port when
+    /// that is 0, so that clusters started side by side never collide].
+    #[arg(long, value_name = "PORT")]
+    pub coordinator_metrics_port: Option<u16>,
+    /// HTTP port of the first server's /metrics; server i uses this + i. 0
+    /// lets every server pick a free port (each logs it) [default: the
+    /// first server's native port + 2000, so 9700; free ports when that is 0].
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
+    /// Open no HTTP port: no /metrics anywhere, and so no dashboard either
+    /// (the coordinator serves it on its metrics port).
+    #[arg(long, conflicts_with_all = ["metrics_port", "coordinator_metrics_port"])]
+    pub no_metrics: bool,
     /// Memory for objects, per server.
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]
     pub memory: ByteSize,
@@ -139,6 +144,10 @@ pub fn server(cmd: &ServerCommand) -> ExitCode {
     let a = server.addresses();
     let native = a.native.map_or("off".to_string(), |n| n.to_string());
     let memcached = a.memcached.map_or("off".to_string(), |m| m.to_string());
+    if let Some(m) = a.metrics {
+        tracing::info!("shoal server metrics on http://{m}/metrics");
+    }
+    // The Redis address ends the line: tools read it from there.
     tracing::info!(
         "shoal server ready: native protocol on {native}, memcached protocol on {memcached}, Redis protocol on {}",
         a.resp
@@ -191,6 +200,21 @@ impl Drop for Processes {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The HTTP ports of `shoal local`: the coordinator's (/metrics and the
+/// dashboard) and the first server's /metrics (`None`: no HTTP port). By default each is its
+/// process's main port + 2000 (7600 -> 9600, 7700 + i -> 9700 + i), and
+/// free ports (0) when the main ports are.
+fn metrics_ports(cmd: &LocalCommand) -> Option<(u16, u16)> {
+    if cmd.no_metrics {
+        return None;
+    }
+    let derived = |port: u16| if port == 0 { 0 } else { port.saturating_add(2000) };
+    Some((
+        cmd.coordinator_metrics_port.unwrap_or(derived(cmd.coordinator_port)),
+        cmd.metrics_port.unwrap_or(derived(cmd.native_port)),
+    ))
 }
 
 fn port(base: u16, i: usize) -> String {
@@ -302,9 +326,16 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     if let Some(r) = cmd.replicas {
         args.extend(["--replicas".into(), r.to_string()]);
     }
-    let metrics_port = cmd.metrics_port.unwrap_or(if cmd.coordinator_port == 0 { 0 } else { DEFAULT_METRICS_PORT });
-    let dashboard: SocketAddr = SocketAddr::new(coordinator.ip(), pick_port(metrics_port)?);
-    args.extend(["--metrics-port".into(), dashboard.port().to_string()]);
+    let metrics = metrics_ports(cmd);
+    // The coordinator's HTTP port is picked here when free, so that the
+    // dashboard's address can be printed.
+    let http = match metrics {
+        Some((port, _)) => Some(SocketAddr::new(coordinator.ip(), pick_port(port)?)),
+        None => None,
+    };
+    if let Some(http) = http {
+        args.extend(["--metrics-port".into(), http.port().to_string()]);
+    }
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
     wait_for_coordinator(coordinator, &log, deadline, &mut procs.0[0].1)?;
@@ -345,6 +376,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if cmd.cluster_mode {
             args.push("--cluster-mode".into());
         }
+        if let Some((_, base)) = metrics {
+            args.extend(["--metrics-port".into(), port(base, i)]);
+        }
         if let Some(pki) = &pki {
             for (flag, path) in
                 [("--tls-cert", &pki.server_cert), ("--tls-key", &pki.server_key), ("--tls-ca", &pki.ca)]
@@ -368,7 +402,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         cmd.servers, cmd.memory, map.replicas
     );
     println!("  coordinator:     {coordinator}");
-    println!("  dashboard:       http://{dashboard}/");
+    match http {
+        Some(http) => println!("  dashboard:       http://{http}/"),
+        None => println!("  dashboard:       off (--no-metrics)"),
+    }
     let mut servers: Vec<_> = map.servers.iter().filter(|s| s.state != ServerState::Down).collect();
     servers.sort_by_key(|s| s.id);
     // The map does not carry memcached addresses: server i's is the
@@ -380,15 +417,27 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let memcached = |s: &shoal_cluster::ServerInfo| {
         memcached_addr(s).map_or("on a free port (in its log)".to_string(), |a| a.to_string())
     };
+    // Nor metrics addresses: server i's is the configured port + i.
+    let server_metrics = |s: &shoal_cluster::ServerInfo| match (metrics, cmd.native_port) {
+        (None, _) => "off".to_string(),
+        (Some((_, 0)), _) | (_, 0) => "on a free port (in its log)".to_string(),
+        (Some((_, m)), n) => {
+            format!("http://{}:{}/metrics", s.native.ip(), m.wrapping_add(s.native.port().wrapping_sub(n)))
+        }
+    };
     for s in &servers {
         println!(
-            "  server {}: native protocol {}, Redis protocol {}, memcached protocol {}, backup {}",
+            "  server {}: native protocol {}, Redis protocol {}, memcached protocol {}, backup {}, metrics {}",
             s.id,
             s.native,
             s.resp,
             memcached(s),
-            s.backup
+            s.backup,
+            server_metrics(s)
         );
+    }
+    if let Some(http) = http {
+        println!("  metrics:         http://{http}/metrics (coordinator)");
     }
     // With a password, the hints read it from the environment rather than
     // print it.

@@ -435,9 +435,12 @@ impl Protocol for Memcached {
         let line = frame::trim_eol(&input[..line_len]);
         self.tokens.split(line);
         ServerStats::add(&self.ctx.stats.commands, 1);
+        // Requests refused before they run count as rejected (`metrics::ops`).
+        let op = cmd::op_index(self.tokens.get(line, 0));
         let cmd = match cmd::parse(line, &self.tokens) {
             Ok(cmd) => cmd,
             Err(refusal) => {
+                self.ctx.stats.memcached_ops.rejected(op);
                 out.extend_from_slice(refusal.as_bytes());
                 return Ok(Some((line_len, Step::Done)));
             }
@@ -448,6 +451,7 @@ impl Protocol for Memcached {
                 let block = n.saturating_add(2);
                 let total = line_len.saturating_add(block);
                 if n > self.limits.max_value || total > self.limits.max_request {
+                    self.ctx.stats.memcached_ops.rejected(op);
                     // memcached's answer; the data is read and dropped, so
                     // the connection stays usable.
                     if !cmd.noreply() {
@@ -461,6 +465,7 @@ impl Protocol for Memcached {
                     return Ok(None);
                 }
                 if &input[total - 2..total] != b"\r\n" {
+                    self.ctx.stats.memcached_ops.rejected(op);
                     if !cmd.noreply() {
                         out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
                     }
@@ -470,6 +475,7 @@ impl Protocol for Memcached {
             }
         };
         if !self.authenticated {
+            self.ctx.stats.memcached_ops.rejected(op);
             match cmd {
                 Command::Quit => self.quit = true,
                 _ => self.authenticate(&cmd, data, out),
@@ -477,6 +483,7 @@ impl Protocol for Memcached {
             return Ok(Some((total, Step::Done)));
         }
         if let Command::Quit = cmd {
+            self.ctx.stats.memcached_ops.ran(op, std::time::Duration::ZERO, false);
             self.quit = true;
             return Ok(Some((total, Step::Done)));
         }
@@ -486,6 +493,7 @@ impl Protocol for Memcached {
                 Routed::Forward(job) => return Ok(Some((total, Step::Forward(job)))),
                 Routed::Wait => return Ok(Some((0, Step::Retry))),
                 Routed::Error(e) => {
+                    self.ctx.stats.memcached_ops.rejected(op);
                     if !cmd.noreply() {
                         cmd::put_error(out, e);
                     }
@@ -494,7 +502,10 @@ impl Protocol for Memcached {
             }
             self.touched = true;
         }
+        let (from, started) = (out.len(), Instant::now());
         self.run(&cmd, data, out);
+        let took = started.elapsed();
+        self.ctx.stats.memcached_ops.ran(op, took, cmd::is_error(&out[from..]));
         Ok(Some((total, Step::Done)))
     }
 
@@ -604,6 +615,15 @@ pub fn run_forwarded(ctx: &Arc<ServerContext>, request: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn op_index_names_every_command_of_ops() {
+        for (i, name) in cmd::OPS.iter().enumerate().skip(1) {
+            assert_eq!(cmd::op_index(name.as_bytes()), i);
+        }
+        assert_eq!(cmd::op_index(b"nosuch"), 0);
+        assert_eq!(cmd::op_index(b"GET"), 0, "memcached's names are lower case");
+    }
 
     #[test]
     fn in_key_order_reorders_hits_of_several_servers() {

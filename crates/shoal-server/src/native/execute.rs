@@ -52,7 +52,9 @@ impl Scratch {
 
 /// Executes the request framed by `header` and `body`, appending exactly
 /// one response frame to `out`. `max_response` bounds the body of responses
-/// whose size the request does not fix (multi-read, enumerate).
+/// whose size the request does not fix (multi-read, enumerate). Returns
+/// whether the request failed: its response is an error other than a
+/// missing object or a reject rule's verdict.
 pub fn execute(
     ctx: &ServerContext,
     header: &Header,
@@ -60,20 +62,20 @@ pub fn execute(
     out: &mut Vec<u8>,
     scratch: &mut Scratch,
     max_response: usize,
-) {
+) -> bool {
     ServerStats::add(&ctx.stats.commands, 1);
     let id = header.request_id;
     if header.flags != 0 {
         ServerStats::add(&ctx.stats.protocol_errors, 1);
         let e = ErrorStatus::MalformedRequest("request flags must be zero".into());
         encode_error(out, id, header.opcode, &e);
-        return;
+        return true;
     }
     // A connection in clear text on a TLS port is served PING only.
     if scratch.ping_only && Opcode::from_u8(header.opcode) != Some(Opcode::Ping) {
         let e = ErrorStatus::MalformedRequest("this port speaks TLS; in clear text it answers PING only".into());
         encode_error(out, id, header.opcode, &e);
-        return;
+        return true;
     }
     // Before logging in, only PING (so that failure detectors need no
     // credentials) and AUTH are even decoded.
@@ -82,7 +84,7 @@ pub fn execute(
         && !matches!(Opcode::from_u8(header.opcode), Some(Opcode::Ping | Opcode::Auth))
     {
         encode_error(out, id, header.opcode, &ErrorStatus::NotAuthenticated);
-        return;
+        return true;
     }
     let req = match Request::decode(header.opcode, body) {
         Ok(r) => r,
@@ -93,12 +95,15 @@ pub fn execute(
                 DecodeError::Malformed(why) => ErrorStatus::MalformedRequest(why.into()),
             };
             encode_error(out, id, header.opcode, &status);
-            return;
+            return true;
         }
     };
     let (touched_before, durable_before) = (scratch.touched, scratch.durable);
     match apply(ctx, req, scratch, max_response) {
-        Ok(resp) => resp.encode(id, out),
+        Ok(resp) => {
+            resp.encode(id, out);
+            false
+        }
         Err(status) => {
             // Refused by routing (not this server's key or table, or no
             // lease or a recovery yet): no stored data was read or
@@ -110,9 +115,15 @@ pub fn execute(
                 scratch.touched = touched_before;
                 scratch.durable = durable_before;
             }
-            encode_error(out, id, header.opcode, &status)
+            // A missing object or a reject rule's verdict is an answer, not a failure.
+            let answer = matches!(
+                status,
+                ErrorStatus::ObjectDoesntExist | ErrorStatus::ObjectExists { .. } | ErrorStatus::WrongVersion { .. }
+            );
+            encode_error(out, id, header.opcode, &status);
+            !answer
         }
-    };
+    }
 }
 
 /// What a read's reply waits for: a present object, its key's last write;

@@ -38,7 +38,7 @@ use crate::stream::ClientStream;
 use crate::workers::{Moved, Placement, Served};
 use bytes::BufMut;
 use execute::{execute, Scratch};
-use shoal_proto::{check_frame, encode_error, ErrorStatus, FrameError, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
+use shoal_proto::{check_frame, encode_error, ErrorStatus, FrameError, Opcode, DEFAULT_MAX_BODY_BYTES, HEADER_LEN};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -252,13 +252,19 @@ async fn serve_connection<S: ClientStream>(
             Some(Err(e)) => return Err(format!("read: {e}")),
         }
         // Run every whole frame; flush whenever the replies reach their bound.
+        // Each request is timed from the end of the one before it (one
+        // clock read per request, and one per batch).
         let mut pos = 0;
         let mut fatal = None;
+        let mut clock = std::time::Instant::now();
         loop {
             match check_frame(&inbuf[pos..], limits.max_body) {
                 Ok(Some(h)) => {
                     let body = &inbuf[pos + HEADER_LEN..pos + h.frame_len()];
-                    execute(ctx, &h, body, out, scratch, limits.max_response);
+                    let failed = execute(ctx, &h, body, out, scratch, limits.max_response);
+                    let now = std::time::Instant::now();
+                    ctx.stats.native_ops.ran(op_index(h.opcode), now - clock, failed);
+                    clock = now;
                     pos += h.frame_len();
                     if out.len() >= limits.reply_buffer
                         || (out.len() > PAUSE_SLACK
@@ -266,6 +272,7 @@ async fn serve_connection<S: ClientStream>(
                     {
                         settle(ctx, scratch).await?;
                         flush(&mut stream, out, ctx, limits.idle, account).await?;
+                        clock = std::time::Instant::now();
                     }
                 }
                 Ok(None) => break,
@@ -316,6 +323,42 @@ async fn serve_connection<S: ClientStream>(
             return Err(why);
         }
     }
+}
+
+/// Operations of the native protocol, for its statistics (`/metrics`):
+/// index 0 is any unknown opcode, and every other is its opcode's value.
+pub const OPS: usize = 21;
+
+/// The statistics index of `opcode` (see [`OPS`]).
+pub fn op_index(opcode: u8) -> usize {
+    Opcode::from_u8(opcode).map_or(0, |op| op as usize)
+}
+
+/// The name of operation `index` (see [`OPS`]); `None` for a value that
+/// is no opcode.
+pub fn op_name(index: usize) -> Option<&'static str> {
+    if index == 0 {
+        return Some("unknown");
+    }
+    let op = Opcode::from_u8(u8::try_from(index).ok()?)?;
+    Some(match op {
+        Opcode::Ping => "ping",
+        Opcode::Read => "read",
+        Opcode::Write => "write",
+        Opcode::Remove => "remove",
+        Opcode::Increment => "increment",
+        Opcode::MultiRead => "multi_read",
+        Opcode::MultiWrite => "multi_write",
+        Opcode::MultiRemove => "multi_remove",
+        Opcode::Enumerate => "enumerate",
+        Opcode::WriteTtl => "write_ttl",
+        Opcode::ReadTtl => "read_ttl",
+        Opcode::CreateTable => "create_table",
+        Opcode::DropTable => "drop_table",
+        Opcode::GetTableId => "get_table_id",
+        Opcode::Stats => "stats",
+        Opcode::Auth => "auth",
+    })
 }
 
 /// Why a connection chosen by the budget's enforcer ends (for the log).
@@ -406,6 +449,18 @@ async fn with_timeout<T>(limit: Option<Duration>, f: impl Future<Output = T>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn op_index_covers_every_opcode_within_ops() {
+        for code in 0..=u8::MAX {
+            let i = op_index(code);
+            assert!(i < OPS);
+            assert_eq!(i != 0, Opcode::from_u8(code).is_some());
+            assert!(op_name(i).is_some());
+        }
+        let names: std::collections::BTreeSet<_> = (0..OPS).filter_map(op_name).collect();
+        assert_eq!(names.len(), (0..OPS).filter(|&i| op_name(i).is_some()).count(), "names are distinct");
+    }
 
     #[test]
     fn refusal_is_a_retry_response() {

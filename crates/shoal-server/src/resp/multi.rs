@@ -361,8 +361,9 @@ fn run(s: &mut Session, queued: &[Queued], plan: &Plan, out: &mut Reply<'_>) -> 
                 }
             };
             // Each command EXEC runs counts as a call of its own, as in Redis.
-            let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            s.ctx.stats.resp_commands.ran(q.index, usec, failed);
+            let took = started.elapsed();
+            let usec = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            s.ctx.stats.resp_commands.ran(q.index, took, failed);
             // As in Redis, each command EXEC runs is shown to monitors and
             // may enter the slow log.
             s.observe(q.index, cmd::sub_index(q.entry.spec, q.args()), q.args(), usec);

@@ -286,8 +286,9 @@ impl Session {
         let sub = cmd::sub_index(entry.spec, args);
         self.slot.record_command(index, sub, started);
         let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
-        let usec = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.ctx.stats.resp_commands.ran(index, usec, failed);
+        let took = started.elapsed();
+        let usec = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.ctx.stats.resp_commands.ran(index, took, failed);
         if self.scratch.capacity() > 1 << 16 {
             self.scratch = Vec::new();
         }

@@ -12,27 +12,22 @@
 //!   Redis, at most 128 distinct codes are tracked; further new codes count
 //!   only in the total.
 //!
-//! Counters are atomics indexed by the command's position in the command
-//! table. Error codes are counted in a fixed table of (code, count): a code
+//! Calls, run times, failures and refusals are the front end's
+//! [`OpStats`], indexed by the command's position in the command table
+//! (with a latency histogram per command, which `/metrics` reports). Error codes are counted in a fixed table of (code, count): a code
 //! seen before is found by comparing bytes and counted with one atomic add,
 //! without allocating or locking; only a new code takes a lock to enter it.
 
+use crate::metrics::ops::OpStats;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Most commands the table may hold (checked by a test of the table).
 pub const MAX_COMMANDS: usize = 128;
 /// Most distinct error codes tracked.
 const MAX_ERROR_CODES: usize = 128;
-
-#[derive(Default)]
-struct Counter {
-    calls: AtomicU64,
-    usec: AtomicU64,
-    rejected: AtomicU64,
-    failed: AtomicU64,
-}
 
 /// One command's figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,7 +39,7 @@ pub struct CommandFigures {
 }
 
 pub struct CommandStats {
-    per: Box<[Counter]>,
+    per: OpStats<MAX_COMMANDS>,
     errors: ErrorCodes,
     total_errors: AtomicU64,
 }
@@ -107,33 +102,31 @@ impl ErrorCodes {
     }
 }
 
+/// The name of the command at `index` in the command table.
+pub fn command_name(index: usize) -> Option<&'static str> {
+    crate::resp::cmd::COMMANDS.get(index).map(|e| e.spec.name)
+}
+
 impl Default for CommandStats {
     fn default() -> Self {
-        CommandStats {
-            per: (0..MAX_COMMANDS).map(|_| Counter::default()).collect(),
-            errors: ErrorCodes::new(),
-            total_errors: AtomicU64::new(0),
-        }
+        CommandStats { per: OpStats::default(), errors: ErrorCodes::new(), total_errors: AtomicU64::new(0) }
     }
 }
 
 impl CommandStats {
-    /// Command `index` ran for `usec` microseconds.
-    pub fn ran(&self, index: usize, usec: u64, failed: bool) {
-        if let Some(c) = self.per.get(index) {
-            c.calls.fetch_add(1, Ordering::Relaxed);
-            c.usec.fetch_add(usec, Ordering::Relaxed);
-            if failed {
-                c.failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    /// Command `index` ran for `took`.
+    pub fn ran(&self, index: usize, took: Duration, failed: bool) {
+        self.per.ran(index, took, failed);
     }
 
     /// Command `index` was refused before it ran.
     pub fn rejected(&self, index: usize) {
-        if let Some(c) = self.per.get(index) {
-            c.rejected.fetch_add(1, Ordering::Relaxed);
-        }
+        self.per.rejected(index);
+    }
+
+    /// The per-command counters and latency histograms.
+    pub fn ops(&self) -> &OpStats<MAX_COMMANDS> {
+        &self.per
     }
 
     /// An error reply whose text (without the leading `-`) is `text`.
@@ -149,13 +142,8 @@ impl CommandStats {
 
     /// The figures of command `index`.
     pub fn figures(&self, index: usize) -> CommandFigures {
-        let Some(c) = self.per.get(index) else { return CommandFigures::default() };
-        CommandFigures {
-            calls: c.calls.load(Ordering::Relaxed),
-            usec: c.usec.load(Ordering::Relaxed),
-            rejected: c.rejected.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-        }
+        let f = self.per.figures(index);
+        CommandFigures { calls: f.calls, usec: f.sum_ns / 1000, rejected: f.rejected, failed: f.failed }
     }
 
     /// Every error code seen and its count, in code order.
@@ -171,8 +159,8 @@ mod tests {
     #[test]
     fn counts_calls_rejections_failures_and_error_codes() {
         let s = CommandStats::default();
-        s.ran(3, 10, false);
-        s.ran(3, 5, true);
+        s.ran(3, Duration::from_micros(10), false);
+        s.ran(3, Duration::from_micros(5), true);
         s.rejected(3);
         s.rejected(MAX_COMMANDS + 5);
         assert_eq!(s.figures(3), CommandFigures { calls: 2, usec: 15, rejected: 1, failed: 1 });

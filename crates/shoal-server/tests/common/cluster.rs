@@ -53,6 +53,7 @@ impl Cluster {
             .block_on(Coordinator::start(CoordinatorConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 data_dir: root.join("coordinator"),
+                metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
                 ..CoordinatorConfig::default()
             }))
             .expect("coordinator starts");
@@ -94,6 +95,11 @@ impl Cluster {
             }
         }
         c
+    }
+
+    /// The coordinator's HTTP listener (`/metrics`).
+    pub fn coordinator_metrics(&self) -> SocketAddr {
+        self._coordinator.http_addr().expect("the harness starts it with metrics")
     }
 
     pub fn addr(&self, i: usize) -> SocketAddr {

@@ -67,6 +67,72 @@ pub fn parse<'a>(line: &'a [u8], t: &Tokens) -> Result<Command<'a>, Refusal> {
     Ok(cmd)
 }
 
+/// The command names, for the front end's statistics (`/metrics`): a
+/// command's index is its position here; 0 is any unknown name.
+pub const OPS: [&str; 25] = [
+    "unknown",
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "delete",
+    "touch",
+    "incr",
+    "decr",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+    "mn",
+    "flush_all",
+    "version",
+    "verbosity",
+    "stats",
+    "quit",
+];
+
+/// The index in [`OPS`] of the command called `name` (0 if none is).
+pub fn op_index(name: &[u8]) -> usize {
+    match name {
+        b"get" => 1,
+        b"gets" => 2,
+        b"gat" => 3,
+        b"gats" => 4,
+        b"set" => 5,
+        b"add" => 6,
+        b"replace" => 7,
+        b"append" => 8,
+        b"prepend" => 9,
+        b"cas" => 10,
+        b"delete" => 11,
+        b"touch" => 12,
+        b"incr" => 13,
+        b"decr" => 14,
+        b"mg" => 15,
+        b"ms" => 16,
+        b"md" => 17,
+        b"ma" => 18,
+        b"mn" => 19,
+        b"flush_all" => 20,
+        b"version" => 21,
+        b"verbosity" => 22,
+        b"stats" => 23,
+        b"quit" => 24,
+        _ => 0,
+    }
+}
+
+/// Whether a reply (from its first byte on) is one of memcached's errors.
+pub fn is_error(reply: &[u8]) -> bool {
+    reply.starts_with(b"ERROR") || reply.starts_with(b"CLIENT_ERROR") || reply.starts_with(b"SERVER_ERROR")
+}
+
 /// What a command needs to run: the items, reusable buffers, counters.
 pub struct Exec<'a> {
     pub ctx: &'a Arc<ServerContext>,
