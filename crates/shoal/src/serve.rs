@@ -398,8 +398,11 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         return Ok(());
     };
     println!(
-        "Shoal is running on this machine: a coordinator and {} servers, {} of memory each, {} replica(s) per segment.",
-        cmd.servers, cmd.memory, map.replicas
+        "Shoal is running on this machine: a coordinator and {} server{}, {} of memory each, {} replica(s) per segment.",
+        cmd.servers,
+        if cmd.servers == 1 { "" } else { "s" },
+        cmd.memory,
+        map.replicas
     );
     println!("  coordinator:     {coordinator}");
     match http {
@@ -466,7 +469,11 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         println!("  native protocol: {}", s.native);
         println!("  Redis protocol:  {}    try: {redis_cli} -p {} set hello world", s.resp, s.resp.port());
         if let Some(m) = memcached_addr(s) {
-            println!("  memcached:       {m}    try: printf 'get hello\\r\\n' | nc -q1 {} {}", m.ip(), m.port());
+            println!(
+                "  memcached:       {m}    try: exec 3<>/dev/tcp/{}/{} && printf 'get hello\\r\\nquit\\r\\n' >&3 && cat <&3",
+                m.ip(),
+                m.port()
+            );
         }
     }
     println!(
