@@ -2,6 +2,7 @@
 
 use crate::probe::ProbeConfig;
 use shoal_cluster::auth::{ClusterSecret, SecretError};
+use shoal_cluster::tls::InternalTls;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -98,6 +99,25 @@ pub struct CoordinatorArgs {
     /// so that one client cannot starve the servers' connections.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_IP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_connections_per_ip: usize,
+
+    /// Mutual TLS on the control port: this coordinator's certificate (PEM,
+    /// then its chain), signed by the cluster CA of --internal-tls-ca and
+    /// naming the DNS name shoal-internal, for server and client
+    /// authentication. With it the control port speaks only TLS, and every
+    /// peer (servers, clients, the command line) must present a certificate
+    /// of the same CA. Needs --internal-tls-key and --internal-tls-ca.
+    /// See docs/security.md, "Internal TLS".
+    #[arg(long, value_name = "PATH", requires_all = ["internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_cert: Option<PathBuf>,
+
+    /// The private key of --internal-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_key: Option<PathBuf>,
+
+    /// The cluster CA's certificates (PEM): peers of the control port must
+    /// present a certificate it signed.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_ca: Option<PathBuf>,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -131,6 +151,9 @@ pub struct CoordinatorConfig {
     /// Open control connections beyond this from one IP address are
     /// answered with an error and closed.
     pub max_connections_per_ip: usize,
+    /// Mutual TLS on the control port (`--internal-tls-*`); `None`: clear
+    /// text.
+    pub internal_tls: Option<InternalTls>,
 }
 
 impl Default for CoordinatorConfig {
@@ -149,6 +172,7 @@ impl Default for CoordinatorConfig {
             lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
             secret: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            internal_tls: None,
         }
     }
 }
@@ -164,6 +188,12 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             (None, true) => None,
             (None, false) => return Err(CoordinatorError::NoSecret),
         };
+        let internal_tls = InternalTls::from_paths(
+            args.internal_tls_cert.as_deref(),
+            args.internal_tls_key.as_deref(),
+            args.internal_tls_ca.as_deref(),
+        )
+        .map_err(CoordinatorError::Tls)?;
         Ok(CoordinatorConfig {
             listen: args.listen,
             data_dir: args.data_dir,
@@ -174,6 +204,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             lease: Duration::from_millis(args.lease_ms),
             secret,
             max_connections_per_ip: args.max_connections_per_ip,
+            internal_tls,
             ..CoordinatorConfig::default()
         })
     }
@@ -203,6 +234,8 @@ pub enum CoordinatorError {
          --insecure-no-secret to let anyone who can reach the control port change the cluster"
     )]
     NoSecret,
+    #[error("{0}")]
+    Tls(String),
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         cluster_secret_file: Some(secret_file(dir.path())),
         insecure_no_secret: false,
         max_connections_per_ip: 64,
+        internal_tls_cert: None,
+        internal_tls_key: None,
+        internal_tls_ca: None,
     };
     let running = tokio::spawn(run(args.clone()));
 
