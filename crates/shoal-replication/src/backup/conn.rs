@@ -79,9 +79,15 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
         };
         let _ = stream.set_nodelay(true);
         let c = &shared.counters;
+        // Over a limit a TLS port closes without a word: clear bytes would
+        // not be read as TLS.
+        let answer = shared.config.tls.is_none();
         if c.connections_active.load(Ordering::Relaxed) >= shared.config.max_connections as u64 {
             c.connections_refused.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
+                if !answer {
+                    return;
+                }
                 let mut out = Vec::new();
                 wire::encode_text(Kind::Error, SegmentId(0), "too many connections", &mut out);
                 linger_close(stream, &out).await;
@@ -92,6 +98,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
             c.connections_refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, "backup: refusing a connection: too many from this address");
             tokio::spawn(async move {
+                if !answer {
+                    return;
+                }
                 let mut out = Vec::new();
                 wire::encode_text(Kind::Error, SegmentId(0), "too many connections from this address", &mut out);
                 linger_close(stream, &out).await;
