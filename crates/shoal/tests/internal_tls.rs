@@ -45,7 +45,8 @@ fn recovered(map: &ClusterMap, dead: ServerId) -> bool {
 #[test]
 fn a_cluster_with_internal_tls_recovers_a_killed_master_with_every_acknowledged_write() {
     let root = Root::new("internal-tls-recovery");
-    let mut cluster = Cluster::start_internal_tls(&root.0, 3, 2);
+    // R = 1: after the kill, each of the two left still has a backup.
+    let mut cluster = Cluster::start_internal_tls(&root.0, 3, 1);
 
     // TLS is really in use: clear-text peers are refused, with a clear
     // reason, by the coordinator and by every backup.
@@ -133,18 +134,20 @@ impl Pki {
     }
 }
 
-/// Over TLS as `config` says, with the secret: creates table `name`.
-async fn create_table_over(
+/// Over TLS as `config` says, with the secret: enlists a server whose
+/// native port is `port` (a change of the map).
+async fn enlist_over(
     addr: std::net::SocketAddr,
     config: std::sync::Arc<rustls::ClientConfig>,
-    name: &str,
+    port: u16,
 ) -> Result<(), String> {
     let mut s = raw_tls::connect(addr, config).await?;
     auth::initiate(&mut s, &secret(), Port::Control, None).await.map_err(|e| e.to_string())?;
-    let req = ControlRequest::CreateTable { name: name.into(), span: 1, slots: false };
+    let at = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+    let req = ControlRequest::Enlist { previous: None, native: at(port), resp: at(port + 1), backup: at(port + 2) };
     write_frame(&mut s, &req).await.map_err(|e| e.to_string())?;
     match read_frame::<ControlResponse, _>(&mut s).await {
-        Ok(Some(ControlResponse::Table { .. })) => Ok(()),
+        Ok(Some(ControlResponse::Enlisted { .. })) => Ok(()),
         other => Err(format!("{other:?}")),
     }
 }
@@ -168,13 +171,13 @@ async fn the_control_port_refuses_peers_without_a_cluster_certificate_and_change
     // Refused: TLS without a certificate or with another CA's.
     let [no_cert, other_ca, member] = pki.peers();
     for (what, config) in [no_cert, other_ca] {
-        let r = create_table_over(addr, config, "stranger").await;
+        let r = enlist_over(addr, config, 1000).await;
         assert!(r.is_err(), "a peer with {what} was served");
     }
     // Refused: clear text, with the secret (told TLS is required) or
     // without (an `unauthorized` error saying so).
     let clear_member = ControlAuth { secret: Some(secret()), identity: None, tls: None };
-    let r = ControlClient::new(addr).with_auth(clear_member).create_table("stranger", 1).await;
+    let r = ControlClient::new(addr).with_auth(clear_member).get_map().await;
     assert!(matches!(r, Err(ControlError::Auth(AuthError::TlsRequired))), "{r:?}");
     let r = ControlClient::new(addr).get_map().await;
     assert!(
@@ -194,13 +197,14 @@ async fn the_control_port_refuses_peers_without_a_cluster_certificate_and_change
 
     // Nothing changed.
     assert_eq!(coordinator.map().version, version);
-    assert!(coordinator.map().tables.is_empty());
+    assert!(coordinator.map().servers.is_empty());
     // The same attempt with a member's certificate works: the refusals
     // above were the certificates'.
     let (_, config) = member;
-    create_table_over(addr, config, "members").await.unwrap();
+    enlist_over(addr, config, 2000).await.unwrap();
     let map = ControlClient::new(addr).with_auth(ControlAuth::anonymous_tls(Some(pki.tls("client")))).get_map().await;
-    assert_eq!(map.unwrap().tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["members"]);
+    let natives: Vec<u16> = map.unwrap().servers.iter().map(|s| s.native.port()).collect();
+    assert_eq!(natives, [2000]);
     coordinator.shutdown();
     coordinator.wait().await;
 }
