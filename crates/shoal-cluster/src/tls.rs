@@ -29,6 +29,7 @@ use crate::auth::HANDSHAKE_TIMEOUT;
 use rustls::pki_types::ServerName;
 use rustls::server::WebPkiClientVerifier;
 use shoal_common::tls::{load_certs, load_key, load_roots, provider};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -155,8 +156,8 @@ impl InternalTls {
         addr: SocketAddr,
         mut stream: std::net::TcpStream,
     ) -> io::Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
-        let mut conn =
-            rustls::ClientConnection::new(self.connector.config().clone(), internal_name()).map_err(io::Error::other)?;
+        let mut conn = rustls::ClientConnection::new(self.connector.config().clone(), internal_name())
+            .map_err(io::Error::other)?;
         while conn.is_handshaking() {
             conn.complete_io(&mut stream).map_err(|e| handshake_error(addr, e))?;
         }
@@ -182,10 +183,9 @@ fn handshake_error(addr: SocketAddr, e: io::Error) -> io::Error {
 async fn within_handshake_time<T>(f: impl std::future::Future<Output = io::Result<T>>) -> io::Result<T> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, f).await {
         Ok(r) => r,
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
-        )),
+        Err(_) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}")))
+        }
     }
 }
 
@@ -229,7 +229,9 @@ impl InternalStream {
                     Ok(Ok(data)) => Ok(Some(data[..data.len().min(4)].to_vec())),
                     Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
                     Ok(Err(e)) => Err(e),
-                    Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the peer sent nothing within the handshake time")),
+                    Err(_) => {
+                        Err(io::Error::new(io::ErrorKind::TimedOut, "the peer sent nothing within the handshake time"))
+                    }
                 }
             }
         }
@@ -297,9 +299,8 @@ impl InternalStream {
         match self {
             InternalStream::Plain(s) => s.try_read(buf),
             InternalStream::Tls(s) => {
-                let mut cx = Context::from_waker(Waker::noop());
                 let mut rb = ReadBuf::new(buf);
-                match Pin::new(&mut **s).poll_read(&mut cx, &mut rb) {
+                match poll_once(|cx| Pin::new(&mut **s).poll_read(cx, &mut rb)) {
                     Poll::Ready(Ok(())) => Ok(rb.filled().len()),
                     Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
                     Poll::Ready(Err(e)) => Err(e),
@@ -315,13 +316,10 @@ impl InternalStream {
     pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             InternalStream::Plain(s) => s.try_write(buf),
-            InternalStream::Tls(s) => {
-                let mut cx = Context::from_waker(Waker::noop());
-                match Pin::new(&mut **s).poll_write(&mut cx, buf) {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-                }
-            }
+            InternalStream::Tls(s) => match poll_once(|cx| Pin::new(&mut **s).poll_write(cx, buf)) {
+                Poll::Ready(r) => r,
+                Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+            },
         }
     }
 }
@@ -331,11 +329,22 @@ fn flush_now(tls: &mut tokio_rustls::TlsStream<TcpStream>) -> io::Result<()> {
     if !tls.get_ref().1.wants_write() {
         return Ok(());
     }
-    let mut cx = Context::from_waker(Waker::noop());
-    match Pin::new(tls).poll_flush(&mut cx) {
+    match poll_once(|cx| Pin::new(&mut *tls).poll_flush(cx)) {
         Poll::Ready(r) => r,
         Poll::Pending => Ok(()),
     }
+}
+
+/// Polls `f` once with a waker that does nothing, outside tokio's
+/// cooperative budget: these calls stand for the socket's `try_read` and
+/// `try_write`, which never consult the budget. Under it, a spent budget
+/// would make the TLS stream answer `Pending` while the socket stays
+/// readable, and a caller that waits with `ready` (which returns at once
+/// then) would spin without ever yielding to refill it.
+fn poll_once<T>(f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut once = std::pin::pin!(tokio::task::unconstrained(std::future::poll_fn(f)));
+    once.as_mut().poll(&mut cx)
 }
 
 macro_rules! delegate_read {
@@ -412,3 +421,129 @@ pub enum InternalWriteHalf {
 
 delegate_read!(InternalReadHalf);
 delegate_write!(InternalWriteHalf);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// PEM files of a CA and one certificate it signed for `INTERNAL_NAME`
+    /// in `dir`: (cert, key, ca).
+    fn pki(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+        use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair};
+        std::fs::create_dir_all(dir).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![INTERNAL_NAME.to_string()]).unwrap();
+        params.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        let paths = (dir.join("node.crt"), dir.join("node.key"), dir.join("ca.crt"));
+        std::fs::write(&paths.0, cert.pem()).unwrap();
+        std::fs::write(&paths.1, key.serialize_pem()).unwrap();
+        std::fs::write(&paths.2, ca.pem()).unwrap();
+        paths
+    }
+
+    /// Reads `n` bytes with `ready` and `try_read` only, as the backup does.
+    async fn read_nonblocking(s: &mut InternalStream, n: usize) -> Vec<u8> {
+        let mut got = Vec::with_capacity(n);
+        let mut buf = [0u8; 3000];
+        while got.len() < n {
+            s.ready(Interest::READABLE).await.unwrap();
+            loop {
+                match s.try_read(&mut buf) {
+                    Ok(0) => panic!("end of stream after {} bytes", got.len()),
+                    Ok(k) => got.extend_from_slice(&buf[..k]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        got
+    }
+
+    /// Writes `data` with `ready` and `try_write` only, then waits until
+    /// the peer has it (the session's records must leave by `ready` alone).
+    async fn write_nonblocking(s: &mut InternalStream, data: &[u8]) {
+        let mut pos = 0;
+        while pos < data.len() {
+            match s.try_write(&data[pos..]) {
+                Ok(k) => pos += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    s.ready(Interest::WRITABLE).await.unwrap();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_nonblocking_calls_move_every_byte_through_a_session_both_ways() {
+        let dir = std::env::temp_dir().join(format!("shoal-cluster-tls-{}", std::process::id()));
+        let (cert, key, ca) = pki(&dir);
+        let tls = InternalTls::load(&cert, &key, &ca).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let server_tls = tls.clone();
+        let expected = data.clone();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let Accepted::Tls(mut s) = server_tls.accept(tcp).await.unwrap() else { panic!("clear text") };
+            let got = read_nonblocking(&mut s, expected.len()).await;
+            assert!(got == expected, "the bytes differ");
+            // Answer with all of it, then wait for the peer to close while
+            // `ready` alone sends what the session holds.
+            write_nonblocking(&mut s, &got).await;
+            loop {
+                s.ready(Interest::READABLE).await.unwrap();
+                match s.try_read(&mut [0u8; 16]) {
+                    Ok(0) => break,
+                    Ok(_) => panic!("unexpected bytes"),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut c = tls.connect(addr, tcp).await.unwrap();
+        c.write_all(&data).await.unwrap();
+        c.flush().await.unwrap();
+        let mut back = vec![0u8; data.len()];
+        c.read_exact(&mut back).await.unwrap();
+        assert!(back == data, "the answer differs");
+        drop(c);
+        server.await.unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_clear_text_peer_is_handed_back_unread_and_a_tls_dialer_to_it_fails_clearly() {
+        let dir = std::env::temp_dir().join(format!("shoal-cluster-tls-clear-{}", std::process::id()));
+        let (cert, key, ca) = pki(&dir);
+        let tls = InternalTls::load(&cert, &key, &ca).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clear = TcpStream::connect(addr).await.unwrap();
+        clear.write_all(b"hello").await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        let Accepted::Clear(tcp) = tls.accept(tcp).await.unwrap() else { panic!("not clear text") };
+        let mut first = [0u8; 5];
+        tcp.peek(&mut first).await.unwrap();
+        assert_eq!(&first, b"hello");
+        // A listener that answers clear text and closes.
+        let answer = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let _ = tcp.write_all(b"not TLS at all\r\n").await;
+        });
+        let err = tls.connect(addr, TcpStream::connect(addr).await.unwrap()).await.err().expect("a failure");
+        assert!(err.to_string().contains("internal TLS handshake with"), "{err}");
+        answer.await.unwrap();
+        assert!(InternalTls::from_paths(Some(&cert), None, Some(&ca)).is_err());
+        assert!(InternalTls::from_paths(None, None, None).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

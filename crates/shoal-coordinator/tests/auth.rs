@@ -39,7 +39,11 @@ fn enlist_req(previous: Option<ServerId>, port: u16) -> ControlRequest {
 }
 
 fn member(c: &Coordinator) -> ControlClient {
-    ControlClient::new(c.local_addr()).with_auth(ControlAuth { secret: Some(secret(SECRET)), identity: None, tls: None })
+    ControlClient::new(c.local_addr()).with_auth(ControlAuth {
+        secret: Some(secret(SECRET)),
+        identity: None,
+        tls: None,
+    })
 }
 
 fn as_server(c: &Coordinator, id: ServerId, credential: Credential) -> ControlClient {

@@ -17,6 +17,7 @@
 use crate::wire::{
     self, Header, Hello, KeyRange, Kind, Mode, PartInfo, ReplicaInfo, ReplicaState, WireError, HEADER_LEN,
 };
+use shoal_cluster::tls::InternalStream;
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, SegmentHeaderView};
@@ -26,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use shoal_cluster::tls::InternalStream;
 
 /// Largest frame body a reader accepts: a segment of the largest size the
 /// engine can address (128 MiB) and its prefix. Bodies are read as they

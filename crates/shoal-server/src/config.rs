@@ -687,11 +687,14 @@ impl ServerArgs {
         if self.insecure_no_secret {
             c.insecure_no_secret = true;
         }
-        for (flag, field) in
-            [(self.tls_cert, &mut c.tls_cert), (self.tls_key, &mut c.tls_key), (self.tls_ca, &mut c.tls_ca),
-            (self.internal_tls_cert, &mut c.internal_tls_cert), (self.internal_tls_key, &mut c.internal_tls_key),
-            (self.internal_tls_ca, &mut c.internal_tls_ca)]
-        {
+        for (flag, field) in [
+            (self.tls_cert, &mut c.tls_cert),
+            (self.tls_key, &mut c.tls_key),
+            (self.tls_ca, &mut c.tls_ca),
+            (self.internal_tls_cert, &mut c.internal_tls_cert),
+            (self.internal_tls_key, &mut c.internal_tls_key),
+            (self.internal_tls_ca, &mut c.internal_tls_ca),
+        ] {
             if flag.is_some() {
                 *field = flag;
             }

@@ -320,8 +320,8 @@ impl InternalPki {
             // The same name and key as ca.crt: what it signs chains to ca.crt.
             let issuer = Self::ca_params().and_then(|p| p.self_signed(&ca_key)).map_err(|e| e.to_string())?;
             let key = KeyPair::generate().map_err(|e| e.to_string())?;
-            let mut params =
-                CertificateParams::new(vec![shoal_cluster::tls::INTERNAL_NAME.to_string()]).map_err(|e| e.to_string())?;
+            let mut params = CertificateParams::new(vec![shoal_cluster::tls::INTERNAL_NAME.to_string()])
+                .map_err(|e| e.to_string())?;
             params.distinguished_name.push(DnType::CommonName, format!("shoal {name}"));
             params.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
             let cert = params.signed_by(&key, &issuer, &ca_key).map_err(|e| e.to_string())?;

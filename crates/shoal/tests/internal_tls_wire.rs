@@ -69,9 +69,8 @@ fn run(tls: bool, root: &std::path::Path) -> (Recorder, Recorder) {
     .unwrap();
     store.create_table(TableId(1));
     store.write(TableId(1), b"the key", VALUE, RejectRules::default()).unwrap();
-    let durable = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(20), rep.wait_durable(rep.position())).await
-    });
+    let durable =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), rep.wait_durable(rep.position())).await });
     assert!(matches!(durable, Ok(Ok(()))), "the write did not become durable (tls: {tls}): {durable:?}");
     assert!(backup.stats().bytes_received >= VALUE.len() as u64, "the backup received nothing");
     rep.shutdown();

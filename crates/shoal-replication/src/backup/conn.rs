@@ -146,8 +146,10 @@ async fn open_tls(shared: &Shared, stream: TcpStream, peer: SocketAddr) -> Optio
     match tls.accept(stream).await {
         Ok(Accepted::Tls(s)) => Some(s),
         Ok(Accepted::Clear(mut stream)) => {
-            refused(&"clear text on a port that speaks only TLS (the peer needs the cluster's \
-                      --internal-tls-cert, --internal-tls-key and --internal-tls-ca)");
+            refused(
+                &"clear text on a port that speaks only TLS (the peer needs the cluster's \
+                      --internal-tls-cert, --internal-tls-key and --internal-tls-ca)",
+            );
             let first = auth::peek_start(&stream, Duration::from_secs(1)).await.ok().flatten();
             if first.is_some_and(|f| auth::is_handshake(&f)) {
                 auth::refuse_clear_handshake(&mut stream).await;
@@ -417,7 +419,9 @@ impl Conn {
         loop {
             let n = match self.rx {
                 Rx::Header { got } => {
-                    let Some(n) = try_read(&mut self.stream, &mut self.head[got..])? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, &mut self.head[got..])? else {
+                        return Ok(Drained::Blocked);
+                    };
                     if n > 0 {
                         if got + n < HEADER_LEN {
                             self.rx = Rx::Header { got: got + n };
@@ -431,7 +435,9 @@ impl Conn {
                     n
                 }
                 Rx::Body { header, got } => {
-                    let Some(n) = try_read(&mut self.stream, &mut self.body[got..])? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, &mut self.body[got..])? else {
+                        return Ok(Drained::Blocked);
+                    };
                     if n > 0 {
                         if got + n < self.body.len() {
                             self.rx = Rx::Body { header, got: got + n };
@@ -461,7 +467,9 @@ impl Conn {
                     if g.gen != o.gen {
                         return Err(bad(format!("replica of segment {} was reset or freed meanwhile", segment.0)));
                     }
-                    let Some(n) = try_read(&mut self.stream, g.data_mut(pos, end))? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, g.data_mut(pos, end))? else {
+                        return Ok(Drained::Blocked);
+                    };
                     g.written(pos + n);
                     drop(g);
                     o.received = pos + n;

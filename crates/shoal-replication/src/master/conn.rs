@@ -7,13 +7,13 @@
 use super::state::State;
 use super::Inner;
 use crate::wire::{Header, Kind, HEADER_LEN};
+use shoal_cluster::tls::{InternalReadHalf, InternalStream, InternalWriteHalf};
 use shoal_cluster::ServerId;
 use shoal_common::SegmentId;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use shoal_cluster::tls::{InternalReadHalf, InternalStream, InternalWriteHalf};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 

@@ -451,7 +451,9 @@ pub mod raw_tls {
             .unwrap()
             .with_root_certificates(load_roots(roots).unwrap());
         Arc::new(match identity {
-            Some((cert, key)) => builder.with_client_auth_cert(load_certs(cert).unwrap(), load_key(key).unwrap()).unwrap(),
+            Some((cert, key)) => {
+                builder.with_client_auth_cert(load_certs(cert).unwrap(), load_key(key).unwrap()).unwrap()
+            }
             None => builder.with_no_client_auth(),
         })
     }
