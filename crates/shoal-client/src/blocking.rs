@@ -62,7 +62,7 @@ impl Client {
     /// Connects to the cluster of the coordinator at `coordinator`: the
     /// tablet map comes from there, and is refreshed from there.
     pub fn connect_cluster(coordinator: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
-        let source = crate::cluster::CoordinatorMap::new(coordinator);
+        let source = crate::cluster::CoordinatorMap::with_tls(coordinator, config.coordinator_tls.clone());
         let map = source.fetch()?;
         Ok(Client::with_map(map, Box::new(source), config))
     }

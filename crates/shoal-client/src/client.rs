@@ -280,8 +280,9 @@ impl Client {
     /// Connects to the cluster of the coordinator at `coordinator`: the
     /// tablet map comes from there, and is refreshed from there.
     pub async fn connect_cluster(coordinator: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
-        let source = crate::cluster::CoordinatorMap::new(coordinator);
+        let source = crate::cluster::CoordinatorMap::with_tls(coordinator, config.coordinator_tls.clone());
         let cluster = shoal_cluster::ControlClient::new(coordinator)
+            .with_auth(shoal_cluster::ControlAuth::anonymous_tls(config.coordinator_tls.clone()))
             .get_map()
             .await
             .map_err(|e| ClientError::Cluster(e.to_string()))?;

@@ -34,6 +34,10 @@ pub struct ClientConfig {
     pub credentials: Option<Credentials>,
     /// Speak TLS to the servers (needed when their client ports do).
     pub tls: Option<ClientTls>,
+    /// Speak mutual TLS to the coordinator (needed when its control port
+    /// does: the cluster has internal TLS, `docs/security.md`): a
+    /// certificate of the cluster CA. Only `connect_cluster` uses it.
+    pub coordinator_tls: Option<shoal_cluster::tls::InternalTls>,
 }
 
 /// A user name and password for the native protocol's AUTH request.
@@ -78,6 +82,7 @@ impl Default for ClientConfig {
             timeout: Some(Duration::from_secs(30)),
             credentials: None,
             tls: None,
+            coordinator_tls: None,
         }
     }
 }

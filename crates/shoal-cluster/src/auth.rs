@@ -33,6 +33,12 @@
 //! internal protocol's frame limit, and its first byte is no replication
 //! frame kind, so an acceptor can tell a handshake from an old-protocol
 //! peer by peeking at them ([`is_handshake`]).
+//!
+//! A listener with internal TLS (`crate::tls`) answers a HELLO sent in
+//! clear text with [`TLS_ONLY`] in place of a CHALLENGE (a fixed text no
+//! real CHALLENGE can be: its first 32 bytes would be a random nonce), so
+//! that a clear-text initiator fails with [`AuthError::TlsRequired`]
+//! rather than a wrong-secret error.
 
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -63,6 +69,10 @@ pub const MIN_SECRET_LEN: usize = 16;
 pub const MAX_SECRET_LEN: usize = 4096;
 /// Bytes of a server credential.
 pub const CREDENTIAL_LEN: usize = 32;
+
+/// What a listener that speaks only TLS sends a clear-text HELLO, in
+/// place of a CHALLENGE.
+pub const TLS_ONLY: [u8; CHALLENGE_LEN] = *b"SHOAL-TLS-ONLY: this internal port speaks TLS (--internal-tls-*)";
 
 const _: () = assert!(MAGIC.len() + 1 + 7 + 32 == HELLO_LEN);
 const _: () = assert!(32 + 32 == CHALLENGE_LEN);
@@ -302,6 +312,11 @@ pub enum AuthError {
     Refused(String),
     #[error("malformed handshake message: {0}")]
     Malformed(&'static str),
+    #[error(
+        "the peer speaks only TLS on its internal ports: give this process the cluster's \
+         --internal-tls-cert, --internal-tls-key and --internal-tls-ca"
+    )]
+    TlsRequired,
 }
 
 /// The proven facts of a completed handshake, on either side.
@@ -378,25 +393,56 @@ pub fn initiate_blocking(
     port: Port,
     identity: Option<Identity>,
 ) -> Result<Session, AuthError> {
-    use std::io::{Read, Write};
     let (read_timeout, write_timeout) = (stream.read_timeout()?, stream.write_timeout()?);
+    limit_timeouts(stream)?;
+    let session = initiate_blocking_io(stream, secret, port, identity)?;
+    stream.set_read_timeout(read_timeout)?;
+    stream.set_write_timeout(write_timeout)?;
+    Ok(session)
+}
+
+/// Sets a blocking socket's timeouts to at most [`HANDSHAKE_TIMEOUT`].
+pub fn limit_timeouts(stream: &std::net::TcpStream) -> io::Result<()> {
     let limit = |t: Option<Duration>| Some(t.map_or(HANDSHAKE_TIMEOUT, |t| t.min(HANDSHAKE_TIMEOUT)));
-    stream.set_read_timeout(limit(read_timeout))?;
-    stream.set_write_timeout(limit(write_timeout))?;
+    stream.set_read_timeout(limit(stream.read_timeout()?))?;
+    stream.set_write_timeout(limit(stream.write_timeout()?))
+}
+
+/// [`initiate`] over any blocking stream (a TLS session over a socket);
+/// the caller bounds its time (the socket's timeouts, [`limit_timeouts`]).
+pub fn initiate_blocking_io<S: io::Read + io::Write>(
+    stream: &mut S,
+    secret: &ClusterSecret,
+    port: Port,
+    identity: Option<Identity>,
+) -> Result<Session, AuthError> {
     let nonce_i = random_bytes::<32>();
     stream.write_all(&hello(port, &nonce_i))?;
+    stream.flush()?;
     let mut challenge = [0u8; CHALLENGE_LEN];
     stream.read_exact(&mut challenge)?;
     let (session, proof) = answer_challenge(secret, port, &nonce_i, &challenge, identity)?;
     stream.write_all(&proof)?;
+    stream.flush()?;
     let mut head = [0u8; 2];
     stream.read_exact(&mut head)?;
     let mut reason = vec![0u8; head[1] as usize];
     stream.read_exact(&mut reason)?;
     verdict(head[0], &reason)?;
-    stream.set_read_timeout(read_timeout)?;
-    stream.set_write_timeout(write_timeout)?;
     Ok(session)
+}
+
+/// A TLS-only listener's answer to a peer that opened a cluster handshake
+/// in clear text: reads its HELLO and answers [`TLS_ONLY`] (best effort,
+/// at most 1 s), so the peer learns why ([`AuthError::TlsRequired`]).
+pub async fn refuse_clear_handshake(stream: &mut tokio::net::TcpStream) {
+    let answer = async {
+        let mut hello = [0u8; HELLO_LEN];
+        stream.read_exact(&mut hello).await?;
+        stream.write_all(&TLS_ONLY).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }
 
 /// Runs the acceptor's side up to the PROOF (within [`HANDSHAKE_TIMEOUT`]).
@@ -493,6 +539,9 @@ fn answer_challenge(
     challenge: &[u8; CHALLENGE_LEN],
     identity: Option<Identity>,
 ) -> Result<(Session, [u8; PROOF_LEN]), AuthError> {
+    if *challenge == TLS_ONLY {
+        return Err(AuthError::TlsRequired);
+    }
     let mut nonces = [0u8; 64];
     nonces[..32].copy_from_slice(nonce_i);
     nonces[32..].copy_from_slice(&challenge[..32]);

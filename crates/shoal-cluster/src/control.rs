@@ -13,6 +13,7 @@
 
 use crate::auth::{self, AuthError, ClusterSecret, Credential, Identity, Port, Session};
 use crate::map::{ClusterMap, ReplicaFloor, ServerId, TableInfo};
+use crate::tls::{InternalStream, InternalTls};
 use serde::{Deserialize, Serialize};
 use shoal_common::LogId;
 use std::net::SocketAddr;
@@ -168,12 +169,14 @@ pub enum ControlError {
 
 /// How a caller authenticates its control connections: with the cluster
 /// secret (none: no handshake, which a coordinator with a secret answers
-/// only for the read-only requests), and as a server (its id and
-/// credential) once it has one.
+/// only for the read-only requests), as a server (its id and credential)
+/// once it has one, and over mutual TLS when the coordinator's control
+/// port speaks it (`tls`; [`crate::tls`]).
 #[derive(Clone, Debug, Default)]
 pub struct ControlAuth {
     pub secret: Option<ClusterSecret>,
     pub identity: Option<Identity>,
+    pub tls: Option<InternalTls>,
 }
 
 impl ControlAuth {
@@ -182,12 +185,27 @@ impl ControlAuth {
         ControlAuth::default()
     }
 
-    /// Runs the handshake on `stream` if there is a secret.
-    async fn handshake(&self, stream: &mut TcpStream) -> Result<Option<Session>, ControlError> {
-        match &self.secret {
-            Some(secret) => Ok(Some(auth::initiate(stream, secret, Port::Control, self.identity).await?)),
-            None => Ok(None),
-        }
+    /// No handshake, over mutual TLS with `tls` if given: the read-only
+    /// requests of a client.
+    pub fn anonymous_tls(tls: Option<InternalTls>) -> ControlAuth {
+        ControlAuth { tls, ..ControlAuth::default() }
+    }
+
+    /// Opens TLS if configured, then runs the handshake if there is a secret.
+    async fn open(
+        &self,
+        addr: SocketAddr,
+        stream: TcpStream,
+    ) -> Result<(InternalStream, Option<Session>), ControlError> {
+        let mut stream = match &self.tls {
+            Some(tls) => tls.connect(addr, stream).await?,
+            None => InternalStream::Plain(stream),
+        };
+        let session = match &self.secret {
+            Some(secret) => Some(auth::initiate(&mut stream, secret, Port::Control, self.identity).await?),
+            None => None,
+        };
+        Ok((stream, session))
     }
 }
 
@@ -261,7 +279,7 @@ pub async fn write_frame<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T
 /// failure. Calls are sequential; use one client per task.
 pub struct ControlClient {
     addr: SocketAddr,
-    conn: Option<(TcpStream, Option<Session>)>,
+    conn: Option<(InternalStream, Option<Session>)>,
     timeout: Duration,
     auth: ControlAuth,
 }
@@ -312,12 +330,11 @@ impl ControlClient {
 
     async fn call_inner(&mut self, req: &ControlRequest) -> Result<ControlResponse, ControlError> {
         if self.conn.is_none() {
-            let mut s = TcpStream::connect(self.addr)
+            let s = TcpStream::connect(self.addr)
                 .await
                 .map_err(|source| ControlError::Connect { addr: self.addr, source })?;
             s.set_nodelay(true)?;
-            let session = self.auth.handshake(&mut s).await?;
-            self.conn = Some((s, session));
+            self.conn = Some(self.auth.open(self.addr, s).await?);
         }
         let (conn, session) = self.conn.as_mut().expect("connected above");
         write_frame(conn, req).await?;
@@ -368,21 +385,54 @@ pub fn call_blocking_with(
     req: &ControlRequest,
     timeout: Duration,
 ) -> Result<ControlResponse, ControlError> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+    let s = std::net::TcpStream::connect_timeout(&addr, timeout)
         .map_err(|source| ControlError::Connect { addr, source })?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
+    let resp = match &auth.tls {
+        None => exchange_blocking(s, auth, req, timeout, |s| s),
+        Some(tls) => {
+            auth::limit_timeouts(&s)?;
+            let tls = tls.connect_blocking(addr, s)?;
+            exchange_blocking(tls, auth, req, timeout, |s| &s.sock)
+        }
+    }?;
+    match resp {
+        ControlResponse::Error { code, message } => Err(ControlError::Refused { code, message }),
+        other => Ok(other),
+    }
+}
+
+/// The handshake (if a secret) and one request over a connected blocking
+/// stream; `socket` finds the socket under it, whose timeouts bound each step.
+fn exchange_blocking<S: std::io::Read + std::io::Write>(
+    mut s: S,
+    auth: &ControlAuth,
+    req: &ControlRequest,
+    timeout: Duration,
+    socket: impl Fn(&S) -> &std::net::TcpStream,
+) -> Result<ControlResponse, ControlError> {
     let session = match &auth.secret {
-        Some(secret) => Some(auth::initiate_blocking(&mut s, secret, Port::Control, auth.identity)?),
-        None => None,
+        Some(secret) => {
+            auth::limit_timeouts(socket(&s))?;
+            let session = auth::initiate_blocking_io(&mut s, secret, Port::Control, auth.identity)?;
+            socket(&s).set_read_timeout(Some(timeout))?;
+            socket(&s).set_write_timeout(Some(timeout))?;
+            Some(session)
+        }
+        None => {
+            socket(&s).set_read_timeout(Some(timeout))?;
+            socket(&s).set_write_timeout(Some(timeout))?;
+            None
+        }
     };
     let body = serde_json::to_vec(req).map_err(|e| ControlError::Malformed(e.to_string()))?;
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(&body);
     s.write_all(&frame)?;
+    s.flush()?;
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -394,10 +444,7 @@ pub fn call_blocking_with(
     let mut resp: ControlResponse =
         serde_json::from_slice(&body).map_err(|e| ControlError::Malformed(e.to_string()))?;
     unmask_response(&mut resp, session.as_ref())?;
-    match resp {
-        ControlResponse::Error { code, message } => Err(ControlError::Refused { code, message }),
-        other => Ok(other),
-    }
+    Ok(resp)
 }
 
 #[cfg(test)]

@@ -10,10 +10,13 @@
 //!   protocol (`shoal-proto`) carries reads and writes.
 //! * [`auth`]: the cluster handshake that opens every internal connection
 //!   (control and replication) when the cluster has a secret.
+//! * [`tls`]: mutual TLS on the same connections, when the cluster has a
+//!   CA for them (`--internal-tls-*`); the handshake then runs inside it.
 
 pub mod auth;
 pub mod control;
 pub mod map;
+pub mod tls;
 
 pub use control::{ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 pub use map::{

@@ -2,6 +2,7 @@
 
 use crate::probe::ProbeConfig;
 use shoal_cluster::auth::{ClusterSecret, SecretError};
+use shoal_cluster::tls::InternalTls;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -107,6 +108,25 @@ pub struct CoordinatorArgs {
     /// the dashboard.
     #[arg(long, value_name = "PORT")]
     pub metrics_port: Option<u16>,
+
+    /// Mutual TLS on the control port: this coordinator's certificate (PEM,
+    /// then its chain), signed by the cluster CA of --internal-tls-ca and
+    /// naming the DNS name shoal-internal, for server and client
+    /// authentication. With it the control port speaks only TLS, and every
+    /// peer (servers, clients, the command line) must present a certificate
+    /// of the same CA. Needs --internal-tls-key and --internal-tls-ca.
+    /// See docs/security.md, "Internal TLS".
+    #[arg(long, value_name = "PATH", requires_all = ["internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_cert: Option<PathBuf>,
+
+    /// The private key of --internal-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_key: Option<PathBuf>,
+
+    /// The cluster CA's certificates (PEM): peers of the control port must
+    /// present a certificate it signed.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_ca: Option<PathBuf>,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -143,6 +163,9 @@ pub struct CoordinatorConfig {
     /// Address of the HTTP listener (`/metrics` and the dashboard); `None`:
     /// none. Port 0 picks a free one ([`Coordinator::http_addr`](crate::Coordinator::http_addr) tells it).
     pub metrics_listen: Option<SocketAddr>,
+    /// Mutual TLS on the control port (`--internal-tls-*`); `None`: clear
+    /// text.
+    pub internal_tls: Option<InternalTls>,
 }
 
 impl Default for CoordinatorConfig {
@@ -162,6 +185,7 @@ impl Default for CoordinatorConfig {
             secret: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             metrics_listen: None,
+            internal_tls: None,
         }
     }
 }
@@ -177,6 +201,12 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             (None, true) => None,
             (None, false) => return Err(CoordinatorError::NoSecret),
         };
+        let internal_tls = InternalTls::from_paths(
+            args.internal_tls_cert.as_deref(),
+            args.internal_tls_key.as_deref(),
+            args.internal_tls_ca.as_deref(),
+        )
+        .map_err(CoordinatorError::Tls)?;
         Ok(CoordinatorConfig {
             listen: args.listen,
             data_dir: args.data_dir,
@@ -188,6 +218,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             secret,
             max_connections_per_ip: args.max_connections_per_ip,
             metrics_listen: args.metrics_port.map(|port| SocketAddr::new(args.listen.ip(), port)),
+            internal_tls,
             ..CoordinatorConfig::default()
         })
     }
@@ -217,6 +248,8 @@ pub enum CoordinatorError {
          --insecure-no-secret to let anyone who can reach the control port change the cluster"
     )]
     NoSecret,
+    #[error("{0}")]
+    Tls(String),
 }
 
 #[cfg(test)]

@@ -59,8 +59,9 @@ pub async fn run(args: CoordinatorArgs) -> Result<(), CoordinatorError> {
         tracing::warn!("running without a cluster secret (--insecure-no-secret): anyone who can reach {} can enlist servers, drop tables and have servers declared dead", config.listen);
     }
     tracing::info!(
-        "shoal coordinator ready: control protocol on {}, state in {}",
+        "shoal coordinator ready: control protocol on {} ({}), state in {}",
         coordinator.local_addr(),
+        if config.internal_tls.is_some() { "mutual TLS" } else { "clear text" },
         config.data_dir.display()
     );
     if let Some(http) = coordinator.http_addr() {

@@ -18,6 +18,13 @@
 //! [`MAX_ANONYMOUS_FRAME`] bytes. A peer must send its first 4 bytes within
 //! [`HANDSHAKE_TIMEOUT`]. A failed handshake is refused and closed before
 //! any request is read.
+//!
+//! With internal TLS ([`shoal_cluster::tls`]) every connection first
+//! completes a mutual TLS handshake (a certificate of the cluster CA,
+//! within [`HANDSHAKE_TIMEOUT`]), and all of the above runs inside it. A
+//! peer speaking clear text is told so in clear text (a control `error`,
+//! or [`auth::TLS_ONLY`] for a cluster handshake) and closed, unread; a
+//! coordinator without internal TLS closes a peer that opens with TLS.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
 use crate::http;
@@ -25,6 +32,7 @@ use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
 use shoal_cluster::auth::{self, ClusterSecret, IpSlot, PerIpLimit, Port, Session, HANDSHAKE_TIMEOUT};
 use shoal_cluster::control::{mask_response, read_frame_limited, write_frame};
+use shoal_cluster::tls::{Accepted, InternalStream, InternalTls, TLS_HANDSHAKE_RECORD};
 use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -95,6 +103,7 @@ impl Coordinator {
             total: config.max_connections.max(1),
             per_ip: config.max_connections_per_ip.max(1),
             secret: config.secret.clone(),
+            tls: config.internal_tls.clone(),
         };
         let http_addr = match config.metrics_listen {
             Some(at) => Some(http::start(at, addr, &service, &shutdown).await?),
@@ -146,6 +155,7 @@ struct Limits {
     total: usize,
     per_ip: usize,
     secret: Option<ClusterSecret>,
+    tls: Option<InternalTls>,
 }
 
 /// Accepts connections until shutdown, then drains them.
@@ -153,6 +163,7 @@ async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Re
     let permits = Arc::new(Semaphore::new(limits.total));
     let per_ip = PerIpLimit::default();
     let secret = Arc::new(limits.secret);
+    let tls = Arc::new(limits.tls);
     let mut connections = JoinSet::new();
     let mut stop = shutdown.clone();
     loop {
@@ -164,15 +175,22 @@ async fn serve(listener: TcpListener, service: Arc<Service>, shutdown: watch::Re
                     (Ok(permit), Some(slot)) => {
                         let _ = stream.set_nodelay(true);
                         let slots = (permit, slot);
-                        connections.spawn(connection(service.clone(), secret.clone(), stream, peer, shutdown.clone(), slots));
+                        let auth = (secret.clone(), tls.clone());
+                        connections.spawn(connection(service.clone(), auth, stream, peer, shutdown.clone(), slots));
                     }
+                    // Over a limit a TLS port closes without a word: clear
+                    // bytes would not be read as TLS.
                     (Err(_), _) => {
                         warn!("refusing a control connection from {peer}: {} are open", limits.total);
-                        refuse(stream, "the coordinator has too many open control connections; retry later").await;
+                        if tls.is_none() {
+                            refuse(stream, "the coordinator has too many open control connections; retry later").await;
+                        }
                     }
                     (_, None) => {
                         warn!("refusing a control connection from {peer}: {} are open from {}", limits.per_ip, peer.ip());
-                        refuse(stream, "too many open control connections from this address; retry later").await;
+                        if tls.is_none() {
+                            refuse(stream, "too many open control connections from this address; retry later").await;
+                        }
                     }
                 },
                 Err(e) => {
@@ -210,17 +228,69 @@ async fn refuse(stream: TcpStream, message: &str) {
 /// Serves one control connection (see the module comment).
 async fn connection(
     service: Arc<Service>,
-    secret: Arc<Option<ClusterSecret>>,
-    mut stream: TcpStream,
+    (secret, tls): (Arc<Option<ClusterSecret>>, Arc<Option<InternalTls>>),
+    stream: TcpStream,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
     _slots: (OwnedSemaphorePermit, IpSlot),
 ) {
     service.connections.fetch_add(1, Ordering::Relaxed);
-    if let Some((caller, session)) = open(&service, (*secret).as_ref(), &mut stream, peer).await {
-        serve_requests(&service, &mut stream, peer, caller, session, &mut shutdown).await;
+    if let Some(mut stream) = open_tls((*tls).as_ref(), stream, peer).await {
+        if let Some((caller, session)) = open(&service, (*secret).as_ref(), &mut stream, peer).await {
+            serve_requests(&service, &mut stream, peer, caller, session, &mut shutdown).await;
+        }
     }
     service.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// With internal TLS, the TLS handshake; a clear-text peer is told why it
+/// is refused and closed (`None`, as for a failed handshake).
+async fn open_tls(tls: Option<&InternalTls>, stream: TcpStream, peer: SocketAddr) -> Option<InternalStream> {
+    let Some(tls) = tls else { return Some(InternalStream::Plain(stream)) };
+    match tls.accept(stream).await {
+        Ok(Accepted::Tls(s)) => Some(s),
+        Ok(Accepted::Clear(mut stream)) => {
+            warn!(
+                "refused a clear-text control connection from {peer}: this control port speaks only TLS \
+                 (the peer needs the cluster's --internal-tls-cert, --internal-tls-key and --internal-tls-ca)"
+            );
+            let first = auth::peek_start(&stream, Duration::from_secs(1)).await.ok().flatten();
+            if first.is_some_and(|f| auth::is_handshake(&f)) {
+                auth::refuse_clear_handshake(&mut stream).await;
+            } else {
+                let message = "this coordinator's control port speaks only TLS: give the cluster's \
+                               --internal-tls-cert, --internal-tls-key and --internal-tls-ca";
+                let resp = ControlResponse::Error { code: ControlErrorCode::Unauthorized, message: message.into() };
+                linger_answer(stream, &resp).await;
+            }
+            None
+        }
+        Err(e) => {
+            warn!("refused a control connection from {peer}: internal TLS: {e}");
+            None
+        }
+    }
+}
+
+/// Sends `resp` to a peer about to be closed, then reads what it still
+/// sends for a moment (at most 1 s and 64 KiB), so that it gets the answer
+/// rather than a reset.
+async fn linger_answer(mut stream: TcpStream, resp: &ControlResponse) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        write_frame(&mut stream, resp).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut total = 0;
+        while total < 64 << 10 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => total += n,
+            }
+        }
+        Ok::<(), ControlError>(())
+    })
+    .await;
 }
 
 /// Decides what the connection proved from its first bytes (the module
@@ -228,10 +298,10 @@ async fn connection(
 async fn open(
     service: &Arc<Service>,
     secret: Option<&ClusterSecret>,
-    stream: &mut TcpStream,
+    stream: &mut InternalStream,
     peer: SocketAddr,
 ) -> Option<(Caller, Option<Session>)> {
-    let first = match auth::peek_start(stream, HANDSHAKE_TIMEOUT).await {
+    let first = match stream.peek_start(HANDSHAKE_TIMEOUT).await {
         Ok(Some(first)) => first,
         Ok(None) => return None,
         Err(e) => {
@@ -239,6 +309,13 @@ async fn open(
             return None;
         }
     };
+    if !stream.is_tls() && first[0] == TLS_HANDSHAKE_RECORD {
+        warn!(
+            "{peer} opened a TLS handshake, but this coordinator's control port has no internal TLS \
+             (--internal-tls-cert); closing"
+        );
+        return None;
+    }
     let Some(secret) = secret else {
         if auth::is_handshake(&first) {
             warn!("{peer} opened a cluster handshake, but this coordinator has no cluster secret; closing");
@@ -279,7 +356,7 @@ async fn open(
 
 async fn serve_requests(
     service: &Arc<Service>,
-    stream: &mut TcpStream,
+    stream: &mut InternalStream,
     peer: SocketAddr,
     caller: Caller,
     session: Option<Session>,
@@ -288,13 +365,11 @@ async fn serve_requests(
     let limit = if caller == Caller::Anonymous { MAX_ANONYMOUS_FRAME } else { MAX_REQUEST_FRAME };
     loop {
         // Idle connections are fine (servers keep theirs); wait for a byte.
-        let mut probe = [0u8; 1];
         tokio::select! {
             biased;
             _ = stopped(shutdown) => return,
-            r = stream.peek(&mut probe) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            more = stream.wait_data() => if !more {
+                return;
             },
         }
         let read = tokio::time::timeout(FRAME_TIMEOUT, read_frame_limited(stream, limit)).await;
@@ -317,14 +392,14 @@ async fn serve_requests(
 }
 
 /// Answers a bad request with `invalid_request`; the caller then closes.
-async fn reject(stream: &mut TcpStream, peer: SocketAddr, message: String) {
+async fn reject(stream: &mut InternalStream, peer: SocketAddr, message: String) {
     debug!("closing the control connection from {peer}: {message}");
     let resp = ControlResponse::Error { code: ControlErrorCode::InvalidRequest, message };
     send(stream, &resp).await;
 }
 
 /// Writes `resp`; false if the connection is no longer usable.
-async fn send(stream: &mut TcpStream, resp: &ControlResponse) -> bool {
+async fn send(stream: &mut InternalStream, resp: &ControlResponse) -> bool {
     let result = match tokio::time::timeout(WRITE_TIMEOUT, write_frame(stream, resp)).await {
         Ok(r) => r,
         Err(_) => return false,

@@ -39,12 +39,16 @@ fn enlist_req(previous: Option<ServerId>, port: u16) -> ControlRequest {
 }
 
 fn member(c: &Coordinator) -> ControlClient {
-    ControlClient::new(c.local_addr()).with_auth(ControlAuth { secret: Some(secret(SECRET)), identity: None })
+    ControlClient::new(c.local_addr()).with_auth(ControlAuth {
+        secret: Some(secret(SECRET)),
+        identity: None,
+        tls: None,
+    })
 }
 
 fn as_server(c: &Coordinator, id: ServerId, credential: Credential) -> ControlClient {
     let identity = Some(Identity { id: id.0, credential });
-    ControlClient::new(c.local_addr()).with_auth(ControlAuth { secret: Some(secret(SECRET)), identity })
+    ControlClient::new(c.local_addr()).with_auth(ControlAuth { secret: Some(secret(SECRET)), identity, tls: None })
 }
 
 async fn enlist(c: &mut ControlClient, port: u16) -> (ServerId, Credential) {
@@ -111,7 +115,7 @@ async fn an_unauthenticated_peer_only_reads_and_changes_nothing() {
     assert!(matches!(answer, ControlResponse::Error { code: ControlErrorCode::InvalidRequest, .. }), "{answer:?}");
 
     // A wrong secret gets no further than the handshake.
-    let wrong = ControlAuth { secret: Some(secret("not the cluster secret at all")), identity: None };
+    let wrong = ControlAuth { secret: Some(secret("not the cluster secret at all")), identity: None, tls: None };
     let mut stranger = ControlClient::new(at).with_auth(wrong);
     for req in &hostile {
         match stranger.call(req).await {

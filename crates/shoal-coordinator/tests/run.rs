@@ -24,6 +24,9 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         max_connections_per_ip: 64,
         // The HTTP listener (/metrics and the dashboard) starts and stops with it.
         metrics_port: Some(0),
+        internal_tls_cert: None,
+        internal_tls_key: None,
+        internal_tls_ca: None,
     };
     let running = tokio::spawn(run(args.clone()));
 

@@ -1,14 +1,17 @@
 //! How this process opens replication connections (to backups' ports):
-//! with the cluster handshake ([`shoal_cluster::auth`]) once the process
-//! has a cluster secret, without it before.
+//! over mutual TLS ([`shoal_cluster::tls`]) when the cluster has internal
+//! TLS, then with the cluster handshake ([`shoal_cluster::auth`]) once the
+//! process has a cluster secret.
 //!
-//! A process belongs to one cluster: its secret is set once, when it joins
-//! ([`set_cluster_secret`]), and every replication connection it opens
-//! after that (a master's, a reader's, a fence) proves it. Kept here rather
-//! than passed to each call because every entry point of [`crate::restore`]
-//! and [`crate::master`] dials backups.
+//! A process belongs to one cluster: its secret and TLS identity are set
+//! once, when it joins ([`set_cluster_secret`], [`set_internal_tls`]),
+//! and every replication connection it opens after that (a master's, a
+//! reader's, a fence) uses them. Kept here rather than passed to each call
+//! because every entry point of [`crate::restore`] and [`crate::master`]
+//! dials backups.
 
 use shoal_cluster::auth::{self, ClusterSecret, Credential, Identity, Port};
+use shoal_cluster::tls::{InternalStream, InternalTls};
 use shoal_cluster::ServerId;
 use std::io;
 use std::net::SocketAddr;
@@ -16,6 +19,17 @@ use std::sync::RwLock;
 use tokio::net::TcpStream;
 
 static SECRET: RwLock<Option<ClusterSecret>> = RwLock::new(None);
+static TLS: RwLock<Option<InternalTls>> = RwLock::new(None);
+
+/// Sets the TLS identity every later replication connection of this
+/// process uses (`None`: clear text).
+pub fn set_internal_tls(tls: Option<InternalTls>) {
+    *TLS.write().unwrap_or_else(|e| e.into_inner()) = tls;
+}
+
+fn tls() -> Option<InternalTls> {
+    TLS.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
 
 /// Sets the secret every later replication connection of this process
 /// proves (`None`: no handshake, for a cluster without a secret).
@@ -27,13 +41,18 @@ fn secret() -> Option<ClusterSecret> {
     SECRET.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Connects to the backup at `addr` and, with a secret, runs the handshake
-/// claiming to be `master` (backups bind the connection to it; readers and
-/// fences claim none). Errors: the connection fails, or the handshake does
-/// (as `PermissionDenied`, with the reason).
-pub(crate) async fn connect(addr: SocketAddr, master: Option<ServerId>) -> io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await?;
+/// Connects to the backup at `addr`, with internal TLS opens the TLS
+/// session, and with a secret runs the handshake claiming to be `master`
+/// (backups bind the connection to it; readers and fences claim none).
+/// Errors: the connection fails, or a handshake does (as
+/// `PermissionDenied`, with the reason).
+pub(crate) async fn connect(addr: SocketAddr, master: Option<ServerId>) -> io::Result<InternalStream> {
+    let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    let mut stream = match tls() {
+        Some(tls) => tls.connect(addr, stream).await?,
+        None => InternalStream::Plain(stream),
+    };
     if let Some(secret) = secret() {
         // A backup cannot check a credential (it has none to compare with):
         // the identity is the id alone, which the secret vouches for.

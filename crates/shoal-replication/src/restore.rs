@@ -17,6 +17,7 @@
 use crate::wire::{
     self, Header, Hello, KeyRange, Kind, Mode, PartInfo, ReplicaInfo, ReplicaState, WireError, HEADER_LEN,
 };
+use shoal_cluster::tls::InternalStream;
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, SegmentHeaderView};
@@ -26,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Largest frame body a reader accepts: a segment of the largest size the
 /// engine can address (128 MiB) and its prefix. Bodies are read as they
@@ -164,7 +164,7 @@ pub fn verify_replica(bytes: &[u8]) -> Verified {
 /// A reader-mode connection to one backup.
 struct Reader {
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: InternalStream,
 }
 
 impl Reader {
@@ -183,6 +183,7 @@ impl Reader {
         let addr = self.addr;
         let io_err = |source| RestoreError::Io { addr, source };
         self.stream.write_all(request).await.map_err(io_err)?;
+        self.stream.flush().await.map_err(io_err)?;
         let mut head = [0u8; HEADER_LEN];
         self.stream.read_exact(&mut head).await.map_err(io_err)?;
         let h = Header::decode(&head, MAX_BODY).map_err(|source| RestoreError::Protocol { addr, source })?;

@@ -145,6 +145,8 @@ pub enum JoinError {
     Unexpected(String),
     #[error(transparent)]
     Secret(#[from] SecretError),
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ClusterNode {
@@ -158,6 +160,8 @@ impl ClusterNode {
         let store_config = config.store_config();
         let secret = config.cluster_secret_file.as_deref().map(ClusterSecret::load).transpose()?;
         shoal_replication::dial::set_cluster_secret(secret.clone());
+        let tls = config.internal_tls().map_err(JoinError::Tls)?;
+        shoal_replication::dial::set_internal_tls(tls.clone());
         let backup_config = BackupConfig {
             listen: config.backup_addr(),
             data_dir: dir.clone(),
@@ -168,6 +172,7 @@ impl ClusterNode {
             max_connections: 1024,
             max_connections_per_ip: 64,
             secret: secret.clone(),
+            tls: tls.clone(),
         };
         let backup =
             Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;
@@ -178,7 +183,7 @@ impl ClusterNode {
             (Some(p), Some(credential)) => Some(Identity { id: p.0, credential }),
             _ => None,
         };
-        let enlist_auth = ControlAuth { secret: secret.clone(), identity };
+        let enlist_auth = ControlAuth { secret: secret.clone(), identity, tls: tls.clone() };
         let req = ControlRequest::Enlist { previous, native, resp, backup: backup_addr };
         let deadline = Instant::now() + ENLIST_PATIENCE;
         let reply = loop {
@@ -197,7 +202,7 @@ impl ClusterNode {
                 }
                 Err(
                     e @ (ControlError::Refused { .. }
-                    | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_))),
+                    | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_) | AuthError::TlsRequired)),
                 ) => {
                     return Err(JoinError::Enlist { addr: coordinator, source: e });
                 }
@@ -227,6 +232,7 @@ impl ClusterNode {
         let auth = ControlAuth {
             secret: secret.clone(),
             identity: credential.map(|credential| Identity { id: server.0, credential }),
+            tls,
         };
         info!(
             "enlisted with {coordinator} as server {server}, writing log {}; {} earlier log(s) to recover",

@@ -140,6 +140,14 @@ pub struct ServerConfig {
     /// Milliseconds a client has to complete the TLS handshake after
     /// connecting; then it is closed.
     pub tls_handshake_timeout_ms: u64,
+    /// Mutual TLS on the internal connections (`docs/security.md`,
+    /// "Internal TLS"): PEM files of this server's internal certificate
+    /// (naming `shoal-internal`, signed by the cluster CA), its key and the
+    /// cluster CA. All three or none; with them the backup port speaks only
+    /// TLS, and the server dials the coordinator and other backups over TLS.
+    pub internal_tls_cert: Option<PathBuf>,
+    pub internal_tls_key: Option<PathBuf>,
+    pub internal_tls_ca: Option<PathBuf>,
     /// The Redis port behaves as a Redis Cluster node (`docs/redis-cluster.md`):
     /// CLUSTER SLOTS/SHARDS/NODES/INFO describe the cluster's slots, a key
     /// mastered elsewhere is answered `-MOVED slot host:port` instead of
@@ -227,6 +235,9 @@ impl Default for ServerConfig {
             tls_ca: None,
             tls_auth_clients: TlsAuthClients::Yes,
             tls_handshake_timeout_ms: 5000,
+            internal_tls_cert: None,
+            internal_tls_key: None,
+            internal_tls_ca: None,
             cluster_mode: false,
             metrics_port: None,
         }
@@ -289,6 +300,16 @@ impl ServerConfig {
     }
 
     /// How long a client may take over the TLS handshake (at least 1 ms).
+    /// The internal TLS identity of `internal_tls_*` (`None`: off), loaded
+    /// from its files. Errors name the file and what is wrong with it.
+    pub fn internal_tls(&self) -> Result<Option<shoal_cluster::tls::InternalTls>, String> {
+        shoal_cluster::tls::InternalTls::from_paths(
+            self.internal_tls_cert.as_deref(),
+            self.internal_tls_key.as_deref(),
+            self.internal_tls_ca.as_deref(),
+        )
+    }
+
     pub fn tls_handshake_timeout(&self) -> Duration {
         Duration::from_millis(self.tls_handshake_timeout_ms.max(1))
     }
@@ -349,6 +370,10 @@ impl ServerConfig {
             return bad("sizes must fit this machine's address space".into());
         }
         Users::from_config(self).map_err(ConfigError::Invalid)?;
+        let internal = self.internal_tls().map_err(ConfigError::Invalid)?;
+        if internal.is_some() && self.coordinator.is_none() {
+            return bad("internal TLS (internal_tls_cert) is for a server in a cluster: give coordinator too".into());
+        }
         let tls = ServerTls::from_config(self).map_err(ConfigError::Invalid)?;
         if self.coordinator.is_some() && tls.as_ref().is_some_and(|t| !t.can_connect_peers()) {
             return bad("a server in a cluster with TLS needs tls_ca: servers forward commands to each other over \
@@ -423,7 +448,8 @@ pub struct ServerArgs {
     /// backup_buffers, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
-    /// tls_handshake_timeout_ms, cluster_mode, metrics_port (sizes as numbers of bytes or strings like
+    /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
+    /// cluster_mode, metrics_port (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -590,6 +616,24 @@ pub struct ServerArgs {
     /// connects and says nothing is closed then [default: 5000].
     #[arg(long, value_name = "MS")]
     pub tls_handshake_timeout_ms: Option<u64>,
+    /// Mutual TLS on the internal ports: this server's certificate (PEM,
+    /// then its chain), signed by the cluster CA of --internal-tls-ca and
+    /// naming the DNS name shoal-internal, for server and client
+    /// authentication. With it the backup port speaks only TLS and every
+    /// connection to the coordinator and to other backups is TLS, each end
+    /// checking the other's certificate; the cluster handshake runs inside.
+    /// The coordinator and every server need it (one CA). Needs
+    /// --internal-tls-key, --internal-tls-ca and --coordinator. See
+    /// docs/security.md, "Internal TLS".
+    #[arg(long, value_name = "PATH", requires_all = ["internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_cert: Option<PathBuf>,
+    /// PEM private key of --internal-tls-cert.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_key: Option<PathBuf>,
+    /// PEM certificates of the cluster CA: peers on the internal ports must
+    /// present a certificate it signed.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_ca: Option<PathBuf>,
     /// Redis Cluster mode on the Redis port: cluster-aware clients (redis-cli
     /// -c, redis-py RedisCluster, go-redis ClusterClient, ...) read the slot
     /// map with CLUSTER SLOTS/SHARDS/NODES and send each key to its master;
@@ -662,9 +706,14 @@ impl ServerArgs {
         if self.insecure_no_secret {
             c.insecure_no_secret = true;
         }
-        for (flag, field) in
-            [(self.tls_cert, &mut c.tls_cert), (self.tls_key, &mut c.tls_key), (self.tls_ca, &mut c.tls_ca)]
-        {
+        for (flag, field) in [
+            (self.tls_cert, &mut c.tls_cert),
+            (self.tls_key, &mut c.tls_key),
+            (self.tls_ca, &mut c.tls_ca),
+            (self.internal_tls_cert, &mut c.internal_tls_cert),
+            (self.internal_tls_key, &mut c.internal_tls_key),
+            (self.internal_tls_ca, &mut c.internal_tls_ca),
+        ] {
             if flag.is_some() {
                 *field = flag;
             }

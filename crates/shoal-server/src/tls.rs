@@ -260,6 +260,80 @@ impl LocalPki {
     }
 }
 
+/// A throwaway cluster CA for internal TLS (`docs/security.md`, "Internal
+/// TLS") and the certificates it signs, as PEM files in one directory: for
+/// `shoal local --internal-tls` and tests, never for production. Unlike
+/// [`LocalPki`] the CA's key is kept (`ca.key`, mode 0600), so that a
+/// process added at a later start gets its certificate from the same CA.
+/// Every certificate names [`INTERNAL_NAME`](shoal_cluster::tls::INTERNAL_NAME)
+/// and allows server and client authentication.
+#[derive(Clone, Debug)]
+pub struct InternalPki {
+    dir: PathBuf,
+    /// The CA certificate: every process's `--internal-tls-ca`.
+    pub ca: PathBuf,
+    ca_key: PathBuf,
+}
+
+const INTERNAL_CA_NAME: &str = "Shoal throwaway internal CA";
+
+impl InternalPki {
+    /// The CA in `dir`, made (with `dir`) unless it is there.
+    pub fn create_or_load(dir: &Path) -> Result<InternalPki, String> {
+        let pki = InternalPki { dir: dir.to_path_buf(), ca: dir.join("ca.crt"), ca_key: dir.join("ca.key") };
+        if pki.ca.exists() && pki.ca_key.exists() {
+            return Ok(pki);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot make a CA key: {e}"))?;
+        let cert = Self::ca_params()
+            .and_then(|p| p.self_signed(&key))
+            .map_err(|e| format!("cannot make a CA certificate: {e}"))?;
+        write_file(&pki.ca_key, &key.serialize_pem(), true)
+            .map_err(|e| format!("cannot write {}: {e}", pki.ca_key.display()))?;
+        write_file(&pki.ca, &cert.pem(), false).map_err(|e| format!("cannot write {}: {e}", pki.ca.display()))?;
+        Ok(pki)
+    }
+
+    fn ca_params() -> Result<rcgen::CertificateParams, rcgen::Error> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.distinguished_name.push(DnType::CommonName, INTERNAL_CA_NAME);
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        Ok(ca)
+    }
+
+    /// The certificate and key files of process `name` (`<name>.crt`,
+    /// `<name>.key`, key mode 0600), signed by the CA now unless both are
+    /// there.
+    pub fn identity(&self, name: &str) -> Result<(PathBuf, PathBuf), String> {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, KeyPair};
+        let (cert, key) = (self.dir.join(format!("{name}.crt")), self.dir.join(format!("{name}.key")));
+        if cert.exists() && key.exists() {
+            return Ok((cert, key));
+        }
+        let make = || -> Result<(String, String), String> {
+            let ca_pem = std::fs::read_to_string(&self.ca_key)
+                .map_err(|e| format!("cannot read {}: {e}", self.ca_key.display()))?;
+            let ca_key = KeyPair::from_pem(&ca_pem).map_err(|e| format!("{}: {e}", self.ca_key.display()))?;
+            // The same name and key as ca.crt: what it signs chains to ca.crt.
+            let issuer = Self::ca_params().and_then(|p| p.self_signed(&ca_key)).map_err(|e| e.to_string())?;
+            let key = KeyPair::generate().map_err(|e| e.to_string())?;
+            let mut params = CertificateParams::new(vec![shoal_cluster::tls::INTERNAL_NAME.to_string()])
+                .map_err(|e| e.to_string())?;
+            params.distinguished_name.push(DnType::CommonName, format!("shoal {name}"));
+            params.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
+            let cert = params.signed_by(&key, &issuer, &ca_key).map_err(|e| e.to_string())?;
+            Ok((cert.pem(), key.serialize_pem()))
+        };
+        let (cert_pem, key_pem) = make().map_err(|e| format!("cannot make the internal certificate of {name}: {e}"))?;
+        write_file(&key, &key_pem, true).map_err(|e| format!("cannot write {}: {e}", key.display()))?;
+        write_file(&cert, &cert_pem, false).map_err(|e| format!("cannot write {}: {e}", cert.display()))?;
+        Ok((cert, key))
+    }
+}
+
 /// Writes `text` to a new file at `path`, readable by its owner only when
 /// `secret`.
 fn write_file(path: &Path, text: &str, secret: bool) -> std::io::Result<()> {

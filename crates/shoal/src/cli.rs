@@ -81,6 +81,20 @@ pub struct Common {
     /// address connected to.
     #[arg(long, value_name = "NAME", requires = "tls")]
     pub tls_server_name: Option<String>,
+    /// With --coordinator, when the cluster has internal TLS: a certificate
+    /// (PEM) signed by the cluster CA, naming shoal-internal, presented to
+    /// the coordinator's control port (mutual TLS). Needs
+    /// --internal-tls-key and --internal-tls-ca. See docs/security.md,
+    /// "Internal TLS".
+    #[arg(long, value_name = "PATH", requires_all = ["coordinator", "internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_cert: Option<PathBuf>,
+    /// PEM private key of --internal-tls-cert.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_key: Option<PathBuf>,
+    /// PEM certificates of the cluster CA, which signed the coordinator's
+    /// internal certificate.
+    #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
+    pub internal_tls_ca: Option<PathBuf>,
 }
 
 impl Common {
@@ -95,6 +109,16 @@ impl Common {
             Some(name) => tls.with_server_name(name).map(Some),
             None => Ok(Some(tls)),
         }
+    }
+
+    /// The internal TLS identity of the flags, for the coordinator (`None`
+    /// without --internal-tls-cert).
+    pub fn internal_tls(&self) -> Result<Option<shoal_cluster::tls::InternalTls>, String> {
+        shoal_cluster::tls::InternalTls::from_paths(
+            self.internal_tls_cert.as_deref(),
+            self.internal_tls_key.as_deref(),
+            self.internal_tls_ca.as_deref(),
+        )
     }
 }
 
@@ -506,8 +530,10 @@ fn client_config(common: &Common) -> Result<ClientConfig, CliError> {
         return Err(CliError { kind: "usage", message: "--timeout must be a positive number".into(), code: USAGE });
     }
     let tls = common.client_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
+    let coordinator_tls = common.internal_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
     Ok(ClientConfig {
         tls,
+        coordinator_tls,
         timeout: Some(Duration::from_secs_f64(common.timeout)),
         credentials: common
             .password

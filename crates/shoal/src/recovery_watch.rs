@@ -13,8 +13,8 @@
 
 use crate::progress::{Progress, Stream, Task, Unit};
 use serde_json::Value;
-use shoal_cluster::control::call_blocking;
-use shoal_cluster::{ControlRequest, ControlResponse};
+use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -27,6 +27,8 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// Watches the recoveries of the cluster of one coordinator.
 pub struct RecoveryWatch {
     coordinator: SocketAddr,
+    /// How to reach it (internal TLS when the cluster uses it).
+    auth: ControlAuth,
     progress: Progress,
     /// The recoveries being shown, by id.
     tasks: BTreeMap<u64, Task>,
@@ -36,9 +38,10 @@ pub struct RecoveryWatch {
 }
 
 impl RecoveryWatch {
-    pub fn new(coordinator: SocketAddr) -> RecoveryWatch {
+    pub fn new(coordinator: SocketAddr, auth: ControlAuth) -> RecoveryWatch {
         RecoveryWatch {
             coordinator,
+            auth,
             progress: Progress::new(Stream::Stdout),
             tasks: BTreeMap::new(),
             reported: BTreeSet::new(),
@@ -59,7 +62,7 @@ impl RecoveryWatch {
             return;
         }
         self.last_poll = Some(Instant::now());
-        let stats = match call_blocking(self.coordinator, &ControlRequest::Stats, TIMEOUT) {
+        let stats = match call_blocking_with(self.coordinator, &self.auth, &ControlRequest::Stats, TIMEOUT) {
             Ok(ControlResponse::Stats { stats }) => stats,
             _ => return,
         };

@@ -9,10 +9,12 @@
 //! Starting it again on the same root brings the cluster back with its data.
 //! Its processes share a cluster secret, `<root>/cluster-secret` (mode
 //! 0600), made at the first start; with --tls, a throwaway CA and
-//! certificates in `<root>/tls` too.
+//! certificates in `<root>/tls` too; with --internal-tls, a throwaway
+//! cluster CA and one certificate per process (and one for clients) in
+//! `<root>/internal-tls`.
 
 use crate::recovery_watch::RecoveryWatch;
-use shoal_cluster::{ClusterMap, ControlClient, ServerState};
+use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -102,6 +104,14 @@ pub struct LocalCommand {
     /// certificate. The hints printed show how to connect.
     #[arg(long)]
     pub tls: bool,
+    /// Mutual TLS on the internal ports (the coordinator's control port and
+    /// every backup port): a throwaway cluster CA and a certificate per
+    /// process (coordinator.crt, server-N.crt, and client.crt for the
+    /// command line and clients) are made in <root>/internal-tls, kept for
+    /// later starts. The hints printed show the CLI's flags. See
+    /// docs/security.md, "Internal TLS".
+    #[arg(long)]
+    pub internal_tls: bool,
     /// Redis Cluster mode on every server's Redis port (on or off): cluster
     /// clients (redis-cli -c, redis-py RedisCluster, go-redis ClusterClient,
     /// ...) read the slot map and send each key to its master, and a key sent
@@ -250,13 +260,19 @@ fn spawn_with_env(exe: &Path, args: &[String], env: &[(&str, &str)], dir: &Path)
 }
 
 /// Waits until the coordinator at `addr` answers.
-fn wait_for_coordinator(addr: SocketAddr, log: &Path, deadline: Instant, child: &mut Child) -> Result<(), String> {
+fn wait_for_coordinator(
+    addr: SocketAddr,
+    auth: &ControlAuth,
+    log: &Path,
+    deadline: Instant,
+    child: &mut Child,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
     loop {
-        let mut c = ControlClient::new(addr).with_timeout(Duration::from_millis(500));
+        let mut c = ControlClient::new(addr).with_timeout(Duration::from_millis(500)).with_auth(auth.clone());
         if runtime.block_on(c.get_map()).is_ok() {
             return Ok(());
         }
@@ -302,6 +318,27 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         true => Some(shoal_server::tls::LocalPki::create_or_load(&root.join("tls"))?),
         false => None,
     };
+    // Per process: the internal TLS flags (empty without --internal-tls).
+    let internal = match cmd.internal_tls {
+        true => Some(shoal_server::tls::InternalPki::create_or_load(&root.join("internal-tls"))?),
+        false => None,
+    };
+    let internal_flags = |name: &str| -> Result<Vec<String>, String> {
+        let Some(pki) = &internal else { return Ok(Vec::new()) };
+        let (cert, key) = pki.identity(name)?;
+        Ok([("--internal-tls-cert", &cert), ("--internal-tls-key", &key), ("--internal-tls-ca", &pki.ca)]
+            .iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect())
+    };
+    let client_flags = internal_flags("client")?;
+    let local_auth = match &internal {
+        Some(pki) => {
+            let (cert, key) = pki.identity("client")?;
+            ControlAuth::anonymous_tls(Some(shoal_cluster::tls::InternalTls::load(&cert, &key, &pki.ca)?))
+        }
+        None => ControlAuth::anonymous(),
+    };
     let mut procs = Processes(Vec::new());
     let signals = Signals::install()?;
 
@@ -336,9 +373,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     if let Some(http) = http {
         args.extend(["--metrics-port".into(), http.port().to_string()]);
     }
+    args.extend(internal_flags("coordinator")?);
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
-    wait_for_coordinator(coordinator, &log, deadline, &mut procs.0[0].1)?;
+    wait_for_coordinator(coordinator, &local_auth, &log, deadline, &mut procs.0[0].1)?;
 
     for i in 0..cmd.servers {
         let dir = root.join(format!("server-{i}"));
@@ -386,13 +424,14 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
                 args.extend([flag.to_string(), path.display().to_string()]);
             }
         }
+        args.extend(internal_flags(&format!("server-{i}"))?);
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
         // Named by its directory: its server id is the coordinator's to give.
         procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?));
     }
 
     // Wait until every server serves (a restart first replays the logs).
-    let map = wait_for_cluster(coordinator, cmd.servers, &mut procs, &signals)?;
+    let map = wait_for_cluster(coordinator, &local_auth, cmd.servers, &mut procs, &signals)?;
     let Some(map) = map else {
         procs.stop();
         return Ok(());
@@ -456,6 +495,13 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         redis_cli += &format!(" --tls --cacert {ca} --cert {cert} --key {key}");
         tls_flags = format!(" --tls --tls-ca {ca} --tls-cert {cert} --tls-key {key}");
     }
+    if internal.is_some() {
+        println!(
+            "  mutual TLS on the internal ports (control, backup); cluster CA and certificates in {}",
+            root.join("internal-tls").display()
+        );
+        tls_flags += &format!(" {}", client_flags.join(" "));
+    }
     if cmd.password.is_some() {
         println!(
             "  clients must log in with the password (user `default`): set SHOAL_PASSWORD to it for the hints below"
@@ -484,7 +530,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
 
     // Run until a signal; report servers that exit on their own, and the
     // progress of the recoveries that follow.
-    let mut watch = RecoveryWatch::new(coordinator);
+    let mut watch = RecoveryWatch::new(coordinator, local_auth);
     loop {
         if signals.received() {
             break;
@@ -505,6 +551,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
 /// Polls the coordinator until `n` servers are up; `None` if a signal came first.
 fn wait_for_cluster(
     coordinator: SocketAddr,
+    auth: &ControlAuth,
     n: usize,
     procs: &mut Processes,
     signals: &Signals,
@@ -513,7 +560,7 @@ fn wait_for_cluster(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    let mut client = ControlClient::new(coordinator);
+    let mut client = ControlClient::new(coordinator).with_auth(auth.clone());
     let started = Instant::now();
     let mut said = false;
     loop {

@@ -17,6 +17,13 @@
 //! handshake within [`HANDSHAKE_TIMEOUT`] is closed. Connections are also
 //! bounded per peer address (`max_connections_per_ip`).
 //!
+//! With internal TLS (`BackupConfig::tls`) a connection first completes a
+//! mutual TLS handshake within [`HANDSHAKE_TIMEOUT`], and everything above
+//! runs inside the session ([`InternalStream`]: its `try_read`, `try_write`
+//! and `ready` behave as the socket's, so the frame reader is the same). A
+//! clear-text peer is answered in clear text (ERROR, or
+//! [`auth::TLS_ONLY`] for a cluster handshake) and closed, unread.
+//!
 //! Memory: an APPEND's body is read into one buffer per connection, only
 //! for a replica open on that connection and only up to the bytes that
 //! replica has left, so at most one segment's worth; it is released when
@@ -32,6 +39,7 @@ use super::buffers::Buffer;
 use super::replicas::{Opened, PartOut, ReadOut, Shared};
 use crate::wire::{self, Header, Hello, Kind, Mode, DATA_PREFIX, HEADER_LEN, HELLO_LEN, OPEN_LEN};
 use shoal_cluster::auth::{self, ClusterSecret, PerIpLimit, Port, HANDSHAKE_TIMEOUT};
+use shoal_cluster::tls::{Accepted, InternalStream, TLS_HANDSHAKE_RECORD};
 use shoal_cluster::ServerId;
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, HeaderCrc};
@@ -41,7 +49,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -71,9 +79,15 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
         };
         let _ = stream.set_nodelay(true);
         let c = &shared.counters;
+        // Over a limit a TLS port closes without a word: clear bytes would
+        // not be read as TLS.
+        let answer = shared.config.tls.is_none();
         if c.connections_active.load(Ordering::Relaxed) >= shared.config.max_connections as u64 {
             c.connections_refused.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
+                if !answer {
+                    return;
+                }
                 let mut out = Vec::new();
                 wire::encode_text(Kind::Error, SegmentId(0), "too many connections", &mut out);
                 linger_close(stream, &out).await;
@@ -84,6 +98,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
             c.connections_refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, "backup: refusing a connection: too many from this address");
             tokio::spawn(async move {
+                if !answer {
+                    return;
+                }
                 let mut out = Vec::new();
                 wire::encode_text(Kind::Error, SegmentId(0), "too many connections from this address", &mut out);
                 linger_close(stream, &out).await;
@@ -96,7 +113,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
         let shared = shared.clone();
         tokio::spawn(async move {
             let (_guard, _slot) = (guard, slot);
-            let mut stream = stream;
+            let Some(mut stream) = open_tls(&shared, stream, peer).await else { return };
             let proven = match &shared.config.secret {
                 None => None,
                 Some(secret) => match admit(secret, &mut stream).await {
@@ -118,6 +135,40 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop
     }
 }
 
+/// With internal TLS, the TLS handshake; a clear-text peer is told why it
+/// is refused and closed (`None`, as for a failed handshake).
+async fn open_tls(shared: &Shared, stream: TcpStream, peer: SocketAddr) -> Option<InternalStream> {
+    let Some(tls) = &shared.config.tls else { return Some(InternalStream::Plain(stream)) };
+    let refused = |why: &dyn std::fmt::Display| {
+        shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%peer, "backup: refusing a connection: {why}");
+    };
+    match tls.accept(stream).await {
+        Ok(Accepted::Tls(s)) => Some(s),
+        Ok(Accepted::Clear(mut stream)) => {
+            refused(
+                &"clear text on a port that speaks only TLS (the peer needs the cluster's \
+                      --internal-tls-cert, --internal-tls-key and --internal-tls-ca)",
+            );
+            let first = auth::peek_start(&stream, Duration::from_secs(1)).await.ok().flatten();
+            if first.is_some_and(|f| auth::is_handshake(&f)) {
+                auth::refuse_clear_handshake(&mut stream).await;
+            } else {
+                let mut out = Vec::new();
+                let why = "this backup speaks only TLS: the master needs the cluster's --internal-tls-cert, \
+                           --internal-tls-key and --internal-tls-ca";
+                wire::encode_text(Kind::Error, SegmentId(0), why, &mut out);
+                linger_close(stream, &out).await;
+            }
+            None
+        }
+        Err(e) => {
+            refused(&format_args!("internal TLS: {e}"));
+            None
+        }
+    }
+}
+
 /// Why a connection was not admitted; `answer`: tell the peer in an ERROR
 /// frame (an old-protocol peer; the handshake answers for itself).
 struct Refusal {
@@ -127,11 +178,19 @@ struct Refusal {
 
 /// Runs the acceptor's side of the cluster handshake; returns the server
 /// the peer claims to be (0 on the wire: none).
-async fn admit(secret: &ClusterSecret, stream: &mut TcpStream) -> Result<Option<ServerId>, Refusal> {
-    let first = auth::peek_start(stream, HANDSHAKE_TIMEOUT)
+async fn admit(secret: &ClusterSecret, stream: &mut InternalStream) -> Result<Option<ServerId>, Refusal> {
+    let first = stream
+        .peek_start(HANDSHAKE_TIMEOUT)
         .await
         .map_err(|e| Refusal { message: e.to_string(), answer: false })?
         .ok_or(Refusal { message: "closed before the handshake".into(), answer: false })?;
+    if !stream.is_tls() && first[0] == TLS_HANDSHAKE_RECORD {
+        return Err(Refusal {
+            message: "the peer opened a TLS handshake, but this backup has no internal TLS (--internal-tls-cert)"
+                .into(),
+            answer: false,
+        });
+    }
     if !auth::is_handshake(&first) {
         return Err(Refusal {
             message: "this backup requires the cluster handshake: the master needs the cluster's \
@@ -243,7 +302,7 @@ struct OpenReplica {
 
 struct Conn {
     shared: Arc<Shared>,
-    stream: TcpStream,
+    stream: InternalStream,
     peer: SocketAddr,
     rx: Rx,
     head: [u8; HEADER_LEN],
@@ -258,7 +317,7 @@ struct Conn {
 }
 
 /// A non-blocking read: `None` when it would block, `Some(0)` at EOF.
-fn try_read(stream: &TcpStream, buf: &mut [u8]) -> Result<Option<usize>, Stop> {
+fn try_read(stream: &mut InternalStream, buf: &mut [u8]) -> Result<Option<usize>, Stop> {
     loop {
         match stream.try_read(buf) {
             Ok(n) => return Ok(Some(n)),
@@ -270,7 +329,7 @@ fn try_read(stream: &TcpStream, buf: &mut [u8]) -> Result<Option<usize>, Stop> {
 }
 
 impl Conn {
-    fn new(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, proven: Option<ServerId>) -> Conn {
+    fn new(shared: Arc<Shared>, stream: InternalStream, peer: SocketAddr, proven: Option<ServerId>) -> Conn {
         Conn {
             shared,
             stream,
@@ -289,7 +348,11 @@ impl Conn {
     async fn run(mut self) {
         let (msg, count) = match self.serve().await {
             Ok(()) => {
-                let _ = tokio::time::timeout(LINGER, self.stream.write_all(&self.out[self.out_pos..])).await;
+                let rest = async {
+                    self.stream.write_all(&self.out[self.out_pos..]).await?;
+                    self.stream.flush().await
+                };
+                let _ = tokio::time::timeout(LINGER, rest).await;
                 return;
             }
             Err(Stop::Io(e)) => {
@@ -356,7 +419,9 @@ impl Conn {
         loop {
             let n = match self.rx {
                 Rx::Header { got } => {
-                    let Some(n) = try_read(&self.stream, &mut self.head[got..])? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, &mut self.head[got..])? else {
+                        return Ok(Drained::Blocked);
+                    };
                     if n > 0 {
                         if got + n < HEADER_LEN {
                             self.rx = Rx::Header { got: got + n };
@@ -370,7 +435,9 @@ impl Conn {
                     n
                 }
                 Rx::Body { header, got } => {
-                    let Some(n) = try_read(&self.stream, &mut self.body[got..])? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, &mut self.body[got..])? else {
+                        return Ok(Drained::Blocked);
+                    };
                     if n > 0 {
                         if got + n < self.body.len() {
                             self.rx = Rx::Body { header, got: got + n };
@@ -384,7 +451,7 @@ impl Conn {
                     n
                 }
                 Rx::Offset { segment, len, got, mut bytes } => {
-                    let Some(n) = try_read(&self.stream, &mut bytes[got..])? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, &mut bytes[got..])? else { return Ok(Drained::Blocked) };
                     if n > 0 {
                         self.rx = if got + n < DATA_PREFIX {
                             Rx::Offset { segment, len, got: got + n, bytes }
@@ -400,7 +467,9 @@ impl Conn {
                     if g.gen != o.gen {
                         return Err(bad(format!("replica of segment {} was reset or freed meanwhile", segment.0)));
                     }
-                    let Some(n) = try_read(&self.stream, g.data_mut(pos, end))? else { return Ok(Drained::Blocked) };
+                    let Some(n) = try_read(&mut self.stream, g.data_mut(pos, end))? else {
+                        return Ok(Drained::Blocked);
+                    };
                     g.written(pos + n);
                     drop(g);
                     o.received = pos + n;
@@ -429,7 +498,13 @@ impl Conn {
     /// body length for the kind) and sets up the reading of its body.
     fn start_frame(&mut self) -> Result<Option<Request>, Stop> {
         let max_body = self.shared.config.segment_bytes as usize + 16;
-        let h = Header::decode(&self.head, max_body).map_err(|e| bad(e.to_string()))?;
+        let h = Header::decode(&self.head, max_body).map_err(|e| {
+            if self.head[0] == TLS_HANDSHAKE_RECORD && !self.stream.is_tls() {
+                bad(format!("{e}: the peer speaks TLS, but this backup has no internal TLS (--internal-tls-cert)"))
+            } else {
+                bad(e.to_string())
+            }
+        })?;
         match &self.session {
             None if h.kind != Kind::Hello => return Err(bad("expected HELLO")),
             None => {}
@@ -771,9 +846,10 @@ impl Conn {
 /// Sends `last` (an ERROR), closes the sending side and reads whatever the
 /// peer still sends for a moment, so the peer gets the ERROR rather than a
 /// reset.
-async fn linger_close(mut stream: TcpStream, last: &[u8]) {
+async fn linger_close<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, last: &[u8]) {
     let _ = tokio::time::timeout(LINGER, async {
         stream.write_all(last).await?;
+        stream.flush().await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 16 << 10];
         let mut total = 0usize;

@@ -79,6 +79,10 @@ pub struct BackupConfig {
     /// handshake (`docs/security.md`). `None`: anyone who can connect is
     /// served.
     pub secret: Option<shoal_cluster::auth::ClusterSecret>,
+    /// Mutual TLS (`docs/security.md`, "Internal TLS"): every connection
+    /// must open with a TLS handshake presenting a certificate of the
+    /// cluster CA; clear-text peers are refused. `None`: clear text.
+    pub tls: Option<shoal_cluster::tls::InternalTls>,
 }
 
 impl BackupConfig {
@@ -96,6 +100,7 @@ impl BackupConfig {
             max_connections: 1024,
             max_connections_per_ip: 64,
             secret: None,
+            tls: None,
         }
     }
 

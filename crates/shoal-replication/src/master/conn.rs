@@ -7,14 +7,13 @@
 use super::state::State;
 use super::Inner;
 use crate::wire::{Header, Kind, HEADER_LEN};
+use shoal_cluster::tls::{InternalReadHalf, InternalStream, InternalWriteHalf};
 use shoal_cluster::ServerId;
 use shoal_common::SegmentId;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -123,7 +122,7 @@ async fn run(inner: Arc<Inner>, id: ServerId, gen: u64, addr: SocketAddr, wake: 
     let master = inner.state.lock().settings.master;
     let why = match connect(addr, master, timeout).await {
         Ok(stream) => {
-            let (rd, wr) = stream.into_split();
+            let (rd, wr) = stream.split();
             tokio::select! {
                 e = read(&inner, id, gen, rd) => e,
                 e = write(&inner, id, gen, wr, &wake) => e,
@@ -141,7 +140,7 @@ async fn run(inner: Arc<Inner>, id: ServerId, gen: u64, addr: SocketAddr, wake: 
     step(&inner);
 }
 
-async fn connect(addr: SocketAddr, master: ServerId, timeout: Duration) -> std::io::Result<TcpStream> {
+async fn connect(addr: SocketAddr, master: ServerId, timeout: Duration) -> std::io::Result<InternalStream> {
     tokio::time::timeout(timeout, crate::dial::connect(addr, Some(master)))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
@@ -149,7 +148,7 @@ async fn connect(addr: SocketAddr, master: ServerId, timeout: Duration) -> std::
 
 /// Sends what the core queued for this connection: the whole buffer at
 /// once, swapped out under the lock so the core keeps appending meanwhile.
-async fn write(inner: &Inner, id: ServerId, gen: u64, mut wr: OwnedWriteHalf, wake: &Notify) -> String {
+async fn write(inner: &Inner, id: ServerId, gen: u64, mut wr: InternalWriteHalf, wake: &Notify) -> String {
     let mut buf = Vec::new();
     loop {
         {
@@ -163,7 +162,12 @@ async fn write(inner: &Inner, id: ServerId, gen: u64, mut wr: OwnedWriteHalf, wa
             wake.notified().await;
             continue;
         }
+        // The flush sends what a TLS session still holds (nothing to do on
+        // a plain socket).
         if let Err(e) = wr.write_all(&buf).await {
+            return format!("write failed: {e}");
+        }
+        if let Err(e) = wr.flush().await {
             return format!("write failed: {e}");
         }
         buf.clear();
@@ -172,7 +176,7 @@ async fn write(inner: &Inner, id: ServerId, gen: u64, mut wr: OwnedWriteHalf, wa
 
 /// Reads answers, applies every whole frame of a read under one lock, then
 /// runs the core.
-async fn read(inner: &Arc<Inner>, id: ServerId, gen: u64, mut rd: OwnedReadHalf) -> String {
+async fn read(inner: &Arc<Inner>, id: ServerId, gen: u64, mut rd: InternalReadHalf) -> String {
     let mut buf = vec![0u8; READ_BUFFER];
     let mut have = 0;
     loop {

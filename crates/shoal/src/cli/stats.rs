@@ -6,12 +6,12 @@
 //! --timeout is listed with the error. Neither makes the command fail: it
 //! reports the cluster as it is.
 
-use super::{client_config, print_stats, stats_json, CliError, Common, Target, UNREACHABLE};
+use super::{client_config, print_stats, stats_json, CliError, Common, Target, UNREACHABLE, USAGE};
 use serde_json::{json, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, Stats};
-use shoal_cluster::control::call_blocking;
-use shoal_cluster::{ControlRequest, ControlResponse, ServerInfo, ServerState};
+use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse, ServerInfo, ServerState};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -28,11 +28,13 @@ enum Answer {
 /// Prints the cluster's statistics and every server's.
 pub(super) fn cluster(coordinator: SocketAddr, common: &Common) -> Result<(), CliError> {
     let timeout = Duration::from_secs_f64(common.timeout);
-    let stats = match control(coordinator, ControlRequest::Stats, timeout)? {
+    let tls = common.internal_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
+    let auth = ControlAuth::anonymous_tls(tls);
+    let stats = match control(coordinator, &auth, ControlRequest::Stats, timeout)? {
         ControlResponse::Stats { stats } => stats,
         other => return Err(unexpected(other)),
     };
-    let map = match control(coordinator, ControlRequest::GetMap, timeout)? {
+    let map = match control(coordinator, &auth, ControlRequest::GetMap, timeout)? {
         ControlResponse::Map { map } => map,
         other => return Err(unexpected(other)),
     };
@@ -104,8 +106,14 @@ fn state_name(state: ServerState) -> &'static str {
     }
 }
 
-fn control(coordinator: SocketAddr, req: ControlRequest, timeout: Duration) -> Result<ControlResponse, CliError> {
-    call_blocking(coordinator, &req, timeout).map_err(|e| CliError {
+/// One control request, over internal TLS when the flags give it.
+fn control(
+    coordinator: SocketAddr,
+    auth: &ControlAuth,
+    req: ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, CliError> {
+    call_blocking_with(coordinator, auth, &req, timeout).map_err(|e| CliError {
         kind: "connection",
         message: format!("cannot reach the coordinator at {coordinator}: {e}"),
         code: UNREACHABLE,

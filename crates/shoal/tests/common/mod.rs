@@ -7,7 +7,8 @@
 
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, TableId};
-use shoal_cluster::{ClusterMap, ControlClient, ServerState};
+use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, ServerState};
+use shoal_server::tls::InternalPki;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,9 @@ pub struct Cluster {
     /// Flags every server is started with besides the defaults of
     /// [`Cluster::spawn_server`] (a `--memory` here replaces its 64MiB).
     pub server_args: Vec<String>,
+    /// With internal TLS: the cluster CA in `<root>/internal-tls`, which
+    /// signs each process's certificate (and the test's, `client`).
+    pub internal: Option<InternalPki>,
 }
 
 pub fn log_file(dir: &Path) -> std::fs::File {
@@ -73,8 +77,19 @@ impl Cluster {
     /// [`Cluster::start`] with `server_args` given to every server (later
     /// flags override the defaults, e.g. `--memory`).
     pub fn start_with(root: &Path, n: usize, replicas: u32, port: u16, server_args: &[&str]) -> Cluster {
+        Cluster::launch(root, n, replicas, port, server_args, false)
+    }
+
+    /// [`Cluster::start`] with mutual TLS on every internal connection
+    /// (`--internal-tls-*`, certificates of a throwaway CA).
+    pub fn start_internal_tls(root: &Path, n: usize, replicas: u32) -> Cluster {
+        Cluster::launch(root, n, replicas, 0, &[], true)
+    }
+
+    fn launch(root: &Path, n: usize, replicas: u32, port: u16, server_args: &[&str], internal_tls: bool) -> Cluster {
         let port = if port == 0 { free_port() } else { port };
         let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let internal = internal_tls.then(|| InternalPki::create_or_load(&root.join("internal-tls")).unwrap());
         let mut c = Cluster {
             coordinator,
             coordinator_proc: None,
@@ -82,6 +97,7 @@ impl Cluster {
             root: root.into(),
             replicas,
             server_args: server_args.iter().map(|s| s.to_string()).collect(),
+            internal,
         };
         std::fs::create_dir_all(root).unwrap();
         shoal_cluster::auth::ClusterSecret::create_or_load(&c.secret_file()).unwrap();
@@ -106,6 +122,29 @@ impl Cluster {
         shoal_replication::dial::set_cluster_secret(Some(secret));
     }
 
+    /// The `--internal-tls-*` flags of process `name` (none without
+    /// internal TLS).
+    pub fn internal_flags(&self, name: &str) -> Vec<String> {
+        let Some(pki) = &self.internal else { return Vec::new() };
+        let (cert, key) = pki.identity(name).unwrap();
+        [("--internal-tls-cert", &cert), ("--internal-tls-key", &key), ("--internal-tls-ca", &pki.ca)]
+            .iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect()
+    }
+
+    /// This test's internal TLS identity (`client`), if the cluster has one.
+    pub fn internal_tls(&self) -> Option<shoal_cluster::tls::InternalTls> {
+        let pki = self.internal.as_ref()?;
+        let (cert, key) = pki.identity("client").unwrap();
+        Some(shoal_cluster::tls::InternalTls::load(&cert, &key, &pki.ca).unwrap())
+    }
+
+    /// A client configuration that reaches this cluster's coordinator.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig { coordinator_tls: self.internal_tls(), ..ClientConfig::default() }
+    }
+
     pub fn start_coordinator(&mut self) {
         self.start_coordinator_with(&[]);
     }
@@ -118,6 +157,7 @@ impl Cluster {
             .arg("--cluster-secret-file")
             .arg(self.secret_file())
             .args(extra)
+            .args(self.internal_flags("coordinator"))
             .args(["--replicas", &self.replicas.to_string()])
             .arg("--data-dir")
             .arg(dir.join("state"))
@@ -141,6 +181,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(&self.server_args)
+            .args(self.internal_flags(&format!("server-{i}")))
             .stdout(Stdio::null())
             .stderr(log_file(&dir))
             .spawn()
@@ -149,7 +190,9 @@ impl Cluster {
 
     pub fn map(&self) -> Option<ClusterMap> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(ControlClient::new(self.coordinator).with_timeout(Duration::from_secs(2)).get_map()).ok()
+        let auth = ControlAuth::anonymous_tls(self.internal_tls());
+        rt.block_on(ControlClient::new(self.coordinator).with_timeout(Duration::from_secs(2)).with_auth(auth).get_map())
+            .ok()
     }
 
     /// Waits until `n` servers are up (after a restart: recovered).
@@ -167,7 +210,7 @@ impl Cluster {
     }
 
     pub fn client(&self) -> Client {
-        Client::connect_cluster(self.coordinator, ClientConfig::default()).expect("cluster client")
+        Client::connect_cluster(self.coordinator, self.client_config()).expect("cluster client")
     }
 
     /// SIGKILLs every process, the coordinator first: a whole cluster
@@ -222,6 +265,17 @@ impl WriteLoad {
         threads: usize,
         keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
     ) -> WriteLoad {
+        WriteLoad::start_with(coordinator, ClientConfig::default(), table, threads, keys)
+    }
+
+    /// [`WriteLoad::start`] with clients configured as `config`.
+    pub fn start_with(
+        coordinator: SocketAddr,
+        config: ClientConfig,
+        table: TableId,
+        threads: usize,
+        keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> WriteLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let ledger: Ledger = Arc::new(Mutex::new(HashMap::new()));
         let acks = Arc::new(AtomicU64::new(0));
@@ -229,8 +283,9 @@ impl WriteLoad {
         let handles = (0..threads)
             .map(|t| {
                 let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
+                let config = config.clone();
                 std::thread::spawn(move || {
-                    let mut c = Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
+                    let mut c = Client::connect_cluster(coordinator, config.clone()).unwrap();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
                         n += 1;
@@ -247,7 +302,7 @@ impl WriteLoad {
                                     break;
                                 }
                                 std::thread::sleep(Duration::from_millis(5));
-                                if let Ok(fresh) = Client::connect_cluster(coordinator, ClientConfig::default()) {
+                                if let Ok(fresh) = Client::connect_cluster(coordinator, config.clone()) {
                                     c = fresh;
                                 }
                             }
@@ -375,5 +430,121 @@ impl ExpiringKeys {
             assert!(matches!(read, Err(shoal_client::ReadError::NotFound)), "key {i} still there: {read:?}");
         }
         medium_alive
+    }
+}
+
+/// Raw TLS peers of the internal ports, for tests that must present no
+/// certificate, or one from another CA: `roots` is the CA trusted for the
+/// listener's certificate (which must name `shoal-internal`), `identity`
+/// the certificate and key presented, if any.
+pub mod raw_tls {
+    use std::path::Path;
+    use std::sync::Arc;
+    use tokio::net::TcpStream;
+
+    pub type Stream = tokio_rustls::client::TlsStream<TcpStream>;
+
+    pub fn config(roots: &Path, identity: Option<(&Path, &Path)>) -> Arc<rustls::ClientConfig> {
+        use shoal_common::tls::{load_certs, load_key, load_roots, provider};
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(load_roots(roots).unwrap());
+        Arc::new(match identity {
+            Some((cert, key)) => {
+                builder.with_client_auth_cert(load_certs(cert).unwrap(), load_key(key).unwrap()).unwrap()
+            }
+            None => builder.with_no_client_auth(),
+        })
+    }
+
+    /// A TLS session with `addr`; errors as strings.
+    pub async fn connect(addr: std::net::SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<Stream, String> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(shoal_cluster::tls::INTERNAL_NAME).unwrap();
+        tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))
+    }
+}
+
+/// A TCP proxy on 127.0.0.1 in front of `target` that records every byte
+/// passing in either direction (for checks of what is on the wire).
+pub struct Recorder {
+    pub addr: SocketAddr,
+    pub bytes: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Recorder {
+    /// Starts the proxy on the current tokio runtime.
+    pub async fn start(target: SocketAddr) -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let recorded = bytes.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else { continue };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pump(cr, sw, recorded.clone()));
+                tokio::spawn(pump(sr, cw, recorded.clone()));
+            }
+        });
+        Recorder { addr, bytes }
+    }
+
+    /// Whether `needle` passed through the proxy, in either direction.
+    pub fn saw(&self, needle: &[u8]) -> bool {
+        self.bytes.lock().unwrap().windows(needle.len()).any(|w| w == needle)
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.lock().unwrap().len()
+    }
+}
+
+/// Copies `from` to `to`, recording the bytes, until either ends.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    recorded: Arc<Mutex<Vec<u8>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        recorded.lock().unwrap().extend_from_slice(&buf[..n]);
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+impl Cluster {
+    /// The index (in `servers`) of the process of server `id`.
+    pub fn process_of(&self, id: shoal_cluster::ServerId) -> usize {
+        (0..self.servers.len())
+            .find(|i| {
+                std::fs::read_to_string(self.root.join(format!("server-{i}/data/server-id")))
+                    .is_ok_and(|s| s.trim() == id.0.to_string())
+            })
+            .expect("a process for the server")
+    }
+
+    /// Waits until `f(map)` holds; returns that map.
+    pub fn wait_for_map(&self, what: &str, secs: u64, f: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(m) = self.map() {
+                if f(&m) {
+                    return m;
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; logs under {}", self.root.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
