@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -59,7 +60,8 @@ type result struct {
 	illegal   []string
 	losses    []string
 	acked     int
-	viz       string
+	viz       []string
+	checked   string // how long the check took
 	note      string // how the verdict was reached, if not the plain way
 	errs      map[string]int
 	err       error
@@ -100,7 +102,7 @@ func main() {
 	flag.DurationVar(&cfg.readInterval, "read-interval", 50*time.Millisecond, "how often a pipelined reader sends a GET")
 	var recheck string
 	flag.StringVar(&recheck, "recheck", "", "check a history written by an earlier run (<out>/<scenario>.history.jsonl) again, key by key, within -check-timeout per key, and exit")
-	flag.BoolVar(&cfg.keep, "keep", false, "keep the data and logs of scenarios that passed")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep the data, logs and histories (<out>/<scenario>.history.jsonl) of scenarios that passed")
 	flag.Parse()
 
 	if recheck != "" {
@@ -210,8 +212,11 @@ func report(r *result) {
 	for _, k := range r.illegal {
 		fmt.Printf("    not linearizable: key %s\n", k)
 	}
-	if r.viz != "" {
-		fmt.Printf("  visualisation: %s\n", r.viz)
+	if r.checked != "" {
+		fmt.Printf("  check: %s\n", r.checked)
+	}
+	for _, v := range r.viz {
+		fmt.Printf("  visualisation: %s\n", v)
 	}
 }
 
@@ -369,208 +374,19 @@ func runScenario(cfg config, name string) *result {
 	r.unknown, r.failed, r.lostReads, r.errs = rec.unknown, rec.failed, rec.lostRead, rec.errs
 	r.losses = ledgerLosses(history, final)
 
-	// A third of -check-timeout for the search on the recorded history; if
-	// it times out, the rest for narrowedLegal's second chance.
 	checkStart := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(kvModel, history, cfg.checkTimeout/3)
-	switch res {
-	case porcupine.Ok:
-		r.verdict = "legal"
-	case porcupine.Illegal:
-		r.verdict = "illegal"
-		r.illegal = illegalKeys(history, cfg.checkTimeout)
-	default:
-		r.verdict = "undecided (the check timed out)"
-		if narrowedLegal(history, cfg.checkTimeout-time.Since(checkStart)) {
-			r.verdict = "legal"
-			r.note = "the search timed out on the recorded history; legal by a narrowed one (see docs/linearizability.md, \"Narrowing\")"
-		}
-	}
-	if res != porcupine.Ok {
+	checks := checkKeys(history, cfg.checkTimeout)
+	r.checked = fmt.Sprintf("%s, %.1f s of wall time", checkTimes(checks), time.Since(checkStart).Seconds())
+	r.verdict, r.note, r.illegal = verdict(checks)
+	if r.verdict != "legal" || cfg.keep {
 		if err := dumpHistory(filepath.Join(cfg.out, name+".history.jsonl"), history); err != nil {
 			fmt.Fprintf(os.Stderr, "linz: cannot write the history: %v\n", err)
 		}
-		r.viz = filepath.Join(cfg.out, name+".html")
-		if err := porcupine.VisualizePath(kvModel, info, r.viz); err != nil {
-			r.viz = ""
-			fmt.Fprintf(os.Stderr, "linz: cannot write the visualisation: %v\n", err)
-		}
+	}
+	if r.verdict != "legal" {
+		r.viz = visualize(checks, filepath.Join(cfg.out, name))
 	}
 	return r
-}
-
-// illegalKeys checks each key's operations on their own, naming the keys
-// whose histories are not linearizable, each with a short witness: the
-// longest order Porcupine found, the state it leads to, and the first
-// operation (by return time) that cannot follow it.
-// The search takes at most timeout in all (0: no limit).
-func illegalKeys(history []porcupine.Operation, timeout time.Duration) []string {
-	var keys []string
-	end := time.Now().Add(timeout)
-	for _, part := range kvModel.Partition(history) {
-		left := time.Until(end)
-		if timeout > 0 && left <= 0 {
-			keys = append(keys, "(the other keys: not checked, out of time)")
-			break
-		}
-		if timeout == 0 {
-			left = 0
-		}
-		single := kvModel
-		single.Partition = nil
-		res, info := porcupine.CheckOperationsVerbose(single, part, left)
-		if res != porcupine.Illegal {
-			continue
-		}
-		keys = append(keys, part[0].Input.(kvInput).Key+witness(part, info))
-	}
-	return keys
-}
-
-func witness(part []porcupine.Operation, info porcupine.LinearizationInfo) string {
-	lins := info.PartialLinearizations()
-	if len(lins) == 0 {
-		return ""
-	}
-	var longest []int
-	for _, l := range lins[0] {
-		if len(l) > len(longest) {
-			longest = l
-		}
-	}
-	done := make(map[int]bool, len(longest))
-	state := kvModel.Init()
-	for _, id := range longest {
-		done[id] = true
-		_, state = kvModel.Step(state, part[id].Input, part[id].Output)
-	}
-	stuck := -1
-	for i, op := range part {
-		if !done[i] && (stuck < 0 || op.Return < part[stuck].Return) {
-			stuck = i
-		}
-	}
-	if stuck < 0 {
-		return ""
-	}
-	at := func(op porcupine.Operation) string {
-		ret := "never"
-		if op.Return < int64(time.Hour) {
-			ret = fmt.Sprintf("%.4fs", float64(op.Return)/1e9)
-		}
-		return fmt.Sprintf("[%.4fs, %s] %v", float64(op.Call)/1e9, ret, op.Metadata)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n      %d of its %d operations linearize, up to state %s;", len(longest), len(part), kvModel.DescribeState(state))
-	from := len(longest) - 3
-	if from < 0 {
-		from = 0
-	}
-	for _, id := range longest[from:] {
-		fmt.Fprintf(&b, "\n      linearized: %s %s", describeOp(part[id].Input, part[id].Output), at(part[id]))
-	}
-	fmt.Fprintf(&b, "\n      cannot follow: %s %s", describeOp(part[stuck].Input, part[stuck].Output), at(part[stuck]))
-	return b.String()
-}
-
-// narrowAbove and narrowTo: narrowedLegal gives every answered operation
-// that took more than narrowAbove the interval [return - narrowTo, return].
-const (
-	narrowAbove = 100 * time.Millisecond
-	narrowTo    = 5 * time.Millisecond
-)
-
-// dropDominatedReads removes every answered GET whose interval contains
-// the interval of another answered GET of the same key with the same
-// answer. This changes no verdict: in any linearization of what is left,
-// the removed GET can take effect at the same instant as the one it
-// contains (a GET changes no state and that instant is within its own
-// interval), so the history is legal with it exactly when it is legal
-// without it.
-func dropDominatedReads(history []porcupine.Operation) []porcupine.Operation {
-	type ans struct {
-		key string
-		out kvOutput
-	}
-	byAns := map[ans][]int{}
-	for i, op := range history {
-		in, out := op.Input.(kvInput), op.Output.(kvOutput)
-		if in.Kind == opGet && !out.Unknown {
-			a := ans{in.Key, out}
-			byAns[a] = append(byAns[a], i)
-		}
-	}
-	drop := make([]bool, len(history))
-	for _, idx := range byAns {
-		// Sorted by return, then by call descending: an interval can
-		// contain only intervals that come before it here or have the
-		// same return. Keep the latest call seen so far.
-		sort.Slice(idx, func(x, y int) bool {
-			a, b := history[idx[x]], history[idx[y]]
-			if a.Return != b.Return {
-				return a.Return < b.Return
-			}
-			return a.Call > b.Call
-		})
-		best := int64(-1 << 62)
-		for _, i := range idx {
-			if history[i].Call <= best {
-				drop[i] = true // contains the interval whose call is best
-				continue
-			}
-			best = history[i].Call
-		}
-	}
-	var out []porcupine.Operation
-	for i, op := range history {
-		if !drop[i] {
-			out = append(out, op)
-		}
-	}
-	return out
-}
-
-// narrowedLegal is a second chance for a history whose search timed out:
-// Porcupine's search is exponential in the operations a wrong guess leaves
-// to reorder, and many long, overlapping operations (pipelined GETs and
-// writes held up for seconds by a fault, then answered all at once) make
-// it time out on legal histories. It checks each key again, first without
-// the GETs that dropDominatedReads removes (which changes no verdict),
-// then, if that times out too, also with every answered operation that
-// took more than narrowAbove given the interval [return - narrowTo,
-// return] (writes of unknown outcome and short operations are left as
-// they are). Any linearization of a narrowed history takes effect within
-// the recorded intervals, so it is one of the recorded history too: true
-// proves the recorded history legal. False proves nothing (the verdict
-// stays undecided).
-func narrowedLegal(history []porcupine.Operation, timeout time.Duration) bool {
-	narrowed := make([]porcupine.Operation, len(history))
-	for i, op := range history {
-		if !op.Output.(kvOutput).Unknown && op.Return-op.Call > int64(narrowAbove) {
-			op.Call = op.Return - int64(narrowTo)
-		}
-		narrowed[i] = op
-	}
-	end := time.Now().Add(timeout)
-	single := kvModel
-	single.Partition = nil
-	reduced := kvModel.Partition(dropDominatedReads(history))
-	narrowedParts := kvModel.Partition(dropDominatedReads(narrowed))
-	for i, part := range reduced {
-		left := time.Until(end)
-		if left <= 0 {
-			return false
-		}
-		// Half the time left for the exact reduction, the rest for the
-		// narrowed one if need be.
-		if porcupine.CheckOperationsTimeout(single, part, left/2) == porcupine.Ok {
-			continue
-		}
-		if i >= len(narrowedParts) || porcupine.CheckOperationsTimeout(single, narrowedParts[i], time.Until(end)) != porcupine.Ok {
-			return false
-		}
-	}
-	return true
 }
 
 func createTable(cl *cluster, keys int) error {
@@ -682,17 +498,16 @@ func dumpHistory(path string, history []porcupine.Operation) error {
 	return nil
 }
 
-// recheckFile loads a history written by dumpHistory and checks each key
-// on its own: 0 if every key is legal, 1 otherwise.
-func recheckFile(path string, timeout time.Duration) int {
+// loadHistory reads a history written by dumpHistory.
+func loadHistory(path string) ([]porcupine.Operation, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "linz:", err)
-		return 2
+		return nil, err
 	}
 	defer f.Close()
 	var history []porcupine.Operation
 	dec := json.NewDecoder(f)
+	kinds := map[string]opKind{"GET": opGet, "SET": opSet, "INCR": opIncr, "DEL": opDel}
 	for {
 		var o struct {
 			Client  int    `json:"client"`
@@ -708,46 +523,68 @@ func recheckFile(path string, timeout time.Duration) int {
 			Via     any    `json:"via"`
 		}
 		if err := dec.Decode(&o); err != nil {
-			if err.Error() != "EOF" {
-				fmt.Fprintln(os.Stderr, "linz:", err)
-				return 2
+			if err == io.EOF {
+				return history, nil
 			}
-			break
+			return nil, err
 		}
-		kinds := map[string]opKind{"GET": opGet, "SET": opSet, "INCR": opIncr, "DEL": opDel}
+		kind, ok := kinds[o.Op]
+		if !ok {
+			return nil, fmt.Errorf("%s: unknown operation %q", path, o.Op)
+		}
 		history = append(history, porcupine.Operation{ClientId: o.Client,
-			Input:  kvInput{Kind: kinds[o.Op], Key: o.Key, Val: o.Arg},
+			Input:  kvInput{Kind: kind, Key: o.Key, Val: o.Arg},
 			Output: kvOutput{Unknown: o.Unknown, Nil: o.Nil, Val: o.Val, N: o.N},
 			Call:   o.Call, Return: o.Return, Metadata: o.Via})
 	}
+}
+
+// recheckFile loads a history written by dumpHistory and checks each key
+// on its own: 0 if every key is legal, 1 otherwise.
+func recheckFile(path string, timeout time.Duration) int {
+	history, err := loadHistory(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "linz:", err)
+		return 2
+	}
+	checks := checkKeys(history, timeout)
 	bad := 0
-	for _, part := range kvModel.Partition(history) {
-		single := kvModel
-		single.Partition = nil
-		start := time.Now()
-		res, info := porcupine.CheckOperationsVerbose(single, part, timeout)
-		key := part[0].Input.(kvInput).Key
-		verdict := map[porcupine.CheckResult]string{porcupine.Ok: "legal", porcupine.Illegal: "illegal"}[res]
-		if verdict == "" {
-			verdict = "undecided (timed out)"
-			if narrowedLegal(part, timeout) {
-				verdict, res = "legal (by a narrowed history)", porcupine.Ok
-			}
+	for _, c := range checks {
+		v := map[porcupine.CheckResult]string{porcupine.Ok: "legal", porcupine.Illegal: "illegal", porcupine.Unknown: "undecided (timed out)"}[c.res]
+		if c.narrowed {
+			v = "legal (by the narrowed history)"
 		}
-		fmt.Printf("%s: %d operations, %s (%.1f s)\n", key, len(part), verdict, time.Since(start).Seconds())
-		if res == porcupine.Illegal {
-			fmt.Println("   " + strings.TrimPrefix(witness(part, info), "\n"))
+		fmt.Printf("%s: %d operations, %s (%.1f s)\n", c.key, c.ops, v, c.took.Seconds())
+		if c.res == porcupine.Illegal {
+			fmt.Println("   " + strings.TrimPrefix(witness(c.part, c.info), "\n"))
 		}
-		if res != porcupine.Ok {
+		if c.res != porcupine.Ok {
 			bad++
-			viz := strings.TrimSuffix(path, ".history.jsonl") + "." + strings.ReplaceAll(key, ":", "_") + ".html"
-			if err := porcupine.VisualizePath(single, info, viz); err == nil {
-				fmt.Printf("  visualisation: %s\n", viz)
-			}
 		}
+	}
+	for _, v := range visualize(checks, strings.TrimSuffix(path, ".history.jsonl")) {
+		fmt.Printf("  visualisation: %s\n", v)
 	}
 	if bad > 0 {
 		return 1
 	}
 	return 0
+}
+
+// visualize writes Porcupine's visualisation of every key that is not
+// legal to <prefix>.<key>.html and returns the paths written.
+func visualize(checks []keyCheck, prefix string) []string {
+	var paths []string
+	for _, c := range checks {
+		if c.res == porcupine.Ok {
+			continue
+		}
+		path := prefix + "." + strings.ReplaceAll(c.key, ":", "_") + ".html"
+		if err := porcupine.VisualizePath(singleKey, c.info, path); err != nil {
+			fmt.Fprintf(os.Stderr, "linz: cannot write the visualisation: %v\n", err)
+			continue
+		}
+		paths = append(paths, path)
+	}
+	return paths
 }

@@ -149,9 +149,10 @@ func TestModel_keysArePartitioned(t *testing.T) {
 	if r := check(t, h); r != porcupine.Illegal {
 		t.Fatalf("got %v", r)
 	}
-	if keys := illegalKeys(h, 0); len(keys) != 1 || !strings.HasPrefix(keys[0], "b\n") ||
+	v, _, keys := verdict(checkKeys(h, time.Minute))
+	if v != "illegal" || len(keys) != 1 || !strings.HasPrefix(keys[0], "b\n") ||
 		!strings.Contains(keys[0], `cannot follow: GET b -> "1"`) {
-		t.Fatalf("illegal keys %v", keys)
+		t.Fatalf("verdict %s, illegal keys %v", v, keys)
 	}
 }
 
@@ -213,9 +214,9 @@ func TestLedger_laterOrConcurrentWritesMayOverwrite(t *testing.T) {
 	}
 }
 
-// narrowedLegal proves a legal history with long operations legal, and
-// never an illegal one: a stale read stays illegal however narrowed.
-func TestNarrowedLegal(t *testing.T) {
+// A narrowed history proves a legal history with long operations legal,
+// and never an illegal one: a stale read stays illegal however narrowed.
+func TestNarrow(t *testing.T) {
 	ms := int64(time.Millisecond)
 	legal := []porcupine.Operation{
 		set(0, "k", "1", 0, ms),
@@ -223,15 +224,48 @@ func TestNarrowedLegal(t *testing.T) {
 		set(2, "k", "2", 3*ms, 898*ms),
 		get(3, "k", 901*ms, 902*ms, "2"),
 	}
-	if !narrowedLegal(legal, time.Second) {
-		t.Fatal("a legal history was not proved legal")
+	if res, _ := search(narrow(legal), time.Second); res != porcupine.Ok {
+		t.Fatalf("a legal history was not proved legal: %v", res)
 	}
 	illegal := []porcupine.Operation{
 		set(0, "k", "1", 0, ms),
 		set(0, "k", "2", 2*ms, 3*ms),
 		get(1, "k", 4*ms, 900*ms, "1"), // stale, however late
 	}
-	if narrowedLegal(illegal, time.Second) {
+	if res, _ := search(narrow(illegal), time.Second); res == porcupine.Ok {
 		t.Fatal("an illegal history was proved legal")
+	}
+	if narrowed := narrow(illegal); narrowed[2].Call != 895*ms || narrowed[0].Call != 0 {
+		t.Fatalf("narrowed intervals: %+v", narrowed)
+	}
+}
+
+// checkKeys reports every key on its own: a legal key, an illegal one
+// with its witness, and a key whose search cannot run for want of time.
+func TestCheckKeys(t *testing.T) {
+	h := []porcupine.Operation{
+		set(0, "a", "1", 0, 1),
+		get(1, "a", 2, 3, "1"),
+		set(0, "b", "1", 0, 1),
+		set(0, "b", "2", 2, 3),
+		get(1, "b", 4, 5, "1"),
+	}
+	checks := checkKeys(h, time.Minute)
+	if len(checks) != 2 || checks[0].key != "a" || checks[0].res != porcupine.Ok ||
+		checks[1].key != "b" || checks[1].res != porcupine.Illegal || checks[1].ops != 3 {
+		t.Fatalf("checks %+v", checks)
+	}
+	if v, _, _ := verdict(checks); v != "illegal" {
+		t.Fatalf("verdict %s", v)
+	}
+	paths := visualize(checks, filepath.Join(t.TempDir(), "s"))
+	if len(paths) != 1 || !strings.HasSuffix(paths[0], "s.b.html") {
+		t.Fatalf("visualisations %v", paths)
+	}
+	if v, note, _ := verdict(checkKeys(h[:2], time.Nanosecond)); v != "undecided (the check timed out)" || !strings.Contains(note, "a (2 operations") {
+		t.Fatalf("verdict %s, %s", v, note)
+	}
+	if v, note, _ := verdict(checkKeys(h[:2], time.Minute)); v != "legal" || note != "" {
+		t.Fatalf("verdict %s, %s", v, note)
 	}
 }

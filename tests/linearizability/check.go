@@ -1,0 +1,267 @@
+package main
+
+// How a history is checked: key by key (Porcupine's partitions of the
+// key-value model), one key at a time, so that at most one search holds
+// memory (a search that does not end grows Porcupine's cache by gigabytes
+// a minute; searching every key at once ran a CI machine out of memory).
+//
+//  1. Every key gets an exact search of up to firstPass, on its
+//     operations without the GETs dropDominatedReads removes (this changes
+//     no verdict, and it is what makes most searches end in milliseconds).
+//  2. The keys whose search timed out share the time left: each gets
+//     half of its share for a search of its narrowed operations
+//     (narrowed), and if that does not prove it legal, the rest for the
+//     exact search again.
+// See docs/linearizability.md, "How a history is checked".
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// firstPass is the most the first exact search of one key may take.
+const firstPass = 10 * time.Second
+
+// keyCheck is the outcome of checking one key.
+type keyCheck struct {
+	key      string
+	ops      int                   // the key's operations, as recorded
+	res      porcupine.CheckResult // Ok, Illegal, or Unknown (timed out)
+	narrowed bool                  // Ok only by the narrowed operations
+	part     []porcupine.Operation // the operations info refers to
+	info     porcupine.LinearizationInfo
+	took     time.Duration
+}
+
+// singleKey is kvModel for one key's operations (no partitions).
+var singleKey = func() porcupine.Model {
+	m := kvModel
+	m.Partition = nil
+	return m
+}()
+
+// search runs one exact search of up to budget (which must be positive:
+// Porcupine takes 0 as no limit).
+func search(part []porcupine.Operation, budget time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	if budget <= 0 {
+		return porcupine.Unknown, porcupine.LinearizationInfo{}
+	}
+	return porcupine.CheckOperationsVerbose(singleKey, part, budget)
+}
+
+// checkKeys checks each key of history on its own, within timeout in all.
+func checkKeys(history []porcupine.Operation, timeout time.Duration) []keyCheck {
+	end := time.Now().Add(timeout)
+	recorded := kvModel.Partition(history)
+	parts := kvModel.Partition(dropDominatedReads(history))
+	checks := make([]keyCheck, len(parts))
+	var hard []int
+	for i, part := range parts {
+		start := time.Now()
+		budget := time.Until(end)
+		if budget > firstPass {
+			budget = firstPass
+		}
+		res, info := search(part, budget)
+		checks[i] = keyCheck{key: part[0].Input.(kvInput).Key, ops: len(recorded[i]), res: res,
+			part: part, info: info, took: time.Since(start)}
+		if res == porcupine.Unknown {
+			hard = append(hard, i)
+		}
+	}
+	for j, i := range hard {
+		share := time.Until(end) / time.Duration(len(hard)-j)
+		if share <= 0 {
+			break
+		}
+		start := time.Now()
+		if res, _ := search(dropDominatedReads(narrow(parts[i])), share/2); res == porcupine.Ok {
+			checks[i].res, checks[i].narrowed = porcupine.Ok, true
+		} else {
+			res, info := search(parts[i], time.Until(start.Add(share)))
+			if res != porcupine.Unknown {
+				checks[i].res, checks[i].info = res, info
+			}
+		}
+		checks[i].took += time.Since(start)
+	}
+	return checks
+}
+
+// verdict sums up the keys' checks: "legal", "illegal" or "undecided
+// (the check timed out)", a note on how a legal verdict was reached if
+// some key needed narrowing, and one line per key that is not legal
+// (with a witness for an illegal key).
+func verdict(checks []keyCheck) (string, string, []string) {
+	var illegal, undecided, narrowed []string
+	for _, c := range checks {
+		switch {
+		case c.res == porcupine.Illegal:
+			illegal = append(illegal, c.key+witness(c.part, c.info))
+		case c.res == porcupine.Unknown:
+			undecided = append(undecided, fmt.Sprintf("%s (%d operations, searched %.0f s)", c.key, c.ops, c.took.Seconds()))
+		case c.narrowed:
+			narrowed = append(narrowed, c.key)
+		}
+	}
+	switch {
+	case len(illegal) > 0:
+		return "illegal", "", illegal
+	case len(undecided) > 0:
+		return "undecided (the check timed out)", "undecided keys: " + strings.Join(undecided, ", "), nil
+	case len(narrowed) > 0:
+		return "legal", fmt.Sprintf("%s: legal by the narrowed history (see docs/linearizability.md, \"How a history is checked\")", strings.Join(narrowed, ", ")), nil
+	}
+	return "legal", "", nil
+}
+
+// checkTimes describes how long the check took: in all, and the slowest keys.
+func checkTimes(checks []keyCheck) string {
+	var total time.Duration
+	sorted := append([]keyCheck(nil), checks...)
+	for _, c := range checks {
+		total += c.took
+	}
+	sort.Slice(sorted, func(a, b int) bool { return sorted[a].took > sorted[b].took })
+	var slow []string
+	for _, c := range sorted {
+		if len(slow) == 3 || c.took < 100*time.Millisecond {
+			break
+		}
+		slow = append(slow, fmt.Sprintf("%s %.1f s", c.key, c.took.Seconds()))
+	}
+	s := fmt.Sprintf("%d keys in %.1f s", len(checks), total.Seconds())
+	if len(slow) > 0 {
+		s += " (slowest: " + strings.Join(slow, ", ") + ")"
+	}
+	return s
+}
+
+// dropDominatedReads removes every answered GET whose interval contains
+// the interval of another answered GET of the same key with the same
+// answer. This changes no verdict: in any linearization of what is left,
+// the removed GET can take effect at the same instant as the one it
+// contains (a GET changes no state and that instant is within its own
+// interval), so the history is legal with it exactly when it is legal
+// without it.
+func dropDominatedReads(history []porcupine.Operation) []porcupine.Operation {
+	type ans struct {
+		key string
+		out kvOutput
+	}
+	byAns := map[ans][]int{}
+	for i, op := range history {
+		in, out := op.Input.(kvInput), op.Output.(kvOutput)
+		if in.Kind == opGet && !out.Unknown {
+			a := ans{in.Key, out}
+			byAns[a] = append(byAns[a], i)
+		}
+	}
+	drop := make([]bool, len(history))
+	for _, idx := range byAns {
+		// Sorted by return, then by call descending: an interval can
+		// contain only intervals that come before it here or have the
+		// same return. Keep the latest call seen so far.
+		sort.Slice(idx, func(x, y int) bool {
+			a, b := history[idx[x]], history[idx[y]]
+			if a.Return != b.Return {
+				return a.Return < b.Return
+			}
+			return a.Call > b.Call
+		})
+		best := int64(-1 << 62)
+		for _, i := range idx {
+			if history[i].Call <= best {
+				drop[i] = true // contains the interval whose call is best
+				continue
+			}
+			best = history[i].Call
+		}
+	}
+	var out []porcupine.Operation
+	for i, op := range history {
+		if !drop[i] {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// narrowAbove and narrowTo: narrow gives every answered operation that
+// took more than narrowAbove the interval [return - narrowTo, return].
+const (
+	narrowAbove = 100 * time.Millisecond
+	narrowTo    = 5 * time.Millisecond
+)
+
+// narrow is the second chance for a key whose search timed out:
+// Porcupine's search is exponential in the operations a wrong guess leaves
+// to reorder, and many long, overlapping operations (pipelined GETs and
+// writes held up for seconds by a fault, then answered all at once) make
+// it time out on legal histories. narrow gives every answered operation
+// that took more than narrowAbove the interval [return - narrowTo,
+// return] (writes of unknown outcome and short operations are left as
+// they are). Any linearization of a narrowed history takes effect within
+// the recorded intervals, so it is one of the recorded history too: a
+// legal narrowed history proves the recorded one legal. An illegal one
+// proves nothing.
+func narrow(part []porcupine.Operation) []porcupine.Operation {
+	narrowed := make([]porcupine.Operation, len(part))
+	for i, op := range part {
+		if !op.Output.(kvOutput).Unknown && op.Return-op.Call > int64(narrowAbove) {
+			op.Call = op.Return - int64(narrowTo)
+		}
+		narrowed[i] = op
+	}
+	return narrowed
+}
+
+func witness(part []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	lins := info.PartialLinearizations()
+	if len(lins) == 0 {
+		return ""
+	}
+	var longest []int
+	for _, l := range lins[0] {
+		if len(l) > len(longest) {
+			longest = l
+		}
+	}
+	done := make(map[int]bool, len(longest))
+	state := kvModel.Init()
+	for _, id := range longest {
+		done[id] = true
+		_, state = kvModel.Step(state, part[id].Input, part[id].Output)
+	}
+	stuck := -1
+	for i, op := range part {
+		if !done[i] && (stuck < 0 || op.Return < part[stuck].Return) {
+			stuck = i
+		}
+	}
+	if stuck < 0 {
+		return ""
+	}
+	at := func(op porcupine.Operation) string {
+		ret := "never"
+		if op.Return < int64(time.Hour) {
+			ret = fmt.Sprintf("%.4fs", float64(op.Return)/1e9)
+		}
+		return fmt.Sprintf("[%.4fs, %s] %v", float64(op.Call)/1e9, ret, op.Metadata)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n      %d of its %d operations linearize, up to state %s;", len(longest), len(part), kvModel.DescribeState(state))
+	from := len(longest) - 3
+	if from < 0 {
+		from = 0
+	}
+	for _, id := range longest[from:] {
+		fmt.Fprintf(&b, "\n      linearized: %s %s", describeOp(part[id].Input, part[id].Output), at(part[id]))
+	}
+	fmt.Fprintf(&b, "\n      cannot follow: %s %s", describeOp(part[stuck].Input, part[stuck].Output), at(part[stuck]))
+	return b.String()
+}
