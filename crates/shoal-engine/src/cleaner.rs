@@ -72,6 +72,9 @@ const MAX_CLEANABLE_UTILISATION: f64 = 0.98;
 const RELOCATION_BATCH: usize = 16;
 /// Most segments one combined pass cleans.
 const MAX_SOURCES: usize = 64;
+/// Most times one combined pass chooses again after losing the seglets it
+/// chose for to a growing head.
+const SPLICE_ATTEMPTS: usize = 4;
 
 #[derive(Default)]
 pub(crate) struct CleanerState {
@@ -561,10 +564,25 @@ struct Chosen {
 /// a segment's dead bytes and the tombstones elsewhere that name it (they
 /// all die when it leaves the log).
 fn combined(inner: &Inner) -> Combined {
+    refresh_tombstones(inner, 4 * inner.segs.segment_bytes());
+    // Writers keep appending while the pass chooses: a head that grew
+    // meanwhile can leave too few cleaner seglets for the survivors the
+    // choice was sized for. That is a lost race, not a lack of memory:
+    // choose again against the larger head.
+    for _ in 0..SPLICE_ATTEMPTS {
+        if let Some(done) = choose_and_splice(inner) {
+            return done;
+        }
+    }
+    Combined::default()
+}
+
+/// One try of [`combined`]: None if the seglets it chose for could not be
+/// reserved by the time it spliced.
+fn choose_and_splice(inner: &Inner) -> Option<Combined> {
     let seglet = inner.segs.pool.seglet_bytes();
     let seg_bytes = inner.segs.segment_bytes();
     let now = inner.log.now_ms();
-    refresh_tombstones(inner, 4 * seg_bytes);
     let refs = inner.log.tomb_refs();
     let mut scored: Vec<(f64, Chosen, u64)> = candidates(inner)
         .into_iter()
@@ -602,7 +620,7 @@ fn combined(inner: &Inner) -> Combined {
     // the sources' seglets beyond that, plus the tombstones it kills.
     let gain = (source_seglets * seglet + killed as usize) as i64 - (bytes + head_seglets * seglet) as i64;
     if chosen.is_empty() || gain < seglet as i64 {
-        return Combined::default();
+        return Some(Combined::default());
     }
     splice_out(inner, chosen, bytes, killed, None)
 }
@@ -668,7 +686,8 @@ fn evict(inner: &Inner) -> Combined {
         return Combined::default();
     }
     let mut evicting = Evicting::default();
-    let done = splice_out(inner, chosen, tombs, killed, Some(&mut evicting));
+    // A lost race for seglets (see `combined`): the next pass tries again.
+    let done = splice_out(inner, chosen, tombs, killed, Some(&mut evicting)).unwrap_or_default();
     if done.freed > 0 || !evicting.objects.is_empty() {
         inner.counters.eviction_passes.fetch_add(1, Ordering::Relaxed);
     }
@@ -678,21 +697,21 @@ fn evict(inner: &Inner) -> Combined {
 /// The second half of a combined pass: relocates the live entries of
 /// `chosen` (about `bytes` of them) into survivors, oldest segment first,
 /// and splices the survivors in and the chosen segments out. With
-/// `evicting`, live objects are evicted instead of relocated.
+/// `evicting`, live objects are evicted instead of relocated. None, having
+/// changed nothing, if the seglets for the new head and the survivors
+/// cannot be reserved now (the head grew since `chosen` was sized).
 fn splice_out(
     inner: &Inner,
     mut chosen: Vec<Chosen>,
     bytes: usize,
     killed: u64,
     mut evicting: Option<&mut Evicting>,
-) -> Combined {
+) -> Option<Combined> {
     let head_seglets = inner.log.head_seglets();
-    let Some(head_spare) = reserve(inner, head_seglets) else {
-        return Combined::default();
-    };
+    let head_spare = reserve(inner, head_seglets)?;
     let Some(mut spare) = reserve(inner, survivor_seglets_needed(inner, bytes)) else {
         inner.segs.pool.release(head_spare);
-        return Combined::default();
+        return None;
     };
     // Oldest first: survivors end up sorted by age.
     chosen.sort_by_key(|c| c.created);
@@ -732,7 +751,7 @@ fn splice_out(
     let freed = retire(inner, &slots, tombs_kept);
     inner.counters.combined.fetch_add(1, Ordering::Relaxed);
     inner.counters.segments_cleaned.fetch_add(cleaned.len() as u64, Ordering::Relaxed);
-    Combined { freed: freed.saturating_sub(survivor_seglets + head_seglets), tombstones_killed: killed }
+    Some(Combined { freed: freed.saturating_sub(survivor_seglets + head_seglets), tombstones_killed: killed })
 }
 
 /// Uninstalls the evicted objects still installed where the pass found

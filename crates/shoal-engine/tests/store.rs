@@ -532,7 +532,9 @@ fn segment_copy_is_safe_against_the_cleaner() {
             let mut i = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 let k = (i % 60).to_le_bytes();
-                store.write(T, &k, &vec![i as u8; (i as usize * 31) % 1500], RejectRules::default()).unwrap();
+                if let Err(e) = store.write(T, &k, &vec![i as u8; (i as usize * 31) % 1500], RejectRules::default()) {
+                    panic!("write {i}: {e:?}; {:#?}", store.stats());
+                }
                 i += 1;
             }
         })
