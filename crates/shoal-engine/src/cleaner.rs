@@ -201,6 +201,9 @@ pub(crate) fn run(inner: std::sync::Arc<Inner>) {
         // no write waits) yields: after each such pass the cleaner rests as
         // long as the pass took, so it takes at most half a core from the
         // requests; resident memory then converges more slowly instead.
+        // A growth of the hash table that writers left half done (they do
+        // a stripe each after their writes) goes on here.
+        while inner.ht.maintain(inner.counters.objects.load(Ordering::Relaxed), |r| inner.hash_of(r)) {}
         let for_target_only = !memory_short(&inner) && !*inner.cleaner.requested.lock();
         let started = Instant::now();
         let freed = run_pass(&inner, false);
@@ -468,7 +471,11 @@ fn retire(inner: &Inner, slots: &[u32], tombs_kept: u64) -> usize {
         seglets += slot.seglets.load(Ordering::Relaxed) as usize;
         tombs_before += slot.tomb_bytes.load(Ordering::Relaxed);
     }
+    // Hash tables the table has grown out of go with this synchronisation
+    // too: a reader may still be in one until it returns.
+    let old_tables = inner.ht.take_retired();
     inner.epochs.synchronize();
+    drop(old_tables);
     for s in slots {
         inner.segs.free_slot(*s);
     }

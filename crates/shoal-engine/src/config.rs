@@ -21,12 +21,13 @@ pub struct StoreConfig {
     pub max_value_bytes: usize,
     /// Largest key accepted (at most 64 KiB, the protocol's limit).
     pub max_key_bytes: usize,
-    /// Main hash table buckets (8 slots each). `None`: sized from
-    /// `memory_bytes / expected_object_bytes`. Overflow buckets are added on
-    /// demand, so more objects than planned never need a restart.
+    /// Main hash table buckets (8 slots each). `None` (the default): the
+    /// table starts at 4096 buckets (256 KiB) and grows by half, online,
+    /// whenever it holds more than 8 objects per bucket, so its memory
+    /// follows the objects, not `memory_bytes` (`hashtable.rs`). `Some(n)`:
+    /// a fixed table of `n` buckets, planned by the caller; more objects
+    /// than planned chain into overflow buckets.
     pub hash_table_buckets: Option<usize>,
-    /// Average object size the hash table is planned for (entry bytes).
-    pub expected_object_bytes: usize,
     /// Id written into every segment header of this log.
     pub log_id: LogId,
     /// Run the cleaner on its own thread. Without it, cleaning happens only
@@ -127,7 +128,6 @@ impl Default for StoreConfig {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             max_key_bytes: MAX_KEY_BYTES,
             hash_table_buckets: None,
-            expected_object_bytes: 128,
             log_id: LogId(1),
             cleaner_thread: true,
             max_tombstone_ratio: 0.4,
@@ -172,10 +172,6 @@ impl StoreConfig {
     /// Seglets writes may not use, so removes can always add tombstones.
     pub fn remove_reserve(&self) -> usize {
         (self.seglets() / 100).max(2)
-    }
-
-    pub fn hash_buckets(&self) -> usize {
-        self.hash_table_buckets.unwrap_or_else(|| (self.memory_bytes / self.expected_object_bytes.max(16) / 8).max(64))
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {

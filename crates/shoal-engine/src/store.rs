@@ -288,6 +288,9 @@ pub struct StoreStats {
     /// live_bytes / memory_bytes.
     pub memory_utilisation: f64,
     pub hash_table_bytes: u64,
+    /// Main buckets of the hash table, and the times it has grown.
+    pub hash_table_buckets: u64,
+    pub hash_table_growths: u64,
     pub reads: u64,
     pub writes: u64,
     pub removes: u64,
@@ -556,7 +559,12 @@ impl Inner {
         self.space.1.wait_for(&mut passes, std::time::Duration::from_millis(200));
         if *passes != seen {
             let stuck = self.cleaner.stuck_at.load(Ordering::Acquire);
-            if stuck != stuck_before && stuck == *passes {
+            // A pass that freed nothing with less than half the memory
+            // live (objects and tombstones) lost a race with writers, not
+            // the memory: wait for the next (write_wait bounds the wait).
+            let memory = self.segs.pool.total_seglets() as u64 * self.segs.pool.seglet_bytes() as u64;
+            let held = self.counters.live_bytes.load(Ordering::Relaxed) + self.log.tomb_bytes.load(Ordering::Relaxed);
+            if stuck != stuck_before && stuck == *passes && held >= memory / 2 {
                 self.counters.oom.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::OutOfMemory);
             }
@@ -643,6 +651,7 @@ impl Inner {
                 }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 drop(lock);
+                self.grow_hash_table();
                 return Ok((version, new_int));
             }
         })
@@ -701,6 +710,20 @@ impl Inner {
         self.segs.slot(r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_add(kv_len as u64, Ordering::Relaxed);
+    }
+
+    /// A step of the hash table's growth, if it is due (`hashtable.rs`):
+    /// called by writers after they released their stripe locks, and by
+    /// the cleaner thread.
+    pub(crate) fn grow_hash_table(&self) {
+        self.ht.maintain(self.counters.objects.load(Ordering::Relaxed), |r| self.hash_of(r));
+    }
+
+    /// The key hash of the object at `r` (live: its stripe is locked).
+    pub(crate) fn hash_of(&self, r: LogRef) -> u64 {
+        let e = self.segs.entry(r);
+        let o = format::parse_object(&e).expect("the hash table references only objects");
+        key_hash(o.table, o.key).0
     }
 
     /// Records that the key of `hash` was just written (an object or a
@@ -870,7 +893,10 @@ impl Store {
         let segs = Arc::new(Segments::new(pool, config.segment_bytes));
         let log = Log::new(segs.clone(), config.log_id, observer);
         let inner = Arc::new(Inner {
-            ht: HashTable::new(config.hash_buckets()),
+            ht: match config.hash_table_buckets {
+                Some(n) => HashTable::new(n),
+                None => HashTable::growing(),
+            },
             segs,
             log,
             epochs: Epochs::default(),
@@ -1147,6 +1173,7 @@ impl Store {
                 end += 1;
             }
             self.write_group(items, &todo[start..end], &mut results, false, None);
+            self.inner.grow_hash_table();
             start = end;
         }
         results.into_iter().map(|r| r.expect("every item answered")).collect()
@@ -1169,6 +1196,7 @@ impl Store {
         let idx: Vec<usize> = (0..items.len()).collect();
         let mut results = vec![None; items.len()];
         self.write_group(items, &idx, &mut results, true, None);
+        inner.grow_hash_table();
         if let Some((i, Some(Err(e)))) = results.iter().enumerate().find(|(_, r)| matches!(r, Some(Err(_)))) {
             return Err((i, e.clone()));
         }
@@ -1279,8 +1307,9 @@ impl Store {
     /// table ends (a bucket is never split, so a few more may come), and the
     /// cursor to resume from (`None`: done). Every object present for the
     /// whole enumeration is returned exactly once, even while the cleaner
-    /// moves objects: the cursor is a key-hash position and objects never
-    /// change bucket.
+    /// moves objects and the hash table grows: the cursor is a key-hash
+    /// position, and each step returns the objects from it to the end of
+    /// the bucket that holds it.
     pub fn enumerate(
         &self,
         table: TableId,
@@ -1339,37 +1368,36 @@ impl Store {
         inner.check_table(table)?;
         let ht = &inner.ht;
         let mut count = 0;
-        let mut bucket = ht.bucket_index(cursor.0);
-        let last = ht.bucket_index(end);
-        while bucket <= last {
-            // Only the first and last buckets can hold hashes outside
-            // cursor..=end: check those objects' hashes.
-            let edge = ht.first_hash_of(bucket) < cursor.0 as u128 || ht.first_hash_of(bucket + 1) > end as u128 + 1;
-            {
-                let _g = inner.epochs.pin();
-                ht.for_each_in_bucket(bucket, |r| {
-                    let e = inner.segs.entry(r);
-                    if let Ok(o) = format::parse_object(&e) {
-                        if o.table == table
-                            && (with_expired || !inner.expired(o.expiry))
-                            && (!edge || (cursor.0..=end).contains(&key_hash(table, o.key).0))
-                        {
-                            visit(o.key, o.value, o.version);
-                            count += 1;
-                        }
+        let mut at = cursor.0 as u128;
+        let mut refs = Vec::new();
+        while at <= end as u128 {
+            // The bucket holding `at`, in the table that holds it now: a
+            // growing table's buckets change size when it grows, so each
+            // step covers `at` to the end of whatever bucket holds `at`.
+            // Only a bucket that reaches below `at` or past `end` can hold
+            // hashes outside them: check those objects' hashes.
+            let _g = inner.epochs.pin();
+            refs.clear();
+            let range = ht.for_each_in_bucket_of(at as u64, |r| refs.push(r));
+            let edge = range.first < at || range.next > end as u128 + 1;
+            for &r in &refs {
+                let e = inner.segs.entry(r);
+                if let Ok(o) = format::parse_object(&e) {
+                    if o.table == table
+                        && (with_expired || !inner.expired(o.expiry))
+                        && (!edge || (at..=end as u128).contains(&(key_hash(table, o.key).0 as u128)))
+                    {
+                        visit(o.key, o.value, o.version);
+                        count += 1;
                     }
-                });
+                }
             }
-            bucket += 1;
+            at = range.next;
             if count >= max.max(1) {
                 break;
             }
         }
-        Ok(if bucket > last || bucket >= ht.main_buckets() {
-            None
-        } else {
-            Some(EnumCursor(ht.first_hash_of(bucket) as u64))
-        })
+        Ok(if at > end as u128 || at >= 1u128 << 64 { None } else { Some(EnumCursor(at as u64)) })
     }
 
     /// Statistics, read from counters without locks.
@@ -1397,6 +1425,8 @@ impl Store {
             log_utilisation: live as f64 / ((total - free).max(1) * seglet) as f64,
             memory_utilisation: live as f64 / (total * seglet) as f64,
             hash_table_bytes: i.ht.memory_bytes() as u64,
+            hash_table_buckets: i.ht.main_buckets() as u64,
+            hash_table_growths: i.ht.growth_stats().1,
             reads: c.reads.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             removes: c.removes.load(Ordering::Relaxed),
@@ -1610,6 +1640,7 @@ impl Store {
         let idx: Vec<usize> = (0..ops.len()).collect();
         let mut results = vec![None; ops.len()];
         self.write_group(ops, &idx, &mut results, false, Some(versions));
+        self.inner.grow_hash_table();
         for r in results {
             match r {
                 Some(Ok(_)) => replay.report.objects_replayed += 1,
@@ -1662,9 +1693,11 @@ impl Store {
         let mut keys = HashSet::new();
         let (mut objects, mut live, mut kv) = (0u64, 0u64, 0u64);
         let mut expiring: HashMap<TableId, u64> = HashMap::new();
-        for b in 0..inner.ht.main_buckets() {
+        let mut at: u128 = 0;
+        while at < 1 << 64 {
             let mut err = None;
-            inner.ht.for_each_in_bucket(b, |r| {
+            let mut wrong_bucket = Vec::new();
+            let range = inner.ht.for_each_in_bucket_of(at as u64, |r| {
                 if err.is_some() {
                     return;
                 }
@@ -1675,10 +1708,7 @@ impl Store {
                 let e = inner.segs.entry(r);
                 match format::decode(&e) {
                     Ok((Entry::Object(o), len)) => {
-                        let h = key_hash(o.table, o.key).0;
-                        if inner.ht.bucket_index(h) != b {
-                            err = Some(format!("object in bucket {b} hashes to {}", inner.ht.bucket_index(h)));
-                        }
+                        wrong_bucket.push(key_hash(o.table, o.key).0 as u128);
                         if !keys.insert((o.table, o.key.to_vec())) {
                             err = Some(format!("key {:?} referenced twice", o.key));
                         }
@@ -1700,6 +1730,10 @@ impl Store {
             if let Some(e) = err {
                 return Err(e);
             }
+            if let Some(h) = wrong_bucket.iter().find(|h| !(range.first..range.next).contains(h)) {
+                return Err(format!("object of hash {h:x} in the bucket of {:x}..{:x}", range.first, range.next));
+            }
+            at = range.next;
         }
         let mut per_table: HashMap<TableId, u64> = HashMap::new();
         for (t, _) in &keys {

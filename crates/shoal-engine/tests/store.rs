@@ -393,7 +393,6 @@ fn skewed_overwrites_keep_cleaning_without_errors() {
         segment_bytes: 256 << 10,
         seglet_bytes: 16 << 10,
         max_value_bytes: 32 << 10,
-        expected_object_bytes: 121,
         ..StoreConfig::default()
     };
     let store = Store::new(cfg).unwrap();
@@ -594,4 +593,88 @@ fn enumerate_range_splits_the_hash_space_without_overlap_or_gap() {
     }
     assert_eq!(seen.len(), 2000);
     assert!(seen.values().all(|&n| n == 1), "an object was returned twice");
+}
+
+/// The default hash table starts small and grows with the objects while
+/// readers, overwrites, removes and the cleaner run: every object written
+/// is readable at every moment, enumeration returns each once, and the
+/// invariants hold after several growths.
+#[test]
+fn hash_table_grows_online_without_losing_objects() {
+    let cfg = StoreConfig {
+        memory_bytes: 64 << 20,
+        segment_bytes: 1 << 20,
+        seglet_bytes: 64 << 10,
+        max_value_bytes: 64 << 10,
+        ..StoreConfig::default()
+    };
+    assert_eq!(cfg.hash_table_buckets, None);
+    let store = Arc::new(Store::new(cfg).unwrap());
+    store.create_table(T);
+    let start = store.stats();
+    assert_eq!(start.hash_table_buckets, 4096);
+    assert_eq!(start.hash_table_bytes, 4096 * 64);
+    let n = 200_000u64;
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, written, stop) = (store.clone(), written.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut x, mut reads) = (7u64, 0u64);
+            while !stop.load(Ordering::Acquire) {
+                let upto = written.load(Ordering::Acquire);
+                if upto == 0 {
+                    continue;
+                }
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                // Keys divisible by 7 are removed as they go; the others stay.
+                let i = (x >> 33) % upto;
+                if i % 7 == 0 {
+                    continue;
+                }
+                let (v, _) = store.read(T, format!("key{i}").as_bytes(), RejectRules::default()).unwrap_or_else(|e| {
+                    panic!("key{i} of {upto} unreadable: {e:?}; {:?}", store.stats());
+                });
+                assert_eq!(v, format!("value{i}").into_bytes());
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for i in 0..n {
+        let k = format!("key{i}");
+        store.write(T, k.as_bytes(), format!("value{i}").as_bytes(), RejectRules::default()).unwrap();
+        if i % 3 == 0 && i > 0 {
+            // An overwrite of an older key, the same value.
+            let j = (i * 31) % i;
+            if j % 7 != 0 {
+                store
+                    .write(T, format!("key{j}").as_bytes(), format!("value{j}").as_bytes(), RejectRules::default())
+                    .unwrap();
+            }
+        }
+        if i % 7 == 0 {
+            store.remove(T, k.as_bytes(), RejectRules::default()).unwrap();
+        }
+        written.store(i + 1, Ordering::Release);
+    }
+    stop.store(true, Ordering::Release);
+    let reads = reader.join().unwrap();
+    assert!(reads > 1000, "only {reads} reads");
+    let s = store.stats();
+    let live = n - n.div_ceil(7);
+    assert_eq!(s.objects, live);
+    assert!(s.hash_table_growths >= 3, "{} growths", s.hash_table_growths);
+    // Grown by half past 8 objects per bucket: at least 16/3 per bucket
+    // once a growth is done (a growth in progress holds both tables).
+    assert!(s.hash_table_buckets * 8 >= live, "{} buckets for {live} objects", s.hash_table_buckets);
+    assert!(s.hash_table_buckets <= live.div_ceil(5), "{} buckets for {live} objects", s.hash_table_buckets);
+    store.check_invariants().unwrap();
+    let all = common::enumerate_all(&store, T, 100);
+    assert_eq!(all.len() as u64, live);
+    for (k, (v, _)) in &all {
+        let i: u64 = std::str::from_utf8(&k[3..]).unwrap().parse().unwrap();
+        assert!(!i.is_multiple_of(7), "removed key{i} enumerated");
+        assert_eq!(v, &format!("value{i}").into_bytes());
+    }
 }

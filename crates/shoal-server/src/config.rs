@@ -485,7 +485,8 @@ pub struct ServerArgs {
     /// Log utilisation the cleaner keeps (live data over the memory the
     /// log holds) once the log is larger than a few segments, giving the
     /// memory it frees back to the OS, so that resident memory follows the
-    /// data: about live data / this + the hash table + a few segments,
+    /// data: about live data / this + the hash table (8 to 12 bytes per
+    /// object; it grows with the objects) + a few segments,
     /// whatever --memory allows. 0 cleans only when --memory is nearly
     /// full (resident memory then grows to --memory and stays). Between
     /// 0.5 and 0.98 [default: 0.9].

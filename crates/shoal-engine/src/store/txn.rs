@@ -335,5 +335,6 @@ impl Drop for Txn {
             // and forgot the guard; this is the matching unlock, once.
             unsafe { self.inner.ht.unlock_stripe(s) };
         }
+        self.inner.grow_hash_table();
     }
 }

@@ -219,6 +219,12 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.gauge("shoal_memory_tombstone_bytes", "Bytes of tombstones believed live.", t.tombstone_bytes)?;
     s.gauge("shoal_memory_hash_table_bytes", "Bytes of the hash table.", t.hash_table_bytes)?;
     s.gauge(
+        "shoal_hash_table_buckets",
+        "Main buckets of the hash table (it grows with the objects).",
+        t.hash_table_buckets,
+    )?;
+    s.counter("shoal_hash_table_growths", "Times the hash table has grown.", t.hash_table_growths)?;
+    s.gauge(
         "shoal_memory_returned_bytes",
         "Free pool memory given back to the OS now.",
         seglets(t.seglets_returned_now),

@@ -88,8 +88,6 @@ pub struct WorkerArgs {
     pub workload: String,
     #[arg(long)]
     pub memory_bytes: usize,
-    #[arg(long)]
-    pub expected_object_bytes: usize,
     #[arg(long, default_value_t = SEGMENT_BYTES)]
     pub segment_bytes: usize,
     #[arg(long, default_value_t = SEGLET_BYTES)]
@@ -164,7 +162,7 @@ impl Target for ShoalTarget {
 /// The hidden worker: applies stdin's op stream to a new store, prints the
 /// report. Returns the exit code (see [`print_report`]).
 pub fn worker(args: &WorkerArgs) -> i32 {
-    let config = store_config(args.memory_bytes, args.segment_bytes, args.seglet_bytes, args.expected_object_bytes);
+    let config = store_config(args.memory_bytes, args.segment_bytes, args.seglet_bytes, None);
     let make = || {
         let store = Store::new(config).map_err(|e| e.to_string())?;
         let table = TableId(1);
@@ -318,9 +316,8 @@ fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadPa
     };
     let cmd = match engine {
         Engine::Shoal => {
-            let expected = (spec.min_mean_value_bytes() + 30.0).round() as usize;
             let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
-            let memory = match fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, expected) {
+            let memory = match fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None) {
                 Ok(m) => m,
                 Err(e) => {
                     result.error = Some(e);
@@ -338,7 +335,6 @@ fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadPa
             c.arg("memory-worker")
                 .args(["--workload", spec.name])
                 .args(["--memory-bytes", &memory.to_string()])
-                .args(["--expected-object-bytes", &expected.to_string()])
                 .args(["--sample-every", &args.sample_every.to_string()]);
             c
         }
@@ -473,7 +469,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let params = WorkloadParams::scaled(args.scale, args.seed);
     if !args.json {
         let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
-        let memory = fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, 128)?;
+        let memory = fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None)?;
         println!(
             "memory efficiency (Rumble Table 3.1): cap {:.1} MiB live values, {:.1} MiB written; shoal memory \
              {:.1} MiB ({:.2} x cap, rounded up to whole segments and to the smallest valid store), 8 MiB segments, 64 KiB seglets",

@@ -142,8 +142,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let entry = object_len(TABLE, Version(1), KEY_BYTES, args.value_size);
     let (segment, seglet) = (8 << 20, 64 << 10);
     // Room for three times the live data: the cleaner keeps up without pressure.
-    let memory = fit_memory(3 * (n + max_ops) * entry as u64, segment, seglet, entry)?;
-    let store = Store::new(store_config(memory, segment, seglet, entry)).map_err(|e| e.to_string())?;
+    let memory = fit_memory(3 * (n + max_ops) * entry as u64, segment, seglet, Some(entry))?;
+    let store = Store::new(store_config(memory, segment, seglet, Some(entry))).map_err(|e| e.to_string())?;
     store.create_table(TABLE);
     if !args.json {
         println!(

@@ -6,8 +6,7 @@ use super::{emit_json, fit_memory, store_config, Table, MIB};
 use clap::Args as ClapArgs;
 use serde::Serialize;
 use shoal_bench_baseline::rss::rss_bytes;
-use shoal_engine::format::object_len;
-use shoal_engine::{RejectRules, Store, TableId, Version, WriteOp};
+use shoal_engine::{RejectRules, Store, TableId, WriteOp};
 use std::time::Instant;
 
 const KEY: usize = 16;
@@ -28,7 +27,9 @@ pub struct Args {
     /// Store memory per object, in bytes (rounded up to whole segments).
     #[arg(long, default_value_t = 80)]
     pub memory_per_object: u64,
-    /// Object size the hash table is planned for (default: the entry size of one object).
+    /// Plan a fixed hash table for objects of this entry size (8 per
+    /// bucket, for a memory full of them) instead of the default table that
+    /// grows with the objects.
     #[arg(long)]
     pub expected_object_bytes: Option<usize>,
     /// Segment size in KiB.
@@ -117,8 +118,7 @@ fn load(store: &Store, n: u64, batched: bool) -> Result<(), String> {
 
 fn run_one(args: &Args, n: u64, batched: bool) -> OverheadResult {
     let segment = args.segment_kib << 10;
-    let entry = object_len(TABLE, Version(1), KEY, VALUE);
-    let expected = args.expected_object_bytes.unwrap_or(entry);
+    let expected = args.expected_object_bytes;
     let mut r = OverheadResult {
         bench: "overhead",
         load: if batched { "multi_write x64" } else { "write" },

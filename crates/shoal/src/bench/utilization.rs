@@ -185,7 +185,7 @@ fn run_one(args: &Args, plan: &Plan, size: usize, dist: Dist, util: u32) -> Util
         r.error = Some("no object fits".into());
         return r;
     }
-    let store = match Store::new(store_config(plan.memory, plan.segment, plan.seglet, entry)) {
+    let store = match Store::new(store_config(plan.memory, plan.segment, plan.seglet, Some(entry))) {
         Ok(s) => s,
         Err(e) => {
             r.error = Some(e.to_string());
@@ -360,7 +360,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         None => (1usize << (want / 32).max(1).ilog2()).clamp(256 << 10, 8 << 20),
     };
     let seglet = args.seglet_kib.map_or((64 << 10).min(segment / 16), |k| k << 10);
-    let memory = fit_memory(want, segment, seglet, 128)?;
+    let memory = fit_memory(want, segment, seglet, Some(128))?;
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(5.0 * args.scale).max(0.2));
     let plan = Plan { memory, segment, seglet, duration };
     if !args.json {

@@ -258,6 +258,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("memory_utilisation:{:.4}", s.memory_utilisation);
             line!("log_utilisation:{:.4}", s.log_utilisation);
             line!("hash_table_bytes:{}", s.hash_table_bytes);
+            line!("hash_table_buckets:{}", s.hash_table_buckets);
+            line!("hash_table_growths:{}", s.hash_table_growths);
             line!("store_reads:{}", s.reads);
             line!("store_writes:{}", s.writes);
             line!("store_removes:{}", s.removes);
