@@ -10,6 +10,8 @@
 //!   All-Peers protocol (eventual or strong consistency), with Shoal's
 //!   change: a write takes effect when the key's home master has applied
 //!   it to its log (durably), in timestamp order ([`home::HomeKey`]).
+//! * [`group::GroupView`]: a member's membership epoch and hot-set
+//!   rounds: reports to the leader, its publication, installation.
 //! * [`sketch::SpaceSaving`]: the heavy hitters of a member's accesses.
 //! * [`hotset::agree`]: one hot set from the members' reports.
 //! * [`bloom::Bloom`]: the filter of a hot set that clients use to send
@@ -19,6 +21,7 @@
 //! sends the messages, keeps time and stores the values.
 
 pub mod bloom;
+pub mod group;
 pub mod home;
 pub mod hotset;
 pub mod key;
