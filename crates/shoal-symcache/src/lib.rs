@@ -14,6 +14,8 @@
 //!   rounds: reports to the leader, its publication, installation.
 //! * [`sketch::SpaceSaving`]: the heavy hitters of a member's accesses.
 //! * [`hotset::agree`]: one hot set from the members' reports.
+//! * [`wire`]: the frames members exchange (reports, hot sets,
+//!   invalidations, acknowledgements, updates, writes to the home).
 //! * [`bloom::Bloom`]: the filter of a hot set that clients use to send
 //!   hot reads to any member and cold keys straight home.
 //!
@@ -26,6 +28,7 @@ pub mod home;
 pub mod hotset;
 pub mod key;
 pub mod sketch;
+pub mod wire;
 
 use std::fmt;
 
