@@ -12,6 +12,8 @@
 //!   it to its log (durably), in timestamp order ([`home::HomeKey`]).
 //! * [`group::GroupView`]: a member's membership epoch and hot-set
 //!   rounds: reports to the leader, its publication, installation.
+//! * [`retired::Retired`]: at a home, the hot keys of epochs it left that
+//!   some member may still serve, whose writes wait for the barrier.
 //! * [`sketch::SpaceSaving`]: the heavy hitters of a member's accesses.
 //! * [`hotset::agree`]: one hot set from the members' reports.
 //! * [`wire`]: the frames members exchange (reports, hot sets,
@@ -27,6 +29,7 @@ pub mod group;
 pub mod home;
 pub mod hotset;
 pub mod key;
+pub mod retired;
 pub mod sketch;
 pub mod wire;
 

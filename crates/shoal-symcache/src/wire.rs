@@ -25,6 +25,8 @@
 //! * PERSISTED (7): u64 write id, u8 outcome (1 applied, 0 refused),
 //!   timestamp (applied: the write's; refused: the home's highest), a
 //!   key, a value (refused: absent).
+//! * INSTALLED (8): empty; the sender has installed the header's epoch
+//!   and dropped every older cache ([`crate::retired`]).
 //!
 //! A value is a u8 flag (0 absent, 1 present), then if present the
 //! object's u64 version, a u32 length and at most [`MAX_VALUE`] bytes.
@@ -67,6 +69,7 @@ pub enum Kind {
     Update = 5,
     Persist = 6,
     Persisted = 7,
+    Installed = 8,
 }
 
 impl Kind {
@@ -79,6 +82,7 @@ impl Kind {
             5 => Kind::Update,
             6 => Kind::Persist,
             7 => Kind::Persisted,
+            8 => Kind::Installed,
             _ => return None,
         })
     }
@@ -108,6 +112,7 @@ pub enum Frame {
     Update { ts: Ts, key: Key, value: Value },
     Persist { write: u64, ts: Option<Ts>, key: Key, op: Vec<u8> },
     Persisted { write: u64, applied: bool, ts: Ts, key: Key, value: Value },
+    Installed,
 }
 
 /// Why bytes are not a frame. The connection that sent them is closed.
@@ -172,6 +177,7 @@ impl Frame {
             Frame::Update { .. } => Kind::Update,
             Frame::Persist { .. } => Kind::Persist,
             Frame::Persisted { .. } => Kind::Persisted,
+            Frame::Installed => Kind::Installed,
         }
     }
 
@@ -241,6 +247,7 @@ impl Frame {
                 put_key(key, out)?;
                 put_value(value, out)?;
             }
+            Frame::Installed => {}
         }
         Ok(())
     }
@@ -400,6 +407,7 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Frame, WireError> {
         Kind::Persisted => {
             Frame::Persisted { write: c.u64()?, applied: c.flag()?, ts: c.ts()?, key: c.key()?, value: c.value()? }
         }
+        Kind::Installed => Frame::Installed,
     };
     if !c.b.is_empty() {
         return Err(WireError::TrailingBytes);
@@ -433,6 +441,7 @@ mod tests {
             Frame::Persist { write: 8, ts: None, key: key("k"), op: vec![] },
             Frame::Persisted { write: 7, applied: true, ts: ts(2, 3), key: key("k"), value: Value::Absent },
             Frame::Persisted { write: 7, applied: false, ts: ts(5, 1), key: key("k"), value: Value::Absent },
+            Frame::Installed,
         ]
     }
 
@@ -484,6 +493,8 @@ mod tests {
         let mut h = [0u8; HEADER_LEN];
         h[0] = 9;
         assert_eq!(Header::decode(&h), Err(WireError::UnknownKind(9)));
+        h[0] = 0;
+        assert_eq!(Header::decode(&h), Err(WireError::UnknownKind(0)));
         h[0] = 1;
         h[4..8].copy_from_slice(&(MAX_BODY as u32 + 1).to_le_bytes());
         assert_eq!(Header::decode(&h), Err(WireError::BodyTooLong(MAX_BODY as u32 + 1)));
