@@ -843,6 +843,7 @@ impl ClusterState {
             "recoveries": recoveries,
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
             "replica_floors": self.map.replica_floors.len(),
+            "sc_groups": self.map.sc_groups,
         })
     }
 
@@ -1606,6 +1607,7 @@ mod tests {
         assert_eq!(stats["servers"][0]["state"], "recovering");
         assert_eq!(stats["servers"][0]["recover"].as_array().unwrap().len(), 1);
         assert_eq!(stats["servers"][1]["state"], "up");
+        assert_eq!(stats["sc_groups"], serde_json::json!([{"members": [2], "epoch": s.map().sc_groups[0].epoch}]));
     }
 
     // ---- crash recovery ----
