@@ -94,6 +94,59 @@ pub struct ClusterMap {
     /// them. At most one entry per (log, segment); dropped with the log.
     #[serde(default)]
     pub replica_floors: Vec<ReplicaFloor>,
+    /// Symmetric-caching groups (`docs/symmetric-caching.md`): the up
+    /// servers, by id, cut into contiguous groups of nearly equal size,
+    /// none larger than the coordinator's `--sc-group-size`. Every up
+    /// server is in exactly one group; servers recovering or down are in
+    /// none. Rebuilt at every map change ([`sc_groups`]).
+    #[serde(default)]
+    pub sc_groups: Vec<ScGroup>,
+}
+
+/// One symmetric-caching group: servers that cache the same hot keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScGroup {
+    /// The members, ascending; the first (lowest id) leads the group's
+    /// hot-set agreement.
+    pub members: Vec<ServerId>,
+    /// The map version at which the group got these members. It changes
+    /// whenever a member joins, dies or is recovered, and is never
+    /// reused: members drop every symmetric-caching message and cached
+    /// value of another membership epoch.
+    pub epoch: u64,
+}
+
+impl ScGroup {
+    /// The member that merges the members' reports and publishes the hot set.
+    pub fn leader(&self) -> Option<ServerId> {
+        self.members.first().copied()
+    }
+}
+
+/// Groups for `up` (the up servers' ids, any order) of at most `size`
+/// (at least 1) members each: ceil(n / size) groups of contiguous ids
+/// whose sizes differ by at most one. A group with exactly the members
+/// of one of `old` keeps its epoch; any other gets `epoch`.
+pub fn sc_groups(up: &[ServerId], size: u32, old: &[ScGroup], epoch: u64) -> Vec<ScGroup> {
+    let mut up = up.to_vec();
+    up.sort();
+    up.dedup();
+    if up.is_empty() {
+        return Vec::new();
+    }
+    let size = size.max(1) as usize;
+    let groups = up.len().div_ceil(size);
+    let (base, extra) = (up.len() / groups, up.len() % groups);
+    let mut out = Vec::with_capacity(groups);
+    let mut at = 0;
+    for g in 0..groups {
+        let len = base + usize::from(g < extra);
+        let members = up[at..at + len].to_vec();
+        at += len;
+        let epoch = old.iter().find(|o| o.members == members).map_or(epoch, |o| o.epoch);
+        out.push(ScGroup { members, epoch });
+    }
+    out
 }
 
 /// Replicas of `segment` of `log` with an epoch below `epoch` are stale
@@ -176,6 +229,11 @@ impl ClusterMap {
         self.servers.iter().filter(|s| s.state != ServerState::Down)
     }
 
+    /// The symmetric-caching group `server` belongs to, if any.
+    pub fn sc_group_of(&self, server: ServerId) -> Option<&ScGroup> {
+        self.sc_groups.iter().find(|g| g.members.contains(&server))
+    }
+
     /// The replica floors of `log`: (segment, epoch) pairs.
     pub fn replica_floors_of(&self, log: LogId) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
         self.replica_floors.iter().filter(move |f| f.log == log).map(|f| (f.segment, f.epoch))
@@ -213,6 +271,23 @@ mod tests {
     }
 
     #[test]
+    fn sc_groups_cut_evenly_and_keep_unchanged_epochs() {
+        let ids = |v: &[u64]| v.iter().map(|&i| ServerId(i)).collect::<Vec<_>>();
+        let g = sc_groups(&ids(&[5, 1, 3, 2, 4]), 8, &[], 7);
+        assert_eq!(g, vec![ScGroup { members: ids(&[1, 2, 3, 4, 5]), epoch: 7 }]);
+        assert_eq!(g[0].leader(), Some(ServerId(1)));
+        let g = sc_groups(&ids(&[1, 2, 3, 4, 5]), 2, &[], 7);
+        assert_eq!(g.iter().map(|g| g.members.len()).collect::<Vec<_>>(), vec![2, 2, 1]);
+        let g = sc_groups(&ids(&[1, 2, 3, 4, 5, 6, 7]), 4, &[], 7);
+        assert_eq!(g.iter().map(|g| g.members.len()).collect::<Vec<_>>(), vec![4, 3]);
+        let after = sc_groups(&ids(&[1, 2, 3, 4, 5, 6, 7, 8]), 4, &g, 9);
+        assert_eq!(after[0], ScGroup { members: ids(&[1, 2, 3, 4]), epoch: 7 }, "same members, same epoch");
+        assert_eq!(after[1], ScGroup { members: ids(&[5, 6, 7, 8]), epoch: 9 }, "a member joined: new epoch");
+        assert!(sc_groups(&[], 4, &g, 9).is_empty());
+        assert_eq!(sc_groups(&ids(&[1, 2]), 0, &[], 1).len(), 2, "size 0 counts as 1");
+    }
+
+    #[test]
     fn locate_finds_the_owner() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let server =
@@ -225,6 +300,7 @@ mod tests {
             recoveries: Vec::new(),
             fenced: Vec::new(),
             replica_floors: Vec::new(),
+            sc_groups: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

@@ -43,6 +43,13 @@ pub struct CoordinatorArgs {
     #[arg(long, value_name = "R")]
     pub replicas: Option<u32>,
 
+    /// Servers per symmetric-caching group: the up servers, by id, are
+    /// cut into groups of at most this many that each cache the same hot
+    /// keys (docs/symmetric-caching.md). Default: the whole cluster, up
+    /// to 8 servers per group.
+    #[arg(long, value_name = "N", default_value_t = crate::state::DEFAULT_SC_GROUP_SIZE, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub sc_group_size: u32,
+
     /// What to log: a level (error, warn, info, debug, trace) or a filter
     /// such as "info,shoal_coordinator=debug". Logs go to stderr as plain
     /// lines.
@@ -142,6 +149,8 @@ pub struct CoordinatorConfig {
     pub data_dir: PathBuf,
     /// `None`: the automatic replica rule.
     pub replicas: Option<u32>,
+    /// Servers per symmetric-caching group (`--sc-group-size`).
+    pub sc_group_size: u32,
     /// Filter for [`init_logging`](crate::init_logging), used by [`run`](crate::run).
     pub log_level: String,
     /// Open control connections beyond this are answered with an error and
@@ -174,6 +183,7 @@ impl Default for CoordinatorConfig {
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             replicas: None,
+            sc_group_size: crate::state::DEFAULT_SC_GROUP_SIZE,
             log_level: "info".into(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             probe: ProbeConfig {
@@ -211,6 +221,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             listen: args.listen,
             data_dir: args.data_dir,
             replicas: args.replicas,
+            sc_group_size: args.sc_group_size,
             log_level: args.log_level,
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             restart_grace: Duration::from_millis(args.restart_grace_ms),

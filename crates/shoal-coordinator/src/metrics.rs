@@ -54,6 +54,7 @@ impl Collector for CoordinatorMetrics {
         )?;
         s.gauge("shoal_cluster_tables", "Tables.", map.tables.len() as u64)?;
         s.gauge("shoal_cluster_tablets", "Tablets.", map.tablets.len() as u64)?;
+        s.gauge("shoal_cluster_sc_groups", "Symmetric-caching groups in the cluster map.", map.sc_groups.len() as u64)?;
         s.gauge(
             "shoal_cluster_fenced_logs",
             "Logs fenced and not yet freed.",

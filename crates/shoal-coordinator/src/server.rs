@@ -89,7 +89,7 @@ impl Coordinator {
         store: Arc<dyn StateStore>,
     ) -> Result<Coordinator, CoordinatorError> {
         let service = Arc::new(
-            Service::open(store, config.replicas, config.probe)
+            Service::open(store, config.replicas, config.sc_group_size, config.probe)
                 .await?
                 .with_restart_grace(config.restart_grace)
                 .with_lease(config.lease),

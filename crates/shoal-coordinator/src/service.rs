@@ -273,19 +273,22 @@ impl Service {
     }
 
     /// Loads the state from `store` (a new cluster if it holds none), applies
-    /// `replicas`, and saves it if that changed anything. Suspects are
+    /// `replicas` and `sc_group_size` (`--sc-group-size`), and saves it if
+    /// that changed anything. Suspects are
     /// checked as `probe` says.
     pub(crate) async fn open(
         store: Arc<dyn StateStore>,
         replicas: Option<u32>,
+        sc_group_size: u32,
         probe: ProbeConfig,
     ) -> Result<Service, CoordinatorError> {
         let loader = store.clone();
         let loaded = blocking(move || loader.load()).await.map_err(CoordinatorError::Load)?;
-        let (state, save) = match loaded {
+        let (mut state, mut save) = match loaded {
             None => (ClusterState::new(replicas), true),
             Some(bytes) => ClusterState::decode(&bytes, replicas).map_err(CoordinatorError::Corrupt)?,
         };
+        save |= state.set_sc_group_size(sc_group_size);
         if save {
             let bytes = state.encode();
             let saver = store.clone();
@@ -1085,6 +1088,7 @@ fn op_index(req: &ControlRequest) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::DEFAULT_SC_GROUP_SIZE;
     use std::io;
     use std::net::SocketAddr;
 
@@ -1117,7 +1121,8 @@ mod tests {
     #[tokio::test]
     async fn change_is_saved_before_it_is_published() {
         let store = Arc::new(FlakyStore::default());
-        let service = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
+        let service =
+            Arc::new(Service::open(store.clone(), None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default()).await.unwrap());
         let (_tx, mut rx) = watch::channel(false);
         let saved = store.bytes.lock().clone().unwrap();
         assert_eq!(ClusterState::decode(&saved, None).unwrap().0.map(), &*service.map());
@@ -1132,7 +1137,8 @@ mod tests {
     #[tokio::test]
     async fn change_that_cannot_be_saved_is_refused_and_forgotten() {
         let store = Arc::new(FlakyStore::default());
-        let service = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
+        let service =
+            Arc::new(Service::open(store.clone(), None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default()).await.unwrap());
         let (_tx, mut rx) = watch::channel(false);
         service.handle(enlist(), Caller::Unchecked, &mut rx).await;
         let before = service.map();
@@ -1158,7 +1164,8 @@ mod tests {
         let dead = [unused(), unused()];
         let store = Arc::new(FlakyStore::default());
         let (_tx, mut rx) = watch::channel(false);
-        let first = Arc::new(Service::open(store.clone(), None, ProbeConfig::default()).await.unwrap());
+        let first =
+            Arc::new(Service::open(store.clone(), None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default()).await.unwrap());
         let mut ids = Vec::new();
         for a in dead {
             let req = ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
@@ -1172,7 +1179,7 @@ mod tests {
         let down = |s: &Service, id: ServerId| s.map().server(id).unwrap().state == ServerState::Down;
 
         // Resumed with a grace: server 1 has not enlisted again, server 0 has.
-        let resumed = Service::open(store.clone(), None, probe).await.unwrap();
+        let resumed = Service::open(store.clone(), None, DEFAULT_SC_GROUP_SIZE, probe).await.unwrap();
         let resumed = Arc::new(resumed.with_restart_grace(Duration::from_secs(60)));
         let a = dead[0];
         let again = ControlRequest::Enlist { previous: Some(ids[0]), native: a, resp: a, backup: a };
@@ -1190,7 +1197,9 @@ mod tests {
 
         // Without a grace, the same suspicion is checked at once.
         drop(resumed);
-        let no_grace = Arc::new(Service::open(store, None, probe).await.unwrap().with_restart_grace(Duration::ZERO));
+        let no_grace = Arc::new(
+            Service::open(store, None, DEFAULT_SC_GROUP_SIZE, probe).await.unwrap().with_restart_grace(Duration::ZERO),
+        );
         let req = ControlRequest::Suspect { reporter: ids[0], suspect: ids[1] };
         assert_eq!(no_grace.handle(req, Caller::Unchecked, &mut rx).await, ControlResponse::Ok);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -1207,6 +1216,7 @@ mod tests {
             Service::open(
                 Arc::new(FlakyStore::default()),
                 None,
+                DEFAULT_SC_GROUP_SIZE,
                 ProbeConfig { attempts: 1, timeout: Duration::from_millis(50) },
             )
             .await
@@ -1250,8 +1260,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_replaced_at_its_address_is_listed_with_why() {
-        let service =
-            Arc::new(Service::open(Arc::new(FlakyStore::default()), None, ProbeConfig::default()).await.unwrap());
+        let service = Arc::new(
+            Service::open(Arc::new(FlakyStore::default()), None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default())
+                .await
+                .unwrap(),
+        );
         let (_tx, mut rx) = watch::channel(false);
         let first = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
         let second = service.handle(enlist(), Caller::Unchecked, &mut rx).await;
@@ -1274,13 +1287,19 @@ mod tests {
     async fn open_refuses_a_corrupt_state() {
         let store = Arc::new(FlakyStore::default());
         *store.bytes.lock() = Some(b"{\"format\":1}".to_vec());
-        assert!(matches!(Service::open(store, None, ProbeConfig::default()).await, Err(CoordinatorError::Corrupt(_))));
+        assert!(matches!(
+            Service::open(store, None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default()).await,
+            Err(CoordinatorError::Corrupt(_))
+        ));
     }
 
     #[tokio::test]
     async fn watch_returns_at_shutdown() {
-        let service =
-            Arc::new(Service::open(Arc::new(FlakyStore::default()), None, ProbeConfig::default()).await.unwrap());
+        let service = Arc::new(
+            Service::open(Arc::new(FlakyStore::default()), None, DEFAULT_SC_GROUP_SIZE, ProbeConfig::default())
+                .await
+                .unwrap(),
+        );
         let (tx, mut rx) = watch::channel(false);
         let version = service.map().version;
         let waiter = {

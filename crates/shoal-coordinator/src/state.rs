@@ -28,6 +28,9 @@
 //!   partitions only while no server is up;
 //! * replica floors (`map.replica_floors`) name logs that may still be read
 //!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2;
+//! * symmetric-caching groups (`map.sc_groups`) hold up servers only, each
+//!   in one group at most, ascending, with an epoch in 1..=version; after
+//!   every change they are exactly [`sc_groups`] of the up servers;
 //! * server credentials (`credentials`) belong to known servers and are
 //!   SHA-256 digests (64 hex digits); a server's credential never changes
 //!   once issued.
@@ -36,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
-    TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo,
+    ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -125,7 +128,15 @@ pub struct ClusterState {
     /// `--replicas`: configuration, not state, so not saved.
     #[serde(skip)]
     replicas_config: Option<u32>,
+    /// `--sc-group-size` ([`ClusterState::set_sc_group_size`]); 0 until
+    /// set, which counts as [`DEFAULT_SC_GROUP_SIZE`]. Not saved.
+    #[serde(skip)]
+    sc_group_size: u32,
 }
+
+/// Symmetric-caching group size when `--sc-group-size` is not given: the
+/// whole cluster, up to 8 servers per group.
+pub const DEFAULT_SC_GROUP_SIZE: u32 = 8;
 
 impl ClusterState {
     /// A cluster with no servers and no tables (map version 1).
@@ -141,6 +152,7 @@ impl ClusterState {
                 recoveries: Vec::new(),
                 fenced: Vec::new(),
                 replica_floors: Vec::new(),
+                sc_groups: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -151,6 +163,7 @@ impl ClusterState {
             next_recovery: 1,
             credentials: BTreeMap::new(),
             replicas_config,
+            sc_group_size: 0,
         };
         state.map.replicas = state.effective_replicas();
         state
@@ -830,13 +843,39 @@ impl ClusterState {
             "recoveries": recoveries,
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
             "replica_floors": self.map.replica_floors.len(),
+            "sc_groups": self.map.sc_groups,
         })
     }
 
-    /// Every change ends here: recompute R and bump the map's version.
+    /// Every change ends here: recompute R, bump the map's version and
+    /// rebuild the symmetric-caching groups (a group whose members changed
+    /// takes the new version as its epoch).
     fn bump(&mut self) {
         self.map.replicas = self.effective_replicas();
         self.map.version += 1;
+        self.regroup();
+    }
+
+    fn regroup(&mut self) {
+        let up: Vec<ServerId> = self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        let size = if self.sc_group_size == 0 { DEFAULT_SC_GROUP_SIZE } else { self.sc_group_size };
+        self.map.sc_groups = sc_groups(&up, size, &self.map.sc_groups, self.map.version);
+    }
+
+    /// Applies this run's `--sc-group-size` (at least 1): regroups, and if
+    /// that changed the groups bumps the map's version and returns true
+    /// (the caller saves the state before serving).
+    pub fn set_sc_group_size(&mut self, size: u32) -> bool {
+        self.sc_group_size = size.max(1);
+        let before = self.map.sc_groups.clone();
+        self.regroup();
+        if self.map.sc_groups == before {
+            return false;
+        }
+        self.map.version += 1;
+        self.map.sc_groups = before;
+        self.regroup();
+        true
     }
 
     /// Checks the invariants of the module comment (not the replica rule,
@@ -858,6 +897,23 @@ impl ClusterState {
             // A down server's log is recovered (then forgotten) or being recovered.
             if s.state != ServerState::Down && !self.log_versions.contains_key(&s.log) {
                 return Err(format!("server {} writes log {} that has no replica version", s.id, s.log.0));
+            }
+        }
+        let mut grouped = BTreeSet::new();
+        for g in &self.map.sc_groups {
+            if g.members.is_empty() || g.epoch == 0 || g.epoch > self.map.version {
+                return Err(format!(
+                    "symmetric-caching group {:?} is empty or has epoch {} outside 1..={}",
+                    g.members, g.epoch, self.map.version
+                ));
+            }
+            if g.members.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("symmetric-caching group {:?} not in increasing id order", g.members));
+            }
+            for m in &g.members {
+                if self.map.server(*m).is_none_or(|s| s.state != ServerState::Up) || !grouped.insert(*m) {
+                    return Err(format!("symmetric-caching group member {m} is not up or is in two groups"));
+                }
             }
         }
         for (server, digest) in &self.credentials {
@@ -1105,7 +1161,16 @@ mod tests {
         state.check().unwrap();
         assert_eq!(state.map.replicas, state.effective_replicas());
         assert_eq!(state.map.version, before + out.changed as u64, "{req:?}");
+        assert_groups_follow_up_servers(state);
         out.response
+    }
+
+    /// The groups are exactly the up servers cut by the group size.
+    fn assert_groups_follow_up_servers(state: &ClusterState) {
+        let up: Vec<ServerId> = state.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        let size = if state.sc_group_size == 0 { DEFAULT_SC_GROUP_SIZE } else { state.sc_group_size };
+        let expect = sc_groups(&up, size, &state.map.sc_groups, 0);
+        assert_eq!(state.map.sc_groups, expect, "groups follow the up servers");
     }
 
     fn enlist(state: &mut ClusterState, previous: Option<u64>, port: u16) -> (ServerId, LogId, Vec<LogId>) {
@@ -1123,6 +1188,7 @@ mod tests {
         let before = state.map.version;
         let changed = state.declare_dead(ServerId(server), NOW);
         state.check().unwrap();
+        assert_groups_follow_up_servers(state);
         assert_eq!(state.map.replicas, state.effective_replicas());
         assert_eq!(state.map.version, before + changed as u64);
         changed
@@ -1148,6 +1214,31 @@ mod tests {
             enlist(&mut s, None, 1000 + 10 * i);
         }
         s
+    }
+
+    #[test]
+    fn sc_groups_change_epoch_with_membership_only() {
+        let mut s = cluster(3);
+        assert!(s.set_sc_group_size(2));
+        let first = s.map.sc_groups.clone();
+        assert_eq!(first.iter().map(|g| g.members.len()).collect::<Vec<_>>(), vec![2, 1]);
+        assert!(!s.set_sc_group_size(2), "same size, same groups: no change");
+        create(&mut s, "t", 3);
+        assert_eq!(s.map.sc_groups, first, "a table changes no group");
+        enlist(&mut s, None, 2000);
+        assert_eq!(s.map.sc_groups[0], first[0], "group 1-2 keeps its epoch");
+        assert_eq!(s.map.sc_groups[1].members, vec![ServerId(3), ServerId(4)]);
+        assert_eq!(s.map.sc_groups[1].epoch, s.map.version, "the group a server joined has a new epoch");
+        let version = s.map.version;
+        assert!(down(&mut s, 2));
+        assert_eq!(
+            s.map.sc_groups.iter().map(|g| g.members.clone()).collect::<Vec<_>>(),
+            vec![vec![ServerId(1), ServerId(3)], vec![ServerId(4)]]
+        );
+        assert!(s.map.sc_groups.iter().all(|g| g.epoch > version), "a member died: every changed group moves on");
+        assert!(s.set_sc_group_size(8));
+        assert_eq!(s.map.sc_groups.len(), 1);
+        s.check().unwrap();
     }
 
     #[test]
@@ -1516,6 +1607,7 @@ mod tests {
         assert_eq!(stats["servers"][0]["state"], "recovering");
         assert_eq!(stats["servers"][0]["recover"].as_array().unwrap().len(), 1);
         assert_eq!(stats["servers"][1]["state"], "up");
+        assert_eq!(stats["sc_groups"], serde_json::json!([{"members": [2], "epoch": s.map().sc_groups[0].epoch}]));
     }
 
     // ---- crash recovery ----

@@ -14,6 +14,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         data_dir: dir.path().join("state"),
         replicas: Some(0),
+        sc_group_size: 8,
         log_level: "warn".into(),
         probe_timeout_ms: 250,
         probe_attempts: 2,

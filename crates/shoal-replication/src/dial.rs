@@ -16,6 +16,7 @@ use shoal_cluster::ServerId;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::RwLock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 static SECRET: RwLock<Option<ClusterSecret>> = RwLock::new(None);
@@ -62,4 +63,36 @@ pub(crate) async fn connect(addr: SocketAddr, master: Option<ServerId>) -> io::R
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, format!("backup {addr}: {e}")))?;
     }
     Ok(stream)
+}
+
+/// Opens a symmetric-caching peer connection to the server whose backup
+/// port is `addr`, as server `me`: TLS and the handshake as
+/// [`connect`] does, then a HELLO in [`crate::wire::Mode::Peer`] and its
+/// HELLO_OK. What follows on the stream is the peer protocol
+/// (`shoal_symcache::wire`). Errors: the connection or a handshake fails,
+/// or the backup refuses the HELLO (`ConnectionRefused`, with its reason).
+pub async fn connect_peer(addr: SocketAddr, me: ServerId) -> io::Result<InternalStream> {
+    use crate::wire::{self, Header, Hello, Kind, Mode, HEADER_LEN};
+    let mut stream = connect(addr, Some(me)).await?;
+    let mut out = Vec::new();
+    Hello { mode: Mode::Peer, master: me, log: shoal_common::LogId(0), log_version: 0 }.encode(&mut out);
+    stream.write_all(&out).await?;
+    stream.flush().await?;
+    let mut head = [0u8; HEADER_LEN];
+    stream.read_exact(&mut head).await?;
+    // An answer to a HELLO is HELLO_OK (empty) or an ERROR's short text.
+    let h = Header::decode(&head, 4096).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let mut body = vec![0; h.body_len];
+    stream.read_exact(&mut body).await?;
+    match h.kind {
+        Kind::HelloOk => Ok(stream),
+        Kind::Error => Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("backup {addr}: {}", wire::decode_text(&body)),
+        )),
+        kind => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("backup {addr}: {kind:?} in answer to a peer HELLO"),
+        )),
+    }
 }

@@ -198,6 +198,12 @@ pub enum Mode {
     Conventional = 1,
     /// LIST, READ and FREE_LOG only (restart and recovery).
     Reader = 2,
+    /// A symmetric-caching peer (`docs/symmetric-caching.md`): after
+    /// HELLO_OK the connection belongs to the server's peer handler
+    /// (`BackupConfig::peers`) and carries that protocol's frames, not
+    /// these. Needs a handshake that claimed a server id when the backup
+    /// has a secret.
+    Peer = 3,
 }
 
 /// HELLO body: magic, version, mode, reserved, master id, log id, log version.
@@ -234,6 +240,7 @@ impl Hello {
             0 => Mode::Tailwind,
             1 => Mode::Conventional,
             2 => Mode::Reader,
+            3 => Mode::Peer,
             _ => return Err(WireError::Malformed("HELLO")),
         };
         if body[7] != 0 {

@@ -173,6 +173,7 @@ impl ClusterNode {
             max_connections_per_ip: 64,
             secret: secret.clone(),
             tls: tls.clone(),
+            peers: None,
         };
         let backup =
             Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;

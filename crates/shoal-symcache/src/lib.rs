@@ -10,8 +10,14 @@
 //!   All-Peers protocol (eventual or strong consistency), with Shoal's
 //!   change: a write takes effect when the key's home master has applied
 //!   it to its log (durably), in timestamp order ([`home::HomeKey`]).
+//! * [`group::GroupView`]: a member's membership epoch and hot-set
+//!   rounds: reports to the leader, its publication, installation.
+//! * [`retired::Retired`]: at a home, the hot keys of epochs it left that
+//!   some member may still serve, whose writes wait for the barrier.
 //! * [`sketch::SpaceSaving`]: the heavy hitters of a member's accesses.
 //! * [`hotset::agree`]: one hot set from the members' reports.
+//! * [`wire`]: the frames members exchange (reports, hot sets,
+//!   invalidations, acknowledgements, updates, writes to the home).
 //! * [`bloom::Bloom`]: the filter of a hot set that clients use to send
 //!   hot reads to any member and cold keys straight home.
 //!
@@ -19,10 +25,13 @@
 //! sends the messages, keeps time and stores the values.
 
 pub mod bloom;
+pub mod group;
 pub mod home;
 pub mod hotset;
 pub mod key;
+pub mod retired;
 pub mod sketch;
+pub mod wire;
 
 use std::fmt;
 

@@ -36,6 +36,10 @@ pub struct LocalCommand {
     /// servers when there are fewer than 4].
     #[arg(long, value_name = "R")]
     pub replicas: Option<u32>,
+    /// Servers per symmetric-caching group, passed to the coordinator
+    /// (docs/symmetric-caching.md) [default: the whole cluster, up to 8].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub sc_group_size: Option<u32>,
     /// Directory holding the coordinator's state and one data directory per
     /// server. Starting again with the same root restarts the same cluster,
     /// with every acknowledged write.
@@ -362,6 +366,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     ];
     if let Some(r) = cmd.replicas {
         args.extend(["--replicas".into(), r.to_string()]);
+    }
+    if let Some(n) = cmd.sc_group_size {
+        args.extend(["--sc-group-size".into(), n.to_string()]);
     }
     let metrics = metrics_ports(cmd);
     // The coordinator's HTTP port is picked here when free, so that the

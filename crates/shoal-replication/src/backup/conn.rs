@@ -241,6 +241,8 @@ enum Drained {
     Eof,
     /// A reader request to execute before reading on.
     Request(Request),
+    /// A peer HELLO was accepted: the connection goes to the peer handler.
+    Peer,
 }
 
 enum Request {
@@ -314,6 +316,8 @@ struct Conn {
     /// With a cluster secret: the server the handshake claimed, the only
     /// master this connection may write for.
     proven: Option<ServerId>,
+    /// A peer HELLO was accepted: read nothing more, hand the connection over.
+    to_peer_handler: bool,
 }
 
 /// A non-blocking read: `None` when it would block, `Some(0)` at EOF.
@@ -342,17 +346,23 @@ impl Conn {
             session: None,
             open: HashMap::new(),
             proven,
+            to_peer_handler: false,
         }
     }
 
     async fn run(mut self) {
         let (msg, count) = match self.serve().await {
-            Ok(()) => {
+            Ok(hand_over) => {
                 let rest = async {
                     self.stream.write_all(&self.out[self.out_pos..]).await?;
                     self.stream.flush().await
                 };
-                let _ = tokio::time::timeout(LINGER, rest).await;
+                let sent = tokio::time::timeout(LINGER, rest).await;
+                if hand_over && matches!(sent, Ok(Ok(()))) {
+                    if let Some(handler) = self.shared.config.peers.clone() {
+                        handler.0.serve(self.proven, self.peer, self.stream).await;
+                    }
+                }
                 return;
             }
             Err(Stop::Io(e)) => {
@@ -371,7 +381,9 @@ impl Conn {
         linger_close(self.stream, &out[self.out_pos..]).await;
     }
 
-    async fn serve(&mut self) -> Result<(), Stop> {
+    /// Serves frames until the peer closes (`false`) or a peer HELLO hands
+    /// the connection over (`true`, its HELLO_OK still in `out`).
+    async fn serve(&mut self) -> Result<bool, Stop> {
         loop {
             let reading = self.out.len() - self.out_pos < OUT_LIMIT;
             let interest = match (reading, self.out_pos < self.out.len()) {
@@ -389,7 +401,8 @@ impl Conn {
                         self.write_some()?;
                         tokio::task::yield_now().await;
                     }
-                    Drained::Eof => return Ok(()),
+                    Drained::Eof => return Ok(false),
+                    Drained::Peer => return Ok(true),
                     Drained::Request(r) => self.execute(r).await?,
                 }
             }
@@ -445,6 +458,9 @@ impl Conn {
                             self.rx = Rx::Header { got: 0 };
                             if let Some(r) = self.frame(header)? {
                                 return Ok(Drained::Request(r));
+                            }
+                            if self.to_peer_handler {
+                                return Ok(Drained::Peer);
                             }
                         }
                     }
@@ -518,6 +534,8 @@ impl Conn {
                         matches!(h.kind, Kind::Open | Kind::Append | Kind::Close | Kind::Free | Kind::Epoch)
                     }
                     Mode::Reader => matches!(h.kind, Kind::List | Kind::Read | Kind::ReadPart | Kind::FreeLog),
+                    // Handed over right after its HELLO: never read here.
+                    Mode::Peer => false,
                 };
                 if !allowed {
                     return Err(bad(format!("{:?} is not allowed on a {:?} connection", h.kind, s.mode)));
@@ -594,6 +612,9 @@ impl Conn {
     fn frame(&mut self, h: Header) -> Result<Option<Request>, Stop> {
         if h.kind == Kind::Hello {
             self.hello()?;
+            if self.session.as_ref().is_some_and(|s| s.mode == Mode::Peer) {
+                self.to_peer_handler = true;
+            }
             return Ok(None);
         }
         let s = self.session.as_ref().ok_or_else(|| bad("expected HELLO"))?;
@@ -692,8 +713,16 @@ impl Conn {
                 self.proven.map_or("no server".to_string(), |p| format!("server {p}"))
             )));
         }
+        if hello.mode == Mode::Peer {
+            if self.shared.config.peers.is_none() {
+                return Err(bad("this server takes no symmetric-caching peers"));
+            }
+            if self.shared.config.secret.is_some() && self.proven.is_none() {
+                return Err(bad("a peer HELLO needs a handshake that claimed a server id"));
+            }
+        }
         let fence = match hello.mode {
-            Mode::Reader => None,
+            Mode::Reader | Mode::Peer => None,
             Mode::Tailwind | Mode::Conventional => Some(self.shared.hello(hello.log, hello.log_version).map_err(bad)?),
         };
         self.session =

@@ -83,6 +83,35 @@ pub struct BackupConfig {
     /// must open with a TLS handshake presenting a certificate of the
     /// cluster CA; clear-text peers are refused. `None`: clear text.
     pub tls: Option<shoal_cluster::tls::InternalTls>,
+    /// Who takes connections that say HELLO as a symmetric-caching peer
+    /// (`wire::Mode::Peer`); `None`: such a HELLO is refused.
+    pub peers: Option<PeerHandlers>,
+}
+
+/// Takes over the connections of symmetric-caching peers
+/// (`docs/symmetric-caching.md`). The backup has run the handshake (and
+/// TLS) and the HELLO, and counts the connection against its limits until
+/// [`PeerHandler::serve`] returns.
+pub trait PeerHandler: Send + Sync + 'static {
+    /// Serves one peer connection until it ends. `server`: the id the
+    /// peer's cluster handshake claimed (`None` without a secret); `addr`:
+    /// its address.
+    fn serve(
+        &self,
+        server: Option<shoal_cluster::ServerId>,
+        addr: SocketAddr,
+        stream: shoal_cluster::tls::InternalStream,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+}
+
+/// A [`PeerHandler`] in a [`BackupConfig`].
+#[derive(Clone)]
+pub struct PeerHandlers(pub Arc<dyn PeerHandler>);
+
+impl std::fmt::Debug for PeerHandlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerHandlers")
+    }
 }
 
 impl BackupConfig {
@@ -101,6 +130,7 @@ impl BackupConfig {
             max_connections_per_ip: 64,
             secret: None,
             tls: None,
+            peers: None,
         }
     }
 
