@@ -179,6 +179,12 @@ pub(crate) fn maybe_wake(inner: &Inner) {
     }
 }
 
+/// Wakes the cleaner thread to look at what it might do (the hash table's
+/// growth), without asking it to clean.
+pub(crate) fn nudge(inner: &Inner) {
+    inner.cleaner.wake.notify_one();
+}
+
 pub(crate) fn request(inner: &Inner) {
     *inner.cleaner.requested.lock() = true;
     inner.cleaner.wake.notify_one();
@@ -187,23 +193,25 @@ pub(crate) fn request(inner: &Inner) {
 /// The cleaner thread.
 pub(crate) fn run(inner: std::sync::Arc<Inner>) {
     loop {
-        {
+        let asked = {
             let mut req = inner.cleaner.requested.lock();
-            while !*req && !inner.shutdown.load(Ordering::Acquire) && !should_clean(&inner) {
+            while !*req && !inner.shutdown.load(Ordering::Acquire) && !should_clean(&inner) && !hash_table_work(&inner)
+            {
                 inner.cleaner.wake.wait_for(&mut req, Duration::from_secs(1));
             }
-            *req = false;
-        }
+            std::mem::replace(&mut *req, false)
+        };
         if inner.shutdown.load(Ordering::Acquire) {
             return;
+        }
+        if grow_hash_table(&inner) && !asked && !should_clean(&inner) {
+            // Woken for the hash table only.
+            continue;
         }
         // Cleaning only for the target utilisation (memory is not short and
         // no write waits) yields: after each such pass the cleaner rests as
         // long as the pass took, so it takes at most half a core from the
         // requests; resident memory then converges more slowly instead.
-        // A growth of the hash table that writers left half done (they do
-        // a stripe each after their writes) goes on here.
-        while inner.ht.maintain(inner.counters.objects.load(Ordering::Relaxed), |r| inner.hash_of(r)) {}
         let for_target_only = !memory_short(&inner) && !*inner.cleaner.requested.lock();
         let started = Instant::now();
         let freed = run_pass(&inner, false);
@@ -222,6 +230,53 @@ pub(crate) fn run(inner: std::sync::Arc<Inner>) {
             }
         }
     }
+}
+
+/// The cleaner thread's share of the hash table's growth: moves the
+/// stripes the writers have not moved yet (they move one each after their
+/// writes), then frees the tables grown out of once no reader can hold
+/// them. Returns whether there was work; if a stripe was locked, waits a
+/// millisecond for it rather than spin.
+fn grow_hash_table(inner: &Inner) -> bool {
+    if !hash_table_work(inner) {
+        return false;
+    }
+    let mut moved = 0;
+    loop {
+        // Pinned while a table is resolved (a growth may retire it), not
+        // across the synchronisation below.
+        let _g = inner.epochs.pin();
+        let objects = inner.counters.objects.load(Ordering::Relaxed);
+        // Writers waiting for memory come first: at most 64 stripes at a
+        // time then (a growth of a large table is seconds of work).
+        if !inner.ht.maintain(objects, |r| inner.hash_of(r), |r| inner.segs.prefetch_entry(r))
+            || (moved >= 64 && memory_short(inner))
+        {
+            break;
+        }
+        moved += 1;
+    }
+    let unfinished = {
+        let _g = inner.epochs.pin();
+        inner.ht.growth_in_progress()
+    };
+    if unfinished {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let old_tables = inner.ht.take_retired();
+    if !old_tables.is_empty() {
+        // Only one thread synchronises at a time: the one holding the pass.
+        let _pass = inner.cleaner.pass.lock();
+        inner.epochs.synchronize();
+        drop(old_tables);
+    }
+    true
+}
+
+/// Whether the hash table has growth work or grown-out tables to free.
+fn hash_table_work(inner: &Inner) -> bool {
+    let _g = inner.epochs.pin();
+    inner.ht.needs_work(inner.counters.objects.load(Ordering::Relaxed))
 }
 
 /// One cleaner pass, chosen by the balancer. Returns seglets freed. Wakes

@@ -68,6 +68,16 @@ pub const MIN_GROWING_BUCKETS: usize = STRIPES;
 /// table costs 8 to 12 bytes per object.
 pub const GROW_ABOVE: usize = 8;
 
+/// Entries a stripe's move prefetches ahead of the one it hashes.
+const MOVE_PREFETCH: usize = 16;
+/// Slots of a moved stripe the mover's buffer keeps between moves.
+const MOVE_KEEP: usize = 1 << 16;
+
+thread_local! {
+    /// The slots of the stripe being moved.
+    static MOVING: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 #[repr(C, align(64))]
 struct Bucket {
     slots: [AtomicU64; SLOTS],
@@ -364,8 +374,11 @@ impl HashTable {
         unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
-    /// The table that holds `hash`'s stripe now. Callers hold an epoch pin
-    /// (readers) or the stripe's lock (writers), which keeps it alive.
+    /// The table that holds `hash`'s stripe now. Callers hold an epoch pin:
+    /// it keeps alive every table from `current` on. (The stripe's lock
+    /// alone keeps alive only the table holding the stripe, not an older
+    /// `current` a resolution may start from; a found [`SlotPos`] is then
+    /// safe under the lock.)
     fn table_of(&self, hash: u64) -> &Table {
         let mut t = self.current();
         loop {
@@ -511,9 +524,10 @@ impl HashTable {
     /// bucket, and moves one stripe of a growth in progress (skipping the
     /// turn if another writer is moving or the stripe is locked).
     /// `hash_of` gives the key hash of an object the table references (it
-    /// is live: its stripe is locked while it is read). Returns whether it
-    /// moved a stripe.
-    pub fn maintain(&self, objects: u64, hash_of: impl Fn(LogRef) -> u64) -> bool {
+    /// is live: its stripe is locked while it is read), and `prefetch`
+    /// hints that `hash_of` will read it soon. Returns whether it moved a
+    /// stripe.
+    pub fn maintain(&self, objects: u64, hash_of: impl Fn(LogRef) -> u64, prefetch: impl Fn(LogRef)) -> bool {
         if !self.growing {
             return false;
         }
@@ -542,15 +556,32 @@ impl HashTable {
                 return false;
             };
             let (from_b, to_b) = (t.main.len() / STRIPES, to.main.len() / STRIPES);
-            for b in stripe * from_b..(stripe + 1) * from_b {
-                t.for_each_packed(b, |v| {
+            // The objects' keys are read at random in the log: gather the
+            // stripe's slots, then hash them with the next few entries
+            // prefetched, so the cache misses overlap.
+            MOVING.with(|cell| {
+                let packed = &mut *cell.borrow_mut();
+                packed.clear();
+                for b in stripe * from_b..(stripe + 1) * from_b {
+                    t.for_each_packed(b, |v| packed.push(v));
+                }
+                for v in packed.iter().take(MOVE_PREFETCH) {
+                    prefetch(LogRef(v & REF_MASK));
+                }
+                for i in 0..packed.len() {
+                    if let Some(ahead) = packed.get(i + MOVE_PREFETCH) {
+                        prefetch(LogRef(ahead & REF_MASK));
+                    }
+                    let v = packed[i];
                     let h = hash_of(LogRef(v & REF_MASK));
                     debug_assert_eq!(tag_of(h), v >> 48, "an object moved to the wrong tag");
                     let nb = to.bucket_index(h);
                     debug_assert!((stripe * to_b..(stripe + 1) * to_b).contains(&nb));
                     to.insert_packed(nb, v);
-                });
-            }
+                }
+                packed.clear();
+                packed.shrink_to(MOVE_KEEP);
+            });
             t.moved.store(stripe + 1, Ordering::Release);
         }
         self.stripes_moved.fetch_add(1, Ordering::Relaxed);
@@ -560,6 +591,20 @@ impl HashTable {
             self.growths.fetch_add(1, Ordering::Relaxed);
         }
         true
+    }
+
+    /// Whether a growth is under way.
+    pub fn growth_in_progress(&self) -> bool {
+        !self.current().next.load(Ordering::Acquire).is_null()
+    }
+
+    /// Whether [`HashTable::maintain`] has work with `objects` objects
+    /// held, or retired tables wait to be freed.
+    pub fn needs_work(&self, objects: u64) -> bool {
+        self.growing
+            && (self.growth_in_progress()
+                || objects > (GROW_ABOVE * self.current().main.len()) as u64
+                || !self.retired.lock().is_empty())
     }
 
     /// The tables retired so far. Drop them only after an epoch
@@ -660,7 +705,7 @@ mod tests {
         for i in 1..=n {
             insert(&t, i);
             objects += 1;
-            t.maintain(objects, hash_of);
+            t.maintain(objects, hash_of, |_| {});
         }
         let (moved, growths) = t.growth_stats();
         assert!(growths >= 2, "{growths} growths, {moved} stripes moved");
@@ -691,7 +736,7 @@ mod tests {
         drop(retired);
         // A fixed table never grows.
         let f = HashTable::new(16);
-        assert!(!f.maintain(1 << 40, hash_of));
+        assert!(!f.maintain(1 << 40, hash_of, |_| {}));
         assert_eq!(f.main_buckets(), 16);
     }
 
@@ -709,7 +754,7 @@ mod tests {
                 for i in 1..=n {
                     insert(&t, i);
                     inserted.store(i, Ordering::Release);
-                    t.maintain(i, hash_of);
+                    t.maintain(i, hash_of, |_| {});
                 }
                 done.store(true, Ordering::Release);
             })

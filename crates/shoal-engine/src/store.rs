@@ -469,6 +469,10 @@ impl Inner {
     /// Finds the live object (table, key). Caller holds an epoch guard or
     /// the key's stripe lock.
     fn lookup(&self, table: TableId, key: &[u8], hash: u64) -> Option<Found> {
+        // The stripe lock keeps the table holding the key's stripe alive,
+        // but not an older table the lookup may start from: pin while the
+        // table is resolved (the found slot is then safe under the lock).
+        let _g = self.epochs.pin();
         let mut out = None;
         self.ht
             .find(hash, |r| {
@@ -689,7 +693,11 @@ impl Inner {
                 c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
             }
             None => {
-                self.ht.insert(hash, r);
+                {
+                    // As in `lookup`: insert resolves its table.
+                    let _g = self.epochs.pin();
+                    self.ht.insert(hash, r);
+                }
                 c.objects.fetch_add(1, Ordering::Relaxed);
                 if let Some(n) = self.tables.read().get(&table) {
                     n.objects.fetch_add(1, Ordering::Relaxed);
@@ -716,7 +724,20 @@ impl Inner {
     /// called by writers after they released their stripe locks, and by
     /// the cleaner thread.
     pub(crate) fn grow_hash_table(&self) {
-        self.ht.maintain(self.counters.objects.load(Ordering::Relaxed), |r| self.hash_of(r));
+        // The table is resolved from `current`, which a growth may retire.
+        let _g = self.epochs.pin();
+        let was_growing = self.ht.growth_in_progress();
+        self.ht.maintain(
+            self.counters.objects.load(Ordering::Relaxed),
+            |r| self.hash_of(r),
+            |r| self.segs.prefetch_entry(r),
+        );
+        if !was_growing && self.config.cleaner_thread && self.ht.growth_in_progress() {
+            // The cleaner thread moves the rest of the stripes (and frees
+            // the old table): a growth ends in one go instead of lasting
+            // 4,096 writes with the old table overfull meanwhile.
+            cleaner::nudge(self);
+        }
     }
 
     /// The key hash of the object at `r` (live: its stripe is locked).
@@ -1219,8 +1240,11 @@ impl Store {
         let inner = &self.inner;
         let hashes: Vec<u64> = idx.iter().map(|&i| key_hash(items[i].table, items[i].key).0).collect();
         // The group's buckets load in parallel while the locks are taken.
-        for &h in &hashes {
-            inner.ht.prefetch(h);
+        {
+            let _g = inner.epochs.pin();
+            for &h in &hashes {
+                inner.ht.prefetch(h);
+            }
         }
         let mut stripes: Vec<usize> = hashes.iter().map(|h| inner.ht.stripe_of(*h)).collect();
         stripes.sort_unstable();
@@ -1424,8 +1448,14 @@ impl Store {
             tombstone_bytes: i.log.tomb_bytes.load(Ordering::Relaxed),
             log_utilisation: live as f64 / ((total - free).max(1) * seglet) as f64,
             memory_utilisation: live as f64 / (total * seglet) as f64,
-            hash_table_bytes: i.ht.memory_bytes() as u64,
-            hash_table_buckets: i.ht.main_buckets() as u64,
+            hash_table_bytes: {
+                let _g = i.epochs.pin();
+                i.ht.memory_bytes() as u64
+            },
+            hash_table_buckets: {
+                let _g = i.epochs.pin();
+                i.ht.main_buckets() as u64
+            },
             hash_table_growths: i.ht.growth_stats().1,
             reads: c.reads.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
