@@ -186,7 +186,9 @@ impl Sim {
                 self.net.push(Msg::Persisted { to: from, write, answer });
             }
             Msg::Persisted { to, write, answer } => self.keys.get_mut(&to).unwrap().persisted(write, answer, &mut out),
-            Msg::HomeRead { from, read } => self.net.push(Msg::HomeReadReply { to: from, read, value: self.home_value }),
+            Msg::HomeRead { from, read } => {
+                self.net.push(Msg::HomeReadReply { to: from, read, value: self.home_value })
+            }
             Msg::HomeReadReply { to, read, value } => {
                 let i = self.reads.remove(&(to, read)).expect("a read we forwarded");
                 self.history[i].ret = Some((self.now, value));
@@ -216,7 +218,8 @@ impl Sim {
             self.carry_out(at, out);
         } else if r < 0.95 {
             // A waiting read times out and goes to the home.
-            let waiting: Vec<(NodeId, ReadId)> = self.reads.keys().copied().filter(|(n, _)| !self.crashed.contains(n)).collect();
+            let waiting: Vec<(NodeId, ReadId)> =
+                self.reads.keys().copied().filter(|(n, _)| !self.crashed.contains(n)).collect();
             if let Some(&(at, read)) = waiting.get(self.rng.gen_range(0..waiting.len().max(1))) {
                 if self.keys.get_mut(&at).unwrap().cancel_read(read) {
                     self.net.push(Msg::HomeRead { from: at, read });
@@ -252,7 +255,8 @@ impl Sim {
                 self.keys[&at].retransmit(&mut out);
                 self.carry_out(at, out);
             }
-            let waiting: Vec<(NodeId, ReadId)> = self.reads.keys().copied().filter(|(n, _)| !self.crashed.contains(n)).collect();
+            let waiting: Vec<(NodeId, ReadId)> =
+                self.reads.keys().copied().filter(|(n, _)| !self.crashed.contains(n)).collect();
             for (at, read) in waiting {
                 if self.keys.get_mut(&at).unwrap().cancel_read(read) {
                     self.net.push(Msg::HomeRead { from: at, read });
@@ -320,13 +324,18 @@ fn linearizable(history: &[Event]) -> bool {
 #[test]
 fn checker_finds_a_stale_read() {
     let ev = |read, op, call, ret| Event { read, op, call, ret };
-    let ok = vec![ev(false, Op::Set(5), 0, Some((2, 5))), ev(true, Op::Incr, 1, Some((3, 0))), ev(true, Op::Incr, 4, Some((5, 5)))];
+    let ok = vec![
+        ev(false, Op::Set(5), 0, Some((2, 5))),
+        ev(true, Op::Incr, 1, Some((3, 0))),
+        ev(true, Op::Incr, 4, Some((5, 5))),
+    ];
     assert!(linearizable(&ok));
     let stale = vec![ev(false, Op::Set(5), 0, Some((2, 5))), ev(true, Op::Incr, 3, Some((4, 0)))];
     assert!(!linearizable(&stale));
     let lost_incr = vec![ev(false, Op::Incr, 0, Some((1, 1))), ev(false, Op::Incr, 2, Some((3, 1)))];
     assert!(!linearizable(&lost_incr));
-    let maybe = vec![ev(false, Op::Set(7), 0, None), ev(true, Op::Incr, 5, Some((6, 7))), ev(true, Op::Incr, 7, Some((8, 7)))];
+    let maybe =
+        vec![ev(false, Op::Set(7), 0, None), ev(true, Op::Incr, 5, Some((6, 7))), ev(true, Op::Incr, 7, Some((8, 7)))];
     assert!(linearizable(&maybe));
 }
 

@@ -401,6 +401,8 @@ fn status_of(e: StoreError) -> ErrorStatus {
         StoreError::Overflow => ErrorStatus::Overflow,
         StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
         StoreError::InvalidBatch | StoreError::NotInTransaction => ErrorStatus::MalformedRequest(e.to_string()),
+        // A server out of chunk ids cannot create chunks, as one out of memory.
+        StoreError::ChunkIdsExhausted => ErrorStatus::OutOfMemory,
     }
 }
 
@@ -415,6 +417,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         seglets_in_use,
         segments_in_log,
         objects,
+        chunks,
+        cid_table_bytes,
         live_bytes,
         live_key_value_bytes,
         tombstone_bytes,
@@ -483,6 +487,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("seglets_in_use", seglets_in_use),
         u("segments_in_log", segments_in_log),
         u("objects", objects),
+        u("chunks", chunks),
+        u("cid_table_bytes", cid_table_bytes),
         u("live_bytes", live_bytes),
         u("live_key_value_bytes", live_key_value_bytes),
         u("tombstone_bytes", tombstone_bytes),
