@@ -15,8 +15,8 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{
-    ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected,
-    StatValue, TableError, TableId, Version, WriteError,
+    ChunkId, ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules,
+    Rejected, StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
@@ -166,6 +166,16 @@ pub enum ClientCommand {
     CreateTable(TableArgs),
     /// Drops a table and every object in it.
     DropTable(TableArgs),
+    /// Chunks: keyless objects of chunk tables, with 64-bit ids the server
+    /// hands out (docs/chunks.md).
+    ///
+    /// `shoal chunk create-table NAME`, `shoal chunk create TABLE PAYLOAD...`
+    /// (prints one id per payload), `shoal chunk get TABLE ID`, `shoal chunk
+    /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`. Ids are printed and
+    /// read in hex (0x...) or decimal. Exits 1 for a chunk that does not
+    /// exist or a table that is not a chunk table.
+    #[command(subcommand)]
+    Chunk(ChunkCommand),
     /// Prints the server's statistics; with --coordinator, the cluster's
     /// and every server's.
     ///
@@ -205,6 +215,58 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChunkCommand {
+    /// Creates a chunk table (or finds the existing one); prints its id.
+    CreateTable(TableArgs),
+    /// Creates one chunk per payload, in one request; prints their ids.
+    Create(ChunkCreateArgs),
+    /// Prints a chunk's payload and version.
+    Get(ChunkIdArgs),
+    /// Replaces an existing chunk's payload; prints its new version.
+    Put(ChunkPutArgs),
+    /// Removes a chunk; prints the version it had. Its id will be reused.
+    Rm(ChunkIdArgs),
+}
+
+/// A chunk id as the CLI reads it: hex with 0x, or decimal.
+fn parse_chunk_id(s: &str) -> Result<ChunkId, String> {
+    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    n.map(ChunkId).map_err(|e| format!("not a chunk id ({e}): give it in hex (0x...) or decimal"))
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkCreateArgs {
+    pub table: String,
+    /// The payloads, one chunk each (at most 1024).
+    #[arg(required = true, num_args = 1..=1024)]
+    pub payloads: Vec<OsString>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkIdArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkPutArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    pub payload: OsString,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Args, Debug)]
@@ -501,6 +563,10 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Incr(a) => &a.common,
         ClientCommand::Scan(a) => &a.common,
         ClientCommand::CreateTable(a) | ClientCommand::DropTable(a) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::CreateTable(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Create(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Get(a) | ChunkCommand::Rm(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Put(a)) => &a.common,
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
     };
@@ -672,7 +738,75 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
             let stats = c.stats().map_err(|e| t.client(e))?;
             print_stats(&stats, json)?;
         }
+        ClientCommand::Chunk(cmd) => chunk(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
+    }
+    Ok(())
+}
+
+/// `shoal chunk ...`.
+fn chunk(c: &mut Client, cmd: &ChunkCommand, server: &str, json: bool) -> Result<(), CliError> {
+    let chunk_key = |id: ChunkId| id.to_string().into_bytes();
+    match cmd {
+        ChunkCommand::CreateTable(a) => {
+            let t = Target { server, table: &a.name, key: None };
+            let id = c.create_chunk_table(&a.name).map_err(|e| t.table_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.name, "id": id.0, "chunks": true }));
+            } else {
+                out!("chunk table '{}' has id {id}", a.name);
+            }
+        }
+        ChunkCommand::Create(a) => {
+            let t = Target { server, table: &a.table, key: None };
+            let table = lookup(c, &t)?;
+            let payloads: Vec<&[u8]> = a.payloads.iter().map(|p| p.as_bytes()).collect();
+            let ids = c.create_chunks(table, &payloads).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "ids": ids.iter().map(|i| i.to_string()).collect::<Vec<_>>() }));
+            } else {
+                for id in ids {
+                    out!("{id}");
+                }
+            }
+        }
+        ChunkCommand::Get(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let (payload, version) = c.get_chunk(table, a.id).map_err(|e| t.read_error(e))?;
+            if json {
+                out!(
+                    "{}",
+                    json!({ "table": a.table, "id": a.id.to_string(), "payload": lossy(&payload), "version": version.0 })
+                );
+            } else {
+                out!("{}", show_value(&payload));
+                out!("(version {version})");
+            }
+        }
+        ChunkCommand::Put(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let version = c.put_chunk(table, a.id, a.payload.as_bytes()).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "version": version.0 }));
+            } else {
+                out!("OK (version {version})");
+            }
+        }
+        ChunkCommand::Rm(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let version = c.remove_chunk(table, a.id).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "removed": true, "version": version.0 }));
+            } else {
+                out!("removed (it had version {version})");
+            }
+        }
     }
     Ok(())
 }

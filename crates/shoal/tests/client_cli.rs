@@ -223,3 +223,33 @@ fn connection_refused_is_exit_code_3() {
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(json(&stdout(&o))["error"], "connection");
 }
+
+/// `shoal chunk ...`: a chunk table, chunks created in one request with
+/// ids the server picks (node 0 on a standalone server, local ids from 1),
+/// get, put, rm, the reuse of a removed id, `--json`, and the refusals.
+#[test]
+fn chunk_commands() {
+    let (_server, a) = start();
+    assert_eq!(ok(a, &["chunk", "create-table", "graph"]), "chunk table 'graph' has id 1\n");
+    assert_eq!(ok(a, &["chunk", "create", "graph", "first", "second"]), "0x1\n0x2\n");
+    assert_eq!(ok(a, &["chunk", "get", "graph", "0x1"]), "first\n(version 1)\n");
+    assert_eq!(ok(a, &["chunk", "put", "graph", "2", "second v2"]), "OK (version 2)\n");
+    assert_eq!(ok(a, &["chunk", "get", "graph", "0x2"]), "second v2\n(version 2)\n");
+    assert_eq!(ok(a, &["chunk", "rm", "graph", "0x2"]), "removed (it had version 2)\n");
+    assert!(fails(a, &["chunk", "get", "graph", "0x2"], 1).contains("no such object"));
+    assert!(fails(a, &["chunk", "put", "graph", "0x2", "x"], 1).contains("does not exist"));
+    // The removed id comes back, above its last version.
+    let created = json(&ok(a, &["chunk", "create", "graph", "third", "--json"]));
+    assert_eq!(created["ids"], serde_json::json!(["0x2"]));
+    let got = json(&ok(a, &["chunk", "get", "graph", "0x2", "--json"]));
+    assert_eq!((got["payload"].as_str(), got["version"].as_u64()), (Some("third"), Some(3)));
+    let stats = ok(a, &["stats"]);
+    let chunks = stats.lines().find(|l| l.starts_with("chunks ")).expect("chunks stat");
+    assert_eq!(chunks.split_whitespace().nth(1), Some("2"), "{stats}");
+    // Kinds do not mix.
+    assert_eq!(ok(a, &["create-table", "users"]), "table 'users' has id 2\n");
+    fails(a, &["chunk", "create", "users", "x"], 1);
+    fails(a, &["chunk", "create-table", "users"], 1);
+    fails(a, &["create-table", "graph"], 1);
+    fails(a, &["chunk", "get", "graph", "zz"], 2);
+}
