@@ -974,10 +974,11 @@ impl Store {
         Ok(())
     }
 
-    /// Removes every object of `table`, expired ones included (appending
-    /// tombstones), keeping the table. Not atomic: objects written
-    /// concurrently may survive.
+    /// Removes every object and chunk of `table`, expired ones included
+    /// (appending tombstones), keeping the table. Not atomic: objects and
+    /// chunks written concurrently may survive.
     pub fn clear_table(&self, table: TableId) -> Result<(), StoreError> {
+        self.clear_chunks(table)?;
         let mut keys = Vec::new();
         let mut cursor = Some(EnumCursor::START);
         while let Some(c) = cursor {

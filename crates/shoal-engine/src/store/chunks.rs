@@ -264,6 +264,30 @@ impl Store {
         ids.iter().map(|id| self.remove_chunk(table, *id)).collect()
     }
 
+    /// Removes every chunk of `table` (chunk tombstones appended); their ids
+    /// become free. Part of [`Store::clear_table`] and `drop_table`.
+    pub(super) fn clear_chunks(&self, table: TableId) -> Result<(), StoreError> {
+        if self.inner.cids.live.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut ids = Vec::new();
+        {
+            let _g = self.inner.epochs.pin();
+            self.inner.cids.for_each_live(|id, r| {
+                if format::parse_chunk(&self.inner.segs.entry(r)).is_ok_and(|c| c.table == table) {
+                    ids.push(id);
+                }
+            });
+        }
+        for id in ids {
+            match self.inner.remove_chunk(table, id) {
+                Ok(_) | Err(StoreError::ObjectDoesntExist) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Live chunks of every table (from a counter).
     pub fn chunk_count(&self) -> u64 {
         self.inner.cids.live.load(Ordering::Relaxed)
