@@ -444,6 +444,11 @@ fn relocate_segment(
                     if inner.cids.live_ref(c.id) != Some(old) {
                         continue;
                     }
+                    if let Some(e) = evicting.as_deref_mut() {
+                        // As objects: left installed until the splice.
+                        e.chunks.push((c.id, old));
+                        continue;
+                    }
                     let w = target.writer(inner, len, spare);
                     let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
                     assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
@@ -636,6 +641,9 @@ fn combined(inner: &Inner) -> Combined {
 #[derive(Default)]
 struct Evicting {
     objects: Vec<(u64, LogRef)>,
+    /// Chunks evicted the same way (their ids become free, above their
+    /// versions, once forgotten).
+    chunks: Vec<(shoal_common::ChunkId, LogRef)>,
     /// The safe version is raised above this before the splice, so that a
     /// key written again after a recovery gets a newer version than the
     /// one evicted (cas uniques and WATCH stay meaningful).
@@ -756,6 +764,12 @@ fn splice_out(
 /// Uninstalls the evicted objects still installed where the pass found
 /// them (a write or remove since then has replaced or removed them).
 fn forget(inner: &Inner, e: &Evicting) {
+    for &(id, at) in &e.chunks {
+        if let Some(len) = inner.evict_chunk(id, at) {
+            inner.counters.evicted.fetch_add(1, Ordering::Relaxed);
+            inner.counters.evicted_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+    }
     for &(hash, at) in &e.objects {
         let _lock = inner.ht.lock(hash);
         let Some((pos, _)) = inner.ht.find(hash, |r| r == at) else {

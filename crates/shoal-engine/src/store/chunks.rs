@@ -96,6 +96,17 @@ impl Inner {
         c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
     }
 
+    /// The cleaner's eviction (cache mode): forgets chunk `id` if its entry
+    /// is still at `at`, without a tombstone (its segment has left the
+    /// log); its id becomes free above its version. Returns the entry's
+    /// length if it was forgotten.
+    pub(crate) fn evict_chunk(&self, id: ChunkId, at: LogRef) -> Option<usize> {
+        let _lock = self.cids.lock(id);
+        let f = self.find_chunk(id).filter(|f| f.r == at)?;
+        self.uninstall_chunk(f.table, id, f, f.version, true);
+        Some(f.entry_len)
+    }
+
     fn push_chunk_tombstone(&self, b: &mut Batch, table: TableId, id: ChunkId, f: &ChunkFound) {
         let seg = self.segs.slot(f.r.slot()).segment_id();
         format::encode_chunk_tombstone(&mut b.buf, table, id, f.version, seg);
