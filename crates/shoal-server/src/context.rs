@@ -198,6 +198,8 @@ pub struct TableRegistry {
     /// Changes whenever a table is created or dropped, so that a connection
     /// may cache name lookups and check them with one load.
     generation: AtomicU64,
+    /// Whether `chunk_tables` is not empty.
+    any_chunk_tables: std::sync::atomic::AtomicBool,
 }
 
 struct Registry {
@@ -214,6 +216,7 @@ impl TableRegistry {
             coordinator,
             inner: RwLock::new(Registry { by_name: HashMap::new(), chunk_tables: Default::default(), next_id: 1 }),
             generation: AtomicU64::new(0),
+            any_chunk_tables: Default::default(),
         }
     }
 
@@ -253,6 +256,12 @@ impl TableRegistry {
         self.inner.read().chunk_tables.contains(&table)
     }
 
+    /// Whether any chunk table exists (one load: object requests check
+    /// their table's kind only then).
+    pub fn has_chunk_tables(&self) -> bool {
+        self.any_chunk_tables.load(Ordering::Acquire)
+    }
+
     fn create_kind(&self, name: &str, slots: bool, chunks: bool) -> Result<TableId, TableError> {
         if let Some(id) = self.lookup(name) {
             if self.is_chunk_table(id) != chunks {
@@ -271,6 +280,7 @@ impl TableRegistry {
             self.store.create_table(table.id);
             if table.chunks {
                 r.chunk_tables.insert(table.id);
+                self.any_chunk_tables.store(true, Ordering::Release);
             }
             if r.by_name.insert(table.name, table.id) != Some(table.id) {
                 self.generation.fetch_add(1, Ordering::AcqRel);
@@ -286,6 +296,7 @@ impl TableRegistry {
         self.store.create_table(id);
         if chunks {
             r.chunk_tables.insert(id);
+            self.any_chunk_tables.store(true, Ordering::Release);
         }
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -326,6 +337,7 @@ impl TableRegistry {
         let mut r = self.inner.write();
         let fresh: HashMap<String, TableId> = map.tables.iter().map(|t| (t.name.clone(), t.id)).collect();
         r.chunk_tables = map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
+        self.any_chunk_tables.store(!r.chunk_tables.is_empty(), Ordering::Release);
         if fresh == r.by_name {
             return;
         }

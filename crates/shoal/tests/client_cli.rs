@@ -252,4 +252,6 @@ fn chunk_commands() {
     fails(a, &["chunk", "create-table", "users"], 1);
     fails(a, &["create-table", "graph"], 1);
     fails(a, &["chunk", "get", "graph", "zz"], 2);
+    assert!(fails(a, &["put", "graph", "k", "v"], 1).contains("chunk table"));
+    fails(a, &["get", "graph", "k"], 1);
 }

@@ -402,7 +402,7 @@ fn apply<'s>(
 /// as for any key of the table).
 fn chunk_table(ctx: &ServerContext, table: TableId) -> Result<(), ErrorStatus> {
     if ctx.tables.is_chunk_table(table) {
-        return owner(ctx, table, CHUNK_ROUTE_KEY);
+        return route(ctx, table, CHUNK_ROUTE_KEY);
     }
     match ctx.store.has_table(table) {
         true => Err(ErrorStatus::MalformedRequest(format!("table {table} is not a chunk table"))),
@@ -427,7 +427,18 @@ fn chunk_node(ctx: &ServerContext) -> Result<u16, ErrorStatus> {
 /// In a cluster: whether this server serves `key` of `table` now. A key of
 /// another master's tablet gets `UNKNOWN_TABLET` (the client refreshes its
 /// map), one of a tablet being rebuilt `RETRY`.
+/// Object requests on a chunk table are `MALFORMED_REQUEST`.
 fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
+    if ctx.tables.has_chunk_tables() && ctx.tables.is_chunk_table(table) {
+        return Err(ErrorStatus::MalformedRequest(format!(
+            "table {table} is a chunk table: its chunks are read and written with the CHUNK_* requests"
+        )));
+    }
+    route(ctx, table, key)
+}
+
+/// [`owner`] without the table kind's check.
+fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
     let Some(node) = &ctx.cluster else {
         return Ok(());
     };
