@@ -29,6 +29,7 @@ enum Op {
     Remove { pick: usize },
     MultiGet { picks: Vec<usize> },
     MultiRemove { picks: Vec<usize> },
+    MultiPut { items: Vec<(usize, usize, u8)> },
     ObjectWrite { k: u8, len: usize },
     Clean { combined: bool },
 }
@@ -44,6 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => pick.prop_map(|pick| Op::Remove { pick }),
         2 => prop::collection::vec(pick, 1..8).prop_map(|picks| Op::MultiGet { picks }),
         2 => prop::collection::vec(pick, 1..8).prop_map(|picks| Op::MultiRemove { picks }),
+        3 => prop::collection::vec((pick, 0usize..300, any::<u8>()), 1..8).prop_map(|items| Op::MultiPut { items }),
         4 => (0u8..32, 0usize..600).prop_map(|(k, len)| Op::ObjectWrite { k, len }),
         2 => any::<bool>().prop_map(|combined| Op::Clean { combined }),
     ]
@@ -178,6 +180,24 @@ fn run(ops: Vec<Op>, cleaner_thread: bool) {
                 let got = store.multi_remove_chunks(CHUNKS, &ids);
                 for (id, g) in ids.iter().zip(got) {
                     assert_eq!(g, m.remove(id.0).ok_or(StoreError::ObjectDoesntExist), "multi-remove {id}");
+                }
+            }
+            Op::MultiPut { items } => {
+                let owned: Vec<(ChunkId, Vec<u8>)> =
+                    items.iter().map(|(p, len, fill)| (m.pick(*p), payload(*len, *fill))).collect();
+                let req: Vec<(ChunkId, &[u8])> = owned.iter().map(|(id, p)| (*id, p.as_slice())).collect();
+                let got = store.multi_put_chunks(CHUNKS, &req);
+                for ((id, p), g) in owned.into_iter().zip(got) {
+                    match (g, m.chunks.get(&id.0).map(|c| c.1)) {
+                        (Ok(v), Some(old)) => {
+                            assert_eq!(v, Version(old.0 + 1), "multi-put {id}");
+                            m.last_version.insert(id.0, v);
+                            m.chunks.insert(id.0, (p, v));
+                        }
+                        (Err(StoreError::OutOfMemory), Some(_)) => {}
+                        (Err(e), None) => assert_eq!(e, StoreError::ObjectDoesntExist),
+                        (got, want) => panic!("multi-put {id}: {got:?}, model {want:?}"),
+                    }
                 }
             }
             Op::ObjectWrite { k, len } => match store.write(OBJECTS, &[k], &payload(len, k), RejectRules::default()) {

@@ -144,6 +144,92 @@ impl Inner {
         })
     }
 
+    /// Puts (`Some(payload)`) and removes (`None`) of `n` items, `item(i)`
+    /// each, in groups of distinct ids: each group under its ids' stripe
+    /// locks, one log append for all its entries and chunk tombstones.
+    fn chunk_groups<'p>(
+        &self,
+        table: TableId,
+        n: usize,
+        item: impl Fn(usize) -> (ChunkId, Option<&'p [u8]>),
+    ) -> Vec<Result<Version, StoreError>> {
+        let mut out: Vec<Result<Version, StoreError>> = Vec::with_capacity(n);
+        if let Err(e) = self.check_table(table) {
+            return (0..n).map(|_| Err(e.clone())).collect();
+        }
+        let mut start = 0;
+        while start < n {
+            // The group: distinct ids, at most CREATE_GROUP.
+            let mut seen = std::collections::HashSet::new();
+            let mut end = start;
+            while end < n && end - start < CREATE_GROUP && seen.insert(item(end).0) {
+                end += 1;
+            }
+            out.extend(self.chunk_group(table, (start..end).map(&item).collect()));
+            start = end;
+        }
+        out
+    }
+
+    fn chunk_group(&self, table: TableId, items: Vec<(ChunkId, Option<&[u8]>)>) -> Vec<Result<Version, StoreError>> {
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let locks = self.cids.lock_many(items.iter().map(|(id, _)| *id));
+                b.clear();
+                // Per item: its result, or the chunk found and the index of
+                // its first entry in the batch.
+                let mut plan: Vec<Result<(ChunkFound, usize), StoreError>> = Vec::with_capacity(items.len());
+                for (id, payload) in &items {
+                    let found = payload
+                        .map_or(Ok(()), |p| self.check_sizes(&[], Some(p)))
+                        .and_then(|()| self.find_chunk_in(table, *id));
+                    plan.push(found.map(|f| {
+                        let first = b.ends.len();
+                        if let Some(p) = payload {
+                            format::encode_chunk(&mut b.buf, table, *id, Version(f.version.0 + 1), p);
+                            b.mark();
+                        }
+                        self.push_chunk_tombstone(b, table, *id, &f);
+                        (f, first)
+                    }));
+                }
+                // Removes alone may use the remove reserve, as object removes do.
+                let tier = if items.iter().all(|(_, p)| p.is_none()) { Tier::Remove } else { Tier::Write };
+                if !b.ends.is_empty() && self.try_append(b, tier, refs).is_err() {
+                    drop(locks);
+                    if let Err(e) = self.wait_for_space(started) {
+                        return items.iter().map(|_| Err(e.clone())).collect();
+                    }
+                    continue;
+                }
+                let results = items
+                    .iter()
+                    .zip(plan)
+                    .map(|((id, payload), p)| {
+                        let (f, first) = p?;
+                        match payload {
+                            Some(p) => {
+                                let start = if first == 0 { 0 } else { b.ends[first - 1] };
+                                self.install_chunk(table, *id, Some(f), refs[first], b.ends[first] - start, p.len());
+                                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                                Ok(Version(f.version.0 + 1))
+                            }
+                            None => {
+                                self.uninstall_chunk(table, *id, f, f.version, true);
+                                self.counters.removes.fetch_add(1, Ordering::Relaxed);
+                                Ok(f.version)
+                            }
+                        }
+                    })
+                    .collect();
+                drop(locks);
+                return results;
+            }
+        })
+    }
+
     fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, StoreError> {
         self.check_table(table)?;
         self.check_sizes(&[], Some(payload))?;
@@ -265,14 +351,17 @@ impl Store {
         ids.iter().map(|id| self.get_chunk(table, *id)).collect()
     }
 
-    /// [`Store::put_chunk`] of each (id, payload), in order, one append each.
+    /// [`Store::put_chunk`] of each (id, payload): one result per item, in
+    /// order. Items are appended in groups of up to 1,024 distinct ids
+    /// (one log append each); an id repeated in a group starts the next.
     pub fn multi_put_chunks(&self, table: TableId, items: &[(ChunkId, &[u8])]) -> Vec<Result<Version, StoreError>> {
-        items.iter().map(|(id, p)| self.put_chunk(table, *id, p)).collect()
+        self.inner.chunk_groups(table, items.len(), |i| (items[i].0, Some(items[i].1)))
     }
 
-    /// [`Store::remove_chunk`] of each id, in order.
+    /// [`Store::remove_chunk`] of each id: one result per id (the version
+    /// it had), in order, appended in groups as [`Store::multi_put_chunks`].
     pub fn multi_remove_chunks(&self, table: TableId, ids: &[ChunkId]) -> Vec<Result<Version, StoreError>> {
-        ids.iter().map(|id| self.remove_chunk(table, *id)).collect()
+        self.inner.chunk_groups(table, ids.len(), |i| (ids[i], None))
     }
 
     /// Removes every chunk of `table` (chunk tombstones appended); their ids

@@ -385,12 +385,14 @@ fn apply<'s>(
         Request::ChunkPut { table, items } => {
             chunk_table(ctx, table)?;
             Response::ChunkPut(
-                items.iter().map(|(id, payload)| store.put_chunk(table, *id, payload).map_err(status_of)).collect(),
+                store.multi_put_chunks(table, &items).into_iter().map(|r| r.map_err(status_of)).collect(),
             )
         }
         Request::ChunkRemove { table, ids } => {
             chunk_table(ctx, table)?;
-            Response::ChunkRemove(ids.iter().map(|id| store.remove_chunk(table, *id).map_err(status_of)).collect())
+            Response::ChunkRemove(
+                store.multi_remove_chunks(table, &ids).into_iter().map(|r| r.map_err(status_of)).collect(),
+            )
         }
     })
 }
