@@ -1567,6 +1567,9 @@ impl Store {
         let mut keys: HashSet<u64, BuildHasherDefault<HashIsKey>> = HashSet::default();
         // Read once, at the first object with an expiry.
         let mut now = None;
+        // Chunk entries of distinct ids, replayed as one append group
+        // before any chunk tombstone and at the end.
+        let mut chunks: Vec<format::ChunkView<'_>> = Vec::with_capacity(REPLAY_GROUP);
         let mut pos = 0;
         while pos < entries.len() {
             let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
@@ -1627,9 +1630,15 @@ impl Store {
                     }
                     inner.check_sizes(&[], Some(c.payload)).map_err(ReplayError::Store)?;
                     replay.chunk_nodes.insert(c.id.node());
-                    self.replay_chunk(replay, &c)?;
+                    if chunks.len() == REPLAY_GROUP || chunks.iter().any(|x| x.id == c.id) {
+                        self.replay_chunks(replay, &chunks)?;
+                        chunks.clear();
+                    }
+                    chunks.push(c);
                 }
                 Entry::ChunkTombstone(t) => {
+                    self.replay_chunks(replay, &chunks)?;
+                    chunks.clear();
                     replay.report.tombstones += 1;
                     replay.chunk_nodes.insert(t.id.node());
                     self.replay_chunk_tombstone(replay, &t)?;
@@ -1639,6 +1648,7 @@ impl Store {
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
             }
         }
+        self.replay_chunks(replay, &chunks)?;
         self.replay_group(replay, &ops, &versions)
     }
 

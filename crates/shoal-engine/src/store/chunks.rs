@@ -393,39 +393,60 @@ impl Store {
         self.inner.cids.live.load(Ordering::Relaxed)
     }
 
-    /// Replays one chunk entry: installed (appended to this log) unless the
-    /// store holds the chunk at a version at least as new, or its id was
-    /// removed at a version at least as new.
-    pub(super) fn replay_chunk(&self, replay: &mut Replay, c: &format::ChunkView<'_>) -> Result<(), ReplayError> {
+    /// Replays chunk entries of distinct ids as one append group: each is
+    /// installed (appended to this log) unless the store holds the chunk at
+    /// a version at least as new, or its id was removed at a version at
+    /// least as new. Decided and applied under the group's stripe locks.
+    pub(super) fn replay_chunks(
+        &self,
+        replay: &mut Replay,
+        group: &[format::ChunkView<'_>],
+    ) -> Result<(), ReplayError> {
+        if group.is_empty() {
+            return Ok(());
+        }
         let inner = &self.inner;
         let started = Instant::now();
         SCRATCH.with(|cell| {
             let (b, refs) = &mut *cell.borrow_mut();
             loop {
-                let lock = inner.cids.lock(c.id);
-                inner.cids.note_id(c.id);
-                let old = match inner.cids.get(c.id) {
-                    Slot::Free(v) if c.version <= v => None,
-                    Slot::Empty | Slot::Free(_) => Some(None),
-                    Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
-                };
-                let Some(old) = old else {
-                    replay.report.chunks_skipped += 1;
-                    return Ok(());
-                };
+                let locks = inner.cids.lock_many(group.iter().map(|c| c.id));
                 b.clear();
-                format::encode_chunk(&mut b.buf, c.table, c.id, c.version, c.payload);
-                b.mark();
-                if let Some(f) = &old {
-                    inner.push_chunk_tombstone(b, f.table, c.id, f);
+                // Per chunk: skipped, or the chunk it replaces (if any) and
+                // the index of its entry in the batch.
+                let mut plan: Vec<Option<(Option<ChunkFound>, usize)>> = Vec::with_capacity(group.len());
+                for c in group {
+                    inner.cids.note_id(c.id);
+                    let old = match inner.cids.get(c.id) {
+                        Slot::Free(v) if c.version <= v => None,
+                        Slot::Empty | Slot::Free(_) => Some(None),
+                        Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
+                    };
+                    plan.push(old.map(|old| {
+                        let at = b.ends.len();
+                        format::encode_chunk(&mut b.buf, c.table, c.id, c.version, c.payload);
+                        b.mark();
+                        if let Some(f) = &old {
+                            inner.push_chunk_tombstone(b, f.table, c.id, f);
+                        }
+                        (old, at)
+                    }));
                 }
-                if inner.try_append(b, Tier::Write, refs).is_err() {
-                    drop(lock);
+                if !b.ends.is_empty() && inner.try_append(b, Tier::Write, refs).is_err() {
+                    drop(locks);
                     inner.wait_for_space(started).map_err(ReplayError::Store)?;
                     continue;
                 }
-                inner.install_chunk(c.table, c.id, old, refs[0], b.ends[0], c.payload.len());
-                replay.report.chunks_replayed += 1;
+                for (c, p) in group.iter().zip(plan) {
+                    let Some((old, at)) = p else {
+                        replay.report.chunks_skipped += 1;
+                        continue;
+                    };
+                    let start = if at == 0 { 0 } else { b.ends[at - 1] };
+                    inner.install_chunk(c.table, c.id, old, refs[at], b.ends[at] - start, c.payload.len());
+                    replay.report.chunks_replayed += 1;
+                }
+                drop(locks);
                 return Ok(());
             }
         })

@@ -43,7 +43,7 @@ pub struct Args {
     /// Chunks instead: --objects chunks of each of --chunk-sizes bytes,
     /// created 1024 per call, against as many key-value objects of the
     /// same values with 8-byte keys (64 per multi_write). Memory per item
-    /// beyond its payload (and key) from the store's statistics.
+    /// beyond its payload (an object's key counted in), from the store's statistics.
     #[arg(long)]
     pub chunks: bool,
     /// Payload sizes for --chunks.
