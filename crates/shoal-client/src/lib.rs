@@ -27,6 +27,7 @@ mod client;
 pub mod cluster;
 mod conn;
 mod error;
+pub mod names;
 mod ops;
 mod tablet;
 mod tls;

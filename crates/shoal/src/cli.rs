@@ -14,6 +14,7 @@
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
+use shoal_client::names;
 use shoal_client::{
     ChunkId, ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules,
     Rejected, StatValue, TableError, TableId, Version, WriteError,
@@ -171,8 +172,10 @@ pub enum ClientCommand {
     ///
     /// `shoal chunk create-table NAME`, `shoal chunk create TABLE PAYLOAD...`
     /// (prints one id per payload), `shoal chunk get TABLE ID`, `shoal chunk
-    /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`. Ids are printed and
-    /// read in hex (0x...) or decimal. Exits 1 for a chunk that does not
+    /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`; names for chunk
+    /// ids: `shoal chunk name TABLE NAME ID`, `lookup TABLE NAME`, `unname
+    /// TABLE NAME`, `names TABLE [PREFIX]`. Ids are printed and read in hex
+    /// (0x...) or decimal. Exits 1 for a chunk that does not
     /// exist or a table that is not a chunk table.
     #[command(subcommand)]
     Chunk(ChunkCommand),
@@ -229,6 +232,48 @@ pub enum ChunkCommand {
     Put(ChunkPutArgs),
     /// Removes a chunk; prints the version it had. Its id will be reused.
     Rm(ChunkIdArgs),
+    /// Registers a name for a chunk id (in the key-value table
+    /// `chunk-names`, created if missing); an existing name is refused
+    /// unless --replace.
+    Name(ChunkNameArgs),
+    /// Prints the chunk id registered for a name.
+    Lookup(ChunkLookupArgs),
+    /// Removes a name (not its chunk).
+    Unname(ChunkLookupArgs),
+    /// Lists a chunk table's names (optionally those starting with a
+    /// prefix), sorted, with their chunk ids.
+    Names(ChunkNamesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkNameArgs {
+    pub table: String,
+    pub name: OsString,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    /// Replace the id an existing name has.
+    #[arg(long)]
+    pub replace: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkLookupArgs {
+    pub table: String,
+    pub name: OsString,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkNamesArgs {
+    pub table: String,
+    /// Only names starting with this.
+    #[arg(default_value = "")]
+    pub prefix: OsString,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 /// A chunk id as the CLI reads it: hex with 0x, or decimal.
@@ -567,6 +612,9 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Chunk(ChunkCommand::Create(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Get(a) | ChunkCommand::Rm(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Put(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Name(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Lookup(a) | ChunkCommand::Unname(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Names(a)) => &a.common,
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
     };
@@ -805,6 +853,66 @@ fn chunk(c: &mut Client, cmd: &ChunkCommand, server: &str, json: bool) -> Result
                 out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "removed": true, "version": version.0 }));
             } else {
                 out!("removed (it had version {version})");
+            }
+        }
+        ChunkCommand::Name(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.name.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let nt = Target { server, table: names::NAMES_TABLE, key: Some(a.name.as_bytes()) };
+            let names_table = c.create_table(names::NAMES_TABLE).map_err(|e| nt.table_error(e))?;
+            names::register(c, names_table, table, a.name.as_bytes(), a.id, a.replace).map_err(|e| {
+                if names::is_taken(&e) {
+                    CliError::refused("exists", format!("{}: the name is taken (--replace replaces it)", t.object()))
+                } else {
+                    t.write_error(e)
+                }
+            })?;
+            if json {
+                out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "id": a.id.to_string() }));
+            } else {
+                out!("{} -> {}", show_key(a.name.as_bytes()), a.id);
+            }
+        }
+        ChunkCommand::Lookup(a) | ChunkCommand::Unname(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.name.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let names_table = c
+                .table_id(names::NAMES_TABLE)
+                .map_err(|_| CliError::refused("not_found", format!("{}: no chunk names registered", t.object())))?;
+            if matches!(cmd, ChunkCommand::Unname(_)) {
+                let had = names::unregister(c, names_table, table, a.name.as_bytes()).map_err(|e| t.write_error(e))?;
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "removed": had.is_some() }));
+                } else if had.is_some() {
+                    out!("removed the name {}", show_key(a.name.as_bytes()));
+                } else {
+                    out!("nothing removed: no such name");
+                }
+            } else {
+                let id = names::lookup(c, names_table, table, a.name.as_bytes()).map_err(|e| t.read_error(e))?;
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "id": id.to_string() }));
+                } else {
+                    out!("{id}");
+                }
+            }
+        }
+        ChunkCommand::Names(a) => {
+            let t = Target { server, table: &a.table, key: None };
+            let table = lookup(c, &t)?;
+            let list = match c.table_id(names::NAMES_TABLE) {
+                Ok(n) => names::list(c, n, table, a.prefix.as_bytes()).map_err(|e| t.table_error(e))?,
+                Err(_) => Vec::new(),
+            };
+            for (name, id) in &list {
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(name), "id": id.to_string() }));
+                } else {
+                    out!("{} -> {id}", show_key(name));
+                }
+            }
+            if !json {
+                out!("({} names)", list.len());
             }
         }
     }

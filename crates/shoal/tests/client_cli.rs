@@ -255,3 +255,31 @@ fn chunk_commands() {
     assert!(fails(a, &["put", "graph", "k", "v"], 1).contains("chunk table"));
     fails(a, &["get", "graph", "k"], 1);
 }
+
+/// `shoal chunk name/lookup/unname/names`: names for chunk ids, kept per
+/// chunk table in the key-value table `chunk-names`.
+#[test]
+fn chunk_names() {
+    let (_server, a) = start();
+    ok(a, &["chunk", "create-table", "graph"]);
+    ok(a, &["chunk", "create-table", "other"]);
+    assert_eq!(ok(a, &["chunk", "names", "graph"]), "(0 names)\n");
+    assert!(fails(a, &["chunk", "lookup", "graph", "root"], 1).contains("no chunk names"));
+    assert_eq!(ok(a, &["chunk", "create", "graph", "r", "a", "b"]), "0x1\n0x2\n0x3\n");
+    assert_eq!(ok(a, &["chunk", "name", "graph", "root", "0x1"]), "root -> 0x1\n");
+    ok(a, &["chunk", "name", "graph", "user:alice", "0x2"]);
+    ok(a, &["chunk", "name", "graph", "user:bob", "3"]);
+    ok(a, &["chunk", "name", "other", "user:carol", "0x9"]);
+    assert_eq!(ok(a, &["chunk", "lookup", "graph", "user:bob"]), "0x3\n");
+    assert!(fails(a, &["chunk", "name", "graph", "root", "0x2"], 1).contains("taken"));
+    ok(a, &["chunk", "name", "graph", "root", "0x2", "--replace"]);
+    assert_eq!(ok(a, &["chunk", "lookup", "graph", "root"]), "0x2\n");
+    assert_eq!(
+        ok(a, &["chunk", "names", "graph", "user:"]),
+        "user:alice -> 0x2\nuser:bob -> 0x3\n(2 names)\n",
+        "by prefix, sorted, only this table's"
+    );
+    assert_eq!(ok(a, &["chunk", "unname", "graph", "user:bob"]), "removed the name user:bob\n");
+    assert!(fails(a, &["chunk", "lookup", "graph", "user:bob"], 1).contains("no such object"));
+    assert_eq!(ok(a, &["chunk", "names", "graph"]), "root -> 0x2\nuser:alice -> 0x2\n(2 names)\n");
+}
