@@ -44,7 +44,15 @@ def tombstone(table, version, segment, key):
     return structured(3, varint(table) + varint(version) + varint(segment) + key)
 
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+
+
+def chunk(table, node, local, version, payload):
+    return structured(8, varint(table) + varint(node) + varint(local) + varint(version) + payload)
+
+
+def chunk_tombstone(table, node, local, version, segment):
+    return structured(9, varint(table) + varint(node) + varint(local) + varint(version) + varint(segment))
 
 
 def segment_header(log, segment, capacity):
@@ -67,6 +75,9 @@ if __name__ == "__main__":
     print("object      ", hexs(obj(1, 1, b"key", b"value")))
     print("obj expiring", hexs(obj_expiring(1, 1, 1700000000000, b"key", b"value")))
     print("tombstone   ", hexs(tombstone(1, 1, 3, b"key")))
+    print("chunk       ", hexs(chunk(1, 2, 5, 1, b"payload")))
+    print("chunk big id", hexs(chunk(1, 0xFFFF, (1 << 48) - 1, 300, bytes(range(16)))))
+    print("chunk tomb  ", hexs(chunk_tombstone(1, 2, 5, 1, 3)))
     print("safe version", hexs(safe_version(7)))
     print("digest      ", hexs(digest([1, 2])))
     print("seg header  ", hexs(segment_header(9, 2, 8 << 20)))

@@ -11,7 +11,8 @@ RESPONSE = 0x01
 OP = {
     "ping": 1, "read": 2, "write": 3, "remove": 4, "increment": 5,
     "multi_read": 6, "multi_write": 7, "multi_remove": 8, "enumerate": 9,
-    "write_ttl": 10, "read_ttl": 11, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20,
+    "write_ttl": 10, "read_ttl": 11, "chunk_create": 12, "chunk_get": 13, "chunk_put": 14,
+    "chunk_remove": 15, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20, "create_chunk_table": 21,
 }
 
 STATUS = {
@@ -99,6 +100,20 @@ VECTORS = [
      frame("read_ttl", 13, ok(struct.pack("<QQQ", 3, 1700000060000, 59000)), response=True)),
     ("read-ttl response (id 14, version 2, no expiry)",
      frame("read_ttl", 14, ok(struct.pack("<QQQ", 2, 0, 0)), response=True)),
+    ("create-chunk-table request (id 15, name `graph`)", frame("create_chunk_table", 15, name("graph"))),
+    ("chunk-create request (id 16, table 5, payloads `ab` and empty)",
+     frame("chunk_create", 16, struct.pack("<QI", 5, 2) + struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0))),
+    ("chunk-create response (id 16, chunks 0x1000000000001 and 0x1000000000002)",
+     frame("chunk_create", 16, ok(struct.pack("<IQQ", 2, (1 << 48) | 1, (1 << 48) | 2)), response=True)),
+    ("chunk-get request (id 17, table 5, chunk 0x1000000000001)",
+     frame("chunk_get", 17, struct.pack("<QIQ", 5, 1, (1 << 48) | 1))),
+    ("chunk-get response (id 17; version 1 is `ab`)",
+     frame("chunk_get", 17, ok(struct.pack("<I", 1) + bytes([0]) + struct.pack("<QI", 1, 2) + b"ab"), response=True)),
+    ("chunk-put request (id 18, table 5, chunk 0x1000000000001, payload `xyz`)",
+     frame("chunk_put", 18, struct.pack("<QIQI", 5, 1, (1 << 48) | 1, 3) + b"xyz")),
+    ("chunk-remove response (id 19; version 2; second chunk does not exist)",
+     frame("chunk_remove", 19, ok(struct.pack("<I", 2) + bytes([0]) + struct.pack("<Q", 2)
+                                   + bytes([STATUS["object_doesnt_exist"]])), response=True)),
 ]
 
 if __name__ == "__main__":

@@ -39,6 +39,16 @@ fn reencode(e: &Entry<'_>) -> Vec<u8> {
         }
         Entry::SafeVersion(v) => format::encode_safe_version(&mut out, *v),
         Entry::Checksum(c) => format::encode_checksum(&mut out, *c),
+        Entry::Chunk(c) => {
+            let n = format::encode_chunk(&mut out, c.table, c.id, c.version, c.payload);
+            assert_eq!(n, format::chunk_len(c.table, c.id, c.version, c.payload.len()));
+            n
+        }
+        Entry::ChunkTombstone(t) => {
+            let n = format::encode_chunk_tombstone(&mut out, t.table, t.id, t.version, t.segment);
+            assert_eq!(n, format::chunk_tombstone_len(t.table, t.id, t.version, t.segment));
+            n
+        }
     };
     assert_eq!(n, out.len());
     out
@@ -55,6 +65,9 @@ fn one_entry(buf: &[u8]) {
     let input = &buf[..len];
     if let Entry::Object(o) = &entry {
         assert_eq!(format::parse_object(input).as_ref(), Ok(o));
+    }
+    if let Entry::Chunk(c) = &entry {
+        assert_eq!(format::parse_chunk(input).as_ref(), Ok(c));
     }
     let mut out = reencode(&entry);
     let (back, back_len) = format::decode(&out).expect("an encoded entry decodes");
@@ -86,6 +99,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = format::read_header(&buf);
     let _ = format::parse_object(&buf);
+    let _ = format::parse_chunk(&buf);
     one_entry(&buf);
 
     let mut offsets = Vec::new();
@@ -127,6 +141,18 @@ fuzz_target!(|data: &[u8]| {
                 keep = !keep;
                 tombstones += keep as u32;
                 (keep, t.version.0.saturating_add(1))
+            }
+            // Chunks are kept or not like objects; their versions are per
+            // chunk and do not raise the safe version.
+            Entry::Chunk(_) => {
+                keep = !keep;
+                objects += keep as u32;
+                (keep, 0)
+            }
+            Entry::ChunkTombstone(_) => {
+                keep = !keep;
+                tombstones += keep as u32;
+                (keep, 0)
             }
             Entry::SafeVersion(v) => (false, v.0),
             _ => (false, 0),

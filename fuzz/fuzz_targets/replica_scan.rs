@@ -54,7 +54,11 @@ fuzz_target!(|data: &[u8]| {
             Entry::SegmentHeader(h) => header = Some(h),
             Entry::LogDigest(ids) => digest = Some(ids),
             Entry::Checksum(c) => last = c,
-            Entry::Object(_) | Entry::Tombstone(_) | Entry::SafeVersion(_) => {}
+            Entry::Object(_)
+            | Entry::Tombstone(_)
+            | Entry::SafeVersion(_)
+            | Entry::Chunk(_)
+            | Entry::ChunkTombstone(_) => {}
         }
     }
     assert_eq!(end, v.len);

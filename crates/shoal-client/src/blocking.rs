@@ -12,8 +12,8 @@ use crate::ops::{
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
-    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version, WriteItem,
-    HEADER_LEN,
+    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version,
+    WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -283,6 +283,84 @@ impl Client {
         Ok(out)
     }
 
+    // Chunks (`docs/chunks.md`): keyless objects of chunk tables, with ids
+    // the server hands out. A chunk table has one tablet: every request
+    // goes to its master.
+
+    /// Creates a chunk table (or returns the id of the existing one of that
+    /// name; a key-value table of that name is refused).
+    pub fn create_chunk_table(&mut self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::CreateChunkTable { name }, conv::table_id)
+    }
+
+    /// Creates one chunk per payload; returns their ids in order. Sent in
+    /// requests of at most [`shoal_proto::MAX_CHUNK_CREATE`] chunks, each
+    /// created whole or not at all; on an error the requests before it
+    /// stay created.
+    pub fn create_chunks(&mut self, table: TableId, payloads: &[&[u8]]) -> Result<Vec<ChunkId>, WriteError> {
+        let mut ids = Vec::with_capacity(payloads.len());
+        for group in payloads.chunks(shoal_proto::MAX_CHUNK_CREATE) {
+            let req = Request::ChunkCreate { table, payloads: group.to_vec() };
+            ids.extend(
+                self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_create(r, group.len()))?,
+            );
+        }
+        Ok(ids)
+    }
+
+    pub fn create_chunk(&mut self, table: TableId, payload: &[u8]) -> Result<ChunkId, WriteError> {
+        Ok(self.create_chunks(table, &[payload])?[0])
+    }
+
+    /// Reads chunks: one result per id, in order (`NotFound` for a chunk
+    /// that does not exist).
+    pub fn get_chunks(
+        &mut self,
+        table: TableId,
+        ids: &[ChunkId],
+    ) -> Result<Vec<Result<Versioned, ReadError>>, ReadError> {
+        let req = Request::ChunkGet { table, ids: ids.to_vec() };
+        let out = self.execute::<_, ReadError>(chunk_route(table), &req, |r| conv::chunk_get(r, ids.len()))?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Reads a chunk: its payload and version.
+    pub fn get_chunk(&mut self, table: TableId, id: ChunkId) -> Result<Versioned, ReadError> {
+        self.get_chunks(table, &[id])?.remove(0)
+    }
+
+    /// Replaces the payloads of existing chunks; one new version (or why
+    /// not) per item, in order.
+    pub fn put_chunks(
+        &mut self,
+        table: TableId,
+        items: &[(ChunkId, &[u8])],
+    ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
+        let req = Request::ChunkPut { table, items: items.to_vec() };
+        let out = self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, items.len()))?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    pub fn put_chunk(&mut self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, WriteError> {
+        self.put_chunks(table, &[(id, payload)])?.remove(0)
+    }
+
+    /// Removes chunks; one result per id (the version it had), in order.
+    /// Their ids will be reused.
+    pub fn remove_chunks(
+        &mut self,
+        table: TableId,
+        ids: &[ChunkId],
+    ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
+        let req = Request::ChunkRemove { table, ids: ids.to_vec() };
+        let out = self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, ids.len()))?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    pub fn remove_chunk(&mut self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
+        self.remove_chunks(table, &[id])?.remove(0)
+    }
+
     /// Creates a table (or returns the id of the existing one of that name).
     pub fn create_table(&mut self, name: &str) -> Result<TableId, TableError> {
         self.execute(Route::Admin, &Request::CreateTable { name }, conv::table_id)
@@ -426,6 +504,12 @@ pub(crate) fn resolve(addr: impl ToSocketAddrs) -> Result<SocketAddr, ClientErro
 
 /// A multi-op item's status as its family's error; a retryable status left
 /// after the last attempt means the client gave up.
+/// Where every request of chunk table `table` goes: its one tablet
+/// (`shoal-server`'s `CHUNK_ROUTE_KEY`, the empty key).
+pub(crate) fn chunk_route(table: TableId) -> Route {
+    Route::Key(table, key_hash(table, b""))
+}
+
 pub(crate) fn item_error<E: From<ErrorStatus> + From<ClientError>>(s: ErrorStatus) -> E {
     match disposition(&s, |_| false) {
         Disposition::Final => E::from(s),

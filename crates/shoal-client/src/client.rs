@@ -9,7 +9,7 @@
 //! of tasks are in flight on one connection at once, and a caller that is
 //! cancelled never leaves half a frame on the socket.
 
-use crate::blocking::{item_error, resolve, Route};
+use crate::blocking::{chunk_route, item_error, resolve, Route};
 use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
 use crate::ops::{
@@ -18,8 +18,8 @@ use crate::ops::{
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
-    check_frame, key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId,
-    Version, WriteItem, HEADER_LEN,
+    check_frame, key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
+    TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -522,6 +522,86 @@ impl Client {
 
     pub async fn stats(&self) -> Result<Stats, ClientError> {
         self.execute(Route::Admin, &Request::Stats, conv::stats).await
+    }
+
+    // Chunks (`docs/chunks.md`): keyless objects of chunk tables, with ids
+    // the server hands out. A chunk table has one tablet: every request
+    // goes to its master.
+
+    /// Creates a chunk table (or returns the id of the existing one of that
+    /// name; a key-value table of that name is refused).
+    pub async fn create_chunk_table(&self, name: &str) -> Result<TableId, TableError> {
+        self.execute(Route::Admin, &Request::CreateChunkTable { name }, conv::table_id).await
+    }
+
+    /// Creates one chunk per payload; returns their ids in order. Sent in
+    /// requests of at most [`shoal_proto::MAX_CHUNK_CREATE`] chunks, each
+    /// created whole or not at all; on an error the requests before it
+    /// stay created.
+    pub async fn create_chunks(&self, table: TableId, payloads: &[&[u8]]) -> Result<Vec<ChunkId>, WriteError> {
+        let mut ids = Vec::with_capacity(payloads.len());
+        for group in payloads.chunks(shoal_proto::MAX_CHUNK_CREATE) {
+            let req = Request::ChunkCreate { table, payloads: group.to_vec() };
+            ids.extend(
+                self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_create(r, group.len())).await?,
+            );
+        }
+        Ok(ids)
+    }
+
+    pub async fn create_chunk(&self, table: TableId, payload: &[u8]) -> Result<ChunkId, WriteError> {
+        Ok(self.create_chunks(table, &[payload]).await?[0])
+    }
+
+    /// Reads chunks: one result per id, in order (`NotFound` for a chunk
+    /// that does not exist).
+    pub async fn get_chunks(
+        &self,
+        table: TableId,
+        ids: &[ChunkId],
+    ) -> Result<Vec<Result<Versioned, ReadError>>, ReadError> {
+        let req = Request::ChunkGet { table, ids: ids.to_vec() };
+        let out = self.execute::<_, ReadError>(chunk_route(table), &req, |r| conv::chunk_get(r, ids.len())).await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    /// Reads a chunk: its payload and version.
+    pub async fn get_chunk(&self, table: TableId, id: ChunkId) -> Result<Versioned, ReadError> {
+        self.get_chunks(table, &[id]).await?.remove(0)
+    }
+
+    /// Replaces the payloads of existing chunks; one new version (or why
+    /// not) per item, in order.
+    pub async fn put_chunks(
+        &self,
+        table: TableId,
+        items: &[(ChunkId, &[u8])],
+    ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
+        let req = Request::ChunkPut { table, items: items.to_vec() };
+        let out =
+            self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, items.len())).await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    pub async fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, WriteError> {
+        self.put_chunks(table, &[(id, payload)]).await?.remove(0)
+    }
+
+    /// Removes chunks; one result per id (the version it had), in order.
+    /// Their ids will be reused.
+    pub async fn remove_chunks(
+        &self,
+        table: TableId,
+        ids: &[ChunkId],
+    ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
+        let req = Request::ChunkRemove { table, ids: ids.to_vec() };
+        let out =
+            self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, ids.len())).await?;
+        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+    }
+
+    pub async fn remove_chunk(&self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
+        self.remove_chunks(table, &[id]).await?.remove(0)
     }
 
     /// Reads several objects; one result per item, in order. Items are sent

@@ -27,6 +27,7 @@ mod client;
 pub mod cluster;
 mod conn;
 mod error;
+pub mod names;
 mod ops;
 mod tablet;
 mod tls;
@@ -40,6 +41,6 @@ pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{
-    key_hash, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId,
+    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId,
     UnixMillis, Version, WriteItem,
 };

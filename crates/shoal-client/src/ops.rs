@@ -3,7 +3,7 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
-use shoal_proto::{decode_response, ErrorStatus, Response, StatValue, TableId, UnixMillis, Version};
+use shoal_proto::{decode_response, ChunkId, ErrorStatus, Response, StatValue, TableId, UnixMillis, Version};
 use std::time::Duration;
 
 /// A response frame as received: its opcode and body, owned.
@@ -214,7 +214,9 @@ pub(crate) mod conv {
 
     pub fn table_id(r: Response<'_>) -> Result<TableId, ClientError> {
         match r {
-            Response::CreateTable { table } | Response::GetTableId { table } => Ok(table),
+            Response::CreateTable { table } | Response::GetTableId { table } | Response::CreateChunkTable { table } => {
+                Ok(table)
+            }
             r => Err(mismatch(&r)),
         }
     }
@@ -246,6 +248,31 @@ pub(crate) mod conv {
     pub fn multi_write(r: Response<'_>, n: usize) -> Result<Vec<Result<Version, ErrorStatus>>, ClientError> {
         match r {
             Response::MultiWrite(items) if items.len() == n => Ok(items),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    /// CHUNK_CREATE: one id per payload sent.
+    pub fn chunk_create(r: Response<'_>, n: usize) -> Result<Vec<ChunkId>, ClientError> {
+        match r {
+            Response::ChunkCreate(ids) if ids.len() == n => Ok(ids),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn chunk_get(r: Response<'_>, n: usize) -> Result<ItemResults<Versioned>, ClientError> {
+        match r {
+            Response::ChunkGet(items) if items.len() == n => {
+                Ok(items.into_iter().map(|i| i.map(|(v, value)| (value.to_vec(), v))).collect())
+            }
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    /// CHUNK_PUT (new versions) and CHUNK_REMOVE (versions the chunks had).
+    pub fn chunk_versions(r: Response<'_>, n: usize) -> Result<ItemResults<Version>, ClientError> {
+        match r {
+            Response::ChunkPut(items) | Response::ChunkRemove(items) if items.len() == n => Ok(items),
             r => Err(mismatch(&r)),
         }
     }

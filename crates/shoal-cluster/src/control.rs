@@ -55,6 +55,10 @@ pub enum ControlRequest {
         span: u32,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         slots: bool,
+        /// A chunk table (`docs/chunks.md`): one tablet whatever `span`;
+        /// an existing table of the other kind is refused.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        chunks: bool,
     },
     /// Drops a table and its tablets. Answered by `Ok`; `NotFound` if absent.
     DropTable { name: String },
@@ -360,7 +364,7 @@ impl ControlClient {
 
     /// Creates (or finds) a table.
     pub async fn create_table(&mut self, name: &str, span: u32) -> Result<TableInfo, ControlError> {
-        match self.call(&ControlRequest::CreateTable { name: name.into(), span, slots: false }).await? {
+        match self.call(&ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false }).await? {
             ControlResponse::Table { table } => Ok(table),
             other => Err(ControlError::Unexpected(format!("{other:?}"))),
         }
@@ -453,7 +457,7 @@ mod tests {
 
     #[tokio::test]
     async fn frames_round_trip_and_oversized_ones_are_refused() {
-        let req = ControlRequest::CreateTable { name: "users".into(), span: 4, slots: false };
+        let req = ControlRequest::CreateTable { name: "users".into(), span: 4, slots: false, chunks: false };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).await.unwrap();
         assert_eq!(&buf[4..], br#"{"op":"create_table","name":"users","span":4}"#);

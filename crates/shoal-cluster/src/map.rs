@@ -51,6 +51,10 @@ pub struct ServerInfo {
 pub struct TableInfo {
     pub id: TableId,
     pub name: String,
+    /// A chunk table: keyless chunks found by id (`docs/chunks.md`), one
+    /// tablet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chunks: bool,
 }
 
 /// A key-hash range `[start_hash, end_hash]` (inclusive) of one table and
@@ -296,7 +300,7 @@ mod tests {
             version: 1,
             replicas: 0,
             servers: vec![server(1), server(2)],
-            tables: vec![TableInfo { id: TableId(5), name: "t".into() }],
+            tables: vec![TableInfo { id: TableId(5), name: "t".into(), chunks: false }],
             recoveries: Vec::new(),
             fenced: Vec::new(),
             replica_floors: Vec::new(),

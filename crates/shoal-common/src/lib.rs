@@ -33,6 +33,41 @@ pub struct SegmentId(pub u64);
 #[serde(transparent)]
 pub struct LogId(pub u64);
 
+/// A chunk's 64-bit id (DXRAM): the 16-bit node id of the server that
+/// created it in the top bits and a 48-bit local id below. Local ids start
+/// at 1, so a chunk id is never 0; ids of removed chunks are reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ChunkId(pub u64);
+
+impl ChunkId {
+    /// Bits of the local id.
+    pub const LOCAL_BITS: u32 = 48;
+    /// The largest local id.
+    pub const MAX_LOCAL: u64 = (1 << Self::LOCAL_BITS) - 1;
+
+    /// The chunk id of `local` (at most [`ChunkId::MAX_LOCAL`]; higher bits are dropped) on `node`.
+    pub fn new(node: u16, local: u64) -> ChunkId {
+        ChunkId(((node as u64) << Self::LOCAL_BITS) | (local & Self::MAX_LOCAL))
+    }
+
+    /// The id of the server that created the chunk.
+    pub fn node(self) -> u16 {
+        (self.0 >> Self::LOCAL_BITS) as u16
+    }
+
+    /// The id within its creating server's range.
+    pub fn local(self) -> u64 {
+        self.0 & Self::MAX_LOCAL
+    }
+}
+
+impl fmt::Display for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
 /// The 64-bit hash of (table id, key) that routes a key. See [`key_hash`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]

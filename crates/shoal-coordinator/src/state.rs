@@ -245,7 +245,9 @@ impl ClusterState {
             ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
                 Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
             }
-            ControlRequest::CreateTable { name, span, slots } => self.create_table(name, *span, *slots),
+            ControlRequest::CreateTable { name, span, slots, chunks } => {
+                self.create_table(name, *span, *slots, *chunks)
+            }
             ControlRequest::DropTable { name } => self.drop_table(name),
             ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
             ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
@@ -480,13 +482,23 @@ impl ClusterState {
     /// the previous table stopped. A `slots` table is slot-hashed: its id
     /// carries the flag (`shoal_common::slots::table_id`) and its tablets are whole slot ranges (at
     /// most one per slot). An existing table is returned unchanged.
-    fn create_table(&mut self, name: &str, span: u32, slots: bool) -> Outcome {
+    /// A chunk table (`chunks`) has one tablet: its master creates every
+    /// chunk, with its own node id, and serves them (`docs/chunks.md`).
+    fn create_table(&mut self, name: &str, span: u32, slots: bool, chunks: bool) -> Outcome {
         if let Err(message) = check_table_name(name) {
             return Outcome::unchanged(invalid(message));
         }
         if let Some(table) = self.map.table_by_name(name) {
+            if table.chunks != chunks {
+                let kind = if table.chunks { "a chunk table" } else { "a key-value table" };
+                return Outcome::unchanged(invalid(format!("table {name} exists as {kind}")));
+            }
             return Outcome::unchanged(ControlResponse::Table { table: table.clone() });
         }
+        if chunks && slots {
+            return Outcome::unchanged(invalid("a chunk table cannot be slot-hashed".to_string()));
+        }
+        let span = if chunks { 1 } else { span };
         if span > MAX_SPAN {
             return Outcome::unchanged(invalid(format!("span {span} exceeds the limit of {MAX_SPAN} tablets")));
         }
@@ -504,7 +516,7 @@ impl ClusterState {
         if self.next_table >= 1 << 56 {
             return Outcome::unchanged(invalid("table ids are exhausted".to_string()));
         }
-        let table = TableInfo { id: table_id(self.next_table, slots), name: name.to_string() };
+        let table = TableInfo { id: table_id(self.next_table, slots), name: name.to_string(), chunks };
         self.next_table += 1;
         let ranges = if slots { split_slots(0, SLOTS - 1, u64::from(span)) } else { split_hash_space(span) };
         for (start_hash, end_hash) in ranges {
@@ -696,7 +708,8 @@ impl ClusterState {
     /// Splits the tablets of recovery `index`'s dead server into pieces
     /// over one partition per server of `up` (not empty). Each tablet is
     /// split into `up.len()` pieces of nearly equal hash ranges (fewer if
-    /// its range is tiny or the cluster's tablet limit is near); the
+    /// its range is tiny or the cluster's tablet limit is near; a chunk
+    /// table's tablet stays whole); the
     /// pieces replace the tablet in the map, still mastered by the dead
     /// server, and are dealt to the partitions in turn, so every partition
     /// gets a piece of every big tablet. The first partition's master
@@ -721,7 +734,11 @@ impl ClusterState {
             (0..n).map(|i| Partition { master: up[(i + rotate) % n], tablets: Vec::new(), done: false }).collect();
         let mut dealt = 0;
         for t in &old {
-            for (start_hash, end_hash) in split_tablet(t, per_tablet as u64) {
+            // A chunk table's one tablet is recovered whole: its master
+            // serves every chunk (`docs/chunks.md`).
+            let chunks = self.map.tables.iter().any(|x| x.id == t.table && x.chunks);
+            let pieces = if chunks { 1 } else { per_tablet as u64 };
+            for (start_hash, end_hash) in split_tablet(t, pieces) {
                 let piece = TabletInfo { table: t.table, start_hash, end_hash, master: dead };
                 let p = &mut partitions[dealt % n];
                 p.tablets.push(TabletInfo { master: p.master, ..piece.clone() });
@@ -1195,7 +1212,7 @@ mod tests {
     }
 
     fn create(state: &mut ClusterState, name: &str, span: u32) -> TableInfo {
-        match apply(state, ControlRequest::CreateTable { name: name.into(), span, slots: false }) {
+        match apply(state, ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false }) {
             ControlResponse::Table { table } => table,
             other => panic!("{other:?}"),
         }
@@ -1389,7 +1406,7 @@ mod tests {
     #[test]
     fn create_table_refuses_bad_names_and_spans() {
         let mut s = cluster(1);
-        let req = |name: String, span| ControlRequest::CreateTable { name, span, slots: false };
+        let req = |name: String, span| ControlRequest::CreateTable { name, span, slots: false, chunks: false };
         assert_eq!(error_code(apply(&mut s, req(String::new(), 1))), ControlErrorCode::InvalidRequest);
         assert_eq!(error_code(apply(&mut s, req("x".repeat(256), 1))), ControlErrorCode::InvalidRequest);
         create(&mut s, &"x".repeat(255), 1);
@@ -1405,7 +1422,10 @@ mod tests {
         for i in 0..full {
             create(&mut s, &format!("t{i}"), MAX_SPAN);
         }
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "one-more".into(), span: 1, slots: false });
+        let err = apply(
+            &mut s,
+            ControlRequest::CreateTable { name: "one-more".into(), span: 1, slots: false, chunks: false },
+        );
         assert_eq!(error_code(err), ControlErrorCode::InvalidRequest);
         apply(&mut s, ControlRequest::DropTable { name: "t0".into() });
         create(&mut s, "one-more", 1);
@@ -1414,11 +1434,11 @@ mod tests {
     #[test]
     fn create_table_without_servers_is_refused() {
         let mut s = ClusterState::new(None);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false });
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         enlist(&mut s, None, 1000);
         down(&mut s, 1);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false });
+        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false });
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         assert!(s.map().tables.is_empty());
     }
@@ -1456,7 +1476,10 @@ mod tests {
     #[test]
     fn slot_tables_have_the_flag_and_whole_slot_tablets_also_after_recovery() {
         let mut s = cluster(3);
-        let t = match apply(&mut s, ControlRequest::CreateTable { name: "db0".into(), span: 0, slots: true }) {
+        let t = match apply(
+            &mut s,
+            ControlRequest::CreateTable { name: "db0".into(), span: 0, slots: true, chunks: false },
+        ) {
             ControlResponse::Table { table } => table,
             other => panic!("{other:?}"),
         };
@@ -1647,6 +1670,32 @@ mod tests {
             assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
         }
         assert_eq!(split_range(7, 7, 0), vec![(7, 7)]);
+    }
+
+    /// A chunk table has one tablet, created whole and recovered whole (one
+    /// recovery master serves all its chunks); its name cannot be taken by
+    /// a key-value table.
+    #[test]
+    fn a_chunk_table_has_one_tablet_and_is_recovered_whole() {
+        let mut s = cluster(4);
+        let req = ControlRequest::CreateTable { name: "g".into(), span: 4, slots: false, chunks: true };
+        let ControlResponse::Table { table } = apply(&mut s, req) else { panic!("a chunk table") };
+        assert!(table.chunks);
+        let tablets: Vec<TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).cloned().collect();
+        assert_eq!(tablets.len(), 1);
+        assert_eq!((tablets[0].start_hash, tablets[0].end_hash), (0, u64::MAX));
+        let again = ControlRequest::CreateTable { name: "g".into(), span: 0, slots: false, chunks: false };
+        assert!(matches!(apply(&mut s, again), ControlResponse::Error { .. }));
+        let master = tablets[0].master;
+        assert!(down(&mut s, master.0));
+        let r = recovery(&s, master.0);
+        let pieces: Vec<&TabletInfo> =
+            r.partitions.iter().flat_map(|p| &p.tablets).filter(|t| t.table == table.id).collect();
+        assert_eq!(pieces.len(), 1, "{r:?}");
+        finish(&mut s, master.0);
+        let now: Vec<&TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).collect();
+        assert_eq!(now.len(), 1);
+        assert_ne!(now[0].master, master);
     }
 
     #[test]

@@ -57,7 +57,9 @@ async fn restart_resumes_the_same_cluster() {
 
     let empty = c.get_map().await.unwrap();
     assert!(empty.servers.is_empty());
-    let code = refused(c.call(&ControlRequest::CreateTable { name: "early".into(), span: 0, slots: false }).await);
+    let code = refused(
+        c.call(&ControlRequest::CreateTable { name: "early".into(), span: 0, slots: false, chunks: false }).await,
+    );
     assert_eq!(code, ControlErrorCode::NoServers);
 
     let mut servers = Vec::new();
@@ -308,12 +310,17 @@ async fn bad_input_gets_an_error_and_others_are_still_served() {
     stalled.write_all(b"{\"op\":").await.unwrap();
 
     // Invalid names and spans are refused as requests, and the connection stays.
-    let code = refused(good.call(&ControlRequest::CreateTable { name: String::new(), span: 1, slots: false }).await);
+    let code = refused(
+        good.call(&ControlRequest::CreateTable { name: String::new(), span: 1, slots: false, chunks: false }).await,
+    );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
-    let code = refused(good.call(&ControlRequest::CreateTable { name: "x".repeat(256), span: 1, slots: false }).await);
+    let code = refused(
+        good.call(&ControlRequest::CreateTable { name: "x".repeat(256), span: 1, slots: false, chunks: false }).await,
+    );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
-    let code =
-        refused(good.call(&ControlRequest::CreateTable { name: "t".into(), span: u32::MAX, slots: false }).await);
+    let code = refused(
+        good.call(&ControlRequest::CreateTable { name: "t".into(), span: u32::MAX, slots: false, chunks: false }).await,
+    );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
 
     assert_eq!(good.get_map().await.unwrap(), before, "nothing bad reached the state");

@@ -52,6 +52,7 @@
 //! Expiry here is by the store's clock at the start of the segment's
 //! relocation; an object that expires during it is relocated.
 
+use crate::cidtable::Slot;
 use crate::config::{EVICT_ABOVE, EVICT_TO};
 use crate::format::{self, Entry, CHECKSUM_ENTRY_BYTES};
 use crate::log::SegmentWriter;
@@ -455,6 +456,7 @@ fn relocate_segment(
             let raw = inner.segs.entry(LogRef::new(slot, off as u32));
             let hash = match format::decode_trusted(&raw) {
                 Ok((Entry::Object(o), _)) => key_hash(o.table, o.key).0,
+                // Chunks are found by id (no prefetch); the rest are not indexed.
                 Ok(_) => 0,
                 Err(e) => panic!("segment in slot {slot} is corrupt in memory at {off}: {e}"),
             };
@@ -496,8 +498,29 @@ fn relocate_segment(
                     inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     objs += len as u64;
                 }
-                Entry::Tombstone(t) => {
-                    if !members.tombstone_live(t.segment) {
+                Entry::Chunk(c) => {
+                    // Live exactly when its CID table slot points here.
+                    let old = LogRef::new(slot, at as u32);
+                    let _lock = inner.cids.lock(c.id);
+                    if inner.cids.live_ref(c.id) != Some(old) {
+                        continue;
+                    }
+                    if let Some(e) = evicting.as_deref_mut() {
+                        // As objects: left installed until the splice.
+                        e.chunks.push((c.id, old));
+                        continue;
+                    }
+                    let w = target.writer(inner, len, spare);
+                    let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                    let new = inner.log.write_entry(w, raw);
+                    inner.cids.set(c.id, Slot::Live(new));
+                    inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
+                    inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    objs += len as u64;
+                }
+                e @ (Entry::Tombstone(_) | Entry::ChunkTombstone(_)) => {
+                    if !e.tombstone_segment().is_some_and(|s| members.tombstone_live(s)) {
                         continue;
                     }
                     let w = target.writer(inner, len, spare);
@@ -698,6 +721,9 @@ fn choose_and_splice(inner: &Inner) -> Option<Combined> {
 #[derive(Default)]
 struct Evicting {
     objects: Vec<(u64, LogRef)>,
+    /// Chunks evicted the same way (their ids become free, above their
+    /// versions, once forgotten).
+    chunks: Vec<(shoal_common::ChunkId, LogRef)>,
     /// The safe version is raised above this before the splice, so that a
     /// key written again after a recovery gets a newer version than the
     /// one evicted (cas uniques and WATCH stay meaningful).
@@ -819,6 +845,12 @@ fn splice_out(
 /// Uninstalls the evicted objects still installed where the pass found
 /// them (a write or remove since then has replaced or removed them).
 fn forget(inner: &Inner, e: &Evicting) {
+    for &(id, at) in &e.chunks {
+        if let Some(len) = inner.evict_chunk(id, at) {
+            inner.counters.evicted.fetch_add(1, Ordering::Relaxed);
+            inner.counters.evicted_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+    }
     for &(hash, at) in &e.objects {
         let _lock = inner.ht.lock(hash);
         let Some((pos, _)) = inner.ht.find(hash, |r| r == at) else {
@@ -888,8 +920,8 @@ fn refresh_tombstones(inner: &Inner, budget: usize) {
 fn scan_segment_tombstones(inner: &Inner, slot: u32, members: &Membership) {
     let mut dead = 0u64;
     inner.segs.for_each_entry(slot, |_, raw| {
-        if let Ok((Entry::Tombstone(t), len)) = format::decode_trusted(raw) {
-            if !members.tombstone_live(t.segment) {
+        if let Ok((e, len)) = format::decode_trusted(raw) {
+            if e.tombstone_segment().is_some_and(|s| !members.tombstone_live(s)) {
                 dead += len as u64;
             }
         }

@@ -19,12 +19,13 @@
 //! Decoding never panics and never trusts a length before checking it
 //! against the bytes present: replicas come from other machines.
 
-use shoal_common::{LogId, SegmentId, TableId, UnixMillis, Version};
+use shoal_common::{ChunkId, LogId, SegmentId, TableId, UnixMillis, Version};
 
 /// Version of the entry format written by this code (in the segment header).
-/// 2 added the object-with-expiry entry (type 7); a version 1 segment is a
-/// valid version 2 segment (it has no such entries).
-pub const FORMAT_VERSION: u8 = 2;
+/// 2 added the object-with-expiry entry (type 7), 3 the chunk and chunk
+/// tombstone entries (types 8 and 9); an older segment is a valid version 3
+/// segment (it has none of the newer entries).
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Size of a checksum entry: tag byte plus 4-byte CRC.
 pub const CHECKSUM_ENTRY_BYTES: usize = 5;
@@ -36,8 +37,7 @@ pub const MAX_BODY_BYTES: usize = (1 << 24) - 1;
 pub const SEGMENT_HEADER_BYTES: usize = 27;
 
 /// The types of log entries. Matched exhaustively: adding one shows every
-/// place to update. Codes 8-31 are free (keyless chunk entries will take
-/// some); 0 is never a type.
+/// place to update. Codes 10-31 are free; 0 is never a type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryType {
     SegmentHeader = 1,
@@ -49,6 +49,11 @@ pub enum EntryType {
     /// An object with an absolute expiry time (format version 2). Objects
     /// without one stay type 2, byte for byte.
     ObjectWithExpiry = 7,
+    /// A keyless chunk of a chunk table, found through the CID table
+    /// (format version 3).
+    Chunk = 8,
+    /// The tombstone of a removed or overwritten chunk (format version 3).
+    ChunkTombstone = 9,
 }
 
 impl EntryType {
@@ -61,6 +66,8 @@ impl EntryType {
             5 => EntryType::SafeVersion,
             6 => EntryType::Checksum,
             7 => EntryType::ObjectWithExpiry,
+            8 => EntryType::Chunk,
+            9 => EntryType::ChunkTombstone,
             _ => return None,
         })
     }
@@ -74,7 +81,9 @@ impl EntryType {
             | EntryType::ObjectWithExpiry
             | EntryType::Tombstone
             | EntryType::LogDigest
-            | EntryType::SafeVersion => None,
+            | EntryType::SafeVersion
+            | EntryType::Chunk
+            | EntryType::ChunkTombstone => None,
         }
     }
 
@@ -86,7 +95,24 @@ impl EntryType {
             | EntryType::Tombstone
             | EntryType::LogDigest
             | EntryType::SafeVersion
-            | EntryType::Checksum => false,
+            | EntryType::Checksum
+            | EntryType::Chunk
+            | EntryType::ChunkTombstone => false,
+        }
+    }
+
+    /// Whether entries of this type are tombstones (of objects or chunks):
+    /// they name a segment and live while it is in the log.
+    pub fn is_tombstone(self) -> bool {
+        match self {
+            EntryType::Tombstone | EntryType::ChunkTombstone => true,
+            EntryType::SegmentHeader
+            | EntryType::Object
+            | EntryType::ObjectWithExpiry
+            | EntryType::LogDigest
+            | EntryType::SafeVersion
+            | EntryType::Checksum
+            | EntryType::Chunk => false,
         }
     }
 }
@@ -345,6 +371,64 @@ pub fn encode_tombstone(out: &mut Vec<u8>, table: TableId, version: Version, seg
     out.len() - start
 }
 
+/// Length of a chunk entry.
+pub fn chunk_len(table: TableId, id: ChunkId, version: Version, payload_len: usize) -> usize {
+    let body = chunk_body_len(table, id, version, payload_len);
+    header_len_for(body) + body
+}
+
+fn chunk_id_len(id: ChunkId) -> usize {
+    varint_len(id.node() as u64) + varint_len(id.local())
+}
+
+fn chunk_body_len(table: TableId, id: ChunkId, version: Version, payload_len: usize) -> usize {
+    4 + varint_len(table.0) + chunk_id_len(id) + varint_len(version.0) + payload_len
+}
+
+/// Appends a chunk entry (type 8): table, chunk id (node, local id),
+/// version, payload.
+pub fn encode_chunk(out: &mut Vec<u8>, table: TableId, id: ChunkId, version: Version, payload: &[u8]) -> usize {
+    let start = out.len();
+    let body = chunk_body_len(table, id, version, payload.len());
+    let hl = put_header(out, EntryType::Chunk, body);
+    out.extend_from_slice(&[0; 4]);
+    put_varint(out, table.0);
+    put_varint(out, id.node() as u64);
+    put_varint(out, id.local());
+    put_varint(out, version.0);
+    out.extend_from_slice(payload);
+    seal(out, start, hl);
+    out.len() - start
+}
+
+/// Length of a chunk tombstone entry.
+pub fn chunk_tombstone_len(table: TableId, id: ChunkId, version: Version, segment: SegmentId) -> usize {
+    let body = 4 + varint_len(table.0) + chunk_id_len(id) + varint_len(version.0) + varint_len(segment.0);
+    header_len_for(body) + body
+}
+
+/// Appends a chunk tombstone (type 9): every version of chunk `id` up to
+/// `version` is dead; the newest of them was in `segment`.
+pub fn encode_chunk_tombstone(
+    out: &mut Vec<u8>,
+    table: TableId,
+    id: ChunkId,
+    version: Version,
+    segment: SegmentId,
+) -> usize {
+    let start = out.len();
+    let body = 4 + varint_len(table.0) + chunk_id_len(id) + varint_len(version.0) + varint_len(segment.0);
+    let hl = put_header(out, EntryType::ChunkTombstone, body);
+    out.extend_from_slice(&[0; 4]);
+    put_varint(out, table.0);
+    put_varint(out, id.node() as u64);
+    put_varint(out, id.local());
+    put_varint(out, version.0);
+    put_varint(out, segment.0);
+    seal(out, start, hl);
+    out.len() - start
+}
+
 pub fn encode_segment_header(out: &mut Vec<u8>, log: LogId, segment: SegmentId, capacity: u32) -> usize {
     let start = out.len();
     let hl = put_header(out, EntryType::SegmentHeader, 25);
@@ -456,6 +540,31 @@ pub struct TombstoneView<'a> {
     pub key: &'a [u8],
 }
 
+/// A chunk entry (type 8), borrowed from the bytes it was decoded from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkView<'a> {
+    pub table: TableId,
+    pub id: ChunkId,
+    pub version: Version,
+    pub payload: &'a [u8],
+}
+
+/// A chunk tombstone (type 9): versions of chunk `id` up to `version` are
+/// dead; the newest of them lived in `segment`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkTombstoneView {
+    pub table: TableId,
+    pub id: ChunkId,
+    pub version: Version,
+    pub segment: SegmentId,
+}
+
+/// The 8 bytes (chunk id, little-endian) that stand for a chunk's key where
+/// entries are routed by (table, key): recovery partitions and filters.
+pub fn chunk_key(id: ChunkId) -> [u8; 8] {
+    id.0.to_le_bytes()
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentHeaderView {
     pub format: u8,
@@ -474,6 +583,25 @@ pub enum Entry<'a> {
     LogDigest(Vec<SegmentId>),
     SafeVersion(Version),
     Checksum(u32),
+    Chunk(ChunkView<'a>),
+    ChunkTombstone(ChunkTombstoneView),
+}
+
+impl Entry<'_> {
+    /// The segment a tombstone (of an object or a chunk) names; `None` for
+    /// every other entry.
+    pub fn tombstone_segment(&self) -> Option<SegmentId> {
+        match self {
+            Entry::Tombstone(t) => Some(t.segment),
+            Entry::ChunkTombstone(t) => Some(t.segment),
+            Entry::SegmentHeader(_)
+            | Entry::Object(_)
+            | Entry::LogDigest(_)
+            | Entry::SafeVersion(_)
+            | Entry::Checksum(_)
+            | Entry::Chunk(_) => None,
+        }
+    }
 }
 
 /// Decodes the object fields of a full object entry without checking its
@@ -501,6 +629,49 @@ fn parse_object_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<ObjectView<
         return Err(FormatError::Malformed);
     }
     Ok(ObjectView { table, version, expiry, key: &entry[pos..pos + key_len], value: &entry[pos + key_len..end] })
+}
+
+/// Decodes a full chunk entry without checking its CRC (the read path, as
+/// [`parse_object`]).
+pub fn parse_chunk(entry: &[u8]) -> Result<ChunkView<'_>, FormatError> {
+    let h = read_header(entry)?;
+    if h.entry_type != EntryType::Chunk || entry.len() < h.total_len() {
+        return Err(FormatError::Malformed);
+    }
+    parse_chunk_body(&entry[..h.total_len()], &h)
+}
+
+fn get_chunk_id(entry: &[u8], pos: &mut usize) -> Result<ChunkId, FormatError> {
+    let node = get_varint(entry, pos)?;
+    let local = get_varint(entry, pos)?;
+    if node > u16::MAX as u64 || local == 0 || local > ChunkId::MAX_LOCAL {
+        return Err(FormatError::Malformed);
+    }
+    Ok(ChunkId::new(node as u16, local))
+}
+
+fn parse_chunk_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<ChunkView<'a>, FormatError> {
+    let mut pos = h.header_len + 4;
+    let table = TableId(get_varint(entry, &mut pos)?);
+    let id = get_chunk_id(entry, &mut pos)?;
+    let version = Version(get_varint(entry, &mut pos)?);
+    let end = h.total_len();
+    if pos > end {
+        return Err(FormatError::Malformed);
+    }
+    Ok(ChunkView { table, id, version, payload: &entry[pos..end] })
+}
+
+fn parse_chunk_tombstone_body(entry: &[u8], h: &EntryHeader) -> Result<ChunkTombstoneView, FormatError> {
+    let mut pos = h.header_len + 4;
+    let table = TableId(get_varint(entry, &mut pos)?);
+    let id = get_chunk_id(entry, &mut pos)?;
+    let version = Version(get_varint(entry, &mut pos)?);
+    let segment = SegmentId(get_varint(entry, &mut pos)?);
+    if pos != h.total_len() {
+        return Err(FormatError::Malformed);
+    }
+    Ok(ChunkTombstoneView { table, id, version, segment })
 }
 
 fn parse_tombstone_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<TombstoneView<'a>, FormatError> {
@@ -572,6 +743,14 @@ fn decode_checked(buf: &[u8], check: bool) -> Result<(Entry<'_>, usize), FormatE
                 return Err(FormatError::Malformed);
             }
             Entry::SafeVersion(Version(get_u64(entry, body + 4)?))
+        }
+        EntryType::Chunk => {
+            verify(entry, &h)?;
+            Entry::Chunk(parse_chunk_body(entry, &h)?)
+        }
+        EntryType::ChunkTombstone => {
+            verify(entry, &h)?;
+            Entry::ChunkTombstone(parse_chunk_tombstone_body(entry, &h)?)
         }
     };
     Ok((e, h.total_len()))
@@ -679,15 +858,17 @@ pub struct Filtered {
     /// replay of the buffer must raise the safe version to, whichever
     /// entries were kept.
     pub safe_version: u64,
-    /// Object entries kept.
+    /// Object and chunk entries kept.
     pub objects: u32,
-    /// Tombstone entries kept.
+    /// Tombstone entries (of objects and chunks) kept.
     pub tombstones: u32,
 }
 
 /// Copies, byte for byte and in order, the object and tombstone entries of
 /// `buf` for which `keep(table, key)` holds to the end of `out`: a
-/// partition's share of a segment for recovery. Every entry's own CRC is
+/// partition's share of a segment for recovery. Chunk entries and chunk
+/// tombstones are offered with [`chunk_key`] as their key; chunk versions
+/// are per chunk and do not count towards the safe version. Every entry's own CRC is
 /// checked (an entry whose key bytes were damaged must not be sorted into
 /// the wrong partition unnoticed), so `buf` should be a prefix that
 /// [`scan`] verified. Stops with the first entry that does not decode.
@@ -736,6 +917,16 @@ fn filter_checked(
                 f.safe_version = f.safe_version.max(v.0);
                 false
             }
+            Entry::Chunk(c) => {
+                let k = keep(c.table, &chunk_key(c.id));
+                f.objects += k as u32;
+                k
+            }
+            Entry::ChunkTombstone(t) => {
+                let k = keep(t.table, &chunk_key(t.id));
+                f.tombstones += k as u32;
+                k
+            }
             Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => false,
         };
         if kept {
@@ -764,6 +955,39 @@ mod tests {
         assert_eq!(out, b);
         out.clear();
         assert_eq!(filter_entries_trusted(&b, |_, _| false, &mut out).unwrap().safe_version, u64::MAX);
+    }
+
+    /// A chunk entry whose local id is 0 or beyond 48 bits, or whose node
+    /// id is beyond 16 bits, is malformed even with a matching CRC.
+    #[test]
+    fn decode_rejects_chunk_ids_out_of_range() {
+        for (node, local) in [(1u64, 0u64), (1, 1 << 48), (1 << 16, 1)] {
+            let mut rest = Vec::new();
+            put_varint(&mut rest, 1);
+            put_varint(&mut rest, node);
+            put_varint(&mut rest, local);
+            put_varint(&mut rest, 1);
+            let mut b = Vec::new();
+            let hl = put_header(&mut b, EntryType::Chunk, 4 + rest.len());
+            b.extend_from_slice(&[0; 4]);
+            b.extend_from_slice(&rest);
+            seal(&mut b, 0, hl);
+            assert_eq!(decode(&b), Err(FormatError::Malformed), "node {node} local {local}");
+        }
+    }
+
+    /// Chunk entries are offered to a filter under their 8-byte id key and
+    /// do not raise the safe version (their versions are per chunk).
+    #[test]
+    fn filter_entries_offers_chunks_by_id_key() {
+        let mut b = Vec::new();
+        encode_chunk(&mut b, TableId(4), ChunkId::new(1, 7), Version(9), b"x");
+        encode_chunk_tombstone(&mut b, TableId(4), ChunkId::new(1, 8), Version(3), SegmentId(2));
+        encode_chunk(&mut b, TableId(4), ChunkId::new(1, 9), Version(1), b"y");
+        let mut out = Vec::new();
+        let f = filter_entries(&b, |t, k| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
+        assert_eq!(f, Filtered { safe_version: 0, objects: 1, tombstones: 1 });
+        assert_eq!(out, b[..out.len()]);
     }
 
     fn hex(b: &[u8]) -> String {
@@ -801,7 +1025,32 @@ mod tests {
         let mut b = Vec::new();
         encode_segment_header(&mut b, LogId(9), SegmentId(2), 8 << 20);
         assert_eq!(b.len(), SEGMENT_HEADER_BYTES);
-        assert_eq!(hex(&b), "21 19 17 6a 41 d4 02 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
+        assert_eq!(hex(&b), "21 19 fa 17 4b d9 03 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
+        let mut b = Vec::new();
+        let n = encode_chunk(&mut b, TableId(1), ChunkId::new(2, 5), Version(1), b"payload");
+        assert_eq!(n, chunk_len(TableId(1), ChunkId::new(2, 5), Version(1), 7));
+        assert_eq!(hex(&b), "28 0f 61 cd 1e 09 01 02 05 01 70 61 79 6c 6f 61 64");
+        let c = parse_chunk(&b).unwrap();
+        assert_eq!(
+            (c.table, c.id, c.version, c.payload),
+            (TableId(1), ChunkId::new(2, 5), Version(1), &b"payload"[..])
+        );
+        assert_eq!(decode(&b).unwrap().0, Entry::Chunk(c));
+        let mut b = Vec::new();
+        let payload: Vec<u8> = (0..16).collect();
+        let big = ChunkId::new(0xffff, ChunkId::MAX_LOCAL);
+        encode_chunk(&mut b, TableId(1), big, Version(300), &payload);
+        assert_eq!(
+            hex(&b),
+            "28 21 4a 29 b2 24 01 ff ff 03 ff ff ff ff ff ff 3f ac 02 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f"
+        );
+        assert_eq!(parse_chunk(&b).unwrap().id, big);
+        let mut b = Vec::new();
+        let n = encode_chunk_tombstone(&mut b, TableId(1), ChunkId::new(2, 5), Version(1), SegmentId(3));
+        assert_eq!(n, chunk_tombstone_len(TableId(1), ChunkId::new(2, 5), Version(1), SegmentId(3)));
+        assert_eq!(hex(&b), "29 09 87 5a 66 93 01 02 05 01 03");
+        let (e, _) = decode(&b).unwrap();
+        assert_eq!(e.tombstone_segment(), Some(SegmentId(3)));
         // A segment: header, object, checksum over both headers and its own tag.
         let mut seg = Vec::new();
         encode_segment_header(&mut seg, LogId(9), SegmentId(2), 8 << 20);

@@ -8,11 +8,13 @@
 //!
 //! Layers, each seeing only the one below: `format` (the byte layout of
 //! entries), `pool` (seglets), `segment` (segments in memory and log
-//! references), `hashtable`, `epoch`, `log` (head, side logs, digest,
+//! references), `hashtable`, `cidtable` (where each chunk is, by id),
+//! `epoch`, `log` (head, side logs, digest,
 //! observer), `cleaner`, `expiry` (the sweep of expired objects), `clock`
 //! (the wall clock expiry times are compared with), and `store`
 //! (operations, statistics, replay).
 
+mod cidtable;
 mod cleaner;
 mod clock;
 mod config;
@@ -29,7 +31,7 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, Eviction, StoreConfig, DEFAULT_TARGET_UTILISATION, EVICT_ABOVE, EVICT_TO};
 pub use log::{LogObserver, SegmentKind};
-pub use shoal_common::{key_hash, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
+pub use shoal_common::{key_hash, ChunkId, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
 pub use store::{
     Commit, EnumCursor, EnumeratedObject, Expiry, ObjectMeta, RejectRules, Replay, ReplayError, ReplayReport, Store,
     StoreError, StoreStats, Txn, WriteOp, MAX_ATOMIC_BATCH,

@@ -229,7 +229,7 @@ impl Log {
             self.segs.write(w.slot, w.len, e);
             refs.push(LogRef::new(w.slot, w.len as u32));
             w.len += e.len();
-            if h.entry_type == EntryType::Tombstone {
+            if h.entry_type.is_tombstone() {
                 self.segs.slot(w.slot).tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
                 self.tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
             }
@@ -379,11 +379,13 @@ impl Log {
         }
         for i in 0..b.ends.len() {
             let e = b.entry(i);
-            if e[0] & 0x1f != EntryType::Tombstone as u8 {
+            if !matches!(EntryType::from_code(e[0] & 0x1f), Some(t) if t.is_tombstone()) {
                 continue;
             }
-            if let Ok((format::Entry::Tombstone(t), len)) = format::decode_trusted(e) {
-                *h.tomb_refs.entry(t.segment).or_default() += len as u64;
+            if let Ok((t, len)) = format::decode_trusted(e) {
+                if let Some(seg) = t.tombstone_segment() {
+                    *h.tomb_refs.entry(seg).or_default() += len as u64;
+                }
             }
         }
         Ok(())

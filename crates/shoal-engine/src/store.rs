@@ -10,6 +10,7 @@
 //! [`StoreError::OutOfMemory`] only when the cleaner finds nothing to free,
 //! or after [`StoreConfig::write_wait`].
 
+use crate::cidtable::CidTable;
 use crate::cleaner::{self, CleanerState};
 use crate::config::{ConfigError, Eviction, StoreConfig};
 use crate::counter;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+mod chunks;
 mod txn;
 pub use txn::{Commit, Txn};
 
@@ -71,6 +73,9 @@ pub enum StoreError {
     InvalidBatch,
     /// A transaction used a key it did not declare ([`Store::transaction`]).
     NotInTransaction,
+    /// Every 48-bit local chunk id of the node is in use
+    /// ([`Store::create_chunks`]).
+    ChunkIdsExhausted,
 }
 
 /// Most items an all-or-nothing multi-write takes.
@@ -92,6 +97,7 @@ impl std::fmt::Display for StoreError {
                 write!(f, "an all-or-nothing write repeats a key or has more than {MAX_ATOMIC_BATCH} items")
             }
             StoreError::NotInTransaction => write!(f, "the key is not one the transaction declared"),
+            StoreError::ChunkIdsExhausted => write!(f, "every local chunk id of this node is in use"),
         }
     }
 }
@@ -217,6 +223,13 @@ pub struct ReplayReport {
     /// Objects found expired: not installed, and treated as tombstones of
     /// their key up to their version (an older version must not come back).
     pub objects_expired: u64,
+    /// Chunk entries installed, and those skipped because the store held
+    /// the chunk at a version at least as new or a chunk tombstone killed
+    /// them.
+    pub chunks_replayed: u64,
+    pub chunks_skipped: u64,
+    /// Chunks removed by a chunk tombstone of the replay.
+    pub chunks_removed: u64,
 }
 
 /// A hasher for keys that are key hashes already (uniform 64-bit values).
@@ -251,6 +264,8 @@ pub struct Replay {
     /// By key hash: (table, key, newest version a tombstone killed).
     tombs: HashMap<u64, Vec<(TableId, Vec<u8>, Version)>>,
     tables: HashSet<TableId>,
+    /// Nodes whose chunks the replay saw (their free lists are rebuilt).
+    chunk_nodes: HashSet<u16>,
     pub report: ReplayReport,
 }
 
@@ -277,9 +292,14 @@ pub struct StoreStats {
     pub seglets_in_use: u64,
     pub segments_in_log: u64,
     pub objects: u64,
-    /// Bytes of live object entries (headers, keys and values).
+    /// Live chunks (of every chunk table), and the bytes of their CID
+    /// tables (slots, directories and free lists).
+    pub chunks: u64,
+    pub cid_table_bytes: u64,
+    /// Bytes of live object and chunk entries (headers, keys and values).
     pub live_bytes: u64,
-    /// Bytes of the live objects' keys and values alone.
+    /// Bytes of the live objects' keys and values and the live chunks'
+    /// payloads alone.
     pub live_key_value_bytes: u64,
     /// Bytes of tombstones believed live.
     pub tombstone_bytes: u64,
@@ -395,6 +415,8 @@ pub(crate) struct Inner {
     pub segs: Arc<Segments>,
     pub log: Log,
     pub ht: HashTable,
+    /// Where each chunk is: the only reference to a chunk entry.
+    pub cids: CidTable,
     pub epochs: Epochs,
     /// The tables, each with its number of objects.
     tables: RwLock<HashMap<TableId, TableCounts>>,
@@ -918,6 +940,7 @@ impl Store {
                 Some(n) => HashTable::new(n),
                 None => HashTable::growing(),
             },
+            cids: CidTable::new(),
             segs,
             log,
             epochs: Epochs::default(),
@@ -998,10 +1021,11 @@ impl Store {
         Ok(())
     }
 
-    /// Removes every object of `table`, expired ones included (appending
-    /// tombstones), keeping the table. Not atomic: objects written
-    /// concurrently may survive.
+    /// Removes every object and chunk of `table`, expired ones included
+    /// (appending tombstones), keeping the table. Not atomic: objects and
+    /// chunks written concurrently may survive.
     pub fn clear_table(&self, table: TableId) -> Result<(), StoreError> {
+        self.clear_chunks(table)?;
         let mut keys = Vec::new();
         let mut cursor = Some(EnumCursor::START);
         while let Some(c) = cursor {
@@ -1443,6 +1467,8 @@ impl Store {
             seglets_in_use: total - free,
             segments_in_log: i.log.members_count.load(Ordering::Relaxed),
             objects: c.objects.load(Ordering::Relaxed),
+            chunks: i.cids.live.load(Ordering::Relaxed),
+            cid_table_bytes: i.cids.memory_bytes(),
             live_bytes: live,
             live_key_value_bytes: c.live_kv_bytes.load(Ordering::Relaxed),
             tombstone_bytes: i.log.tomb_bytes.load(Ordering::Relaxed),
@@ -1601,6 +1627,9 @@ impl Store {
         let mut keys: HashSet<u64, BuildHasherDefault<HashIsKey>> = HashSet::default();
         // Read once, at the first object with an expiry.
         let mut now = None;
+        // Chunk entries of distinct ids, replayed as one append group
+        // before any chunk tombstone and at the end.
+        let mut chunks: Vec<format::ChunkView<'_>> = Vec::with_capacity(REPLAY_GROUP);
         let mut pos = 0;
         while pos < entries.len() {
             let (e, len) = format::decode(&entries[pos..]).map_err(|reason| ReplayError::Corrupt {
@@ -1654,11 +1683,32 @@ impl Store {
                     replay.report.tombstones += 1;
                     replay.kill(t.table, t.key, t.version, key_hash(t.table, t.key).0);
                 }
+                Entry::Chunk(c) => {
+                    if !replay.tables.contains(&c.table) {
+                        self.create_table(c.table);
+                        replay.tables.insert(c.table);
+                    }
+                    inner.check_sizes(&[], Some(c.payload)).map_err(ReplayError::Store)?;
+                    replay.chunk_nodes.insert(c.id.node());
+                    if chunks.len() == REPLAY_GROUP || chunks.iter().any(|x| x.id == c.id) {
+                        self.replay_chunks(replay, &chunks)?;
+                        chunks.clear();
+                    }
+                    chunks.push(c);
+                }
+                Entry::ChunkTombstone(t) => {
+                    self.replay_chunks(replay, &chunks)?;
+                    chunks.clear();
+                    replay.report.tombstones += 1;
+                    replay.chunk_nodes.insert(t.id.node());
+                    self.replay_chunk_tombstone(replay, &t)?;
+                }
                 // Not what a filter keeps; harmless if a caller passes them.
                 Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
             }
         }
+        self.replay_chunks(replay, &chunks)?;
         self.replay_group(replay, &ops, &versions)
     }
 
@@ -1686,6 +1736,7 @@ impl Store {
     /// was here already).
     pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
+        inner.cids.rebuild_free_lists_of(&replay.chunk_nodes);
         let mut report = replay.report;
         for (table, key, tv) in replay.tombs.into_values().flatten() {
             if !self.has_table(table) {
@@ -1709,7 +1760,8 @@ impl Store {
     /// Checks the store's invariants against a full recount (for tests;
     /// pauses the cleaner; call when no writes are running):
     /// every hash table reference points at a live object entry of a segment
-    /// in the log, no key appears twice, every segment of the log scans to
+    /// in the log, no key appears twice, every CID table reference points at
+    /// the chunk entry of its own id in a segment of the log, every segment of the log scans to
     /// its full length, per-segment and global counters equal a recount,
     /// and no object expires before its segment's `next_expiry` (the
     /// sweep would miss it).
@@ -1765,6 +1817,13 @@ impl Store {
             }
             at = range.next;
         }
+        let (chunks, chunk_live, chunk_payload) = self.check_chunks(&member_slots, &mut live_per_slot)?;
+        live += chunk_live;
+        kv += chunk_payload;
+        let have = inner.cids.live.load(Ordering::Relaxed);
+        if have != chunks {
+            return Err(format!("live chunk counter {have} != recount {chunks}"));
+        }
         let mut per_table: HashMap<TableId, u64> = HashMap::new();
         for (t, _) in &keys {
             *per_table.entry(*t).or_default() += 1;
@@ -1810,10 +1869,10 @@ impl Store {
             let mut all_tombs = 0u64;
             for e in format::EntryIter::new(&bytes) {
                 let (off, e) = e.map_err(|e| format!("segment {id}: {e}"))?;
-                if let Entry::Tombstone(t) = e {
+                if let Some(seg) = e.tombstone_segment() {
                     let len = format::read_header(&bytes[off..]).map(|h| h.total_len()).unwrap_or(0) as u64;
                     all_tombs += len;
-                    if in_log.contains(&t.segment) || t.segment > max_id {
+                    if in_log.contains(&seg) || seg > max_id {
                         live_tombs += len;
                     }
                 }
@@ -1828,9 +1887,9 @@ impl Store {
         let mut named: HashMap<SegmentId, u64> = HashMap::new();
         for (_, slot) in &members {
             inner.segs.for_each_entry(*slot, |_, raw| {
-                if let Ok((Entry::Tombstone(t), len)) = format::decode_trusted(raw) {
-                    if in_log.contains(&t.segment) {
-                        *named.entry(t.segment).or_default() += len as u64;
+                if let Ok((e, len)) = format::decode_trusted(raw) {
+                    if let Some(seg) = e.tombstone_segment().filter(|s| in_log.contains(s)) {
+                        *named.entry(seg).or_default() += len as u64;
                     }
                 }
             });

@@ -4,7 +4,7 @@
 
 use crate::frame::{encode_header, finish_frame};
 use crate::wire::{get_u32, get_u64, len32, put_str16, DecodeError, Reader};
-use shoal_common::{TableId, Version};
+use shoal_common::{ChunkId, TableId, Version};
 
 /// The operations. Matched exhaustively: adding one shows every place to
 /// update. Codes 32-255 are reserved for the cluster (tablet maps,
@@ -23,11 +23,16 @@ pub enum Opcode {
     Enumerate = 9,
     WriteTtl = 10,
     ReadTtl = 11,
+    ChunkCreate = 12,
+    ChunkGet = 13,
+    ChunkPut = 14,
+    ChunkRemove = 15,
     CreateTable = 16,
     DropTable = 17,
     GetTableId = 18,
     Stats = 19,
     Auth = 20,
+    CreateChunkTable = 21,
 }
 
 impl Opcode {
@@ -45,11 +50,16 @@ impl Opcode {
             9 => Enumerate,
             10 => WriteTtl,
             11 => ReadTtl,
+            12 => ChunkCreate,
+            13 => ChunkGet,
+            14 => ChunkPut,
+            15 => ChunkRemove,
             16 => CreateTable,
             17 => DropTable,
             18 => GetTableId,
             19 => Stats,
             20 => Auth,
+            21 => CreateChunkTable,
             _ => return None,
         })
     }
@@ -165,6 +175,26 @@ mod auth_op {
 }
 const _: () = assert!(auth_op::PASSWORD_LEN + 2 == auth_op::FIXED);
 
+/// Chunk requests: the table and the item count, then the items.
+mod chunk_op {
+    pub const TABLE: usize = 0;
+    pub const COUNT: usize = 8;
+    pub const FIXED: usize = 12;
+    /// CHUNK_CREATE items: payload length, payload.
+    pub const CREATE_ITEM: usize = 4;
+    /// CHUNK_GET and CHUNK_REMOVE items: a chunk id.
+    pub const ID_ITEM: usize = 8;
+    /// CHUNK_PUT items: chunk id, payload length, payload.
+    pub const PUT_ID: usize = 0;
+    pub const PUT_LEN: usize = 8;
+    pub const PUT_ITEM: usize = 12;
+}
+const _: () = assert!(chunk_op::COUNT + 4 == chunk_op::FIXED && chunk_op::PUT_LEN + 4 == chunk_op::PUT_ITEM);
+
+/// Most chunks one CHUNK_CREATE may create: the store appends up to this
+/// many as one group, so a refused create created none of them.
+pub const MAX_CHUNK_CREATE: usize = 1024;
+
 /// One object of a multi-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadItem<'a> {
@@ -255,6 +285,31 @@ pub enum Request<'a> {
         key: &'a [u8],
         rules: RejectRules,
     },
+    /// Creates one chunk per payload (at most [`MAX_CHUNK_CREATE`]) in a
+    /// chunk table; the server picks their ids.
+    ChunkCreate {
+        table: TableId,
+        payloads: Vec<&'a [u8]>,
+    },
+    /// Reads chunks, each with its own status.
+    ChunkGet {
+        table: TableId,
+        ids: Vec<ChunkId>,
+    },
+    /// Replaces the payloads of existing chunks, each with its own status.
+    ChunkPut {
+        table: TableId,
+        items: Vec<(ChunkId, &'a [u8])>,
+    },
+    /// Removes chunks, each with its own status.
+    ChunkRemove {
+        table: TableId,
+        ids: Vec<ChunkId>,
+    },
+    /// CREATE_TABLE of a chunk table.
+    CreateChunkTable {
+        name: &'a str,
+    },
 }
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
@@ -310,7 +365,11 @@ impl<'a> Request<'a> {
             | Request::MultiWrite(_)
             | Request::MultiRemove(_)
             | Request::CreateTable { .. }
-            | Request::DropTable { .. } => true,
+            | Request::DropTable { .. }
+            | Request::ChunkCreate { .. }
+            | Request::ChunkPut { .. }
+            | Request::ChunkRemove { .. }
+            | Request::CreateChunkTable { .. } => true,
             Request::Ping
             | Request::Read { .. }
             | Request::ReadTtl { .. }
@@ -318,7 +377,8 @@ impl<'a> Request<'a> {
             | Request::Enumerate { .. }
             | Request::GetTableId { .. }
             | Request::Stats
-            | Request::Auth { .. } => false,
+            | Request::Auth { .. }
+            | Request::ChunkGet { .. } => false,
         }
     }
 
@@ -340,6 +400,11 @@ impl<'a> Request<'a> {
             Request::Auth { .. } => Opcode::Auth,
             Request::WriteTtl { .. } => Opcode::WriteTtl,
             Request::ReadTtl { .. } => Opcode::ReadTtl,
+            Request::ChunkCreate { .. } => Opcode::ChunkCreate,
+            Request::ChunkGet { .. } => Opcode::ChunkGet,
+            Request::ChunkPut { .. } => Opcode::ChunkPut,
+            Request::ChunkRemove { .. } => Opcode::ChunkRemove,
+            Request::CreateChunkTable { .. } => Opcode::CreateChunkTable,
         }
     }
 
@@ -396,8 +461,33 @@ impl<'a> Request<'a> {
                 out.extend_from_slice(&cursor.to_le_bytes());
                 out.extend_from_slice(&max_count.to_le_bytes());
             }
-            Request::CreateTable { name } | Request::DropTable { name } | Request::GetTableId { name } => {
-                put_str16(out, name)
+            Request::CreateTable { name }
+            | Request::DropTable { name }
+            | Request::GetTableId { name }
+            | Request::CreateChunkTable { name } => put_str16(out, name),
+            Request::ChunkCreate { table, payloads } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                out.extend_from_slice(&len32_count(payloads.len()));
+                for p in payloads {
+                    out.extend_from_slice(&len32(p));
+                    out.extend_from_slice(p);
+                }
+            }
+            Request::ChunkGet { table, ids } | Request::ChunkRemove { table, ids } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                out.extend_from_slice(&len32_count(ids.len()));
+                for id in ids {
+                    out.extend_from_slice(&id.0.to_le_bytes());
+                }
+            }
+            Request::ChunkPut { table, items } => {
+                out.extend_from_slice(&table.0.to_le_bytes());
+                out.extend_from_slice(&len32_count(items.len()));
+                for (id, p) in items {
+                    out.extend_from_slice(&id.0.to_le_bytes());
+                    out.extend_from_slice(&len32(p));
+                    out.extend_from_slice(p);
+                }
             }
             Request::Auth { user, password } => {
                 out.extend_from_slice(&len16(user).to_le_bytes());
@@ -493,6 +583,40 @@ impl<'a> Request<'a> {
             Opcode::CreateTable => Request::CreateTable { name: get_name(&mut r)? },
             Opcode::DropTable => Request::DropTable { name: get_name(&mut r)? },
             Opcode::GetTableId => Request::GetTableId { name: get_name(&mut r)? },
+            Opcode::CreateChunkTable => Request::CreateChunkTable { name: get_name(&mut r)? },
+            Opcode::ChunkCreate => {
+                let (table, n) = get_chunk_head(&mut r, chunk_op::CREATE_ITEM)?;
+                if n > MAX_CHUNK_CREATE {
+                    return Err(DecodeError::Malformed("more than 1024 chunks in one CHUNK_CREATE"));
+                }
+                let mut payloads = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = r.u32()? as usize;
+                    payloads.push(r.take(len)?);
+                }
+                Request::ChunkCreate { table, payloads }
+            }
+            Opcode::ChunkGet | Opcode::ChunkRemove => {
+                let (table, n) = get_chunk_head(&mut r, chunk_op::ID_ITEM)?;
+                let mut ids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ids.push(ChunkId(r.u64()?));
+                }
+                match op {
+                    Opcode::ChunkGet => Request::ChunkGet { table, ids },
+                    _ => Request::ChunkRemove { table, ids },
+                }
+            }
+            Opcode::ChunkPut => {
+                let (table, n) = get_chunk_head(&mut r, chunk_op::PUT_ITEM)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let f = r.fixed(chunk_op::PUT_ITEM)?;
+                    let id = ChunkId(get_u64(f, chunk_op::PUT_ID));
+                    items.push((id, r.take(get_u32(f, chunk_op::PUT_LEN) as usize)?));
+                }
+                Request::ChunkPut { table, items }
+            }
             Opcode::Auth => {
                 let f = r.fixed(auth_op::FIXED)?;
                 let user_len = u16::from_le_bytes([f[auth_op::USER_LEN], f[auth_op::USER_LEN + 1]]);
@@ -505,6 +629,18 @@ impl<'a> Request<'a> {
         r.finish()?;
         Ok(req)
     }
+}
+
+/// The table and item count of a chunk request; the count is checked
+/// against the bytes left at `min_item` bytes an item before anything is
+/// allocated for it.
+fn get_chunk_head(r: &mut Reader<'_>, min_item: usize) -> Result<(TableId, usize), DecodeError> {
+    let f = r.fixed(chunk_op::FIXED)?;
+    let n = get_u32(f, chunk_op::COUNT) as usize;
+    if n.saturating_mul(min_item) > r.remaining() {
+        return Err(DecodeError::Malformed("item count exceeds the message"));
+    }
+    Ok((TableId(get_u64(f, chunk_op::TABLE)), n))
 }
 
 /// A name's or password's length as its u16 field; longer ones are cut

@@ -5,7 +5,7 @@ use crate::frame::{encode_header, finish_frame, FLAG_RESPONSE};
 use crate::request::{len32_count, Opcode};
 use crate::status::{ErrorStatus, StatusCode};
 use crate::wire::{get_u32, get_u64, len32, put_str8, DecodeError, Reader};
-use shoal_common::{TableId, UnixMillis, Version};
+use shoal_common::{ChunkId, TableId, UnixMillis, Version};
 use std::borrow::Cow;
 
 /// ENUMERATE result: flags (bit 0: more follow), next cursor, object count.
@@ -126,6 +126,17 @@ pub enum Response<'a> {
         expires_at: Option<UnixMillis>,
         ttl_ms: u64,
     },
+    /// CHUNK_CREATE: the new chunks' ids, in the order of the payloads.
+    ChunkCreate(Vec<ChunkId>),
+    /// CHUNK_GET: each chunk's version and payload, or why not.
+    ChunkGet(Vec<Result<(Version, &'a [u8]), ErrorStatus>>),
+    /// CHUNK_PUT: each chunk's new version, or why not.
+    ChunkPut(Vec<Result<Version, ErrorStatus>>),
+    /// CHUNK_REMOVE: the version each removed chunk had, or why not.
+    ChunkRemove(Vec<Result<Version, ErrorStatus>>),
+    CreateChunkTable {
+        table: TableId,
+    },
 }
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
@@ -151,6 +162,11 @@ impl<'a> Response<'a> {
             Response::Auth => Opcode::Auth,
             Response::WriteTtl { .. } => Opcode::WriteTtl,
             Response::ReadTtl { .. } => Opcode::ReadTtl,
+            Response::ChunkCreate(_) => Opcode::ChunkCreate,
+            Response::ChunkGet(_) => Opcode::ChunkGet,
+            Response::ChunkPut(_) => Opcode::ChunkPut,
+            Response::ChunkRemove(_) => Opcode::ChunkRemove,
+            Response::CreateChunkTable { .. } => Opcode::CreateChunkTable,
         }
     }
 
@@ -173,7 +189,7 @@ impl<'a> Response<'a> {
                 out.extend_from_slice(&value.to_le_bytes());
                 put_u64(out, version.0);
             }
-            Response::MultiRead(items) => {
+            Response::MultiRead(items) | Response::ChunkGet(items) => {
                 out.extend_from_slice(&len32_count(items.len()));
                 for it in items {
                     match it {
@@ -185,7 +201,7 @@ impl<'a> Response<'a> {
                     }
                 }
             }
-            Response::MultiWrite(items) => {
+            Response::MultiWrite(items) | Response::ChunkPut(items) | Response::ChunkRemove(items) => {
                 out.extend_from_slice(&len32_count(items.len()));
                 for it in items {
                     match it {
@@ -221,7 +237,15 @@ impl<'a> Response<'a> {
                     out.extend_from_slice(o.value);
                 }
             }
-            Response::CreateTable { table } | Response::GetTableId { table } => put_u64(out, table.0),
+            Response::CreateTable { table } | Response::GetTableId { table } | Response::CreateChunkTable { table } => {
+                put_u64(out, table.0)
+            }
+            Response::ChunkCreate(ids) => {
+                out.extend_from_slice(&len32_count(ids.len()));
+                for id in ids {
+                    put_u64(out, id.0);
+                }
+            }
             Response::Stats(stats) => {
                 let n = stats.len().min(u16::MAX as usize);
                 out.extend_from_slice(&(n as u16).to_le_bytes());
@@ -308,7 +332,7 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
                 version: Version(get_u64(f, increment_res::VERSION)),
             }
         }
-        Opcode::MultiRead => {
+        Opcode::MultiRead | Opcode::ChunkGet => {
             let n = r.count(1)?;
             let mut items = Vec::with_capacity(n);
             for _ in 0..n {
@@ -317,9 +341,12 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
                     Some(e) => Err(e),
                 });
             }
-            Response::MultiRead(items)
+            match op {
+                Opcode::ChunkGet => Response::ChunkGet(items),
+                _ => Response::MultiRead(items),
+            }
         }
-        Opcode::MultiWrite => {
+        Opcode::MultiWrite | Opcode::ChunkPut | Opcode::ChunkRemove => {
             let n = r.count(1)?;
             let mut items = Vec::with_capacity(n);
             for _ in 0..n {
@@ -328,8 +355,21 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
                     Some(e) => Err(e),
                 });
             }
-            Response::MultiWrite(items)
+            match op {
+                Opcode::ChunkPut => Response::ChunkPut(items),
+                Opcode::ChunkRemove => Response::ChunkRemove(items),
+                _ => Response::MultiWrite(items),
+            }
         }
+        Opcode::ChunkCreate => {
+            let n = r.count(8)?;
+            let mut ids = Vec::with_capacity(n);
+            for _ in 0..n {
+                ids.push(ChunkId(r.u64()?));
+            }
+            Response::ChunkCreate(ids)
+        }
+        Opcode::CreateChunkTable => Response::CreateChunkTable { table: TableId(r.u64()?) },
         Opcode::MultiRemove => {
             let n = r.count(1)?;
             let mut items = Vec::with_capacity(n);

@@ -73,7 +73,7 @@ struct Spec {
 
 fn arb_spec() -> impl Strategy<Value = Spec> {
     (
-        0u8..16,
+        0u8..21,
         prop::collection::vec(arb_item(), 0..5),
         prop::collection::vec(prop::option::of(arb_status()), 5),
         any::<u64>(),
@@ -135,6 +135,11 @@ fn request<'a>(s: &'a Spec, it: &'a Item) -> Request<'a> {
             ttl_ms: (it.delta as u64).max(1),
         },
         15 => Request::ReadTtl { table: t, key: &it.key, rules: it.rules },
+        16 => Request::ChunkCreate { table: t, payloads: s.items.iter().map(|i| &i.value[..]).collect() },
+        17 => Request::ChunkGet { table: t, ids: s.items.iter().map(|i| ChunkId(i.table)).collect() },
+        18 => Request::ChunkPut { table: t, items: s.items.iter().map(|i| (ChunkId(i.table), &i.value[..])).collect() },
+        19 => Request::ChunkRemove { table: t, ids: s.items.iter().map(|i| ChunkId(i.delta as u64)).collect() },
+        20 => Request::CreateChunkTable { name: &s.name },
         _ => Request::Auth { user: &it.key, password: &it.value },
     }
 }
@@ -185,6 +190,17 @@ fn response<'a>(s: &'a Spec, it: &'a Item) -> Response<'a> {
             expires_at: (s.cursor != 0).then_some(UnixMillis(s.cursor)),
             ttl_ms: s.count as u64,
         },
+        16 => Response::ChunkCreate(s.items.iter().map(|i| ChunkId(i.table)).collect()),
+        17 => Response::ChunkGet(
+            s.items.iter().enumerate().map(|(n, i)| item_status(s, n, (i.rules.given_version, &i.value[..]))).collect(),
+        ),
+        18 => Response::ChunkPut(
+            s.items.iter().enumerate().map(|(n, i)| item_status(s, n, i.rules.given_version)).collect(),
+        ),
+        19 => Response::ChunkRemove(
+            s.items.iter().enumerate().map(|(n, i)| item_status(s, n, i.rules.given_version)).collect(),
+        ),
+        20 => Response::CreateChunkTable { table: TableId(it.table) },
         _ => Response::Stats(
             s.stats
                 .iter()

@@ -91,6 +91,72 @@ fn requests_match_python_vectors() {
     );
 }
 
+/// The chunk opcodes, against docs/vectors/wire_vectors.py.
+#[test]
+fn chunk_messages_match_python_vectors() {
+    let one = ChunkId::new(1, 1);
+    check_request(
+        Request::CreateChunkTable { name: "graph" },
+        15,
+        "53 01 15 00 0f 00 00 00 00 00 00 00 07 00 00 00 05 00 67 72 61 70 68",
+    );
+    check_request(
+        Request::ChunkCreate { table: TableId(5), payloads: vec![b"ab", b""] },
+        16,
+        "53 01 0c 00 10 00 00 00 00 00 00 00 16 00 00 00 05 00 00 00 00 00 00 00 02 00 00 00 02 00 00 00 61 62 00 00 00 00",
+    );
+    check_response(
+        Ok(Response::ChunkCreate(vec![one, ChunkId::new(1, 2)])),
+        Opcode::ChunkCreate,
+        16,
+        "53 01 0c 01 10 00 00 00 00 00 00 00 15 00 00 00 00 02 00 00 00 01 00 00 00 00 00 01 00 02 00 00 00 00 00 01 00",
+    );
+    check_request(
+        Request::ChunkGet { table: TableId(5), ids: vec![one] },
+        17,
+        "53 01 0d 00 11 00 00 00 00 00 00 00 14 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 01 00 00 00 00 00 01 00",
+    );
+    check_response(
+        Ok(Response::ChunkGet(vec![Ok((Version(1), b"ab"))])),
+        Opcode::ChunkGet,
+        17,
+        "53 01 0d 01 11 00 00 00 00 00 00 00 14 00 00 00 00 01 00 00 00 00 01 00 00 00 00 00 00 00 02 00 00 00 61 62",
+    );
+    check_request(
+        Request::ChunkPut { table: TableId(5), items: vec![(one, b"xyz")] },
+        18,
+        "53 01 0e 00 12 00 00 00 00 00 00 00 1b 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 01 00 00 00 00 00 01 00 03 00 00 00 78 79 7a",
+    );
+    check_response(
+        Ok(Response::ChunkRemove(vec![Ok(Version(2)), Err(ErrorStatus::ObjectDoesntExist)])),
+        Opcode::ChunkRemove,
+        19,
+        "53 01 0f 01 13 00 00 00 00 00 00 00 0f 00 00 00 00 02 00 00 00 00 02 00 00 00 00 00 00 00 04",
+    );
+}
+
+/// A CHUNK_CREATE of more than MAX_CHUNK_CREATE chunks is malformed, and a
+/// count the body cannot hold is refused before anything is allocated.
+#[test]
+fn chunk_requests_bound_their_counts() {
+    let payloads = vec![&b""[..]; MAX_CHUNK_CREATE + 1];
+    let mut out = Vec::new();
+    Request::ChunkCreate { table: TableId(5), payloads }.encode(1, &mut out);
+    let (h, b) = body(&out);
+    assert_eq!(Request::decode(h.opcode, b), Err(DecodeError::Malformed("more than 1024 chunks in one CHUNK_CREATE")));
+    let mut lying = Vec::new();
+    lying.extend_from_slice(&5u64.to_le_bytes());
+    lying.extend_from_slice(&u32::MAX.to_le_bytes());
+    lying.extend_from_slice(&[0; 8]);
+    for op in [Opcode::ChunkGet, Opcode::ChunkPut, Opcode::ChunkRemove, Opcode::ChunkCreate] {
+        assert_eq!(
+            Request::decode(op as u8, &lying),
+            Err(DecodeError::Malformed("item count exceeds the message")),
+            "{op:?}"
+        );
+    }
+}
+
 /// A WRITE_TTL whose time to live is 0 is malformed (an object must be
 /// alive when written), and the new opcodes leave WRITE and READ as they were.
 #[test]

@@ -152,7 +152,11 @@ pub fn verify_replica(bytes: &[u8]) -> Verified {
             }
             Entry::SegmentHeader(h) => header = Some(h),
             Entry::LogDigest(ids) => digest = Some(ids),
-            Entry::Object(_) | Entry::Tombstone(_) | Entry::SafeVersion(_) => {}
+            Entry::Object(_)
+            | Entry::Tombstone(_)
+            | Entry::SafeVersion(_)
+            | Entry::Chunk(_)
+            | Entry::ChunkTombstone(_) => {}
         }
     }
     v

@@ -198,10 +198,14 @@ pub struct TableRegistry {
     /// Changes whenever a table is created or dropped, so that a connection
     /// may cache name lookups and check them with one load.
     generation: AtomicU64,
+    /// Whether `chunk_tables` is not empty.
+    any_chunk_tables: std::sync::atomic::AtomicBool,
 }
 
 struct Registry {
     by_name: HashMap<String, TableId>,
+    /// The chunk tables among them (`docs/chunks.md`).
+    chunk_tables: std::collections::HashSet<TableId>,
     next_id: u64,
 }
 
@@ -210,8 +214,9 @@ impl TableRegistry {
         TableRegistry {
             store,
             coordinator,
-            inner: RwLock::new(Registry { by_name: HashMap::new(), next_id: 1 }),
+            inner: RwLock::new(Registry { by_name: HashMap::new(), chunk_tables: Default::default(), next_id: 1 }),
             generation: AtomicU64::new(0),
+            any_chunk_tables: Default::default(),
         }
     }
 
@@ -237,11 +242,35 @@ impl TableRegistry {
     /// (`shoal_common::slots`; the Redis databases are). An existing table
     /// is returned as it is.
     pub fn create_with(&self, name: &str, slots: bool) -> Result<TableId, TableError> {
+        self.create_kind(name, slots, false)
+    }
+
+    /// [`TableRegistry::create`] of a chunk table (`docs/chunks.md`).
+    /// `TableError::WrongKind` if `name` is a key-value table.
+    pub fn create_chunk_table(&self, name: &str) -> Result<TableId, TableError> {
+        self.create_kind(name, false, true)
+    }
+
+    /// Whether `table` is a chunk table.
+    pub fn is_chunk_table(&self, table: TableId) -> bool {
+        self.inner.read().chunk_tables.contains(&table)
+    }
+
+    /// Whether any chunk table exists (one load: object requests check
+    /// their table's kind only then).
+    pub fn has_chunk_tables(&self) -> bool {
+        self.any_chunk_tables.load(Ordering::Acquire)
+    }
+
+    fn create_kind(&self, name: &str, slots: bool, chunks: bool) -> Result<TableId, TableError> {
         if let Some(id) = self.lookup(name) {
+            if self.is_chunk_table(id) != chunks {
+                return Err(TableError::WrongKind(name.to_owned()));
+            }
             return Ok(id);
         }
         if let Some((coordinator, auth)) = &self.coordinator {
-            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots };
+            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots, chunks };
             let table = match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(ControlResponse::Table { table }) => table,
                 Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
@@ -249,6 +278,10 @@ impl TableRegistry {
             };
             let mut r = self.inner.write();
             self.store.create_table(table.id);
+            if table.chunks {
+                r.chunk_tables.insert(table.id);
+                self.any_chunk_tables.store(true, Ordering::Release);
+            }
             if r.by_name.insert(table.name, table.id) != Some(table.id) {
                 self.generation.fetch_add(1, Ordering::AcqRel);
             }
@@ -261,6 +294,10 @@ impl TableRegistry {
         let id = table_id(r.next_id, slots);
         r.next_id += 1;
         self.store.create_table(id);
+        if chunks {
+            r.chunk_tables.insert(id);
+            self.any_chunk_tables.store(true, Ordering::Release);
+        }
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(id)
@@ -276,7 +313,15 @@ impl TableRegistry {
                 Err(e) => return Err(TableError::Coordinator(e.to_string())),
             }
         }
-        let Some(id) = self.inner.write().by_name.remove(name) else {
+        let removed = {
+            let mut r = self.inner.write();
+            let id = r.by_name.remove(name);
+            if let Some(id) = id {
+                r.chunk_tables.remove(&id);
+            }
+            id
+        };
+        let Some(id) = removed else {
             // In a cluster the coordinator dropped it: the map this server
             // received since may already have removed it here (`sync`).
             return Ok(self.coordinator.is_some());
@@ -291,6 +336,8 @@ impl TableRegistry {
     pub fn sync(&self, map: &ClusterMap) {
         let mut r = self.inner.write();
         let fresh: HashMap<String, TableId> = map.tables.iter().map(|t| (t.name.clone(), t.id)).collect();
+        r.chunk_tables = map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
+        self.any_chunk_tables.store(!r.chunk_tables.is_empty(), Ordering::Release);
         if fresh == r.by_name {
             return;
         }
@@ -332,6 +379,9 @@ pub enum TableError {
     Store(StoreError),
     #[error("coordinator: {0}")]
     Coordinator(String),
+    /// The name is a table of the other kind (key-value or chunks).
+    #[error("table {0} exists as a table of another kind")]
+    WrongKind(String),
 }
 
 /// Longest a table call to the coordinator may take.

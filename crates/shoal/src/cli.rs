@@ -14,9 +14,10 @@
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
+use shoal_client::names;
 use shoal_client::{
-    ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules, Rejected,
-    StatValue, TableError, TableId, Version, WriteError,
+    ChunkId, ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules,
+    Rejected, StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
@@ -166,6 +167,18 @@ pub enum ClientCommand {
     CreateTable(TableArgs),
     /// Drops a table and every object in it.
     DropTable(TableArgs),
+    /// Chunks: keyless objects of chunk tables, with 64-bit ids the server
+    /// hands out (docs/chunks.md).
+    ///
+    /// `shoal chunk create-table NAME`, `shoal chunk create TABLE PAYLOAD...`
+    /// (prints one id per payload), `shoal chunk get TABLE ID`, `shoal chunk
+    /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`; names for chunk
+    /// ids: `shoal chunk name TABLE NAME ID`, `lookup TABLE NAME`, `unname
+    /// TABLE NAME`, `names TABLE [PREFIX]`. Ids are printed and read in hex
+    /// (0x...) or decimal. Exits 1 for a chunk that does not
+    /// exist or a table that is not a chunk table.
+    #[command(subcommand)]
+    Chunk(ChunkCommand),
     /// Prints the server's statistics; with --coordinator, the cluster's
     /// and every server's.
     ///
@@ -205,6 +218,100 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChunkCommand {
+    /// Creates a chunk table (or finds the existing one); prints its id.
+    CreateTable(TableArgs),
+    /// Creates one chunk per payload, in one request; prints their ids.
+    Create(ChunkCreateArgs),
+    /// Prints a chunk's payload and version.
+    Get(ChunkIdArgs),
+    /// Replaces an existing chunk's payload; prints its new version.
+    Put(ChunkPutArgs),
+    /// Removes a chunk; prints the version it had. Its id will be reused.
+    Rm(ChunkIdArgs),
+    /// Registers a name for a chunk id (in the key-value table
+    /// `chunk-names`, created if missing); an existing name is refused
+    /// unless --replace.
+    Name(ChunkNameArgs),
+    /// Prints the chunk id registered for a name.
+    Lookup(ChunkLookupArgs),
+    /// Removes a name (not its chunk).
+    Unname(ChunkLookupArgs),
+    /// Lists a chunk table's names (optionally those starting with a
+    /// prefix), sorted, with their chunk ids.
+    Names(ChunkNamesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkNameArgs {
+    pub table: String,
+    pub name: OsString,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    /// Replace the id an existing name has.
+    #[arg(long)]
+    pub replace: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkLookupArgs {
+    pub table: String,
+    pub name: OsString,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkNamesArgs {
+    pub table: String,
+    /// Only names starting with this.
+    #[arg(default_value = "")]
+    pub prefix: OsString,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// A chunk id as the CLI reads it: hex with 0x, or decimal.
+fn parse_chunk_id(s: &str) -> Result<ChunkId, String> {
+    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    n.map(ChunkId).map_err(|e| format!("not a chunk id ({e}): give it in hex (0x...) or decimal"))
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkCreateArgs {
+    pub table: String,
+    /// The payloads, one chunk each (at most 1024).
+    #[arg(required = true, num_args = 1..=1024)]
+    pub payloads: Vec<OsString>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkIdArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkPutArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    pub payload: OsString,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Args, Debug)]
@@ -501,6 +608,13 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Incr(a) => &a.common,
         ClientCommand::Scan(a) => &a.common,
         ClientCommand::CreateTable(a) | ClientCommand::DropTable(a) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::CreateTable(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Create(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Get(a) | ChunkCommand::Rm(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Put(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Name(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Lookup(a) | ChunkCommand::Unname(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Names(a)) => &a.common,
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
     };
@@ -672,7 +786,135 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
             let stats = c.stats().map_err(|e| t.client(e))?;
             print_stats(&stats, json)?;
         }
+        ClientCommand::Chunk(cmd) => chunk(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
+    }
+    Ok(())
+}
+
+/// `shoal chunk ...`.
+fn chunk(c: &mut Client, cmd: &ChunkCommand, server: &str, json: bool) -> Result<(), CliError> {
+    let chunk_key = |id: ChunkId| id.to_string().into_bytes();
+    match cmd {
+        ChunkCommand::CreateTable(a) => {
+            let t = Target { server, table: &a.name, key: None };
+            let id = c.create_chunk_table(&a.name).map_err(|e| t.table_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.name, "id": id.0, "chunks": true }));
+            } else {
+                out!("chunk table '{}' has id {id}", a.name);
+            }
+        }
+        ChunkCommand::Create(a) => {
+            let t = Target { server, table: &a.table, key: None };
+            let table = lookup(c, &t)?;
+            let payloads: Vec<&[u8]> = a.payloads.iter().map(|p| p.as_bytes()).collect();
+            let ids = c.create_chunks(table, &payloads).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "ids": ids.iter().map(|i| i.to_string()).collect::<Vec<_>>() }));
+            } else {
+                for id in ids {
+                    out!("{id}");
+                }
+            }
+        }
+        ChunkCommand::Get(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let (payload, version) = c.get_chunk(table, a.id).map_err(|e| t.read_error(e))?;
+            if json {
+                out!(
+                    "{}",
+                    json!({ "table": a.table, "id": a.id.to_string(), "payload": lossy(&payload), "version": version.0 })
+                );
+            } else {
+                out!("{}", show_value(&payload));
+                out!("(version {version})");
+            }
+        }
+        ChunkCommand::Put(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let version = c.put_chunk(table, a.id, a.payload.as_bytes()).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "version": version.0 }));
+            } else {
+                out!("OK (version {version})");
+            }
+        }
+        ChunkCommand::Rm(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let version = c.remove_chunk(table, a.id).map_err(|e| t.write_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "removed": true, "version": version.0 }));
+            } else {
+                out!("removed (it had version {version})");
+            }
+        }
+        ChunkCommand::Name(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.name.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let nt = Target { server, table: names::NAMES_TABLE, key: Some(a.name.as_bytes()) };
+            let names_table = c.create_table(names::NAMES_TABLE).map_err(|e| nt.table_error(e))?;
+            names::register(c, names_table, table, a.name.as_bytes(), a.id, a.replace).map_err(|e| {
+                if names::is_taken(&e) {
+                    CliError::refused("exists", format!("{}: the name is taken (--replace replaces it)", t.object()))
+                } else {
+                    t.write_error(e)
+                }
+            })?;
+            if json {
+                out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "id": a.id.to_string() }));
+            } else {
+                out!("{} -> {}", show_key(a.name.as_bytes()), a.id);
+            }
+        }
+        ChunkCommand::Lookup(a) | ChunkCommand::Unname(a) => {
+            let t = Target { server, table: &a.table, key: Some(a.name.as_bytes()) };
+            let table = lookup(c, &t)?;
+            let names_table = c
+                .table_id(names::NAMES_TABLE)
+                .map_err(|_| CliError::refused("not_found", format!("{}: no chunk names registered", t.object())))?;
+            if matches!(cmd, ChunkCommand::Unname(_)) {
+                let had = names::unregister(c, names_table, table, a.name.as_bytes()).map_err(|e| t.write_error(e))?;
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "removed": had.is_some() }));
+                } else if had.is_some() {
+                    out!("removed the name {}", show_key(a.name.as_bytes()));
+                } else {
+                    out!("nothing removed: no such name");
+                }
+            } else {
+                let id = names::lookup(c, names_table, table, a.name.as_bytes()).map_err(|e| t.read_error(e))?;
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(a.name.as_bytes()), "id": id.to_string() }));
+                } else {
+                    out!("{id}");
+                }
+            }
+        }
+        ChunkCommand::Names(a) => {
+            let t = Target { server, table: &a.table, key: None };
+            let table = lookup(c, &t)?;
+            let list = match c.table_id(names::NAMES_TABLE) {
+                Ok(n) => names::list(c, n, table, a.prefix.as_bytes()).map_err(|e| t.table_error(e))?,
+                Err(_) => Vec::new(),
+            };
+            for (name, id) in &list {
+                if json {
+                    out!("{}", json!({ "table": a.table, "name": lossy(name), "id": id.to_string() }));
+                } else {
+                    out!("{} -> {id}", show_key(name));
+                }
+            }
+            if !json {
+                out!("({} names)", list.len());
+            }
+        }
     }
     Ok(())
 }

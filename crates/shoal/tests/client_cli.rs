@@ -223,3 +223,63 @@ fn connection_refused_is_exit_code_3() {
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(json(&stdout(&o))["error"], "connection");
 }
+
+/// `shoal chunk ...`: a chunk table, chunks created in one request with
+/// ids the server picks (node 0 on a standalone server, local ids from 1),
+/// get, put, rm, the reuse of a removed id, `--json`, and the refusals.
+#[test]
+fn chunk_commands() {
+    let (_server, a) = start();
+    assert_eq!(ok(a, &["chunk", "create-table", "graph"]), "chunk table 'graph' has id 1\n");
+    assert_eq!(ok(a, &["chunk", "create", "graph", "first", "second"]), "0x1\n0x2\n");
+    assert_eq!(ok(a, &["chunk", "get", "graph", "0x1"]), "first\n(version 1)\n");
+    assert_eq!(ok(a, &["chunk", "put", "graph", "2", "second v2"]), "OK (version 2)\n");
+    assert_eq!(ok(a, &["chunk", "get", "graph", "0x2"]), "second v2\n(version 2)\n");
+    assert_eq!(ok(a, &["chunk", "rm", "graph", "0x2"]), "removed (it had version 2)\n");
+    assert!(fails(a, &["chunk", "get", "graph", "0x2"], 1).contains("no such object"));
+    assert!(fails(a, &["chunk", "put", "graph", "0x2", "x"], 1).contains("does not exist"));
+    // The removed id comes back, above its last version.
+    let created = json(&ok(a, &["chunk", "create", "graph", "third", "--json"]));
+    assert_eq!(created["ids"], serde_json::json!(["0x2"]));
+    let got = json(&ok(a, &["chunk", "get", "graph", "0x2", "--json"]));
+    assert_eq!((got["payload"].as_str(), got["version"].as_u64()), (Some("third"), Some(3)));
+    let stats = ok(a, &["stats"]);
+    let chunks = stats.lines().find(|l| l.starts_with("chunks ")).expect("chunks stat");
+    assert_eq!(chunks.split_whitespace().nth(1), Some("2"), "{stats}");
+    // Kinds do not mix.
+    assert_eq!(ok(a, &["create-table", "users"]), "table 'users' has id 2\n");
+    fails(a, &["chunk", "create", "users", "x"], 1);
+    fails(a, &["chunk", "create-table", "users"], 1);
+    fails(a, &["create-table", "graph"], 1);
+    fails(a, &["chunk", "get", "graph", "zz"], 2);
+    assert!(fails(a, &["put", "graph", "k", "v"], 1).contains("chunk table"));
+    fails(a, &["get", "graph", "k"], 1);
+}
+
+/// `shoal chunk name/lookup/unname/names`: names for chunk ids, kept per
+/// chunk table in the key-value table `chunk-names`.
+#[test]
+fn chunk_names() {
+    let (_server, a) = start();
+    ok(a, &["chunk", "create-table", "graph"]);
+    ok(a, &["chunk", "create-table", "other"]);
+    assert_eq!(ok(a, &["chunk", "names", "graph"]), "(0 names)\n");
+    assert!(fails(a, &["chunk", "lookup", "graph", "root"], 1).contains("no chunk names"));
+    assert_eq!(ok(a, &["chunk", "create", "graph", "r", "a", "b"]), "0x1\n0x2\n0x3\n");
+    assert_eq!(ok(a, &["chunk", "name", "graph", "root", "0x1"]), "root -> 0x1\n");
+    ok(a, &["chunk", "name", "graph", "user:alice", "0x2"]);
+    ok(a, &["chunk", "name", "graph", "user:bob", "3"]);
+    ok(a, &["chunk", "name", "other", "user:carol", "0x9"]);
+    assert_eq!(ok(a, &["chunk", "lookup", "graph", "user:bob"]), "0x3\n");
+    assert!(fails(a, &["chunk", "name", "graph", "root", "0x2"], 1).contains("taken"));
+    ok(a, &["chunk", "name", "graph", "root", "0x2", "--replace"]);
+    assert_eq!(ok(a, &["chunk", "lookup", "graph", "root"]), "0x2\n");
+    assert_eq!(
+        ok(a, &["chunk", "names", "graph", "user:"]),
+        "user:alice -> 0x2\nuser:bob -> 0x3\n(2 names)\n",
+        "by prefix, sorted, only this table's"
+    );
+    assert_eq!(ok(a, &["chunk", "unname", "graph", "user:bob"]), "removed the name user:bob\n");
+    assert!(fails(a, &["chunk", "lookup", "graph", "user:bob"], 1).contains("no such object"));
+    assert_eq!(ok(a, &["chunk", "names", "graph"]), "root -> 0x2\nuser:alice -> 0x2\n(2 names)\n");
+}

@@ -218,6 +218,7 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     )?;
     s.gauge("shoal_memory_tombstone_bytes", "Bytes of tombstones believed live.", t.tombstone_bytes)?;
     s.gauge("shoal_memory_hash_table_bytes", "Bytes of the hash table.", t.hash_table_bytes)?;
+    s.gauge("shoal_memory_cid_table_bytes", "Bytes of the chunks' CID tables.", t.cid_table_bytes)?;
     s.gauge(
         "shoal_hash_table_buckets",
         "Main buckets of the hash table (it grows with the objects).",
@@ -238,6 +239,7 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     )?;
     s.gauge("shoal_memory_utilisation_ratio", "Live bytes over the pool's bytes.", t.memory_utilisation)?;
     s.gauge("shoal_objects", "Live objects.", t.objects)?;
+    s.gauge("shoal_chunks", "Live chunks (of every chunk table).", t.chunks)?;
     s.gauge("shoal_objects_expiring", "Live objects that carry an expiry time.", t.expiring_objects)?;
     s.counters(
         "shoal_store_operations",

@@ -5,6 +5,7 @@
 
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
+use shoal_engine::format::chunk_key;
 use shoal_engine::{
     key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, TableId, WriteOp,
 };
@@ -157,6 +158,7 @@ fn apply<'s>(
             | Request::CreateTable { .. }
             | Request::DropTable { .. }
             | Request::GetTableId { .. }
+            | Request::CreateChunkTable { .. }
             | Request::MultiRead(_)
             | Request::MultiWrite(_)
             | Request::MultiRemove(_)
@@ -347,13 +349,98 @@ fn apply<'s>(
             Response::GetTableId { table: ctx.tables.lookup(name).ok_or(ErrorStatus::UnknownTableName)? }
         }
         Request::Stats => Response::Stats(stats(ctx)),
+        Request::CreateChunkTable { name } => {
+            Response::CreateChunkTable { table: ctx.tables.create_chunk_table(name).map_err(table_status)? }
+        }
+        Request::ChunkCreate { table, payloads } => {
+            chunk_table(ctx, table)?;
+            let node = chunk_node(ctx)?;
+            Response::ChunkCreate(store.create_chunks(table, node, &payloads).map_err(status_of)?)
+        }
+        Request::ChunkGet { table, ids } => {
+            chunk_table(ctx, table)?;
+            // Payloads go one after another into one buffer; the response
+            // is refused before it outgrows the limit.
+            let buf = &mut scratch.values;
+            buf.clear();
+            let mut results: Vec<Result<(Version, std::ops::Range<usize>), ErrorStatus>> =
+                Vec::with_capacity(ids.len());
+            for id in &ids {
+                let start = buf.len();
+                let got = store.get_chunk_into(table, *id, &mut scratch.value);
+                wait_for_read(store, &mut scratch.durable, table, &chunk_key(*id), got.is_ok());
+                let r = got.map_err(status_of);
+                results.push(r.map(|v| {
+                    buf.extend_from_slice(&scratch.value);
+                    (v, start..buf.len())
+                }));
+                let size = buf.len() + results.len() * 13;
+                if size > max_response {
+                    return Err(ErrorStatus::FrameTooLarge { len: sat32(size), max: sat32(max_response) });
+                }
+            }
+            let buf = &scratch.values;
+            Response::ChunkGet(results.into_iter().map(|r| r.map(|(v, range)| (v, &buf[range]))).collect())
+        }
+        Request::ChunkPut { table, items } => {
+            chunk_table(ctx, table)?;
+            Response::ChunkPut(
+                store.multi_put_chunks(table, &items).into_iter().map(|r| r.map_err(status_of)).collect(),
+            )
+        }
+        Request::ChunkRemove { table, ids } => {
+            chunk_table(ctx, table)?;
+            Response::ChunkRemove(
+                store.multi_remove_chunks(table, &ids).into_iter().map(|r| r.map_err(status_of)).collect(),
+            )
+        }
     })
+}
+
+/// Chunk requests name a chunk table: `UNKNOWN_TABLE` for no table,
+/// `MALFORMED_REQUEST` for a key-value table. A chunk table has one
+/// tablet, whose master creates and serves all its chunks (in a cluster:
+/// `UNKNOWN_TABLET` or `RETRY` from another server, for the whole request,
+/// as for any key of the table).
+fn chunk_table(ctx: &ServerContext, table: TableId) -> Result<(), ErrorStatus> {
+    if ctx.tables.is_chunk_table(table) {
+        return route(ctx, table, CHUNK_ROUTE_KEY);
+    }
+    match ctx.store.has_table(table) {
+        true => Err(ErrorStatus::MalformedRequest(format!("table {table} is not a chunk table"))),
+        false => Err(ErrorStatus::UnknownTable(table)),
+    }
+}
+
+/// The key whose hash routes every request of a chunk table (one tablet).
+pub const CHUNK_ROUTE_KEY: &[u8] = b"";
+
+/// The node id of the chunks this server creates: its server id in a
+/// cluster (at most 65535, the width of a chunk id's node field), 0 alone.
+fn chunk_node(ctx: &ServerContext) -> Result<u16, ErrorStatus> {
+    match &ctx.cluster {
+        Some(node) => u16::try_from(node.id.0).map_err(|_| {
+            ErrorStatus::MalformedRequest(format!("server id {} is too large for chunk ids (at most 65535)", node.id))
+        }),
+        None => Ok(0),
+    }
 }
 
 /// In a cluster: whether this server serves `key` of `table` now. A key of
 /// another master's tablet gets `UNKNOWN_TABLET` (the client refreshes its
 /// map), one of a tablet being rebuilt `RETRY`.
+/// Object requests on a chunk table are `MALFORMED_REQUEST`.
 fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
+    if ctx.tables.has_chunk_tables() && ctx.tables.is_chunk_table(table) {
+        return Err(ErrorStatus::MalformedRequest(format!(
+            "table {table} is a chunk table: its chunks are read and written with the CHUNK_* requests"
+        )));
+    }
+    route(ctx, table, key)
+}
+
+/// [`owner`] without the table kind's check.
+fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
     let Some(node) = &ctx.cluster else {
         return Ok(());
     };
@@ -377,10 +464,11 @@ fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
 const RECOVERING_RETRY_US: u32 = 20_000;
 
 fn table_status(e: TableError) -> ErrorStatus {
-    match e {
-        TableError::Store(e) => status_of(e),
+    match &e {
+        TableError::Store(e) => status_of(e.clone()),
         // The coordinator is unreachable: try again a little later.
         TableError::Coordinator(_) => ErrorStatus::Retry { after_us: 100_000 },
+        TableError::WrongKind(_) => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 
@@ -401,6 +489,8 @@ fn status_of(e: StoreError) -> ErrorStatus {
         StoreError::Overflow => ErrorStatus::Overflow,
         StoreError::OutOfMemory => ErrorStatus::OutOfMemory,
         StoreError::InvalidBatch | StoreError::NotInTransaction => ErrorStatus::MalformedRequest(e.to_string()),
+        // A server out of chunk ids cannot create chunks, as one out of memory.
+        StoreError::ChunkIdsExhausted => ErrorStatus::OutOfMemory,
     }
 }
 
@@ -415,6 +505,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         seglets_in_use,
         segments_in_log,
         objects,
+        chunks,
+        cid_table_bytes,
         live_bytes,
         live_key_value_bytes,
         tombstone_bytes,
@@ -485,6 +577,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("seglets_in_use", seglets_in_use),
         u("segments_in_log", segments_in_log),
         u("objects", objects),
+        u("chunks", chunks),
+        u("cid_table_bytes", cid_table_bytes),
         u("live_bytes", live_bytes),
         u("live_key_value_bytes", live_key_value_bytes),
         u("tombstone_bytes", tombstone_bytes),

@@ -327,7 +327,7 @@ async fn serve_connection<S: ClientStream>(
 
 /// Operations of the native protocol, for its statistics (`/metrics`):
 /// index 0 is any unknown opcode, and every other is its opcode's value.
-pub const OPS: usize = 21;
+pub const OPS: usize = 22;
 
 /// The statistics index of `opcode` (see [`OPS`]).
 pub fn op_index(opcode: u8) -> usize {
@@ -358,6 +358,11 @@ pub fn op_name(index: usize) -> Option<&'static str> {
         Opcode::GetTableId => "get_table_id",
         Opcode::Stats => "stats",
         Opcode::Auth => "auth",
+        Opcode::ChunkCreate => "chunk_create",
+        Opcode::ChunkGet => "chunk_get",
+        Opcode::ChunkPut => "chunk_put",
+        Opcode::ChunkRemove => "chunk_remove",
+        Opcode::CreateChunkTable => "create_chunk_table",
     })
 }
 

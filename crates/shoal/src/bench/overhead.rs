@@ -1,12 +1,16 @@
 //! `shoal bench overhead`: memory per small object beyond its key and value
 //! (DXRAM's workload: 16-byte keys, 32-byte values), from the store's
-//! statistics and from the process' RSS.
+//! statistics and from the process' RSS. With `--chunks`: memory per chunk
+//! beyond its payload (chunk entry headers, CID table, seglet slack) for
+//! payloads of 16, 32, 64 and 128 bytes, against key-value objects of the
+//! same values with 8-byte keys (`docs/chunks.md`).
 
 use super::{emit_json, fit_memory, store_config, Table, MIB};
 use clap::Args as ClapArgs;
 use serde::Serialize;
 use shoal_bench_baseline::rss::rss_bytes;
-use shoal_engine::{RejectRules, Store, TableId, WriteOp};
+use shoal_engine::format::object_len;
+use shoal_engine::{RejectRules, Store, TableId, Version, WriteOp};
 use std::time::Instant;
 
 const KEY: usize = 16;
@@ -38,6 +42,15 @@ pub struct Args {
     /// Print one JSON object per result instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Chunks instead: --objects chunks of each of --chunk-sizes bytes,
+    /// created 1024 per call, against as many key-value objects of the
+    /// same values with 8-byte keys (64 per multi_write). Memory per item
+    /// beyond its payload (an object's key counted in), from the store's statistics.
+    #[arg(long)]
+    pub chunks: bool,
+    /// Payload sizes for --chunks.
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
+    pub chunk_sizes: Vec<usize>,
 }
 
 /// One load of N objects into a fresh store.
@@ -226,10 +239,203 @@ fn print_table(results: &[OverheadResult]) {
     );
 }
 
+/// One load of N chunks, or of N key-value objects with 8-byte keys, of
+/// one payload size (`--chunks`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ChunkOverhead {
+    pub bench: &'static str,
+    /// "chunks" or "kv 8-byte keys".
+    pub kind: &'static str,
+    pub items: u64,
+    pub payload_bytes: usize,
+    pub memory_bytes: u64,
+    pub seglets_in_use: u64,
+    pub seglet_bytes: u64,
+    /// The CID table (chunks) or the hash table (key-value objects).
+    pub index_bytes: u64,
+    pub live_bytes: u64,
+    pub load_secs: f64,
+    /// (live entry bytes - payloads) / N: entry headers (and keys).
+    pub entry_overhead_per_item: f64,
+    /// Index bytes / N.
+    pub index_per_item: f64,
+    /// Entry headers (and keys) + index: the bytes an item costs beyond
+    /// its payload in a log without seglet slack.
+    pub log_bytes_per_item: f64,
+    /// (seglets in use x seglet + index - payloads) / N: with the
+    /// slack of partly filled seglets and the head segment.
+    pub stats_bytes_per_item: f64,
+    pub target_bytes_per_item: f64,
+    pub error: Option<String>,
+}
+
+const CHUNK_TABLE: TableId = TableId(2);
+const CHUNK_BATCH: usize = 1024;
+
+fn run_chunks_one(args: &Args, size: usize, chunks: bool) -> ChunkOverhead {
+    let n = args.objects;
+    let segment = args.segment_kib << 10;
+    let key = if chunks { 0 } else { 8 };
+    let entry = if chunks {
+        shoal_engine::format::chunk_len(CHUNK_TABLE, shoal_engine::ChunkId::new(0, n.max(1)), Version(1), size)
+    } else {
+        object_len(TABLE, Version(1), key, size)
+    };
+    let mut r = ChunkOverhead {
+        bench: "overhead_chunks",
+        kind: if chunks { "chunks" } else { "kv 8-byte keys" },
+        items: n,
+        payload_bytes: size,
+        memory_bytes: 0,
+        seglets_in_use: 0,
+        seglet_bytes: 0,
+        index_bytes: 0,
+        live_bytes: 0,
+        load_secs: 0.0,
+        entry_overhead_per_item: 0.0,
+        index_per_item: 0.0,
+        log_bytes_per_item: 0.0,
+        stats_bytes_per_item: 0.0,
+        target_bytes_per_item: if chunks { 10.0 } else { f64::NAN },
+        error: None,
+    };
+    // Room for every entry plus a quarter, so that the cleaner stays idle.
+    let want = n * (entry as u64 + entry as u64 / 4 + 8);
+    let memory = match fit_memory(want, segment, 64 << 10, args.expected_object_bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            r.error = Some(e);
+            return r;
+        }
+    };
+    let store = match Store::new(store_config(memory, segment, 64 << 10, args.expected_object_bytes)) {
+        Ok(s) => s,
+        Err(e) => {
+            r.error = Some(e.to_string());
+            return r;
+        }
+    };
+    let table = if chunks { CHUNK_TABLE } else { TABLE };
+    store.create_table(table);
+    let payload = vec![0xa5u8; size];
+    let started = Instant::now();
+    let mut i = 0u64;
+    while i < n && r.error.is_none() {
+        if chunks {
+            let end = (i + CHUNK_BATCH as u64).min(n);
+            let payloads = vec![payload.as_slice(); (end - i) as usize];
+            if let Err(e) = store.create_chunks(table, 0, &payloads) {
+                r.error = Some(format!("create_chunks at chunk {i}: {e}"));
+            }
+            i = end;
+        } else {
+            let end = (i + BATCH as u64).min(n);
+            let keys: Vec<[u8; 8]> = (i..end).map(|k| k.to_le_bytes()).collect();
+            let ops: Vec<WriteOp> =
+                keys.iter().map(|k| WriteOp::new(table, k, &payload, RejectRules::default())).collect();
+            if let Some(e) = store.multi_write(&ops).into_iter().find_map(|r| r.err()) {
+                r.error = Some(format!("multi_write at object {i}: {e}"));
+            }
+            i = end;
+        }
+    }
+    r.load_secs = started.elapsed().as_secs_f64();
+    let s = store.stats();
+    r.memory_bytes = s.memory_bytes;
+    r.seglets_in_use = s.seglets_in_use;
+    r.seglet_bytes = s.seglet_bytes;
+    r.index_bytes = if chunks { s.cid_table_bytes } else { s.hash_table_bytes };
+    r.live_bytes = s.live_bytes;
+    let per = |b: f64| b / n.max(1) as f64;
+    // Beyond the payloads: a key-value object's key counts as overhead.
+    let data = (n * size as u64) as f64;
+    r.entry_overhead_per_item = per(s.live_bytes as f64 - data);
+    r.index_per_item = per(r.index_bytes as f64);
+    r.log_bytes_per_item = r.entry_overhead_per_item + r.index_per_item;
+    r.stats_bytes_per_item = per((s.seglets_in_use * s.seglet_bytes + r.index_bytes) as f64 - data);
+    r
+}
+
+fn run_chunks(args: &Args) -> Result<bool, String> {
+    if args.chunk_sizes.is_empty() || args.chunk_sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
+        return Err("--chunk-sizes must be sizes of 1 byte to 1 MiB".into());
+    }
+    if !args.json {
+        println!(
+            "per-chunk overhead (DXRAM): {} items of each size, chunks against key-value objects with 8-byte keys, \
+             {} KiB segments",
+            args.objects, args.segment_kib
+        );
+    }
+    let mut results = Vec::new();
+    for &size in &args.chunk_sizes {
+        for chunks in [true, false] {
+            eprintln!(
+                "overhead: loading {} {} of {size} B ...",
+                args.objects,
+                if chunks { "chunks" } else { "objects" }
+            );
+            let r = run_chunks_one(args, size, chunks);
+            if let Some(e) = &r.error {
+                eprintln!("overhead: FAILED: {e}");
+            }
+            if args.json {
+                emit_json(&r);
+            }
+            results.push(r);
+        }
+    }
+    if !args.json {
+        let mut t = Table::new(
+            &[
+                "kind",
+                "payload B",
+                "items",
+                "memory MiB",
+                "index MiB",
+                "secs",
+                "entry hdr B",
+                "index B",
+                "log B",
+                "stats B",
+                "target",
+                "error",
+            ],
+            1,
+        );
+        for r in &results {
+            t.row(vec![
+                r.kind.to_string(),
+                r.payload_bytes.to_string(),
+                r.items.to_string(),
+                format!("{:.1}", r.memory_bytes as f64 / MIB),
+                format!("{:.1}", r.index_bytes as f64 / MIB),
+                format!("{:.2}", r.load_secs),
+                format!("{:.2}", r.entry_overhead_per_item),
+                format!("{:.2}", r.index_per_item),
+                format!("{:.2}", r.log_bytes_per_item),
+                format!("{:.2}", r.stats_bytes_per_item),
+                if r.target_bytes_per_item.is_nan() { "-".into() } else { format!("<={}", r.target_bytes_per_item) },
+                r.error.clone().unwrap_or_default(),
+            ]);
+        }
+        print!("{}", t.render());
+        println!(
+            "per item beyond its payload: entry hdr = entry headers (and the 8-byte keys of objects); index = CID \
+             table (chunks) or hash table (objects); log = entry hdr + index; stats = seglets in use x seglet + \
+             index - payloads, with seglet slack"
+        );
+    }
+    Ok(results.iter().all(|r| r.error.is_none()))
+}
+
 /// Runs the benchmark; false if a load failed.
 pub fn run(args: &Args) -> Result<bool, String> {
     if args.objects == 0 {
         return Err("--objects must be positive".into());
+    }
+    if args.chunks {
+        return run_chunks(args);
     }
     let single = args.single_objects.unwrap_or(args.objects / 10);
     if !args.json {

@@ -802,7 +802,12 @@ fn measure(
     let coordinator = cluster.coordinator;
     let table = match call_blocking(
         coordinator,
-        &ControlRequest::CreateTable { name: TABLE_NAME.into(), span: args.servers as u32, slots: false },
+        &ControlRequest::CreateTable {
+            name: TABLE_NAME.into(),
+            span: args.servers as u32,
+            slots: false,
+            chunks: false,
+        },
         Duration::from_secs(5),
     ) {
         Ok(ControlResponse::Table { table }) => table.id,

@@ -1,0 +1,532 @@
+//! Chunks: the keyless objects of chunk tables (DXRAM), in the same log as
+//! objects and found through the CID table instead of the hash table.
+//!
+//! A chunk has a 64-bit id ([`ChunkId`]: the creating node and a 48-bit
+//! local id that the store hands out, reusing removed ids), a payload, and
+//! a version of its own: 1 when its id is first used, one more at every
+//! put, and one above the last version of a reused id. Chunk versions are
+//! per chunk (small, so their varint takes a byte in the common case) and
+//! independent of the store's safe version.
+//!
+//! Writes of one chunk are serialised by its CID table stripe lock, which
+//! the cleaner also takes to relocate it; a put appends the new entry and a
+//! chunk tombstone naming the old entry's segment (as an object overwrite
+//! does), a remove a chunk tombstone. Reads take no lock.
+//!
+//! The table of a chunk is in its entry: a chunk read or written through
+//! another table does not exist there. Which tables are chunk tables is the
+//! server's business: the store only requires that the table exists.
+
+use super::*;
+use crate::cidtable::Slot;
+use crate::segment::LogRef;
+use shoal_common::ChunkId;
+
+/// A live chunk found under its stripe lock.
+#[derive(Clone, Copy, Debug)]
+struct ChunkFound {
+    r: LogRef,
+    table: TableId,
+    version: Version,
+    entry_len: usize,
+    payload_len: usize,
+}
+
+/// Most chunks one create appends as one log append group.
+const CREATE_GROUP: usize = 1024;
+
+impl Inner {
+    /// The live chunk `id` (stripe lock held, or an epoch guard).
+    fn find_chunk(&self, id: ChunkId) -> Option<ChunkFound> {
+        let r = self.cids.live_ref(id)?;
+        let e = self.segs.entry(r);
+        let c = format::parse_chunk(&e).expect("the CID table points at a chunk entry");
+        debug_assert_eq!(c.id, id);
+        Some(ChunkFound { r, table: c.table, version: c.version, entry_len: e.len(), payload_len: c.payload.len() })
+    }
+
+    /// The live chunk `id` of `table` (stripe lock held).
+    fn find_chunk_in(&self, table: TableId, id: ChunkId) -> Result<ChunkFound, StoreError> {
+        self.find_chunk(id).filter(|f| f.table == table).ok_or(StoreError::ObjectDoesntExist)
+    }
+
+    /// Points the CID table at a newly appended chunk entry and keeps the
+    /// statistics (stripe lock held).
+    fn install_chunk(
+        &self,
+        table: TableId,
+        id: ChunkId,
+        old: Option<ChunkFound>,
+        r: LogRef,
+        entry_len: usize,
+        payload_len: usize,
+    ) {
+        self.stamp_write(key_hash(table, &format::chunk_key(id)).0);
+        let c = &self.counters;
+        self.cids.set(id, Slot::Live(r));
+        match old {
+            Some(f) => {
+                self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
+            }
+            None => {
+                self.cids.live.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.segs.slot(r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        c.live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        c.live_kv_bytes.fetch_add(payload_len as u64, Ordering::Relaxed);
+    }
+
+    /// Forgets chunk `f` after its tombstone was appended (stripe lock
+    /// held): its id becomes free at version `removed` (at least its own).
+    fn uninstall_chunk(&self, table: TableId, id: ChunkId, f: ChunkFound, removed: Version, reuse: bool) {
+        self.stamp_write(key_hash(table, &format::chunk_key(id)).0);
+        let c = &self.counters;
+        let removed = removed.max(f.version);
+        if reuse {
+            self.cids.free(id, removed);
+        } else {
+            self.cids.kill(id, removed);
+        }
+        self.cids.live.fetch_sub(1, Ordering::Relaxed);
+        self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+        c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+        c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
+    }
+
+    /// The cleaner's eviction (cache mode): forgets chunk `id` if its entry
+    /// is still at `at`, without a tombstone (its segment has left the
+    /// log); its id becomes free above its version. Returns the entry's
+    /// length if it was forgotten.
+    pub(crate) fn evict_chunk(&self, id: ChunkId, at: LogRef) -> Option<usize> {
+        let _lock = self.cids.lock(id);
+        let f = self.find_chunk(id).filter(|f| f.r == at)?;
+        self.uninstall_chunk(f.table, id, f, f.version, true);
+        Some(f.entry_len)
+    }
+
+    fn push_chunk_tombstone(&self, b: &mut Batch, table: TableId, id: ChunkId, f: &ChunkFound) {
+        let seg = self.segs.slot(f.r.slot()).segment_id();
+        format::encode_chunk_tombstone(&mut b.buf, table, id, f.version, seg);
+        b.mark();
+    }
+
+    /// Creates up to [`CREATE_GROUP`] chunks in one append group.
+    fn create_group(&self, table: TableId, node: u16, payloads: &[&[u8]]) -> Result<Vec<ChunkId>, StoreError> {
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let ids = self.cids.allocate(node, payloads.len()).ok_or(StoreError::ChunkIdsExhausted)?;
+                let locks = self.cids.lock_many(ids.iter().map(|a| a.id));
+                b.clear();
+                for (a, p) in ids.iter().zip(payloads) {
+                    format::encode_chunk(&mut b.buf, table, a.id, a.version, p);
+                    b.mark();
+                }
+                if self.try_append(b, Tier::Write, refs).is_err() {
+                    drop(locks);
+                    self.cids.release(&ids);
+                    self.wait_for_space(started)?;
+                    continue;
+                }
+                let mut start = 0;
+                for (i, (a, p)) in ids.iter().zip(payloads).enumerate() {
+                    self.install_chunk(table, a.id, None, refs[i], b.ends[i] - start, p.len());
+                    start = b.ends[i];
+                }
+                drop(locks);
+                self.counters.writes.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                return Ok(ids.iter().map(|a| a.id).collect());
+            }
+        })
+    }
+
+    /// Puts (`Some(payload)`) and removes (`None`) of `n` items, `item(i)`
+    /// each, in groups of distinct ids: each group under its ids' stripe
+    /// locks, one log append for all its entries and chunk tombstones.
+    fn chunk_groups<'p>(
+        &self,
+        table: TableId,
+        n: usize,
+        item: impl Fn(usize) -> (ChunkId, Option<&'p [u8]>),
+    ) -> Vec<Result<Version, StoreError>> {
+        let mut out: Vec<Result<Version, StoreError>> = Vec::with_capacity(n);
+        if let Err(e) = self.check_table(table) {
+            return (0..n).map(|_| Err(e.clone())).collect();
+        }
+        let mut start = 0;
+        while start < n {
+            // The group: distinct ids, at most CREATE_GROUP.
+            let mut seen = std::collections::HashSet::new();
+            let mut end = start;
+            while end < n && end - start < CREATE_GROUP && seen.insert(item(end).0) {
+                end += 1;
+            }
+            out.extend(self.chunk_group(table, (start..end).map(&item).collect()));
+            start = end;
+        }
+        out
+    }
+
+    fn chunk_group(&self, table: TableId, items: Vec<(ChunkId, Option<&[u8]>)>) -> Vec<Result<Version, StoreError>> {
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let locks = self.cids.lock_many(items.iter().map(|(id, _)| *id));
+                b.clear();
+                // Per item: its result, or the chunk found and the index of
+                // its first entry in the batch.
+                let mut plan: Vec<Result<(ChunkFound, usize), StoreError>> = Vec::with_capacity(items.len());
+                for (id, payload) in &items {
+                    let found = payload
+                        .map_or(Ok(()), |p| self.check_sizes(&[], Some(p)))
+                        .and_then(|()| self.find_chunk_in(table, *id));
+                    plan.push(found.map(|f| {
+                        let first = b.ends.len();
+                        if let Some(p) = payload {
+                            format::encode_chunk(&mut b.buf, table, *id, Version(f.version.0 + 1), p);
+                            b.mark();
+                        }
+                        self.push_chunk_tombstone(b, table, *id, &f);
+                        (f, first)
+                    }));
+                }
+                // Removes alone may use the remove reserve, as object removes do.
+                let tier = if items.iter().all(|(_, p)| p.is_none()) { Tier::Remove } else { Tier::Write };
+                if !b.ends.is_empty() && self.try_append(b, tier, refs).is_err() {
+                    drop(locks);
+                    if let Err(e) = self.wait_for_space(started) {
+                        return items.iter().map(|_| Err(e.clone())).collect();
+                    }
+                    continue;
+                }
+                let results = items
+                    .iter()
+                    .zip(plan)
+                    .map(|((id, payload), p)| {
+                        let (f, first) = p?;
+                        match payload {
+                            Some(p) => {
+                                let start = if first == 0 { 0 } else { b.ends[first - 1] };
+                                self.install_chunk(table, *id, Some(f), refs[first], b.ends[first] - start, p.len());
+                                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                                Ok(Version(f.version.0 + 1))
+                            }
+                            None => {
+                                self.uninstall_chunk(table, *id, f, f.version, true);
+                                self.counters.removes.fetch_add(1, Ordering::Relaxed);
+                                Ok(f.version)
+                            }
+                        }
+                    })
+                    .collect();
+                drop(locks);
+                return results;
+            }
+        })
+    }
+
+    fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, StoreError> {
+        self.check_table(table)?;
+        self.check_sizes(&[], Some(payload))?;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let lock = self.cids.lock(id);
+                let f = self.find_chunk_in(table, id)?;
+                let version = Version(f.version.0 + 1);
+                b.clear();
+                format::encode_chunk(&mut b.buf, table, id, version, payload);
+                b.mark();
+                self.push_chunk_tombstone(b, table, id, &f);
+                if self.try_append(b, Tier::Write, refs).is_err() {
+                    drop(lock);
+                    self.wait_for_space(started)?;
+                    continue;
+                }
+                self.install_chunk(table, id, Some(f), refs[0], b.ends[0], payload.len());
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                return Ok(version);
+            }
+        })
+    }
+
+    fn remove_chunk(&self, table: TableId, id: ChunkId) -> Result<Version, StoreError> {
+        self.check_table(table)?;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let lock = self.cids.lock(id);
+                let f = self.find_chunk_in(table, id)?;
+                b.clear();
+                self.push_chunk_tombstone(b, table, id, &f);
+                if self.try_append(b, Tier::Remove, refs).is_err() {
+                    drop(lock);
+                    self.wait_for_space(started)?;
+                    continue;
+                }
+                self.uninstall_chunk(table, id, f, f.version, true);
+                self.counters.removes.fetch_add(1, Ordering::Relaxed);
+                return Ok(f.version);
+            }
+        })
+    }
+
+    fn get_chunk(&self, table: TableId, id: ChunkId, out: &mut Vec<u8>) -> Result<Version, StoreError> {
+        self.check_table(table)?;
+        let _g = self.epochs.pin();
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let r = self.cids.live_ref(id).ok_or(StoreError::ObjectDoesntExist)?;
+        let e = self.segs.entry(r);
+        let c = format::parse_chunk(&e).expect("the CID table points at a chunk entry");
+        if c.table != table {
+            return Err(StoreError::ObjectDoesntExist);
+        }
+        out.clear();
+        out.extend_from_slice(c.payload);
+        Ok(c.version)
+    }
+}
+
+impl Store {
+    /// Creates a chunk of `table` holding `payload`, with an id of `node`
+    /// (the server's own node id); returns its id. Errors: `UnknownTable`,
+    /// `ValueTooLarge`, `OutOfMemory`, `ChunkIdsExhausted`.
+    pub fn create_chunk(&self, table: TableId, node: u16, payload: &[u8]) -> Result<ChunkId, StoreError> {
+        Ok(self.create_chunks(table, node, &[payload])?[0])
+    }
+
+    /// Creates one chunk per payload; returns their ids in order. Chunks
+    /// are appended in groups of up to 1,024 (one log append each): on an
+    /// error the groups before it stay created and their ids are lost to
+    /// the caller, so a caller that must not leak chunks sends at most
+    /// 1,024 at a time (the native protocol's limit is lower).
+    pub fn create_chunks(&self, table: TableId, node: u16, payloads: &[&[u8]]) -> Result<Vec<ChunkId>, StoreError> {
+        let inner = &self.inner;
+        inner.check_table(table)?;
+        for p in payloads {
+            inner.check_sizes(&[], Some(p))?;
+        }
+        let mut ids = Vec::with_capacity(payloads.len());
+        for group in payloads.chunks(CREATE_GROUP) {
+            ids.extend(inner.create_group(table, node, group)?);
+        }
+        Ok(ids)
+    }
+
+    /// Reads chunk `id` of `table` into `out` (replacing its contents);
+    /// returns its version. `ObjectDoesntExist` if there is no such chunk in
+    /// this store's table.
+    pub fn get_chunk_into(&self, table: TableId, id: ChunkId, out: &mut Vec<u8>) -> Result<Version, StoreError> {
+        self.inner.get_chunk(table, id, out)
+    }
+
+    /// Reads chunk `id` of `table`: its payload and version.
+    pub fn get_chunk(&self, table: TableId, id: ChunkId) -> Result<(Vec<u8>, Version), StoreError> {
+        let mut out = Vec::new();
+        let v = self.inner.get_chunk(table, id, &mut out)?;
+        Ok((out, v))
+    }
+
+    /// Replaces the payload of an existing chunk; returns its new version.
+    /// `ObjectDoesntExist` if there is no such chunk (chunks are created
+    /// only by [`Store::create_chunks`], which picks the id).
+    pub fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, StoreError> {
+        self.inner.put_chunk(table, id, payload)
+    }
+
+    /// Removes a chunk; returns the version it had. Its id will be reused.
+    pub fn remove_chunk(&self, table: TableId, id: ChunkId) -> Result<Version, StoreError> {
+        self.inner.remove_chunk(table, id)
+    }
+
+    /// [`Store::get_chunk`] of each id.
+    pub fn multi_get_chunks(&self, table: TableId, ids: &[ChunkId]) -> Vec<Result<(Vec<u8>, Version), StoreError>> {
+        ids.iter().map(|id| self.get_chunk(table, *id)).collect()
+    }
+
+    /// [`Store::put_chunk`] of each (id, payload): one result per item, in
+    /// order. Items are appended in groups of up to 1,024 distinct ids
+    /// (one log append each); an id repeated in a group starts the next.
+    pub fn multi_put_chunks(&self, table: TableId, items: &[(ChunkId, &[u8])]) -> Vec<Result<Version, StoreError>> {
+        self.inner.chunk_groups(table, items.len(), |i| (items[i].0, Some(items[i].1)))
+    }
+
+    /// [`Store::remove_chunk`] of each id: one result per id (the version
+    /// it had), in order, appended in groups as [`Store::multi_put_chunks`].
+    pub fn multi_remove_chunks(&self, table: TableId, ids: &[ChunkId]) -> Vec<Result<Version, StoreError>> {
+        self.inner.chunk_groups(table, ids.len(), |i| (ids[i], None))
+    }
+
+    /// Removes every chunk of `table` (chunk tombstones appended); their ids
+    /// become free. Part of [`Store::clear_table`] and `drop_table`.
+    pub(super) fn clear_chunks(&self, table: TableId) -> Result<(), StoreError> {
+        if self.inner.cids.live.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut ids = Vec::new();
+        {
+            let _g = self.inner.epochs.pin();
+            self.inner.cids.for_each_live(|id, r| {
+                if format::parse_chunk(&self.inner.segs.entry(r)).is_ok_and(|c| c.table == table) {
+                    ids.push(id);
+                }
+            });
+        }
+        for id in ids {
+            match self.inner.remove_chunk(table, id) {
+                Ok(_) | Err(StoreError::ObjectDoesntExist) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Live chunks of every table (from a counter).
+    pub fn chunk_count(&self) -> u64 {
+        self.inner.cids.live.load(Ordering::Relaxed)
+    }
+
+    /// Replays chunk entries of distinct ids as one append group: each is
+    /// installed (appended to this log) unless the store holds the chunk at
+    /// a version at least as new, or its id was removed at a version at
+    /// least as new. Decided and applied under the group's stripe locks.
+    pub(super) fn replay_chunks(
+        &self,
+        replay: &mut Replay,
+        group: &[format::ChunkView<'_>],
+    ) -> Result<(), ReplayError> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let locks = inner.cids.lock_many(group.iter().map(|c| c.id));
+                b.clear();
+                // Per chunk: skipped, or the chunk it replaces (if any) and
+                // the index of its entry in the batch.
+                let mut plan: Vec<Option<(Option<ChunkFound>, usize)>> = Vec::with_capacity(group.len());
+                for c in group {
+                    inner.cids.note_id(c.id);
+                    let old = match inner.cids.get(c.id) {
+                        Slot::Free(v) if c.version <= v => None,
+                        Slot::Empty | Slot::Free(_) => Some(None),
+                        Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
+                    };
+                    plan.push(old.map(|old| {
+                        let at = b.ends.len();
+                        format::encode_chunk(&mut b.buf, c.table, c.id, c.version, c.payload);
+                        b.mark();
+                        if let Some(f) = &old {
+                            inner.push_chunk_tombstone(b, f.table, c.id, f);
+                        }
+                        (old, at)
+                    }));
+                }
+                if !b.ends.is_empty() && inner.try_append(b, Tier::Write, refs).is_err() {
+                    drop(locks);
+                    inner.wait_for_space(started).map_err(ReplayError::Store)?;
+                    continue;
+                }
+                for (c, p) in group.iter().zip(plan) {
+                    let Some((old, at)) = p else {
+                        replay.report.chunks_skipped += 1;
+                        continue;
+                    };
+                    let start = if at == 0 { 0 } else { b.ends[at - 1] };
+                    inner.install_chunk(c.table, c.id, old, refs[at], b.ends[at] - start, c.payload.len());
+                    replay.report.chunks_replayed += 1;
+                }
+                drop(locks);
+                return Ok(());
+            }
+        })
+    }
+
+    /// Replays one chunk tombstone: a chunk the store holds at or below its
+    /// version is removed (a chunk tombstone appended to this log), and the
+    /// id is remembered as removed at that version so that an older entry
+    /// replayed later is skipped.
+    pub(super) fn replay_chunk_tombstone(
+        &self,
+        replay: &mut Replay,
+        t: &format::ChunkTombstoneView,
+    ) -> Result<(), ReplayError> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        SCRATCH.with(|cell| {
+            let (b, refs) = &mut *cell.borrow_mut();
+            loop {
+                let lock = inner.cids.lock(t.id);
+                match inner.cids.get(t.id) {
+                    Slot::Free(v) if v >= t.version => return Ok(()),
+                    Slot::Empty | Slot::Free(_) => {
+                        inner.cids.kill(t.id, t.version);
+                        return Ok(());
+                    }
+                    Slot::Live(_) => {}
+                }
+                let f = inner.find_chunk(t.id).expect("live slot");
+                if f.version > t.version {
+                    return Ok(());
+                }
+                b.clear();
+                inner.push_chunk_tombstone(b, f.table, t.id, &f);
+                if inner.try_append(b, Tier::Remove, refs).is_err() {
+                    drop(lock);
+                    inner.wait_for_space(started).map_err(ReplayError::Store)?;
+                    continue;
+                }
+                inner.uninstall_chunk(f.table, t.id, f, t.version, false);
+                replay.report.chunks_removed += 1;
+                return Ok(());
+            }
+        })
+    }
+
+    /// The chunk part of [`Store::check_invariants`]: every CID table
+    /// reference points at the chunk entry of its own id in a segment of the
+    /// log. Returns (live chunks, their entry bytes, their payload bytes)
+    /// and adds their bytes to `live_per_slot`.
+    pub(super) fn check_chunks(
+        &self,
+        member_slots: &HashMap<u32, SegmentId>,
+        live_per_slot: &mut HashMap<u32, u64>,
+    ) -> Result<(u64, u64, u64), String> {
+        let inner = &self.inner;
+        let (mut n, mut live, mut payload) = (0u64, 0u64, 0u64);
+        let mut err = None;
+        inner.cids.for_each_live(|id, r| {
+            if err.is_some() {
+                return;
+            }
+            if !member_slots.contains_key(&r.slot()) {
+                err = Some(format!("chunk {id}: reference {r:?} into slot {} which is not in the log", r.slot()));
+                return;
+            }
+            let e = inner.segs.entry(r);
+            match format::decode(&e) {
+                Ok((Entry::Chunk(c), len)) if c.id == id => {
+                    n += 1;
+                    live += len as u64;
+                    payload += c.payload.len() as u64;
+                    *live_per_slot.entry(r.slot()).or_default() += len as u64;
+                }
+                other => err = Some(format!("chunk {id}: reference {r:?} to another entry: {other:?}")),
+            }
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok((n, live, payload)),
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! Chunks against a model: random sequences of chunk creates (single and
+//! multi), gets, puts and removes, interleaved with object writes in the
+//! same log and with both cleaners, checked against a `BTreeMap` of ids and
+//! a model of the id allocator (removed ids are reused, last removed first,
+//! at a version above their last). After every step the store's invariants
+//! are checked (every CID table reference points at its own chunk's entry in
+//! the log, live bytes equal a recount). At the end the log is replayed into
+//! a fresh store, which must hold exactly the same chunks and reuse only
+//! ids that are free.
+
+mod common;
+
+use proptest::prelude::*;
+use shoal_engine::{ChunkId, RejectRules, Store, StoreError, TableId, Version};
+use std::collections::{BTreeMap, BTreeSet};
+
+const NODE: u16 = 3;
+const CHUNKS: TableId = TableId(5);
+const OBJECTS: TableId = TableId(1);
+/// Most live chunks the model lets a test create.
+const MAX_LIVE: usize = 64;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Create { lens: Vec<(usize, u8)> },
+    Get { pick: usize },
+    GetWrongTable { pick: usize },
+    Put { pick: usize, len: usize, fill: u8 },
+    Remove { pick: usize },
+    MultiGet { picks: Vec<usize> },
+    MultiRemove { picks: Vec<usize> },
+    MultiPut { items: Vec<(usize, usize, u8)> },
+    ObjectWrite { k: u8, len: usize },
+    Clean { combined: bool },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let len = prop_oneof![6 => 0usize..130, 2 => 130usize..1500, 1 => 1500usize..4000];
+    let pick = any::<usize>();
+    prop_oneof![
+        12 => prop::collection::vec((len.clone(), any::<u8>()), 1..12).prop_map(|lens| Op::Create { lens }),
+        8 => pick.prop_map(|pick| Op::Get { pick }),
+        1 => pick.prop_map(|pick| Op::GetWrongTable { pick }),
+        12 => (pick, len.clone(), any::<u8>()).prop_map(|(pick, len, fill)| Op::Put { pick, len, fill }),
+        8 => pick.prop_map(|pick| Op::Remove { pick }),
+        2 => prop::collection::vec(pick, 1..8).prop_map(|picks| Op::MultiGet { picks }),
+        2 => prop::collection::vec(pick, 1..8).prop_map(|picks| Op::MultiRemove { picks }),
+        3 => prop::collection::vec((pick, 0usize..300, any::<u8>()), 1..8).prop_map(|items| Op::MultiPut { items }),
+        4 => (0u8..32, 0usize..600).prop_map(|(k, len)| Op::ObjectWrite { k, len }),
+        2 => any::<bool>().prop_map(|combined| Op::Clean { combined }),
+    ]
+}
+
+fn payload(len: usize, fill: u8) -> Vec<u8> {
+    (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
+}
+
+/// The model: live chunks by id, the last version each id had, and the
+/// allocator (a stack of removed ids, the next fresh local id).
+struct Model {
+    chunks: BTreeMap<u64, (Vec<u8>, Version)>,
+    last_version: BTreeMap<u64, Version>,
+    free: Vec<u64>,
+    next: u64,
+    /// Every id ever handed out, for picking (removed ones too).
+    known: Vec<u64>,
+}
+
+impl Model {
+    fn pick(&self, p: usize) -> ChunkId {
+        if self.known.is_empty() {
+            ChunkId::new(NODE, 1)
+        } else {
+            ChunkId(self.known[p % self.known.len()])
+        }
+    }
+
+    /// The ids and versions a create of `n` chunks must return.
+    fn allocate(&mut self, n: usize) -> Vec<(u64, Version)> {
+        (0..n)
+            .map(|_| {
+                let id = self.free.pop().unwrap_or_else(|| {
+                    self.next += 1;
+                    ChunkId::new(NODE, self.next - 1).0
+                });
+                (id, Version(self.last_version.get(&id).map_or(1, |v| v.0 + 1)))
+            })
+            .collect()
+    }
+
+    /// A refused create gives its ids back (fresh ones too).
+    fn release(&mut self, ids: &[(u64, Version)]) {
+        self.free.extend(ids.iter().rev().map(|x| x.0));
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Version> {
+        let (_, v) = self.chunks.remove(&id)?;
+        self.free.push(id);
+        Some(v)
+    }
+}
+
+fn run(ops: Vec<Op>, cleaner_thread: bool) {
+    let store = Store::new(common::small_config(256, cleaner_thread)).unwrap();
+    store.create_table(CHUNKS);
+    store.create_table(OBJECTS);
+    let mut m =
+        Model { chunks: BTreeMap::new(), last_version: BTreeMap::new(), free: Vec::new(), next: 1, known: vec![] };
+    for op in ops {
+        match op {
+            // Live data stays well below the memory (removes must never
+            // be refused), as the object model's 96 keys do.
+            Op::Create { lens } if m.chunks.len() + lens.len() > MAX_LIVE => {}
+            Op::Create { lens } => {
+                let payloads: Vec<Vec<u8>> = lens.iter().map(|(l, f)| payload(*l, *f)).collect();
+                let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+                let want = m.allocate(refs.len());
+                match store.create_chunks(CHUNKS, NODE, &refs) {
+                    Ok(ids) => {
+                        let got: Vec<u64> = ids.iter().map(|i| i.0).collect();
+                        assert_eq!(got, want.iter().map(|x| x.0).collect::<Vec<_>>(), "ids handed out");
+                        for ((id, v), p) in want.into_iter().zip(payloads) {
+                            assert_eq!(ChunkId(id).node(), NODE);
+                            m.last_version.insert(id, v);
+                            m.chunks.insert(id, (p, v));
+                            if !m.known.contains(&id) {
+                                m.known.push(id);
+                            }
+                        }
+                    }
+                    Err(StoreError::OutOfMemory) => {
+                        assert!(store.stats().memory_utilisation > 0.5, "refused create");
+                        m.release(&want);
+                    }
+                    Err(e) => panic!("create: {e}"),
+                }
+            }
+            Op::Get { pick } => {
+                let id = m.pick(pick);
+                let want = m.chunks.get(&id.0).cloned().ok_or(StoreError::ObjectDoesntExist);
+                assert_eq!(store.get_chunk(CHUNKS, id), want, "get {id}");
+            }
+            Op::GetWrongTable { pick } => {
+                let id = m.pick(pick);
+                assert_eq!(store.get_chunk(OBJECTS, id), Err(StoreError::ObjectDoesntExist));
+                assert_eq!(store.put_chunk(OBJECTS, id, b"x"), Err(StoreError::ObjectDoesntExist));
+                assert_eq!(store.get_chunk(TableId(99), id), Err(StoreError::UnknownTable(TableId(99))));
+            }
+            Op::Put { pick, len, fill } => {
+                let id = m.pick(pick);
+                let p = payload(len, fill);
+                match (store.put_chunk(CHUNKS, id, &p), m.chunks.get(&id.0).map(|c| c.1)) {
+                    (Ok(v), Some(old)) => {
+                        assert_eq!(v, Version(old.0 + 1), "put {id}");
+                        m.last_version.insert(id.0, v);
+                        m.chunks.insert(id.0, (p, v));
+                    }
+                    (Err(StoreError::OutOfMemory), Some(_)) => {}
+                    (Err(e), None) => assert_eq!(e, StoreError::ObjectDoesntExist),
+                    (got, want) => panic!("put {id}: {got:?}, model {want:?}"),
+                }
+            }
+            Op::Remove { pick } => {
+                let id = m.pick(pick);
+                let got = store.remove_chunk(CHUNKS, id);
+                match m.remove(id.0) {
+                    Some(v) => assert_eq!(got, Ok(v), "remove {id}"),
+                    None => assert_eq!(got, Err(StoreError::ObjectDoesntExist)),
+                }
+            }
+            Op::MultiGet { picks } => {
+                let ids: Vec<ChunkId> = picks.iter().map(|p| m.pick(*p)).collect();
+                let got = store.multi_get_chunks(CHUNKS, &ids);
+                for (id, g) in ids.iter().zip(got) {
+                    assert_eq!(g, m.chunks.get(&id.0).cloned().ok_or(StoreError::ObjectDoesntExist));
+                }
+            }
+            Op::MultiRemove { picks } => {
+                let ids: Vec<ChunkId> = picks.iter().map(|p| m.pick(*p)).collect();
+                let got = store.multi_remove_chunks(CHUNKS, &ids);
+                for (id, g) in ids.iter().zip(got) {
+                    assert_eq!(g, m.remove(id.0).ok_or(StoreError::ObjectDoesntExist), "multi-remove {id}");
+                }
+            }
+            Op::MultiPut { items } => {
+                let owned: Vec<(ChunkId, Vec<u8>)> =
+                    items.iter().map(|(p, len, fill)| (m.pick(*p), payload(*len, *fill))).collect();
+                let req: Vec<(ChunkId, &[u8])> = owned.iter().map(|(id, p)| (*id, p.as_slice())).collect();
+                let got = store.multi_put_chunks(CHUNKS, &req);
+                for ((id, p), g) in owned.into_iter().zip(got) {
+                    match (g, m.chunks.get(&id.0).map(|c| c.1)) {
+                        (Ok(v), Some(old)) => {
+                            assert_eq!(v, Version(old.0 + 1), "multi-put {id}");
+                            m.last_version.insert(id.0, v);
+                            m.chunks.insert(id.0, (p, v));
+                        }
+                        (Err(StoreError::OutOfMemory), Some(_)) => {}
+                        (Err(e), None) => assert_eq!(e, StoreError::ObjectDoesntExist),
+                        (got, want) => panic!("multi-put {id}: {got:?}, model {want:?}"),
+                    }
+                }
+            }
+            Op::ObjectWrite { k, len } => match store.write(OBJECTS, &[k], &payload(len, k), RejectRules::default()) {
+                Ok(_) | Err(StoreError::OutOfMemory) => {}
+                Err(e) => panic!("object write: {e}"),
+            },
+            Op::Clean { combined } => {
+                store.clean_now(2, combined);
+            }
+        }
+        store.check_invariants().unwrap_or_else(|e| panic!("invariant broken: {e}"));
+        assert_eq!(store.chunk_count() as usize, m.chunks.len());
+    }
+    store.clean_now(4, true);
+    store.check_invariants().unwrap();
+    assert!(common::enumerate_all(&store, CHUNKS, 4).is_empty(), "chunks are not enumerated as objects");
+    for (id, c) in &m.chunks {
+        assert_eq!(store.get_chunk(CHUNKS, ChunkId(*id)).as_ref(), Ok(c), "chunk {id} after cleaning");
+    }
+
+    // Replay the log into a fresh store: the same chunks, and only free ids reused.
+    let segs = store.log_segments();
+    let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+    // The table exists where it is served, whether or not the log held a chunk.
+    rebuilt.create_table(CHUNKS);
+    let report = rebuilt.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
+    rebuilt.check_invariants().unwrap();
+    assert_eq!(rebuilt.chunk_count() as usize, m.chunks.len(), "{report:?}");
+    for (id, c) in &m.chunks {
+        assert_eq!(rebuilt.get_chunk(CHUNKS, ChunkId(*id)).as_ref(), Ok(c), "chunk {id} after replay");
+    }
+    let free: BTreeSet<u64> = m.free.iter().copied().collect();
+    let fresh = rebuilt.create_chunk(CHUNKS, NODE, b"after replay").unwrap();
+    assert!(
+        free.contains(&fresh.0) || fresh.local() >= m.next,
+        "replayed store handed out {fresh}, which is live or was never free"
+    );
+    // The rebuilt store's own log, replayed again, holds the new chunk too.
+    let again = Store::new(common::small_config(512, false)).unwrap();
+    let segs = rebuilt.log_segments();
+    again.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
+    again.check_invariants().unwrap();
+    assert_eq!(again.get_chunk(CHUNKS, fresh).map(|c| c.0), Ok(b"after replay".to_vec()));
+    assert_eq!(again.chunk_count() as usize, m.chunks.len() + 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chunks_match_model_inline_cleaning(ops in prop::collection::vec(op(), 1..600)) {
+        run(ops, false);
+    }
+
+    #[test]
+    fn chunks_match_model_cleaner_thread(ops in prop::collection::vec(op(), 1..400)) {
+        run(ops, true);
+    }
+}
+
+/// A removed chunk's tombstone keeps an older entry of its id from coming
+/// back at a replay, in whatever order the segments arrive, and an id
+/// reused after the removal wins over both.
+#[test]
+fn replay_honours_chunk_tombstones_in_any_segment_order() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    store.create_table(CHUNKS);
+    let a = store.create_chunk(CHUNKS, NODE, b"first").unwrap();
+    let b = store.create_chunk(CHUNKS, NODE, b"kept").unwrap();
+    // Overwrites of another chunk between, so that the versions of `a`
+    // and its tombstones land in different segments.
+    let mut i = 0u8;
+    let mut fill = |n: u8| {
+        for _ in 0..n {
+            store.put_chunk(CHUNKS, b, &[i; 700]).unwrap();
+            i += 1;
+        }
+    };
+    fill(20);
+    assert_eq!(store.put_chunk(CHUNKS, a, b"second"), Ok(Version(2)));
+    fill(20);
+    assert_eq!(store.remove_chunk(CHUNKS, a), Ok(Version(2)));
+    fill(20);
+    let again = store.create_chunk(CHUNKS, NODE, b"reused").unwrap();
+    assert_eq!(again, a, "the removed id is reused");
+    assert_eq!(store.get_chunk(CHUNKS, again), Ok((b"reused".to_vec(), Version(3))));
+    let segs = store.log_segments();
+    assert!(segs.len() >= 2);
+    for order in [false, true] {
+        let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+        if order {
+            s.reverse();
+        }
+        let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+        rebuilt.replay(s).unwrap();
+        rebuilt.check_invariants().unwrap();
+        assert_eq!(rebuilt.get_chunk(CHUNKS, a), Ok((b"reused".to_vec(), Version(3))), "reversed: {order}");
+        assert_eq!(rebuilt.get_chunk(CHUNKS, b), Ok((vec![59; 700], Version(61))));
+        assert_eq!(rebuilt.chunk_count(), 2);
+    }
+    // Removed and not reused: nothing comes back.
+    assert_eq!(store.remove_chunk(CHUNKS, a), Ok(Version(3)));
+    let segs = store.log_segments();
+    let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+    s.reverse();
+    let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+    rebuilt.replay(s).unwrap();
+    assert_eq!(rebuilt.get_chunk(CHUNKS, a), Err(StoreError::ObjectDoesntExist));
+    // The id is free again there, above its last version.
+    let c = rebuilt.create_chunk(CHUNKS, NODE, b"x").unwrap();
+    assert_eq!(c, a);
+    assert_eq!(rebuilt.get_chunk(CHUNKS, c).unwrap().1, Version(4));
+}
+
+/// Many chunks, many overwrites: both cleaners relocate chunk entries
+/// through the CID table, and nothing is lost.
+#[test]
+fn cleaner_relocates_chunks_many_times() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    store.create_table(CHUNKS);
+    let mut m: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let ids = store.create_chunks(CHUNKS, NODE, &vec![&b"init"[..]; 64]).unwrap();
+    for id in &ids {
+        m.insert(id.0, b"init".to_vec());
+    }
+    let mut seed = 11u64;
+    let mut rnd = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for i in 0..20_000u64 {
+        let id = ids[(rnd() % ids.len() as u64) as usize];
+        let p = payload((rnd() % 600) as usize, i as u8);
+        store.put_chunk(CHUNKS, id, &p).unwrap_or_else(|e| panic!("put {i}: {e}; {:#?}", store.stats()));
+        m.insert(id.0, p);
+        if i % 4000 == 0 {
+            store.check_invariants().unwrap();
+        }
+    }
+    store.check_invariants().unwrap();
+    let s = store.stats();
+    assert!(s.compactions > 10 && s.combined_passes > 10, "{s:#?}");
+    for (id, p) in &m {
+        assert_eq!(&store.get_chunk(CHUNKS, ChunkId(*id)).unwrap().0, p);
+    }
+}
+
+/// Dropping a chunk table removes its chunks (tombstones appended, ids
+/// free again) and leaves other tables' chunks alone.
+#[test]
+fn drop_table_removes_its_chunks() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    store.create_table(CHUNKS);
+    store.create_table(TableId(6));
+    let mine = store.create_chunks(CHUNKS, NODE, &[b"a", b"b", b"c"]).unwrap();
+    let other = store.create_chunk(TableId(6), NODE, b"other").unwrap();
+    store.drop_table(CHUNKS).unwrap();
+    store.check_invariants().unwrap();
+    assert_eq!(store.chunk_count(), 1);
+    assert_eq!(store.get_chunk(TableId(6), other), Ok((b"other".to_vec(), Version(1))));
+    store.create_table(CHUNKS);
+    for id in &mine {
+        assert_eq!(store.get_chunk(CHUNKS, *id), Err(StoreError::ObjectDoesntExist));
+    }
+    let reused = store.create_chunk(CHUNKS, NODE, b"again").unwrap();
+    assert!(mine.contains(&reused), "{reused} is one of the dropped ids");
+    // A replay of the log agrees.
+    let segs = store.log_segments();
+    let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+    rebuilt.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
+    assert_eq!(rebuilt.chunk_count(), 2);
+}
