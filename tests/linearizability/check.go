@@ -15,7 +15,10 @@ package main
 // See docs/linearizability.md, "How a history is checked".
 
 import (
+	"flag"
 	"fmt"
+	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"time"
@@ -44,13 +47,135 @@ var singleKey = func() porcupine.Model {
 	return m
 }()
 
+// searchMemory is the most memory (resident, bytes) one search may take:
+// Porcupine's cache grows without bound on a search that does not end (a
+// CI machine's 24 GB were gone once), so each search runs in a child
+// process that is killed over this, and the key is then undecided.
+var searchMemory int64 = 6 << 30
+
 // search runs one exact search of up to budget (which must be positive:
-// Porcupine takes 0 as no limit).
+// Porcupine takes 0 as no limit), in a child process bounded by
+// searchMemory. For an illegal verdict the witness comes from a second
+// search here, which an illegal history ends quickly.
 func search(part []porcupine.Operation, budget time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	if budget <= 0 {
 		return porcupine.Unknown, porcupine.LinearizationInfo{}
 	}
+	if flag.Lookup("test.v") != nil {
+		// Under go test the executable is the test binary: search here.
+		return searchHere(part, budget)
+	}
+	res, err := searchInChild(part, budget)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linz: %v; searching in this process\n", err)
+		return searchHere(part, budget)
+	}
+	if res == porcupine.Illegal {
+		if again, info := searchHere(part, budget); again == porcupine.Illegal {
+			return again, info
+		}
+	}
+	return res, porcupine.LinearizationInfo{}
+}
+
+// searchHere is one exact search in this process.
+func searchHere(part []porcupine.Operation, budget time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	return porcupine.CheckOperationsVerbose(singleKey, part, budget)
+}
+
+// Exit codes of a child's search (-search-one).
+const (
+	childLegal     = 0
+	childIllegal   = 10
+	childUndecided = 11
+)
+
+// searchOne is the child's side: checks the operations written to path
+// within budget and exits with the verdict.
+func searchOne(path string, budget time.Duration) int {
+	part, err := loadHistory(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "linz:", err)
+		return 2
+	}
+	switch res, _ := searchHere(part, budget); res {
+	case porcupine.Ok:
+		return childLegal
+	case porcupine.Illegal:
+		return childIllegal
+	}
+	return childUndecided
+}
+
+// searchInChild runs searchOne in a child process (this program again),
+// killing it if its resident memory passes searchMemory or it outlives
+// the budget by 10 s.
+func searchInChild(part []porcupine.Operation, budget time.Duration) (porcupine.CheckResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return porcupine.Unknown, err
+	}
+	f, err := os.CreateTemp("", "linz-key-*.jsonl")
+	if err != nil {
+		return porcupine.Unknown, err
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+	if err := dumpHistory(path, part); err != nil {
+		return porcupine.Unknown, err
+	}
+	cmd := exec.Command(self, "-search-one", path, "-check-timeout", budget.String())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return porcupine.Unknown, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(budget + 10*time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			code := cmd.ProcessState.ExitCode()
+			switch code {
+			case childLegal:
+				return porcupine.Ok, nil
+			case childIllegal:
+				return porcupine.Illegal, nil
+			case childUndecided:
+				return porcupine.Unknown, nil
+			}
+			return porcupine.Unknown, fmt.Errorf("the search's child process ended with %v", err)
+		case <-tick.C:
+			over := residentBytes(cmd.Process.Pid) > searchMemory
+			if over || time.Now().After(deadline) {
+				cmd.Process.Kill()
+				<-done
+				if over {
+					fmt.Fprintf(os.Stderr, "linz: a search passed %d MiB and was stopped: the key is undecided\n", searchMemory>>20)
+				}
+				return porcupine.Unknown, nil
+			}
+		}
+	}
+}
+
+// residentBytes is the resident memory of process pid (0 if unknown).
+func residentBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // checkKeys checks each key of history on its own, within timeout in all.

@@ -100,11 +100,17 @@ func main() {
 	flag.IntVar(&cfg.focus, "focus", 6, "zombie, partition: more clients, each on a connection to the victim, working on its keys during each fault")
 	flag.IntVar(&cfg.readers, "readers", 4, "zombie, partition: pipelined readers of the victim's keys during each fault, each on a connection to the victim, sending a GET every -read-interval without waiting for replies")
 	flag.DurationVar(&cfg.readInterval, "read-interval", 50*time.Millisecond, "how often a pipelined reader sends a GET")
+	var searchOnePath string
+	flag.StringVar(&searchOnePath, "search-one", "", "(internal) check the one key's operations in this file within -check-timeout; exit 0 legal, 10 illegal, 11 undecided")
+	flag.Int64Var(&searchMemory, "search-memory", searchMemory, "the most resident memory (bytes) one key's search may take before it is stopped and the key left undecided")
 	var recheck string
 	flag.StringVar(&recheck, "recheck", "", "check a history written by an earlier run (<out>/<scenario>.history.jsonl) again, key by key, within -check-timeout per key, and exit")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data, logs and histories (<out>/<scenario>.history.jsonl) of scenarios that passed")
 	flag.Parse()
 
+	if searchOnePath != "" {
+		os.Exit(searchOne(searchOnePath, cfg.checkTimeout))
+	}
 	if recheck != "" {
 		os.Exit(recheckFile(recheck, cfg.checkTimeout))
 	}
