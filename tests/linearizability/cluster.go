@@ -199,6 +199,8 @@ type clusterOptions struct {
 	memory   string
 	logLevel string
 	syncOpen bool
+	// serverArgs go to every server's command line (after the others).
+	serverArgs []string
 	// listen[i], if set, is server i's address (in its namespace), and
 	// netns[i] the namespace; coordListen likewise for the coordinator.
 	listen      []string
@@ -263,6 +265,7 @@ func newCluster(exe, root string, o clusterOptions) (*cluster, error) {
 		if o.syncOpen {
 			s.args = append(s.args, "--sync-open")
 		}
+		s.args = append(s.args, o.serverArgs...)
 		c.servers = append(c.servers, s)
 	}
 	return c, nil

@@ -63,6 +63,7 @@ type result struct {
 	viz       []string
 	checked   string // how long the check took
 	note      string // how the verdict was reached, if not the plain way
+	sc        string // symmetric caching's counters, summed over the servers
 	errs      map[string]int
 	err       error
 }
@@ -207,6 +208,9 @@ func report(r *result) {
 	if r.err != nil {
 		fmt.Printf("  error: %v\n", r.err)
 	}
+	if r.sc != "" {
+		fmt.Printf("  symmetric caching: %s\n", r.sc)
+	}
 	fmt.Printf("  ledger: %d acknowledged writes, %d lost\n", r.acked, len(r.losses))
 	for _, l := range r.losses {
 		fmt.Printf("    LOST %s\n", l)
@@ -236,7 +240,27 @@ var scenarioFuncs = map[string]func(s *scenario){
 	"partition-backups":     partitionScenario("partition-backups"),
 	"partition-coordinator": partitionScenario("partition-coordinator"),
 	"partition-clients":     partitionScenario("partition-clients"),
+	"sc-strong":             quietScenario,
+	"sc-kill":               killScenario,
+	"sc-eventual":           quietScenario,
 }
+
+// scServerArgs are the server flags of the symmetric-caching scenarios
+// (docs/symmetric-caching.md): every key may be hot (the hot set holds up
+// to 64 keys), and rounds of 150 ms move keys in and out of it all the
+// time, so epochs change under load. sc-strong runs no other fault;
+// sc-kill SIGKILLs the master of the most keys (a member of the group and
+// the home of some hot keys) and starts it again, changing the group's
+// membership twice per round. sc-eventual is checked for convergence only
+// (eventual mode is not linearizable): see scEventual.
+var scServerArgs = map[string][]string{
+	"sc-strong":   {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-kill":     {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-eventual": {"--sc", "on", "--sc-consistency", "eventual", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+}
+
+// quietScenario injects no fault: the load runs for -run.
+func quietScenario(s *scenario) {}
 
 // allScenarios is what -scenarios all runs (scripts/check's default).
 var allScenarios = []string{"kill", "zombie", "restart", "partition",
@@ -295,7 +319,7 @@ func runScenario(cfg config, name string) *result {
 	root := filepath.Join(cfg.out, name)
 	os.RemoveAll(root)
 	opts := clusterOptions{servers: cfg.servers, replicas: cfg.replicas, memory: cfg.memory, logLevel: cfg.logLevel,
-		syncOpen: cfg.syncOpen}
+		syncOpen: cfg.syncOpen, serverArgs: scServerArgs[name]}
 	var setup func() error
 	if _, ok := partitionShapes[name]; ok {
 		var err error
@@ -364,6 +388,14 @@ func runScenario(cfg config, name string) *result {
 		r.err = err
 	}
 
+	if _, ok := scServerArgs[name]; ok {
+		// The caches must have served reads, or the scenario proves nothing.
+		hits, stats := scStats(cl)
+		r.sc = stats
+		if hits == 0 && r.err == nil {
+			r.err = fmt.Errorf("symmetric caching served no read from a copy (%s)", stats)
+		}
+	}
 	history := rec.history()
 	r.ops = len(history)
 	for _, op := range history {
@@ -380,6 +412,12 @@ func runScenario(cfg config, name string) *result {
 	r.unknown, r.failed, r.lostReads, r.errs = rec.unknown, rec.failed, rec.lostRead, rec.errs
 	r.losses = ledgerLosses(history, final)
 
+	if name == "sc-eventual" {
+		// Eventual consistency promises convergence, not linearizability.
+		r.verdict, r.illegal = scConvergence(cl, cfg.work.keys)
+		r.checked = "convergence of every key over every server"
+		return r
+	}
 	checkStart := time.Now()
 	checks := checkKeys(history, cfg.checkTimeout)
 	r.checked = fmt.Sprintf("%s, %.1f s of wall time", checkTimes(checks), time.Since(checkStart).Seconds())
@@ -593,4 +631,85 @@ func visualize(checks []keyCheck, prefix string) []string {
 		paths = append(paths, path)
 	}
 	return paths
+}
+
+// scConvergence checks eventual mode's promise once writes have stopped:
+// every server answers every key with the same value (a member from its
+// copy, the home from its store) within 5 s. Verdict "legal" if so.
+func scConvergence(cl *cluster, keys int) (string, []string) {
+	var diverged []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		diverged = diverged[:0]
+		for k := 0; k < keys; k++ {
+			key := keyName(k)
+			seen := map[string][]string{}
+			for _, s := range cl.servers {
+				if !s.running() {
+					continue
+				}
+				rc, err := dialRESP(s.respAddr(), time.Second)
+				if err != nil {
+					continue
+				}
+				rep, err := rc.Do(5*time.Second, "GET", key)
+				rc.Close()
+				if err != nil || rep.Kind != '$' {
+					continue
+				}
+				v := "(nil)"
+				if !rep.Nil {
+					v = rep.Str
+				}
+				seen[v] = append(seen[v], s.name)
+			}
+			if len(seen) > 1 {
+				diverged = append(diverged, fmt.Sprintf("%s: %v", key, seen))
+			}
+		}
+		if len(diverged) == 0 {
+			return "legal", nil
+		}
+		if time.Now().After(deadline) {
+			return "diverged", diverged
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// scStats sums symmetric caching's counters (INFO shoal, sc_*) over the
+// running servers: the reads served from copies, and a summary line.
+func scStats(cl *cluster) (int64, string) {
+	names := []string{"sc_hits", "sc_misses", "sc_invalidations_sent", "sc_acks_received", "sc_updates_sent",
+		"sc_writes_held", "sc_installs", "sc_frames_dropped"}
+	sum := map[string]int64{}
+	for _, s := range cl.servers {
+		if !s.running() {
+			continue
+		}
+		rc, err := dialRESP(s.respAddr(), time.Second)
+		if err != nil {
+			continue
+		}
+		rep, err := rc.Do(5*time.Second, "INFO", "shoal")
+		rc.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(rep.Str, "\r\n") {
+			name, value, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			var n int64
+			if _, err := fmt.Sscan(value, &n); err == nil {
+				sum[name] += n
+			}
+		}
+	}
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(n, "sc_"), sum[n]))
+	}
+	return sum["sc_hits"], strings.Join(parts, " ")
 }

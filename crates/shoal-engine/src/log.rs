@@ -42,6 +42,11 @@ pub trait LogObserver: Send + Sync {
     /// head whose digest says so has been opened (and announced) before
     /// this call. Replicas of `freed` may go once that digest is durable.
     fn segments_freed(&self, _survivors: &[SegmentId], _freed: &[SegmentId]) {}
+    /// One entry a writer appended to the head (not the cleaner's
+    /// relocations), whole, after its group's `appended` calls: the
+    /// position then covers it. Symmetric caching watches its hot keys'
+    /// writes here (`shoal-server`'s `sc`).
+    fn entry_appended(&self, _entry: &[u8]) {}
     /// The log position: how many bytes `appended` has been given so far,
     /// counting the bytes of a call before it returns. The store stamps it
     /// on the keys it writes ([`crate::Store::write_position`]) so that a
@@ -376,6 +381,11 @@ impl Log {
         h.w = w;
         if !spare.is_empty() {
             self.segs.pool.release(spare);
+        }
+        if let Some(o) = &self.observer {
+            for i in 0..b.ends.len() {
+                o.entry_appended(b.entry(i));
+            }
         }
         for i in 0..b.ends.len() {
             let e = b.entry(i);

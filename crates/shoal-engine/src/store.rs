@@ -1188,6 +1188,33 @@ impl Store {
         self.inner.written[write_slot(key_hash(table, key).0)].load(Ordering::Acquire)
     }
 
+    /// Reads an object under its key's stripe lock and hands `f` the value,
+    /// version and expiry (`None`: no live object). No write of the key is
+    /// half done meanwhile: every write appended before this call is
+    /// installed, and none appends until `f` returns. `f` must be quick
+    /// and must not call into the store.
+    pub fn read_locked<R>(
+        &self,
+        table: TableId,
+        key: &[u8],
+        f: impl FnOnce(Option<(&[u8], Version, Option<UnixMillis>)>) -> R,
+    ) -> Result<R, StoreError> {
+        let inner = &*self.inner;
+        inner.check_table(table)?;
+        inner.check_sizes(key, None)?;
+        let hash = key_hash(table, key).0;
+        let _lock = inner.ht.lock(hash);
+        let found = inner.live(inner.lookup(table, key, hash));
+        Ok(match found {
+            Some(found) => {
+                let e = inner.segs.entry(found.r);
+                let o = format::parse_object(&e).expect("live object");
+                f(Some((o.value, o.version, o.expiry)))
+            }
+            None => f(None),
+        })
+    }
+
     /// Reads several objects; one result per item, in order.
     pub fn multi_read(&self, items: &[(TableId, &[u8])]) -> Vec<Result<(Vec<u8>, Version), StoreError>> {
         items.iter().map(|(t, k)| self.read(*t, k, RejectRules::default())).collect()

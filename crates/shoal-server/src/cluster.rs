@@ -19,7 +19,7 @@ use shoal_cluster::{
 };
 use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
-use shoal_replication::backup::{Backup, BackupConfig};
+use shoal_replication::backup::{Backup, BackupConfig, PeerHandlers};
 use shoal_replication::master::{FloorRecorder, ReplicationMode as WireMode, Replicator, ReplicatorConfig};
 use shoal_replication::restore;
 use shoal_replication::wire::KeyRange;
@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -114,6 +114,9 @@ pub struct ClusterNode {
     replaying: Mutex<HashSet<(u64, u32)>>,
     /// Partitions replayed by this server, with their progress (statistics).
     pub partitions: Mutex<Vec<PartitionProgress>>,
+    /// Symmetric caching (`sc.rs`), when on. Its driver starts with
+    /// [`ClusterNode::start_sc`].
+    pub sc: Option<Arc<crate::sc::Sc>>,
 }
 
 /// One crash-recovery partition replayed by this server (statistics).
@@ -162,6 +165,9 @@ impl ClusterNode {
         shoal_replication::dial::set_cluster_secret(secret.clone());
         let tls = config.internal_tls().map_err(JoinError::Tls)?;
         shoal_replication::dial::set_internal_tls(tls.clone());
+        // Symmetric caching's id is only known after enlisting: the peer
+        // handler reaches it through this cell.
+        let sc_cell: Arc<OnceLock<Weak<crate::sc::Sc>>> = Arc::new(OnceLock::new());
         let backup_config = BackupConfig {
             listen: config.backup_addr(),
             data_dir: dir.clone(),
@@ -173,7 +179,8 @@ impl ClusterNode {
             max_connections_per_ip: 64,
             secret: secret.clone(),
             tls: tls.clone(),
-            peers: None,
+            peers: (config.sc == crate::config::ScSwitch::On)
+                .then(|| PeerHandlers(Arc::new(crate::sc::ScPeers(sc_cell.clone())))),
         };
         let backup =
             Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;
@@ -252,7 +259,23 @@ impl ClusterNode {
             replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
             floor_recorder: Some(floor_recorder(coordinator, auth.clone(), server, log)),
         });
+        let sc = (config.sc == crate::config::ScSwitch::On).then(|| {
+            let sc = crate::sc::Sc::new(
+                server,
+                crate::sc::ScSettings {
+                    consistency: match config.sc_consistency {
+                        crate::config::ScConsistency::Strong => shoal_symcache::Consistency::Strong,
+                        crate::config::ScConsistency::Eventual => shoal_symcache::Consistency::Eventual,
+                    },
+                    epoch_ms: config.sc_epoch_ms.max(1),
+                    cache_keys: config.sc_cache_keys,
+                },
+            );
+            let _ = sc_cell.set(Arc::downgrade(&sc));
+            sc
+        });
         let node = ClusterNode {
+            sc,
             id: server,
             log,
             coordinator,
@@ -271,6 +294,14 @@ impl ClusterNode {
         };
         node.set_map(map);
         Ok(node)
+    }
+
+    /// Starts symmetric caching's driver, if it is on.
+    pub fn start_sc(self: &Arc<ClusterNode>) -> std::io::Result<()> {
+        match &self.sc {
+            Some(sc) => sc.start(Arc::downgrade(self)),
+            None => Ok(()),
+        }
     }
 
     /// A control client that proves this server (its secret and

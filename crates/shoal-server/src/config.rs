@@ -159,6 +159,34 @@ pub struct ServerConfig {
     /// format; `docs/observability.md`); 0 picks a free port. Unset: no
     /// HTTP listener.
     pub metrics_port: Option<u16>,
+    /// Symmetric caching (`docs/symmetric-caching.md`): "on" caches the
+    /// hottest keys of this server's group on every member ("off": none).
+    pub sc: ScSwitch,
+    /// The consistency of hot keys' writes this server publishes when it
+    /// leads its group: "strong" (linearizable) or "eventual".
+    pub sc_consistency: ScConsistency,
+    /// Length of a hot-set round in milliseconds.
+    pub sc_epoch_ms: u64,
+    /// Most keys in a hot set; unset: 0.1% of the keys, at most 100,000.
+    pub sc_cache_keys: Option<usize>,
+}
+
+/// Symmetric caching at all ([`ServerConfig::sc`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ScSwitch {
+    #[default]
+    Off,
+    On,
+}
+
+/// [`ServerConfig::sc_consistency`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ScConsistency {
+    #[default]
+    Strong,
+    Eventual,
 }
 
 /// Whether TLS clients must present a certificate (with `tls_ca` set), as
@@ -240,6 +268,10 @@ impl Default for ServerConfig {
             internal_tls_ca: None,
             cluster_mode: false,
             metrics_port: None,
+            sc: ScSwitch::Off,
+            sc_consistency: ScConsistency::Strong,
+            sc_epoch_ms: 1000,
+            sc_cache_keys: None,
         }
     }
 }
@@ -357,6 +389,12 @@ impl ServerConfig {
                 self.client_buffer_budget, self.request_buffer_size, self.reply_buffer_size
             ));
         }
+        if self.sc == ScSwitch::On && self.coordinator.is_none() {
+            return bad("sc = on needs a cluster (a coordinator): symmetric caching is between servers".into());
+        }
+        if self.sc_epoch_ms == 0 {
+            return bad("sc_epoch_ms must be at least 1".into());
+        }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
         }
@@ -449,7 +487,7 @@ pub struct ServerArgs {
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
     /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
-    /// cluster_mode, metrics_port (sizes as numbers of bytes or strings like
+    /// cluster_mode, metrics_port, sc, sc_consistency, sc_epoch_ms, sc_cache_keys (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -650,6 +688,26 @@ pub struct ServerArgs {
     /// it no HTTP port is opened.
     #[arg(long, value_name = "PORT")]
     pub metrics_port: Option<u16>,
+    /// Symmetric caching (docs/symmetric-caching.md; a cluster server
+    /// only): `on` caches the hottest keys of this server's group (the
+    /// coordinator's --sc-group-size) on every member, so reads of them are
+    /// answered by any member; writes stay at the key's master and its
+    /// backups [default: off].
+    #[arg(long, value_name = "off|on")]
+    pub sc: Option<crate::config::ScSwitch>,
+    /// Consistency of hot keys this server publishes when it leads its
+    /// group: `strong` (linearizable: a write of a hot key is acknowledged
+    /// only once every member dropped its copy) or `eventual` (copies
+    /// updated after the write) [default: strong].
+    #[arg(long, value_name = "strong|eventual")]
+    pub sc_consistency: Option<crate::config::ScConsistency>,
+    /// Length of a hot-set round: the group agrees on its hot keys this
+    /// often [default: 1000].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sc_epoch_ms: Option<u64>,
+    /// Most keys in a hot set [default: 0.1% of the keys, at most 100000].
+    #[arg(long, value_name = "N")]
+    pub sc_cache_keys: Option<usize>,
 }
 
 impl ServerArgs {
@@ -694,6 +752,18 @@ impl ServerArgs {
         }
         if self.metrics_port.is_some() {
             c.metrics_port = self.metrics_port;
+        }
+        if let Some(v) = self.sc {
+            c.sc = v;
+        }
+        if let Some(v) = self.sc_consistency {
+            c.sc_consistency = v;
+        }
+        if let Some(v) = self.sc_epoch_ms {
+            c.sc_epoch_ms = v;
+        }
+        if self.sc_cache_keys.is_some() {
+            c.sc_cache_keys = self.sc_cache_keys;
         }
         if self.password.is_some() {
             c.requirepass = self.password;

@@ -99,11 +99,19 @@ impl ServerContext {
         let observer: Option<Arc<dyn shoal_engine::LogObserver>> = match &cluster {
             Some(node) => {
                 store_config.log_id = node.log;
-                Some(node.replicator.clone())
+                match &node.sc {
+                    Some(sc) => {
+                        Some(Arc::new(crate::sc::ScObserver { replicator: node.replicator.clone(), sc: sc.clone() }))
+                    }
+                    None => Some(node.replicator.clone()),
+                }
             }
             None => None,
         };
         let store = Arc::new(Store::with_observer(store_config, observer)?);
+        if let Some(sc) = cluster.as_ref().and_then(|n| n.sc.as_ref()) {
+            sc.set_store(&store);
+        }
         if let Some(node) = &cluster {
             // Closed segments re-replicated after a backup failure come from
             // the store (held weakly: the store holds the replicator).
@@ -146,7 +154,8 @@ impl ServerContext {
     pub fn durable_target(&self, need: Durability) -> Option<u64> {
         let node = self.cluster.as_ref()?;
         let pos = if need.log_end { node.position() } else { need.keys };
-        (node.replicator.durable() < pos).then_some(pos)
+        let held = node.sc.as_ref().is_some_and(|sc| sc.holds(pos));
+        (node.replicator.durable() < pos || held).then_some(pos)
     }
 
     /// Whether replies to commands that read or wrote stored data may go
@@ -161,7 +170,15 @@ impl ServerContext {
     /// (the server is shutting down) and the writes must not be acknowledged.
     pub async fn wait_durable(&self, pos: u64) -> bool {
         match &self.cluster {
-            Some(node) => node.wait_durable(pos).await,
+            Some(node) => {
+                let durable = node.wait_durable(pos).await;
+                if let Some(sc) = &node.sc {
+                    // Hot keys' writes are durable once every member of the
+                    // group dropped its copy (`sc.rs`).
+                    sc.wait_released(pos).await;
+                }
+                durable
+            }
             None => true,
         }
     }

@@ -112,7 +112,9 @@ impl Server {
         let ctx = match config.coordinator {
             Some(_) => {
                 let node = Arc::new(ClusterNode::join(&config, native_addr, resp_addr)?);
-                Arc::new(ServerContext::with_cluster(config, node)?)
+                let ctx = Arc::new(ServerContext::with_cluster(config, node.clone())?);
+                node.start_sc().map_err(ServerError::Runtime)?;
+                ctx
             }
             None => Arc::new(ServerContext::new(config)?),
         };

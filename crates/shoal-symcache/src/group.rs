@@ -109,6 +109,13 @@ impl<K: Clone + Hash + Eq + Ord> GroupView<K> {
         }
     }
 
+    /// Changes the most keys of the hot sets this member publishes when
+    /// it leads (`--sc-cache-keys` derived from the number of keys).
+    pub fn set_cache_keys(&mut self, cache_keys: usize) {
+        self.config.cache_keys = cache_keys;
+        self.config.report_keys = cache_keys;
+    }
+
     /// The group's leader: its lowest id.
     pub fn leader(&self) -> NodeId {
         self.members.first().copied().unwrap_or(self.me)

@@ -14,6 +14,7 @@
 //! `<root>/internal-tls`.
 
 use crate::recovery_watch::RecoveryWatch;
+use clap::ValueEnum;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, ServerState};
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
@@ -124,6 +125,21 @@ pub struct LocalCommand {
     #[arg(long, default_value = "on", value_name = "on|off", action = clap::ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new())]
     pub cluster_mode: bool,
+    /// Symmetric caching on every server (docs/symmetric-caching.md): the
+    /// hottest keys cached on every member of a group, reads of them
+    /// answered by any member. Only with --cluster-mode off (cluster
+    /// clients send every key to its master) [default: off].
+    #[arg(long, value_name = "off|on")]
+    pub sc: Option<shoal_server::config::ScSwitch>,
+    /// Consistency of hot keys' writes: strong (linearizable) or eventual [default: strong].
+    #[arg(long, value_name = "strong|eventual")]
+    pub sc_consistency: Option<shoal_server::config::ScConsistency>,
+    /// Length of a hot-set round in milliseconds [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub sc_epoch_ms: Option<u64>,
+    /// Most keys in a hot set [default: 0.1% of the keys, at most 100000].
+    #[arg(long, value_name = "N")]
+    pub sc_cache_keys: Option<usize>,
 }
 
 /// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
@@ -420,6 +436,21 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         }
         if cmd.cluster_mode {
             args.push("--cluster-mode".into());
+        }
+        if let Some(sc) = cmd.sc {
+            args.extend(["--sc".into(), sc.to_possible_value().expect("a flag value").get_name().to_string()]);
+        }
+        if let Some(c) = cmd.sc_consistency {
+            args.extend([
+                "--sc-consistency".into(),
+                c.to_possible_value().expect("a flag value").get_name().to_string(),
+            ]);
+        }
+        if let Some(ms) = cmd.sc_epoch_ms {
+            args.extend(["--sc-epoch-ms".into(), ms.to_string()]);
+        }
+        if let Some(n) = cmd.sc_cache_keys {
+            args.extend(["--sc-cache-keys".into(), n.to_string()]);
         }
         if let Some((_, base)) = metrics {
             args.extend(["--metrics-port".into(), port(base, i)]);

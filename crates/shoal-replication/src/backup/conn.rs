@@ -360,7 +360,9 @@ impl Conn {
                 let sent = tokio::time::timeout(LINGER, rest).await;
                 if hand_over && matches!(sent, Ok(Ok(()))) {
                     if let Some(handler) = self.shared.config.peers.clone() {
-                        handler.0.serve(self.proven, self.peer, self.stream).await;
+                        // Without a secret the HELLO's claim is all there is.
+                        let claimed = self.session.as_ref().map(|s| s.master).filter(|m| m.0 != 0);
+                        handler.0.serve(self.proven.or(claimed), self.peer, self.stream).await;
                     }
                 }
                 return;
@@ -719,6 +721,13 @@ impl Conn {
             }
             if self.shared.config.secret.is_some() && self.proven.is_none() {
                 return Err(bad("a peer HELLO needs a handshake that claimed a server id"));
+            }
+            if self.proven.is_some_and(|p| hello.master.0 != 0 && p != hello.master) {
+                return Err(bad(format!(
+                    "peer HELLO as server {}, but this connection's handshake claimed {}",
+                    hello.master,
+                    self.proven.map_or(0, |p| p.0)
+                )));
             }
         }
         let fence = match hello.mode {

@@ -94,7 +94,8 @@ pub struct BackupConfig {
 /// [`PeerHandler::serve`] returns.
 pub trait PeerHandler: Send + Sync + 'static {
     /// Serves one peer connection until it ends. `server`: the id the
-    /// peer's cluster handshake claimed (`None` without a secret); `addr`:
+    /// peer's cluster handshake proved it holds the secret for, or without
+    /// a secret the id its HELLO claimed (`None`: it claimed none); `addr`:
     /// its address.
     fn serve(
         &self,

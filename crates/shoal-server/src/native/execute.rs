@@ -180,7 +180,20 @@ fn apply<'s>(
             Response::Auth
         }
         Request::Read { table, key, rules } => {
-            owner(ctx, table, key)?;
+            if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
+                sc.sample(table, key);
+            }
+            if let Err(e) = owner(ctx, table, key) {
+                // A hot key of another member of this server's group: its copy.
+                return match cached_read(ctx, table, key, rules, &mut scratch.value) {
+                    Some(Ok(version)) => {
+                        ServerStats::add(&ctx.stats.keyspace_hits, 1);
+                        Ok(Response::Read { version, value: &scratch.value })
+                    }
+                    Some(Err(status)) => Err(status),
+                    None => Err(e),
+                };
+            }
             let read = store.read_into(table, key, rules, &mut scratch.value);
             wait_for_read(store, &mut scratch.durable, table, key, read.is_ok());
             let version = read.map_err(status_of)?;
@@ -188,6 +201,9 @@ fn apply<'s>(
             Response::Read { version, value: &scratch.value }
         }
         Request::Write { table, key, value, rules } => {
+            if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
+                sc.sample(table, key);
+            }
             owner(ctx, table, key)?;
             Response::Write { version: store.write(table, key, value, rules).map_err(status_of)? }
         }
@@ -456,6 +472,32 @@ fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
             true => Err(ErrorStatus::UnknownTablet),
             false => Err(ErrorStatus::UnknownTable(table)),
         },
+    }
+}
+
+/// A read of `key` answered from this member's copy (symmetric caching,
+/// `sc.rs`): the value into the scratch buffer and its version, or the
+/// reject rules' refusal; `None` if there is no valid copy to serve (the
+/// read goes to the key's home). Only reads without reject rules are
+/// served from copies.
+fn cached_read(
+    ctx: &ServerContext,
+    table: TableId,
+    key: &[u8],
+    rules: shoal_engine::RejectRules,
+    out: &mut Vec<u8>,
+) -> Option<Result<Version, ErrorStatus>> {
+    let node = ctx.cluster.as_ref()?;
+    let sc = node.sc.as_ref()?;
+    if rules != shoal_engine::RejectRules::default() {
+        return None;
+    }
+    match sc.read(node, table, key)? {
+        shoal_symcache::wire::Value::Present { version, bytes } => {
+            *out = bytes;
+            Some(Ok(Version(version)))
+        }
+        shoal_symcache::wire::Value::Absent => Some(Err(ErrorStatus::ObjectDoesntExist)),
     }
 }
 

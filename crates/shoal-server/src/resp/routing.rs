@@ -118,6 +118,9 @@ fn decide(s: &mut Session, entry: &'static Entry, args: Args<'_>) -> Routed {
         }
     };
     let Some(node) = s.ctx.cluster.as_deref() else { return Routed::Local };
+    if let Some(sc) = &node.sc {
+        sc.sample(table, args.get(first));
+    }
     if first == last {
         return match owner(node, table, args.get(first)) {
             Ok(Owner::Here) => Routed::Local,

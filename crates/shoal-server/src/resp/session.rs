@@ -261,6 +261,27 @@ impl Session {
             }
             return step;
         }
+        if self.clustered && !self.cluster_mode && !self.local_only && std::ptr::eq(entry.spec, &cmd::get::SPEC) {
+            if let Some(value) = self.cached_get(args.get(1)) {
+                // A hot key of another member of this server's group,
+                // answered from this member's copy (`sc.rs`).
+                ServerStats::add(&self.ctx.stats.commands, 1);
+                let started = Instant::now();
+                match value {
+                    shoal_symcache::wire::Value::Present { bytes, .. } => {
+                        ServerStats::add(&self.ctx.stats.keyspace_hits, 1);
+                        reply.bulk(&bytes)
+                    }
+                    shoal_symcache::wire::Value::Absent => {
+                        ServerStats::add(&self.ctx.stats.keyspace_misses, 1);
+                        reply.null()
+                    }
+                }
+                self.ctx.stats.resp_commands.ran(index, started.elapsed(), false);
+                self.observe(index, None, args, 0);
+                return Step::Done;
+            }
+        }
         if self.clustered || self.cluster_mode {
             match routing::route(self, entry, args) {
                 Routed::Local => {}
@@ -294,6 +315,15 @@ impl Session {
         }
         self.observe(index, sub, args, usec);
         Step::Done
+    }
+
+    /// GET of `key` from this member's copy of a hot key homed elsewhere
+    /// (symmetric caching), if it has a valid one.
+    fn cached_get(&mut self, key: &[u8]) -> Option<shoal_symcache::wire::Value> {
+        let node = self.ctx.cluster.clone()?;
+        let sc = node.sc.as_ref()?;
+        let table = self.db().table()?;
+        sc.read(&node, table, key)
     }
 
     /// After command `index` (subcommand `sub`) ran for `usec`: updates the connection's slot, and feeds the slow log, the

@@ -287,9 +287,40 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("seglets_returned_to_os:{}", s.seglets_returned);
             line!("write_cost:{:.4}", s.write_cost);
             line!("tables:{}", ctx.tables.list().len());
+            if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
+                sc_fields(sc, t);
+            }
         }
         _ => {}
     }
+}
+
+/// Symmetric caching's figures (`sc.rs`), in `# Shoal`.
+fn sc_fields(sc: &crate::sc::Sc, t: &mut String) {
+    use std::sync::atomic::Ordering::Relaxed;
+    macro_rules! line {
+        ($($arg:tt)*) => {{ let _ = write!(t, $($arg)*); t.push_str("\r\n"); }};
+    }
+    let s = &sc.stats;
+    line!(
+        "sc_consistency:{}",
+        if sc.settings().consistency == shoal_symcache::Consistency::Strong { "strong" } else { "eventual" }
+    );
+    line!("sc_membership_epoch:{}", s.membership.load(Relaxed));
+    line!("sc_round:{}", s.round.load(Relaxed));
+    line!("sc_hot_keys:{}", s.hot_keys.load(Relaxed));
+    line!("sc_home_keys:{}", s.home_keys.load(Relaxed));
+    line!("sc_copies:{}", s.copies.load(Relaxed));
+    line!("sc_hits:{}", s.hits.load(Relaxed));
+    line!("sc_misses:{}", s.misses.load(Relaxed));
+    line!("sc_invalidations_sent:{}", s.invalidations_sent.load(Relaxed));
+    line!("sc_invalidations_received:{}", s.invalidations_received.load(Relaxed));
+    line!("sc_acks_received:{}", s.acks_received.load(Relaxed));
+    line!("sc_updates_sent:{}", s.updates_sent.load(Relaxed));
+    line!("sc_updates_received:{}", s.updates_received.load(Relaxed));
+    line!("sc_writes_held:{}", s.writes_held.load(Relaxed));
+    line!("sc_frames_dropped:{}", s.frames_dropped.load(Relaxed));
+    line!("sc_installs:{}", s.installs.load(Relaxed));
 }
 
 /// A cluster member's part of `# Replication`: who it is in the cluster,

@@ -24,7 +24,7 @@ mod echo;
 mod exists;
 mod expire;
 mod flushdb;
-mod get;
+pub(crate) mod get;
 mod getdel;
 mod getex;
 mod getset;
