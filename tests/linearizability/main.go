@@ -79,7 +79,7 @@ func main() {
 	var cfg config
 	var scenarios string
 	flag.StringVar(&cfg.exe, "shoal", "target/debug/shoal", "the shoal binary")
-	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients (or all: "+strings.Join(allScenarios, ",")+")")
+	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients, sc-strong, sc-kill, sc-eventual (or all: "+strings.Join(allScenarios, ",")+")")
 	flag.StringVar(&cfg.out, "out", "", "directory for cluster data, logs and visualisations (default: a new one under the temp dir)")
 	flag.IntVar(&cfg.servers, "servers", 5, "servers in the cluster")
 	flag.IntVar(&cfg.replicas, "replicas", 2, "replicas of every segment (R)")
@@ -264,7 +264,7 @@ func quietScenario(s *scenario) {}
 
 // allScenarios is what -scenarios all runs (scripts/check's default).
 var allScenarios = []string{"kill", "zombie", "restart", "partition",
-	"partition-backups", "partition-coordinator", "partition-clients"}
+	"partition-backups", "partition-coordinator", "partition-clients", "sc-strong", "sc-kill", "sc-eventual"}
 
 func scenarioNames() string {
 	names := make([]string, 0, len(scenarioFuncs))
