@@ -246,6 +246,22 @@ struct Inner {
     source: Box<dyn MapSource>,
     channels: tokio::sync::Mutex<HashMap<SocketAddr, Arc<Channel>>>,
     config: ClientConfig,
+    /// Symmetric caching's filters, per group (by its members).
+    filters: Mutex<HashMap<Vec<SocketAddr>, GroupFilter>>,
+    /// Round-robin over a group's members for hot reads.
+    next_member: AtomicU64,
+}
+
+/// How often a group's filter of hot keys is fetched again (its rounds
+/// are `--sc-epoch-ms`, 1 s by default).
+const FILTER_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// One group's filter of hot keys, as last fetched.
+#[derive(Default)]
+struct GroupFilter {
+    bloom: Option<shoal_symcache::bloom::Bloom>,
+    fetched: Option<std::time::Instant>,
+    fetching: bool,
 }
 
 /// An async Shoal client. Every operation routes by (table id, key hash)
@@ -299,6 +315,8 @@ impl Client {
                 source,
                 channels: tokio::sync::Mutex::new(HashMap::new()),
                 config,
+                filters: Mutex::new(HashMap::new()),
+                next_member: AtomicU64::new(0),
             }),
         }
     }
@@ -403,8 +421,79 @@ impl Client {
     }
 
     pub async fn read_with(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Versioned, ReadError> {
-        let route = Route::Key(table, key_hash(table, key));
-        self.execute(route, &Request::Read { table, key, rules }, conv::read).await
+        let hash = key_hash(table, key);
+        let req = Request::Read { table, key, rules };
+        if rules == RejectRules::default() {
+            if let Some(member) = self.hot_member(table, hash) {
+                // A member without a valid copy refuses the key (it is not
+                // its master): the read then goes home as any other.
+                if let Ok(channel) = self.channel(member).await {
+                    if let Ok(frame) = channel.call(&req).await {
+                        match frame.reply() {
+                            Ok(Ok(r)) => return conv::read(r).map_err(ReadError::from),
+                            Ok(Err(ErrorStatus::ObjectDoesntExist)) => return Err(ReadError::NotFound),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        self.execute(Route::Key(table, hash), &req, conv::read).await
+    }
+
+    /// Symmetric caching: if the filter of the group of the key's master
+    /// says the key is hot, the member to read it from (round-robin over
+    /// the group, the master included). Fetches a filter that is missing
+    /// or older than [`FILTER_REFRESH`] in the background.
+    fn hot_member(&self, table: TableId, hash: KeyHash) -> Option<SocketAddr> {
+        if !self.inner.config.spread_hot_reads {
+            return None;
+        }
+        let group: Vec<SocketAddr> = {
+            let map = self.inner.map.read().expect("map lock");
+            let home = map.locate(table, hash)?;
+            map.group_of(home)?.to_vec()
+        };
+        if group.len() < 2 {
+            return None;
+        }
+        let mut filters = self.inner.filters.lock().expect("filters lock");
+        let f = filters.entry(group.clone()).or_default();
+        let stale = f.fetched.is_none_or(|t| t.elapsed() >= FILTER_REFRESH);
+        if stale && !f.fetching && tokio::runtime::Handle::try_current().is_ok() {
+            f.fetching = true;
+            let client = self.clone();
+            let members = group.clone();
+            tokio::spawn(async move { client.fetch_filter(members).await });
+        }
+        let hot = f.bloom.as_ref().is_some_and(|b| b.contains(hash.0));
+        drop(filters);
+        if !hot {
+            return None;
+        }
+        let i = self.inner.next_member.fetch_add(1, Ordering::Relaxed) as usize;
+        Some(group[i % group.len()])
+    }
+
+    /// Fetches the filter of the group of `members` from one of them.
+    async fn fetch_filter(&self, members: Vec<SocketAddr>) {
+        let i = self.inner.next_member.fetch_add(1, Ordering::Relaxed) as usize;
+        let from = members[i % members.len()];
+        let mut bloom = None;
+        if let Ok(channel) = self.channel(from).await {
+            if let Ok(frame) = channel.call(&Request::ScFilter).await {
+                if let Ok(Ok(Response::ScFilter { bloom: bytes, .. })) = frame.reply() {
+                    if !bytes.is_empty() {
+                        bloom = shoal_symcache::bloom::Bloom::from_bytes(bytes).ok();
+                    }
+                }
+            }
+        }
+        let mut filters = self.inner.filters.lock().expect("filters lock");
+        let f = filters.entry(members).or_default();
+        f.bloom = bloom;
+        f.fetched = Some(std::time::Instant::now());
+        f.fetching = false;
     }
 
     /// Creates or overwrites an object; returns its new version.

@@ -64,7 +64,12 @@ pub fn tablet_map(map: &ClusterMap) -> Option<TabletMap> {
             Some(Tablet { table: Some(t.table), start_hash: t.start_hash, end_hash: t.end_hash, server: s.native })
         })
         .collect();
-    Some(TabletMap::new(tablets, admin))
+    let groups = map
+        .sc_groups
+        .iter()
+        .map(|g| g.members.iter().filter_map(|m| map.server(*m)).map(|s| s.native).collect())
+        .collect();
+    Some(TabletMap::new(tablets, admin).with_groups(groups))
 }
 
 /// Native addresses of every server not down (where a table's objects may be).

@@ -38,6 +38,12 @@ pub struct ClientConfig {
     /// does: the cluster has internal TLS, `docs/security.md`): a
     /// certificate of the cluster CA. Only `connect_cluster` uses it.
     pub coordinator_tls: Option<shoal_cluster::tls::InternalTls>,
+    /// Symmetric caching (`docs/symmetric-caching.md`): the async client
+    /// fetches each group's filter of hot keys and sends reads of keys it
+    /// holds to any member of the key's group, round-robin, instead of
+    /// the key's master. On by default; it costs one small request per
+    /// group every half second when the servers run without it.
+    pub spread_hot_reads: bool,
 }
 
 /// A user name and password for the native protocol's AUTH request.
@@ -83,6 +89,7 @@ impl Default for ClientConfig {
             credentials: None,
             tls: None,
             coordinator_tls: None,
+            spread_hot_reads: true,
         }
     }
 }

@@ -32,17 +32,34 @@ pub struct TabletMap {
     /// Where table management and statistics go (the coordinator's job in
     /// a cluster; today the one server).
     admin: SocketAddr,
+    /// Symmetric-caching groups: each group's members' addresses.
+    groups: Vec<Vec<SocketAddr>>,
 }
 
 impl TabletMap {
     /// A map that sends everything to one server.
     pub fn single(server: SocketAddr) -> TabletMap {
-        TabletMap { tablets: vec![Tablet { table: None, start_hash: 0, end_hash: u64::MAX, server }], admin: server }
+        TabletMap {
+            tablets: vec![Tablet { table: None, start_hash: 0, end_hash: u64::MAX, server }],
+            admin: server,
+            groups: Vec::new(),
+        }
     }
 
     /// A map from explicit tablets (for the cluster, and for tests).
     pub fn new(tablets: Vec<Tablet>, admin: SocketAddr) -> TabletMap {
-        TabletMap { tablets, admin }
+        TabletMap { tablets, admin, groups: Vec::new() }
+    }
+
+    /// This map with symmetric-caching groups (each its members' addresses).
+    pub fn with_groups(mut self, groups: Vec<Vec<SocketAddr>>) -> TabletMap {
+        self.groups = groups;
+        self
+    }
+
+    /// The symmetric-caching group `server` belongs to, if any.
+    pub fn group_of(&self, server: SocketAddr) -> Option<&[SocketAddr]> {
+        self.groups.iter().find(|g| g.contains(&server)).map(|g| g.as_slice())
     }
 
     /// The server that owns `(table, hash)`, if any.

@@ -33,6 +33,7 @@ pub enum Opcode {
     Stats = 19,
     Auth = 20,
     CreateChunkTable = 21,
+    ScFilter = 22,
 }
 
 impl Opcode {
@@ -60,6 +61,7 @@ impl Opcode {
             19 => Stats,
             20 => Auth,
             21 => CreateChunkTable,
+            22 => ScFilter,
             _ => return None,
         })
     }
@@ -307,6 +309,9 @@ pub enum Request<'a> {
         ids: Vec<ChunkId>,
     },
     /// CREATE_TABLE of a chunk table.
+    /// Symmetric caching's filter of the hot keys of the answering
+    /// server's group (`docs/symmetric-caching.md`, "The filter").
+    ScFilter,
     CreateChunkTable {
         name: &'a str,
     },
@@ -377,6 +382,7 @@ impl<'a> Request<'a> {
             | Request::Enumerate { .. }
             | Request::GetTableId { .. }
             | Request::Stats
+            | Request::ScFilter
             | Request::Auth { .. }
             | Request::ChunkGet { .. } => false,
         }
@@ -405,6 +411,7 @@ impl<'a> Request<'a> {
             Request::ChunkPut { .. } => Opcode::ChunkPut,
             Request::ChunkRemove { .. } => Opcode::ChunkRemove,
             Request::CreateChunkTable { .. } => Opcode::CreateChunkTable,
+            Request::ScFilter => Opcode::ScFilter,
         }
     }
 
@@ -413,7 +420,7 @@ impl<'a> Request<'a> {
     pub fn encode(&self, request_id: u64, out: &mut Vec<u8>) -> usize {
         let start = encode_header(out, self.opcode() as u8, 0, request_id);
         match self {
-            Request::Ping | Request::Stats => {}
+            Request::Ping | Request::Stats | Request::ScFilter => {}
             Request::Read { table, key, rules }
             | Request::Remove { table, key, rules }
             | Request::ReadTtl { table, key, rules } => put_key_op(out, *table, rules, key),
@@ -508,6 +515,7 @@ impl<'a> Request<'a> {
         let req = match op {
             Opcode::Ping => Request::Ping,
             Opcode::Stats => Request::Stats,
+            Opcode::ScFilter => Request::ScFilter,
             Opcode::Read => {
                 let (table, rules, key) = get_key_op(&mut r)?;
                 Request::Read { table, key, rules }

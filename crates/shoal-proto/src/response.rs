@@ -134,6 +134,14 @@ pub enum Response<'a> {
     ChunkPut(Vec<Result<Version, ErrorStatus>>),
     /// CHUNK_REMOVE: the version each removed chunk had, or why not.
     ChunkRemove(Vec<Result<Version, ErrorStatus>>),
+    /// SC_FILTER: the group's membership epoch and round of the filter
+    /// (0 and 0 with no filter: symmetric caching off, or no group) and
+    /// the Bloom filter's encoding (`shoal_symcache::bloom`; empty: none).
+    ScFilter {
+        membership: u64,
+        round: u64,
+        bloom: &'a [u8],
+    },
     CreateChunkTable {
         table: TableId,
     },
@@ -167,6 +175,7 @@ impl<'a> Response<'a> {
             Response::ChunkPut(_) => Opcode::ChunkPut,
             Response::ChunkRemove(_) => Opcode::ChunkRemove,
             Response::CreateChunkTable { .. } => Opcode::CreateChunkTable,
+            Response::ScFilter { .. } => Opcode::ScFilter,
         }
     }
 
@@ -239,6 +248,12 @@ impl<'a> Response<'a> {
             }
             Response::CreateTable { table } | Response::GetTableId { table } | Response::CreateChunkTable { table } => {
                 put_u64(out, table.0)
+            }
+            Response::ScFilter { membership, round, bloom } => {
+                put_u64(out, *membership);
+                put_u64(out, *round);
+                out.extend_from_slice(&len32(bloom));
+                out.extend_from_slice(bloom);
             }
             Response::ChunkCreate(ids) => {
                 out.extend_from_slice(&len32_count(ids.len()));
@@ -370,6 +385,12 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
             Response::ChunkCreate(ids)
         }
         Opcode::CreateChunkTable => Response::CreateChunkTable { table: TableId(r.u64()?) },
+        Opcode::ScFilter => {
+            let membership = r.u64()?;
+            let round = r.u64()?;
+            let n = r.u32()? as usize;
+            Response::ScFilter { membership, round, bloom: r.take(n)? }
+        }
         Opcode::MultiRemove => {
             let n = r.count(1)?;
             let mut items = Vec::with_capacity(n);

@@ -42,6 +42,7 @@ use shoal_common::key_hash;
 use shoal_engine::format::{self, Entry};
 use shoal_engine::{LogObserver, SegmentId, SegmentKind, Store, TableId};
 use shoal_replication::master::Replicator;
+use shoal_symcache::bloom::Bloom;
 use shoal_symcache::group::{self, EpochId, GroupConfig, GroupView};
 use shoal_symcache::key::{Action as KeyAction, CachedKey};
 use shoal_symcache::retired::Retired;
@@ -71,6 +72,8 @@ const SAMPLE_EVERY: u64 = 8;
 /// Fewest sampled accesses (summed over the group's reports, in accesses)
 /// in a round that make a key hot.
 const MIN_COUNT: u64 = 2 * SAMPLE_EVERY;
+/// The false-positive rate of the clients' filter (the seed's 0.1%).
+const FILTER_FALSE_POSITIVES: f64 = 0.001;
 /// The most keys in a hot set when `--sc-cache-keys` is not given.
 const MAX_DEFAULT_CACHE_KEYS: usize = 100_000;
 
@@ -181,6 +184,9 @@ pub struct Sc {
     store: OnceLock<Weak<Store>>,
     inbox: mpsc::Sender<Event>,
     inbox_rx: Mutex<Option<mpsc::Receiver<Event>>>,
+    /// The installed hot set's epoch and its clients' Bloom filter (encoded;
+    /// empty: no group).
+    filter: Mutex<(EpochId, Arc<Vec<u8>>)>,
     wake: Notify,
     pub stats: ScStats,
 }
@@ -212,6 +218,7 @@ impl Sc {
             store: OnceLock::new(),
             inbox: tx,
             inbox_rx: Mutex::new(Some(rx)),
+            filter: Mutex::new((EpochId::default(), Arc::new(Vec::new()))),
             wake: Notify::new(),
             stats: ScStats::default(),
         })
@@ -224,6 +231,13 @@ impl Sc {
     /// The store whose hot keys are filled from (set once, after it exists).
     pub fn set_store(&self, store: &Arc<Store>) {
         let _ = self.store.set(Arc::downgrade(store));
+    }
+
+    /// The installed hot set's epoch and the Bloom filter of its keys'
+    /// hashes for clients (SC_FILTER); empty outside a group.
+    pub fn filter(&self) -> (EpochId, Arc<Vec<u8>>) {
+        let f = self.filter.lock();
+        (f.0, f.1.clone())
     }
 
     /// Whether a reply that needs the log durable up to `pos` must wait
@@ -637,6 +651,7 @@ impl Sc {
             st.retired_keys.extend(old_home);
             self.rewatch(&mut st);
             self.caching.store(false, Ordering::Release);
+            *self.filter.lock() = (EpochId::default(), Arc::new(Vec::new()));
             return;
         };
         let same_membership = old_epoch.membership == epoch.membership;
@@ -661,6 +676,11 @@ impl Sc {
                 copies.insert(k, copy);
             }
         }
+        let mut bloom = Bloom::for_keys((home.len() + copies.len()).max(1), FILTER_FALSE_POSITIVES);
+        for k in home.iter().chain(copies.keys()) {
+            bloom.insert(key_hash(TableId(k.table), &k.key).0);
+        }
+        *self.filter.lock() = (epoch, Arc::new(bloom.to_bytes()));
         let cooled: Vec<Key> = old_home.into_iter().filter(|k| !home.contains(k)).collect();
         g.home = home;
         g.copies = copies;

@@ -155,6 +155,7 @@ fn apply<'s>(
         Request::Ping
             | Request::Auth { .. }
             | Request::Stats
+            | Request::ScFilter
             | Request::CreateTable { .. }
             | Request::DropTable { .. }
             | Request::GetTableId { .. }
@@ -365,6 +366,15 @@ fn apply<'s>(
             Response::GetTableId { table: ctx.tables.lookup(name).ok_or(ErrorStatus::UnknownTableName)? }
         }
         Request::Stats => Response::Stats(stats(ctx)),
+        Request::ScFilter => {
+            let (epoch, bloom) = match ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
+                Some(sc) => sc.filter(),
+                None => Default::default(),
+            };
+            scratch.value.clear();
+            scratch.value.extend_from_slice(&bloom);
+            Response::ScFilter { membership: epoch.membership, round: epoch.round.0, bloom: &scratch.value }
+        }
         Request::CreateChunkTable { name } => {
             Response::CreateChunkTable { table: ctx.tables.create_chunk_table(name).map_err(table_status)? }
         }

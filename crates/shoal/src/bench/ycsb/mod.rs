@@ -185,6 +185,9 @@ pub struct YcsbResult {
     pub servers: usize,
     /// Tablet map fetches after `UNKNOWN_TABLET` (cluster only).
     pub map_refreshes: u64,
+    /// Reads sent to another member of the master's symmetric-caching
+    /// group because its filter held the key (cluster only).
+    pub spread_reads: u64,
     /// Replicas each Redis SET waited for (--resp-wait; 0 without).
     pub resp_wait: u32,
 }
@@ -203,6 +206,7 @@ struct Tally {
     fatal: Option<String>,
     /// Tablet map fetches after `UNKNOWN_TABLET`.
     map_refreshes: u64,
+    spread_reads: u64,
 }
 
 impl Tally {
@@ -214,6 +218,7 @@ impl Tally {
             first_error: None,
             fatal: None,
             map_refreshes: 0,
+            spread_reads: 0,
         }
     }
 
@@ -228,6 +233,7 @@ impl Tally {
         self.first_error = self.first_error.take().or(o.first_error);
         self.fatal = self.fatal.take().or(o.fatal);
         self.map_refreshes += o.map_refreshes;
+        self.spread_reads += o.spread_reads;
     }
 
     fn error(&mut self, kind: OpKind, message: String) {
@@ -321,6 +327,7 @@ fn drive(wire: &mut dyn Wire, shared: &Shared, pipeline: usize, seed: u64) -> Ta
             if let Err(e) = wire.push(req) {
                 tally.fatal = Some(e);
                 tally.map_refreshes = wire.map_refreshes();
+                tally.spread_reads = wire.spread_reads();
                 return tally;
             }
             round.push(op);
@@ -360,6 +367,7 @@ fn drive(wire: &mut dyn Wire, shared: &Shared, pipeline: usize, seed: u64) -> Ta
         }
     }
     tally.map_refreshes = wire.map_refreshes();
+    tally.spread_reads = wire.spread_reads();
     tally
 }
 
@@ -504,6 +512,7 @@ fn load(args: &Args, target: &Target, table: TableId, depth: usize) -> Result<(D
                         }
                         task.inc(last - first);
                         tally.map_refreshes = wire.map_refreshes();
+                        tally.spread_reads = wire.spread_reads();
                     }
                 })
             })
@@ -563,6 +572,7 @@ fn result_line(
         error: None,
         servers: ctx.servers,
         map_refreshes: 0,
+        spread_reads: 0,
         resp_wait: args.resp_wait.unwrap_or(0),
     }
 }
@@ -600,6 +610,7 @@ fn workload_lines(args: &Args, ctx: &Context, name: &str, tally: &Tally, secs: f
     total.ops_per_sec = if secs > 0.0 { total.ops as f64 / secs } else { 0.0 };
     total.error = tally.fatal.clone().or_else(|| tally.first_error.clone());
     total.map_refreshes = tally.map_refreshes;
+    total.spread_reads = tally.spread_reads;
     lines.push(total);
     lines
 }
@@ -809,6 +820,12 @@ fn print_table(args: &Args, lines: &[YcsbResult]) {
     for l in lines {
         if let Some(e) = &l.error {
             println!("workload {} {}: {e}", l.workload, l.op);
+        }
+        if l.spread_reads > 0 {
+            println!(
+                "workload {}: {} reads sent to another member of the master's symmetric-caching group",
+                l.workload, l.spread_reads
+            );
         }
         if l.map_refreshes > 0 {
             println!("workload {}: {} tablet map fetches after UNKNOWN_TABLET", l.workload, l.map_refreshes);

@@ -17,10 +17,12 @@
 use shoal_client::{
     key_hash, ClientConfig, Connection, CoordinatorMap, ErrorStatus, RejectRules, Request, Response, TableId, TabletMap,
 };
+use shoal_symcache::bloom::Bloom;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A request of the benchmark: read a record or write it whole, with a
 /// time to live in seconds (0: none).
@@ -57,6 +59,11 @@ pub trait Wire: Send {
     /// Times the tablet map was fetched again because a server answered
     /// that it does not own a key (cluster only).
     fn map_refreshes(&self) -> u64 {
+        0
+    }
+
+    /// Reads sent to a member of the master's group for its copy.
+    fn spread_reads(&self) -> u64 {
         0
     }
 }
@@ -151,7 +158,25 @@ pub struct ClusterNative {
     /// Requests answered without a server (no master in the map).
     unrouted: Vec<(usize, Reply)>,
     refreshes: u64,
+    /// Symmetric caching: each group's filter of hot keys (by the group's
+    /// members) and when it was fetched.
+    filters: HashMap<Vec<SocketAddr>, (Option<Bloom>, Instant)>,
+    /// Connections the filters are fetched on (none of the round's
+    /// requests travel on them).
+    filter_conns: HashMap<SocketAddr, Connection>,
+    /// Round-robin over a group's members.
+    next_member: usize,
+    /// Requests of the round sent to a member for its copy: one it refuses
+    /// goes to the key's master without a map refresh.
+    at_member: HashSet<usize>,
+    /// Requests of the round to send to their master, whatever the filter.
+    go_home: HashSet<usize>,
+    /// Reads sent to a member other than the key's master (statistics).
+    pub spread: u64,
 }
+
+/// How often a group's filter of hot keys is fetched again.
+const FILTER_REFRESH: Duration = Duration::from_millis(500);
 
 impl ClusterNative {
     /// `map`: the tablet map fetched from `source` (shared by the threads,
@@ -168,7 +193,58 @@ impl ClusterNative {
             bytes: Vec::new(),
             unrouted: Vec::new(),
             refreshes: 0,
+            filters: HashMap::new(),
+            filter_conns: HashMap::new(),
+            next_member: 0,
+            at_member: HashSet::new(),
+            go_home: HashSet::new(),
+            spread: 0,
         }
+    }
+
+    /// Symmetric caching: the member to read `key` from if the filter of
+    /// its master's group holds it (fetched again every
+    /// [`FILTER_REFRESH`]); `None`: read it at its master.
+    fn hot_member(&mut self, home: SocketAddr, hash: u64) -> Option<SocketAddr> {
+        let group = self.map.group_of(home)?.to_vec();
+        if group.len() < 2 {
+            return None;
+        }
+        let stale = self.filters.get(&group).is_none_or(|(_, at)| at.elapsed() >= FILTER_REFRESH);
+        if stale {
+            let bloom = self.fetch_filter(&group);
+            self.filters.insert(group.clone(), (bloom, Instant::now()));
+        }
+        let (bloom, _) = self.filters.get(&group)?;
+        if !bloom.as_ref().is_some_and(|b| b.contains(hash)) {
+            return None;
+        }
+        self.next_member = self.next_member.wrapping_add(1);
+        Some(group[self.next_member % group.len()])
+    }
+
+    /// The filter of the group of `members`, from the first that answers.
+    fn fetch_filter(&mut self, members: &[SocketAddr]) -> Option<Bloom> {
+        for &m in members {
+            if !self.filter_conns.contains_key(&m) {
+                match Connection::connect(m, &self.config) {
+                    Ok(c) => {
+                        self.filter_conns.insert(m, c);
+                    }
+                    Err(_) => continue,
+                }
+            }
+            let c = self.filter_conns.get_mut(&m)?;
+            let Ok(frame) = c.call(&Request::ScFilter) else {
+                self.filter_conns.remove(&m);
+                continue;
+            };
+            return match frame.reply() {
+                Ok(Ok(Response::ScFilter { bloom, .. })) if !bloom.is_empty() => Bloom::from_bytes(bloom).ok(),
+                _ => None,
+            };
+        }
+        None
     }
 
     /// The connection to `addr`'s index, connecting if needed.
@@ -186,10 +262,21 @@ impl ClusterNative {
     fn send(&mut self, index: usize) -> Result<(), String> {
         let (k, v) = self.reqs[index].clone();
         let key = &self.bytes[k];
-        let Some(addr) = self.map.locate(self.table, key_hash(self.table, key)) else {
+        let hash = key_hash(self.table, key);
+        let Some(home) = self.map.locate(self.table, hash) else {
             self.unrouted.push((index, Reply::Error(format!("no master for table {} in the map", self.table.0))));
             return Ok(());
         };
+        let mut addr = home;
+        if v.is_none() && !self.go_home.contains(&index) {
+            if let Some(member) = self.hot_member(home, hash.0) {
+                addr = member;
+                if member != home {
+                    self.at_member.insert(index);
+                    self.spread += 1;
+                }
+            }
+        }
         let c = self.conn(addr)?;
         let (table, rules) = (self.table, RejectRules::default());
         let key = &self.bytes[self.reqs[index].0.clone()];
@@ -260,6 +347,13 @@ impl Wire for ClusterNative {
                         Ok(Response::Write { .. }) => Reply::Stored,
                         Ok(r) => return Err(format!("{addr}: unexpected response {:?}", r.opcode())),
                         Err(ErrorStatus::ObjectDoesntExist) => Reply::NotFound,
+                        // A member without a valid copy: to the master, the
+                        // map is not stale.
+                        Err(ErrorStatus::UnknownTablet) if self.at_member.remove(&index) => {
+                            self.go_home.insert(index);
+                            again.push(index);
+                            continue;
+                        }
                         Err(ErrorStatus::UnknownTablet) if attempt < MAX_ROUTE_ATTEMPTS => {
                             refresh = true;
                             again.push(index);
@@ -294,11 +388,17 @@ impl Wire for ClusterNative {
         }
         self.reqs.clear();
         self.bytes.clear();
+        self.at_member.clear();
+        self.go_home.clear();
         Ok(())
     }
 
     fn map_refreshes(&self) -> u64 {
         self.refreshes
+    }
+
+    fn spread_reads(&self) -> u64 {
+        self.spread
     }
 }
 

@@ -62,6 +62,12 @@ pub enum Workload {
     /// 100% updates (write only).
     #[value(name = "W", alias = "w")]
     W,
+    /// 99% reads, 1% updates (symmetric caching's write-rate sweep).
+    #[value(name = "U1", alias = "u1")]
+    U1,
+    /// 90% reads, 10% updates (the same sweep).
+    #[value(name = "U10", alias = "u10")]
+    U10,
 }
 
 impl Workload {
@@ -74,6 +80,8 @@ impl Workload {
             Workload::D => &[(OpKind::Read, 0.95), (OpKind::Insert, 0.05)],
             Workload::F => &[(OpKind::Read, 0.5), (OpKind::Rmw, 0.5)],
             Workload::W => &[(OpKind::Update, 1.0)],
+            Workload::U1 => &[(OpKind::Read, 0.99), (OpKind::Update, 0.01)],
+            Workload::U10 => &[(OpKind::Read, 0.9), (OpKind::Update, 0.1)],
         }
     }
 
@@ -93,6 +101,8 @@ impl Workload {
             Workload::D => "D",
             Workload::F => "F",
             Workload::W => "W",
+            Workload::U1 => "U1",
+            Workload::U10 => "U10",
         }
     }
 
@@ -223,7 +233,9 @@ mod tests {
     #[test]
     fn mixes_sum_to_one_and_pick_in_proportion() {
         let mut rng = StdRng::seed_from_u64(3);
-        for w in [Workload::A, Workload::B, Workload::C, Workload::D, Workload::F, Workload::W] {
+        for w in
+            [Workload::A, Workload::B, Workload::C, Workload::D, Workload::F, Workload::W, Workload::U1, Workload::U10]
+        {
             let sum: f64 = w.mix().iter().map(|(_, p)| p).sum();
             assert!((sum - 1.0).abs() < 1e-9, "{w:?}");
         }
