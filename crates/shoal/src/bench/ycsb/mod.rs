@@ -74,7 +74,8 @@ impl Protocol {
 pub struct Args {
     /// Workloads to run, in order, on the same records: A (50% read, 50%
     /// update), B (95/5), C (read only), D (95% read latest, 5% insert), F
-    /// (50% read, 50% read-modify-write), W (update only).
+    /// (50% read, 50% read-modify-write), W (update only), U1 (99/1), U10
+    /// (90/10).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "A")]
     pub workload: Vec<Workload>,
     /// The server's address (default: the protocol's usual port on 127.0.0.1).
