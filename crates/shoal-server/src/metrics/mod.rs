@@ -50,6 +50,9 @@ impl Collector for ServerMetrics {
             replication(&mut s, node)?;
             backup(&mut s, node, ctx)?;
             recovery(&mut s, node)?;
+            if let Some(sc) = &node.sc {
+                symmetric_caching(&mut s, sc)?;
+            }
         }
         Ok(())
     }
@@ -286,6 +289,58 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.counter("shoal_evicted_objects", "Live objects evicted (cache mode).", t.evicted)?;
     s.counter("shoal_evicted_bytes", "Entry bytes of evicted objects (cache mode).", t.evicted_bytes)?;
     s.counter("shoal_eviction_passes", "Cleaner passes that evicted (cache mode).", t.eviction_passes)
+}
+
+/// Symmetric caching's figures (`sc.rs`; the same as INFO's `sc_*`).
+fn symmetric_caching(s: &mut Scrape, sc: &crate::sc::Sc) -> Result {
+    use std::sync::atomic::Ordering::Relaxed;
+    let t = &sc.stats;
+    s.gauge(
+        "shoal_sc_membership_epoch",
+        "Membership epoch of this server's symmetric-caching group.",
+        t.membership.load(Relaxed),
+    )?;
+    s.gauge("shoal_sc_round", "Hot-set round installed in that membership.", t.round.load(Relaxed))?;
+    s.gauge(
+        "shoal_sc_hot_keys",
+        "Keys of the installed hot set homed in this server's group.",
+        t.hot_keys.load(Relaxed),
+    )?;
+    s.gauge("shoal_sc_home_keys", "Keys of the installed hot set homed here.", t.home_keys.load(Relaxed))?;
+    s.gauge("shoal_sc_copies", "Copies held here of other members' hot keys.", t.copies.load(Relaxed))?;
+    s.counters(
+        "shoal_sc_reads",
+        "Reads of other members' hot keys: answered from this server's copy (hit) or sent to the key's master (miss).",
+        [(&[("result", "hit")][..], t.hits.load(Relaxed)), (&[("result", "miss")][..], t.misses.load(Relaxed))],
+    )?;
+    s.counters(
+        "shoal_sc_invalidations",
+        "Invalidations of hot keys sent (as their home) and received (as a member).",
+        [
+            (&[("direction", "sent")][..], t.invalidations_sent.load(Relaxed)),
+            (&[("direction", "received")][..], t.invalidations_received.load(Relaxed)),
+        ],
+    )?;
+    s.counters(
+        "shoal_sc_updates",
+        "Updates of hot keys sent (as their home) and received (as a member).",
+        [
+            (&[("direction", "sent")][..], t.updates_sent.load(Relaxed)),
+            (&[("direction", "received")][..], t.updates_received.load(Relaxed)),
+        ],
+    )?;
+    s.counter("shoal_sc_acks_received", "Acknowledgements of invalidations received.", t.acks_received.load(Relaxed))?;
+    s.counter(
+        "shoal_sc_writes_held",
+        "Writes of hot keys whose replies waited for the members' acknowledgements or the barrier.",
+        t.writes_held.load(Relaxed),
+    )?;
+    s.counter(
+        "shoal_sc_frames_dropped",
+        "Frames to members dropped (queue full or connection down).",
+        t.frames_dropped.load(Relaxed),
+    )?;
+    s.counter("shoal_sc_installs", "Hot sets installed.", t.installs.load(Relaxed))
 }
 
 fn cluster(s: &mut Scrape, node: &ClusterNode) -> Result {

@@ -668,6 +668,27 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
     ];
     if let Some(node) = &ctx.cluster {
         cluster_stats(node, &mut v);
+        if let Some(sc) = &node.sc {
+            use std::sync::atomic::Ordering::Relaxed;
+            let t = &sc.stats;
+            v.extend([
+                u("sc_membership_epoch", t.membership.load(Relaxed)),
+                u("sc_round", t.round.load(Relaxed)),
+                u("sc_hot_keys", t.hot_keys.load(Relaxed)),
+                u("sc_home_keys", t.home_keys.load(Relaxed)),
+                u("sc_copies", t.copies.load(Relaxed)),
+                u("sc_hits", t.hits.load(Relaxed)),
+                u("sc_misses", t.misses.load(Relaxed)),
+                u("sc_invalidations_sent", t.invalidations_sent.load(Relaxed)),
+                u("sc_invalidations_received", t.invalidations_received.load(Relaxed)),
+                u("sc_acks_received", t.acks_received.load(Relaxed)),
+                u("sc_updates_sent", t.updates_sent.load(Relaxed)),
+                u("sc_updates_received", t.updates_received.load(Relaxed)),
+                u("sc_writes_held", t.writes_held.load(Relaxed)),
+                u("sc_frames_dropped", t.frames_dropped.load(Relaxed)),
+                u("sc_installs", t.installs.load(Relaxed)),
+            ]);
+        }
     }
     v
 }
