@@ -63,6 +63,9 @@ use tracing::{debug, info, warn};
 const RETRANSMIT: Duration = Duration::from_millis(20);
 /// How often the driver looks at the cluster map for a membership change.
 const MAP_POLL: Duration = Duration::from_millis(20);
+/// How often the hot set's most keys is worked out again (from the store's
+/// object count, without `--sc-cache-keys`).
+const SIZE_EVERY: Duration = Duration::from_millis(250);
 /// Frames queued to one member before more are dropped.
 const PEER_QUEUE: usize = 1 << 16;
 /// Frames received and not yet handled, over all members.
@@ -394,6 +397,8 @@ impl Sc {
         let start = Instant::now();
         let mut map_version = 0;
         let mut next_retransmit = Instant::now() + RETRANSMIT;
+        let mut cache_keys = self.settings.cache_keys.unwrap_or(1).max(1);
+        let mut sized_at = start.checked_sub(SIZE_EVERY).unwrap_or(start);
         loop {
             let Some(n) = cluster.upgrade() else { return };
             if n.is_dead() {
@@ -404,16 +409,20 @@ impl Sc {
                 map_version = map.version;
                 self.membership(&n, &map, now_ms(start));
             }
-            // Rounds.
+            // Rounds. The hot set's size is worked out before the state is
+            // locked: the store is never called with it held (the log
+            // observer takes it under the log's lock).
+            if sized_at.elapsed() >= SIZE_EVERY {
+                let members = self.state.lock().group.as_ref().map_or(1, |g| g.view.members().len());
+                cache_keys = self.cache_keys(members);
+                sized_at = Instant::now();
+            }
             let mut actions = Vec::new();
             let deadline = {
                 let mut st = self.state.lock();
                 match st.group.as_mut() {
                     Some(g) => {
-                        if g.view.leader() == node(self.me) && now_ms(start) >= g.view.next_deadline_ms() {
-                            let members = g.view.members().len();
-                            g.view.set_cache_keys(self.cache_keys(members));
-                        }
+                        g.view.set_cache_keys(cache_keys);
                         g.view.tick(now_ms(start), &mut actions);
                         Some(g.view.next_deadline_ms())
                     }
