@@ -79,7 +79,7 @@ func main() {
 	var cfg config
 	var scenarios string
 	flag.StringVar(&cfg.exe, "shoal", "target/debug/shoal", "the shoal binary")
-	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients, sc-strong, sc-kill, sc-eventual (or all: "+strings.Join(allScenarios, ",")+")")
+	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients, sc-strong, sc-kill, sc-eventual, sc-partition (or all: "+strings.Join(allScenarios, ",")+")")
 	flag.StringVar(&cfg.out, "out", "", "directory for cluster data, logs and visualisations (default: a new one under the temp dir)")
 	flag.IntVar(&cfg.servers, "servers", 5, "servers in the cluster")
 	flag.IntVar(&cfg.replicas, "replicas", 2, "replicas of every segment (R)")
@@ -243,6 +243,7 @@ var scenarioFuncs = map[string]func(s *scenario){
 	"sc-strong":             quietScenario,
 	"sc-kill":               killScenario,
 	"sc-eventual":           quietScenario,
+	"sc-partition":          partitionScenario("sc-partition"),
 }
 
 // scServerArgs are the server flags of the symmetric-caching scenarios
@@ -254,9 +255,10 @@ var scenarioFuncs = map[string]func(s *scenario){
 // membership twice per round. sc-eventual is checked for convergence only
 // (eventual mode is not linearizable): see scEventual.
 var scServerArgs = map[string][]string{
-	"sc-strong":   {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
-	"sc-kill":     {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
-	"sc-eventual": {"--sc", "on", "--sc-consistency", "eventual", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-strong":    {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-kill":      {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-eventual":  {"--sc", "on", "--sc-consistency", "eventual", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-partition": {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
 }
 
 // quietScenario injects no fault: the load runs for -run.
@@ -264,7 +266,7 @@ func quietScenario(s *scenario) {}
 
 // allScenarios is what -scenarios all runs (scripts/check's default).
 var allScenarios = []string{"kill", "zombie", "restart", "partition",
-	"partition-backups", "partition-coordinator", "partition-clients", "sc-strong", "sc-kill", "sc-eventual"}
+	"partition-backups", "partition-coordinator", "partition-clients", "sc-strong", "sc-kill", "sc-eventual", "sc-partition"}
 
 func scenarioNames() string {
 	names := make([]string, 0, len(scenarioFuncs))

@@ -208,6 +208,8 @@ var partitionShapes = map[string]partitionShape{
 		what: "cut off from the coordinator; the %d other servers and its clients still reach it"},
 	"partition-clients": {clients: true,
 		what: "cut off from its clients; the coordinator and the %d other servers still reach it"},
+	"sc-partition": {servers: true,
+		what: "cut off from the %d other servers (its symmetric-caching group and its backups); the coordinator and its clients still reach it"},
 }
 
 // partitionFault cuts the master of the most keys off from what the

@@ -42,11 +42,13 @@ pub trait LogObserver: Send + Sync {
     /// head whose digest says so has been opened (and announced) before
     /// this call. Replicas of `freed` may go once that digest is durable.
     fn segments_freed(&self, _survivors: &[SegmentId], _freed: &[SegmentId]) {}
-    /// One entry a writer appended to the head (not the cleaner's
+    /// The entries of one append by a writer (not the cleaner's
     /// relocations), whole, after its group's `appended` calls: the
-    /// position then covers it. Symmetric caching watches its hot keys'
-    /// writes here (`shoal-server`'s `sc`).
-    fn entry_appended(&self, _entry: &[u8]) {}
+    /// position then covers them. One call per append, so that a write's
+    /// object and the tombstone of the object it replaces are seen
+    /// together. Symmetric caching watches its hot keys' writes here
+    /// (`shoal-server`'s `sc`).
+    fn entries_appended(&self, _entries: &mut dyn Iterator<Item = &[u8]>) {}
     /// The log position: how many bytes `appended` has been given so far,
     /// counting the bytes of a call before it returns. The store stamps it
     /// on the keys it writes ([`crate::Store::write_position`]) so that a
@@ -383,9 +385,7 @@ impl Log {
             self.segs.pool.release(spare);
         }
         if let Some(o) = &self.observer {
-            for i in 0..b.ends.len() {
-                o.entry_appended(b.entry(i));
-            }
+            o.entries_appended(&mut (0..b.ends.len()).map(|i| b.entry(i)));
         }
         for i in 0..b.ends.len() {
             let e = b.entry(i);

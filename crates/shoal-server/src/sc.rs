@@ -7,7 +7,7 @@
 //!
 //! * **The home is the only writer of its hot keys.** Every write command
 //!   of every front end (and transactions, expiry sweeps) ends in the
-//!   log, so the home watches its log ([`ScObserver::entry_appended`])
+//!   log, so the home watches its log ([`ScObserver::entries_appended`])
 //!   instead of each command. A write of a key hot in the installed epoch
 //!   is stamped `(2 * version (+1 for a removal), home)`, monotonic per
 //!   key; in strong mode its invalidation goes to every other member at
@@ -50,7 +50,7 @@ use shoal_symcache::sketch::SpaceSaving;
 use shoal_symcache::wire::{self, Frame, Header, Key, Value, HEADER_LEN, MAX_VALUE};
 use shoal_symcache::{Consistency, NodeId, Ts};
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -66,6 +66,21 @@ const MAP_POLL: Duration = Duration::from_millis(20);
 /// How often the hot set's most keys is worked out again (from the store's
 /// object count, without `--sc-cache-keys`).
 const SIZE_EVERY: Duration = Duration::from_millis(250);
+/// A member's lease on its copies of a home's keys, counted by the member
+/// from when it asked (less [`LEASE_DRIFT`]) and by the home from when it
+/// granted (plus [`LEASE_MARGIN`]).
+const LEASE: Duration = Duration::from_millis(500);
+/// How often a member asks each home for its lease again.
+const LEASE_RENEW: Duration = Duration::from_millis(100);
+/// Clock rates may differ by this much over a lease: the member's is shorter.
+const LEASE_DRIFT: Duration = Duration::from_millis(25);
+/// The home waits this much beyond a member's lease before it stops
+/// waiting for that member.
+const LEASE_MARGIN: Duration = Duration::from_millis(10);
+/// A member that leaves an invalidation unacknowledged this long is
+/// expelled: no more grants, and once its lease ran out the home's writes
+/// stop waiting for it (a member cut off from its group).
+const GIVE_UP: Duration = Duration::from_millis(200);
 /// Frames queued to one member before more are dropped.
 const PEER_QUEUE: usize = 1 << 16;
 /// Frames received and not yet handled, over all members.
@@ -129,6 +144,8 @@ struct Pending {
     barrier: bool,
     /// The epoch its invalidations (and its update) are sent in.
     epoch: EpochId,
+    /// When its invalidations went out (in `epoch`).
+    sent: Instant,
 }
 
 impl Pending {
@@ -146,6 +163,30 @@ struct Group {
     home: HashSet<Key>,
     /// Hot keys of the installed epoch whose home is another member.
     copies: HashMap<Key, CachedKey<Value, ()>>,
+    /// The home of each copy.
+    homes: HashMap<Key, NodeId>,
+}
+
+/// A member's lease on its copies of one home's keys.
+#[derive(Default)]
+struct Held {
+    /// Until when (this server's clock) the copies may be served; `None`:
+    /// never granted.
+    until: Option<Instant>,
+    /// LEASE requests sent and not answered: sequence number, when sent.
+    asked: VecDeque<(u64, Instant)>,
+}
+
+/// A home's grants to one member.
+#[derive(Default)]
+struct Granted {
+    /// Until when (this server's clock) the member may serve copies of this
+    /// home's keys: the last grant plus the lease.
+    until: Option<Instant>,
+    /// The member left an invalidation unanswered too long: no more grants
+    /// until the last one ran out; then its acknowledgements are not
+    /// waited for.
+    expelled: bool,
 }
 
 #[derive(Default)]
@@ -164,6 +205,26 @@ struct State {
     confirmed: HashMap<NodeId, EpochId>,
     /// Per member: its frame queue (dialled lazily by the driver).
     peers: HashMap<NodeId, mpsc::Sender<Vec<u8>>>,
+    /// As a member: leases on copies, per home.
+    held: HashMap<NodeId, Held>,
+    /// As a home: grants, per member.
+    granted: HashMap<NodeId, Granted>,
+    next_lease: u64,
+}
+
+impl State {
+    /// Members whose acknowledgement a new invalidation must wait for:
+    /// every other member but those expelled whose last grant ran out.
+    fn must_ack(&self, members: &[NodeId], me: NodeId, now: Instant) -> BTreeSet<NodeId> {
+        members
+            .iter()
+            .copied()
+            .filter(|&m| m != me)
+            .filter(|m| {
+                self.granted.get(m).is_none_or(|g| !(g.expelled && g.until.is_none_or(|u| now > u + LEASE_MARGIN)))
+            })
+            .collect()
+    }
 }
 
 enum Event {
@@ -285,12 +346,16 @@ impl Sc {
             return None;
         }
         let k = Key { table: table.0, key: key.to_vec() };
-        let mut st = self.state.lock();
-        let g = st.group.as_mut()?;
-        let copy = g.copies.get_mut(&k)?;
-        // A copy is served only under this server's master lease: one cut
-        // off from the coordinator stops with its own tablets.
-        let hit = copy.value().cloned().filter(|_| node.lease.held());
+        let st = self.state.lock();
+        let g = st.group.as_ref()?;
+        let copy = g.copies.get(&k)?;
+        // A copy is served only under this server's master lease (one cut
+        // off from the coordinator stops with its own tablets) and under
+        // its lease from the key's home (one cut off from its group stops
+        // before the home stops waiting for it).
+        let home_lease = g.homes.get(&k).and_then(|h| st.held.get(h)).and_then(|l| l.until);
+        let leased = home_lease.is_some_and(|u| Instant::now() < u) && node.lease.held();
+        let hit = copy.value().cloned().filter(|_| leased);
         drop(st);
         match hit {
             Some(v) => {
@@ -304,66 +369,80 @@ impl Sc {
         }
     }
 
-    /// A whole entry the log appended (see [`ScObserver`]); `pos` is the
-    /// log position after its append.
-    fn entry_appended(&self, entry: &[u8], pos: u64) {
+    /// The entries of one append (see [`ScObserver`]); `pos` is the log
+    /// position after it. Decided as a whole, under one lock: a write's
+    /// object and the tombstone of the object it replaces arrive together,
+    /// and a tombstone is a removal only if no object of its key is in the
+    /// same append.
+    fn entries_appended(&self, entries: &mut dyn Iterator<Item = &[u8]>, pos: u64) {
         if !self.watching.load(Ordering::Acquire) {
             return;
         }
-        let (table, raw_key, ts, value) = match format::decode_trusted(entry) {
-            Ok((Entry::Object(o), _)) => {
-                let value = (o.expiry.is_none() && o.value.len() <= MAX_VALUE)
-                    .then(|| Value::Present { version: o.version.0, bytes: o.value.to_vec() });
-                (o.table, o.key, Ts { version: 2 * o.version.0, node: node(self.me) }, value)
+        let mut objects = Vec::new();
+        let mut tombstones = Vec::new();
+        for entry in entries {
+            match format::decode_trusted(entry) {
+                Ok((Entry::Object(o), _)) => {
+                    let value = (o.expiry.is_none() && o.value.len() <= MAX_VALUE)
+                        .then(|| Value::Present { version: o.version.0, bytes: o.value.to_vec() });
+                    objects.push((o.table, o.key, Ts { version: 2 * o.version.0, node: node(self.me) }, value));
+                }
+                Ok((Entry::Tombstone(t), _)) => tombstones.push((t.table, t.key, t.version)),
+                _ => {}
             }
-            Ok((Entry::Tombstone(t), _)) => {
-                (t.table, t.key, Ts { version: 2 * t.version.0 + 1, node: node(self.me) }, Some(Value::Absent))
+        }
+        // Removals: tombstones of keys with no object in this append.
+        for (table, key, version) in tombstones {
+            if !objects.iter().any(|(t, k, _, _)| *t == table && *k == key) {
+                let ts = Ts { version: 2 * version.0 + 1, node: node(self.me) };
+                objects.push((table, key, ts, Some(Value::Absent)));
             }
-            _ => return,
-        };
-        let hash = key_hash(table, raw_key).0;
+        }
         let mut st = self.state.lock();
-        if !st.watched.contains(&hash) {
-            return;
-        }
-        let key = Key { table: table.0, key: raw_key.to_vec() };
-        let last = st.stamped.get(&key).copied();
-        if last.is_some_and(|l| l >= ts) {
-            // The tombstone of the object a write replaced.
-            return;
-        }
-        let (hot, strong, epoch, members) = match &st.group {
-            Some(g) => (
-                g.home.contains(&key),
-                g.consistency == Consistency::Strong,
-                g.epoch,
-                g.view.members().iter().copied().filter(|&m| m != node(self.me)).collect::<Vec<_>>(),
-            ),
-            None => (false, false, EpochId::default(), Vec::new()),
-        };
-        let barrier = !hot && st.retired.holds(&key);
-        if !hot && !barrier {
-            return;
-        }
-        st.stamped.insert(key.clone(), ts);
-        let need: BTreeSet<NodeId> = if hot && strong { members.iter().copied().collect() } else { BTreeSet::new() };
-        if hot && strong {
-            let frame = Frame::Inv { ts, key: key.clone() };
-            for &m in &need {
-                send(&st, &self.stats, m, epoch, &frame);
+        let mut added = false;
+        for (table, raw_key, ts, value) in objects {
+            if !st.watched.contains(&key_hash(table, raw_key).0) {
+                continue;
             }
-            self.stats.invalidations_sent.fetch_add(need.len() as u64, Ordering::Relaxed);
+            let key = Key { table: table.0, key: raw_key.to_vec() };
+            if st.stamped.get(&key).is_some_and(|l| *l >= ts) {
+                continue;
+            }
+            let (hot, strong, epoch, members) = match &st.group {
+                Some(g) => {
+                    (g.home.contains(&key), g.consistency == Consistency::Strong, g.epoch, g.view.members().to_vec())
+                }
+                None => (false, false, EpochId::default(), Vec::new()),
+            };
+            let barrier = !hot && st.retired.holds(&key);
+            if !hot && !barrier {
+                continue;
+            }
+            st.stamped.insert(key.clone(), ts);
+            let now = Instant::now();
+            let need = if hot && strong { st.must_ack(&members, node(self.me), now) } else { BTreeSet::new() };
+            if hot && strong {
+                let frame = Frame::Inv { ts, key: key.clone() };
+                for &m in &need {
+                    send(&st, &self.stats, m, epoch, &frame);
+                }
+                self.stats.invalidations_sent.fetch_add(need.len() as u64, Ordering::Relaxed);
+            }
+            let p =
+                Pending { at: pos, key, ts, value: if hot { value } else { None }, need, barrier, epoch, sent: now };
+            if p.holds() {
+                self.stats.writes_held.fetch_add(1, Ordering::Relaxed);
+            }
+            let id = st.next_pending;
+            st.next_pending += 1;
+            st.pending.insert(id, p);
+            added = true;
         }
-        let p = Pending { at: pos, key, ts, value: if hot { value } else { None }, need, barrier, epoch };
-        if p.holds() {
-            self.stats.writes_held.fetch_add(1, Ordering::Relaxed);
+        if added {
+            self.update_hold(&st);
+            drop(st);
+            self.wake.notify_one();
         }
-        let id = st.next_pending;
-        st.next_pending += 1;
-        st.pending.insert(id, p);
-        self.update_hold(&st);
-        drop(st);
-        self.wake.notify_one();
     }
 
     /// Sets [`Sc::hold`] from the pending entries (state locked).
@@ -397,6 +476,7 @@ impl Sc {
         let start = Instant::now();
         let mut map_version = 0;
         let mut next_retransmit = Instant::now() + RETRANSMIT;
+        let mut next_renew = Instant::now();
         let mut cache_keys = self.settings.cache_keys.unwrap_or(1).max(1);
         let mut sized_at = start.checked_sub(SIZE_EVERY).unwrap_or(start);
         loop {
@@ -432,14 +512,20 @@ impl Sc {
             self.group_actions(&n, actions, now_ms(start));
             if Instant::now() >= next_retransmit {
                 self.retransmit();
+                self.give_up();
                 next_retransmit = Instant::now() + RETRANSMIT;
+            }
+            if Instant::now() >= next_renew {
+                self.ask_leases();
+                next_renew = Instant::now() + LEASE_RENEW;
             }
             self.finish_pending(&n);
             let wait = deadline
                 .map(|d| Duration::from_millis(d.saturating_sub(now_ms(start))))
                 .unwrap_or(MAP_POLL)
                 .min(MAP_POLL)
-                .min(next_retransmit.saturating_duration_since(Instant::now()));
+                .min(next_retransmit.saturating_duration_since(Instant::now()))
+                .min(next_renew.saturating_duration_since(Instant::now()));
             let durable_wait = self.next_durable(&n);
             tokio::select! {
                 ev = rx.recv() => match ev {
@@ -498,6 +584,128 @@ impl Sc {
             }
         }
         self.update_hold(&st);
+    }
+
+    /// As a member: asks every home of the group for its lease again.
+    fn ask_leases(&self) {
+        let mut st = self.state.lock();
+        let Some(g) = st.group.as_ref() else { return };
+        let (epoch, members) = (g.epoch, g.view.members().to_vec());
+        let now = Instant::now();
+        for m in members.into_iter().filter(|&m| m != node(self.me)) {
+            let seq = st.next_lease;
+            st.next_lease += 1;
+            let held = st.held.entry(m).or_default();
+            held.asked.push_back((seq, now));
+            // A request older than a lease can never extend it.
+            while held.asked.front().is_some_and(|(_, at)| now.duration_since(*at) > LEASE) {
+                held.asked.pop_front();
+            }
+            send(&st, &self.stats, m, epoch, &Frame::Lease { seq });
+        }
+    }
+
+    /// As a home: member `from` asks for its lease. Granted unless it is
+    /// expelled; an expelled member is taken back once its last grant ran
+    /// out (it has stopped serving, and drops its copies' values before it
+    /// serves again), after the invalidations of the writes pending now
+    /// were sent to it again (before the grant, on the same connection).
+    fn lease_asked(&self, from: NodeId, seq: u64, epoch: EpochId) {
+        let mut st = self.state.lock();
+        let Some(g) = st.group.as_ref() else { return };
+        let (current, strong) = (g.epoch, g.consistency == Consistency::Strong);
+        let now = Instant::now();
+        let grant = st.granted.entry(from).or_default();
+        if grant.expelled {
+            if grant.until.is_some_and(|u| now <= u + LEASE_MARGIN) {
+                return;
+            }
+            grant.expelled = false;
+            let st_ref = &mut *st;
+            let mut invs = Vec::new();
+            for p in st_ref.pending.values_mut() {
+                if strong && !p.barrier && p.epoch == current && p.value.is_some() {
+                    p.need.insert(from);
+                    invs.push(Frame::Inv { ts: p.ts, key: p.key.clone() });
+                }
+            }
+            for f in &invs {
+                send(&st, &self.stats, from, current, f);
+            }
+            self.update_hold(&st);
+            info!("symmetric caching: member {from} taken back after its lease ran out");
+        }
+        st.granted.entry(from).or_default().until = Some(now + LEASE);
+        send(&st, &self.stats, from, epoch, &Frame::Grant { seq });
+    }
+
+    /// As a member: home `from` granted lease request `seq`. The lease is
+    /// counted from the request; if the previous one had run out, the
+    /// copies of that home's keys lose their values first (invalidations
+    /// may have been missed meanwhile).
+    fn lease_granted(&self, from: NodeId, seq: u64) {
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        let st_ref = &mut *st;
+        let Some(held) = st_ref.held.get_mut(&from) else { return };
+        let Some(i) = held.asked.iter().position(|(s, _)| *s == seq) else { return };
+        let asked_at = held.asked[i].1;
+        held.asked.drain(..=i);
+        let until = asked_at + LEASE - LEASE_DRIFT;
+        if held.until.is_none_or(|u| now >= u) {
+            if let Some(g) = st_ref.group.as_mut() {
+                for (k, c) in g.copies.iter_mut() {
+                    if g.homes.get(k) == Some(&from) {
+                        c.drop_value();
+                    }
+                }
+            }
+        }
+        if held.until.is_none_or(|u| u < until) {
+            held.until = Some(until);
+        }
+    }
+
+    /// As a home: members that left an invalidation unacknowledged for
+    /// [`GIVE_UP`] are expelled, and writes stop waiting for expelled
+    /// members whose last grant ran out.
+    fn give_up(&self) {
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        let late: BTreeSet<NodeId> = st
+            .pending
+            .values()
+            .filter(|p| now.duration_since(p.sent) >= GIVE_UP)
+            .flat_map(|p| p.need.iter().copied())
+            .collect();
+        for m in &late {
+            let g = st.granted.entry(*m).or_default();
+            if !g.expelled {
+                g.expelled = true;
+                warn!(
+                    "symmetric caching: member {m} left an invalidation unanswered for {GIVE_UP:?}: no more \
+                     leases until it answers"
+                );
+            }
+        }
+        let gone: Vec<NodeId> = st
+            .granted
+            .iter()
+            .filter(|(_, g)| g.expelled && g.until.is_none_or(|u| now > u + LEASE_MARGIN))
+            .map(|(m, _)| *m)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut changed = false;
+        for p in st.pending.values_mut() {
+            for m in &gone {
+                changed |= p.need.remove(m);
+            }
+        }
+        if changed {
+            self.update_hold(&st);
+        }
     }
 
     fn retransmit(&self) {
@@ -638,9 +846,14 @@ impl Sc {
         let me = node(self.me);
         let mut st = self.state.lock();
         let old = match view {
-            Some(v) => {
-                st.group.replace(Group { view: v, epoch, consistency, home: HashSet::new(), copies: HashMap::new() })
-            }
+            Some(v) => st.group.replace(Group {
+                view: v,
+                epoch,
+                consistency,
+                home: HashSet::new(),
+                copies: HashMap::new(),
+                homes: HashMap::new(),
+            }),
             None if epoch == EpochId::default() => st.group.take(),
             None => None,
         };
@@ -669,6 +882,7 @@ impl Sc {
         let members = g.view.members().to_vec();
         let mut home = HashSet::new();
         let mut copies = HashMap::new();
+        let mut homes = HashMap::new();
         for k in keys {
             let Some(t) = map.tablet(TableId(k.table), key_hash(TableId(k.table), &k.key)) else { continue };
             let owner = node(t.master);
@@ -682,6 +896,7 @@ impl Sc {
                     Some(c) if same_membership => c,
                     _ => CachedKey::new(me, members.iter().copied().filter(|&m| m != owner).collect(), consistency),
                 };
+                homes.insert(k.clone(), owner);
                 copies.insert(k, copy);
             }
         }
@@ -693,6 +908,7 @@ impl Sc {
         let cooled: Vec<Key> = old_home.into_iter().filter(|k| !home.contains(k)).collect();
         g.home = home;
         g.copies = copies;
+        g.homes = homes;
         let fills: Vec<Key> = g.home.iter().cloned().collect();
         self.stats.membership.store(epoch.membership, Ordering::Relaxed);
         self.stats.round.store(epoch.round.0, Ordering::Relaxed);
@@ -708,14 +924,17 @@ impl Sc {
         // Pending writes: hot now, their invalidations again in this epoch;
         // cooled, held by the barrier if some member may serve them.
         let others: BTreeSet<NodeId> = members.iter().copied().filter(|&m| m != me).collect();
+        let now = Instant::now();
+        let must_ack = st.must_ack(&members, me, now);
         let mut invs = Vec::new();
         let st_ref = &mut *st;
         let home_now = &st_ref.group.as_ref().expect("installed").home;
         for p in st_ref.pending.values_mut() {
             if home_now.contains(&p.key) {
                 p.epoch = epoch;
+                p.sent = now;
                 p.barrier = false;
-                p.need = if strong { others.clone() } else { BTreeSet::new() };
+                p.need = if strong { must_ack.clone() } else { BTreeSet::new() };
                 if strong {
                     invs.push(Frame::Inv { ts: p.ts, key: p.key.clone() });
                 }
@@ -726,7 +945,7 @@ impl Sc {
             }
         }
         for frame in &invs {
-            for &m in &others {
+            for &m in &must_ack {
                 send(&st, &self.stats, m, epoch, frame);
             }
         }
@@ -799,6 +1018,7 @@ impl Sc {
                         need: BTreeSet::new(),
                         barrier: false,
                         epoch,
+                        sent: Instant::now(),
                     },
                 );
             });
@@ -886,6 +1106,16 @@ impl Sc {
                 if changed {
                     self.update_hold(&st);
                 }
+            }
+            Frame::Lease { seq } => {
+                drop(st);
+                self.lease_asked(from, seq, epoch);
+                return;
+            }
+            Frame::Grant { seq } => {
+                drop(st);
+                self.lease_granted(from, seq);
+                return;
             }
             // Writes run at their home only (see the module comment).
             Frame::Persist { .. } | Frame::Persisted { .. } => {}
@@ -1020,8 +1250,8 @@ impl LogObserver for ScObserver {
     fn segments_freed(&self, survivors: &[SegmentId], freed: &[SegmentId]) {
         self.replicator.segments_freed(survivors, freed)
     }
-    fn entry_appended(&self, entry: &[u8]) {
-        self.sc.entry_appended(entry, self.replicator.position())
+    fn entries_appended(&self, entries: &mut dyn Iterator<Item = &[u8]>) {
+        self.sc.entries_appended(entries, self.replicator.position())
     }
     fn position(&self) -> u64 {
         self.replicator.position()

@@ -275,6 +275,14 @@ impl<V: Clone, O: Clone> CachedKey<V, O> {
         self.value = Some(value);
     }
 
+    /// Drops the copy's value, keeping the highest timestamp seen (so an
+    /// older update still cannot make it valid): what a member does when
+    /// its lease on the home's keys ran out and it may have missed
+    /// invalidations.
+    pub fn drop_value(&mut self) {
+        self.value = None;
+    }
+
     /// Sends the invalidations of the running write again to the members
     /// that have not acknowledged them (after a timeout: a message lost).
     pub fn retransmit(&self, out: &mut Vec<Action<V, O>>) {

@@ -27,6 +27,10 @@
 //!   key, a value (refused: absent).
 //! * INSTALLED (8): empty; the sender has installed the header's epoch
 //!   and dropped every older cache ([`crate::retired`]).
+//! * LEASE (9), GRANT (10): u64 sequence number. A member asks a home for
+//!   a lease on its copies of the home's keys, and the home grants it: the
+//!   member serves those copies only while the lease it counts from its
+//!   request holds (any epoch of the membership).
 //!
 //! A value is a u8 flag (0 absent, 1 present), then if present the
 //! object's u64 version, a u32 length and at most [`MAX_VALUE`] bytes.
@@ -70,6 +74,8 @@ pub enum Kind {
     Persist = 6,
     Persisted = 7,
     Installed = 8,
+    Lease = 9,
+    Grant = 10,
 }
 
 impl Kind {
@@ -83,6 +89,8 @@ impl Kind {
             6 => Kind::Persist,
             7 => Kind::Persisted,
             8 => Kind::Installed,
+            9 => Kind::Lease,
+            10 => Kind::Grant,
             _ => return None,
         })
     }
@@ -113,6 +121,8 @@ pub enum Frame {
     Persist { write: u64, ts: Option<Ts>, key: Key, op: Vec<u8> },
     Persisted { write: u64, applied: bool, ts: Ts, key: Key, value: Value },
     Installed,
+    Lease { seq: u64 },
+    Grant { seq: u64 },
 }
 
 /// Why bytes are not a frame. The connection that sent them is closed.
@@ -178,6 +188,8 @@ impl Frame {
             Frame::Persist { .. } => Kind::Persist,
             Frame::Persisted { .. } => Kind::Persisted,
             Frame::Installed => Kind::Installed,
+            Frame::Lease { .. } => Kind::Lease,
+            Frame::Grant { .. } => Kind::Grant,
         }
     }
 
@@ -248,6 +260,7 @@ impl Frame {
                 put_value(value, out)?;
             }
             Frame::Installed => {}
+            Frame::Lease { seq } | Frame::Grant { seq } => out.extend_from_slice(&seq.to_le_bytes()),
         }
         Ok(())
     }
@@ -408,6 +421,8 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Frame, WireError> {
             Frame::Persisted { write: c.u64()?, applied: c.flag()?, ts: c.ts()?, key: c.key()?, value: c.value()? }
         }
         Kind::Installed => Frame::Installed,
+        Kind::Lease => Frame::Lease { seq: c.u64()? },
+        Kind::Grant => Frame::Grant { seq: c.u64()? },
     };
     if !c.b.is_empty() {
         return Err(WireError::TrailingBytes);
@@ -442,6 +457,8 @@ mod tests {
             Frame::Persisted { write: 7, applied: true, ts: ts(2, 3), key: key("k"), value: Value::Absent },
             Frame::Persisted { write: 7, applied: false, ts: ts(5, 1), key: key("k"), value: Value::Absent },
             Frame::Installed,
+            Frame::Lease { seq: 1 },
+            Frame::Grant { seq: u64::MAX },
         ]
     }
 
@@ -491,8 +508,8 @@ mod tests {
     #[test]
     fn decode_refuses_lengths_over_their_limits() {
         let mut h = [0u8; HEADER_LEN];
-        h[0] = 9;
-        assert_eq!(Header::decode(&h), Err(WireError::UnknownKind(9)));
+        h[0] = 11;
+        assert_eq!(Header::decode(&h), Err(WireError::UnknownKind(11)));
         h[0] = 0;
         assert_eq!(Header::decode(&h), Err(WireError::UnknownKind(0)));
         h[0] = 1;
