@@ -79,7 +79,7 @@ func main() {
 	var cfg config
 	var scenarios string
 	flag.StringVar(&cfg.exe, "shoal", "target/debug/shoal", "the shoal binary")
-	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients, sc-strong, sc-kill, sc-eventual, sc-partition (or all: "+strings.Join(allScenarios, ",")+")")
+	flag.StringVar(&scenarios, "scenarios", "kill,restart", "comma-separated scenarios: kill, zombie, restart, partition, partition-backups, partition-coordinator, partition-clients, sc-strong, sc-kill, sc-eventual, sc-partition, sc-zombie (or all: "+strings.Join(allScenarios, ",")+")")
 	flag.StringVar(&cfg.out, "out", "", "directory for cluster data, logs and visualisations (default: a new one under the temp dir)")
 	flag.IntVar(&cfg.servers, "servers", 5, "servers in the cluster")
 	flag.IntVar(&cfg.replicas, "replicas", 2, "replicas of every segment (R)")
@@ -244,6 +244,7 @@ var scenarioFuncs = map[string]func(s *scenario){
 	"sc-kill":               killScenario,
 	"sc-eventual":           quietScenario,
 	"sc-partition":          partitionScenario("sc-partition"),
+	"sc-zombie":             zombieScenario,
 }
 
 // scServerArgs are the server flags of the symmetric-caching scenarios
@@ -259,6 +260,7 @@ var scServerArgs = map[string][]string{
 	"sc-kill":      {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
 	"sc-eventual":  {"--sc", "on", "--sc-consistency", "eventual", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
 	"sc-partition": {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
+	"sc-zombie":    {"--sc", "on", "--sc-consistency", "strong", "--sc-epoch-ms", "150", "--sc-cache-keys", "64"},
 }
 
 // quietScenario injects no fault: the load runs for -run.
@@ -266,7 +268,7 @@ func quietScenario(s *scenario) {}
 
 // allScenarios is what -scenarios all runs (scripts/check's default).
 var allScenarios = []string{"kill", "zombie", "restart", "partition",
-	"partition-backups", "partition-coordinator", "partition-clients", "sc-strong", "sc-kill", "sc-eventual", "sc-partition"}
+	"partition-backups", "partition-coordinator", "partition-clients", "sc-strong", "sc-kill", "sc-eventual", "sc-partition", "sc-zombie"}
 
 func scenarioNames() string {
 	names := make([]string, 0, len(scenarioFuncs))

@@ -137,15 +137,16 @@ struct Pending {
     /// What copies may hold after it; `None`: nothing (an object with an
     /// expiry time, or too large to cache): copies stay invalid.
     value: Option<Value>,
-    /// Members whose acknowledgement of its invalidation is missing.
-    need: BTreeSet<NodeId>,
+    /// Members whose acknowledgement of its invalidation is missing, with
+    /// when it was first asked of them.
+    need: BTreeMap<NodeId, Instant>,
     /// A write of a key that cooled down: held until no member may still
     /// serve it from an older epoch ([`Retired::holds`]).
     barrier: bool,
+    /// When it started waiting for the barrier.
+    barrier_since: Instant,
     /// The epoch its invalidations (and its update) are sent in.
     epoch: EpochId,
-    /// When its invalidations went out (in `epoch`).
-    sent: Instant,
 }
 
 impl Pending {
@@ -420,16 +421,28 @@ impl Sc {
             }
             st.stamped.insert(key.clone(), ts);
             let now = Instant::now();
-            let need = if hot && strong { st.must_ack(&members, node(self.me), now) } else { BTreeSet::new() };
+            let need: BTreeMap<NodeId, Instant> = if hot && strong {
+                st.must_ack(&members, node(self.me), now).into_iter().map(|m| (m, now)).collect()
+            } else {
+                BTreeMap::new()
+            };
             if hot && strong {
                 let frame = Frame::Inv { ts, key: key.clone() };
-                for &m in &need {
+                for &m in need.keys() {
                     send(&st, &self.stats, m, epoch, &frame);
                 }
                 self.stats.invalidations_sent.fetch_add(need.len() as u64, Ordering::Relaxed);
             }
-            let p =
-                Pending { at: pos, key, ts, value: if hot { value } else { None }, need, barrier, epoch, sent: now };
+            let p = Pending {
+                at: pos,
+                key,
+                ts,
+                value: if hot { value } else { None },
+                need,
+                barrier,
+                barrier_since: now,
+                epoch,
+            };
             if p.holds() {
                 self.stats.writes_held.fetch_add(1, Ordering::Relaxed);
             }
@@ -625,7 +638,7 @@ impl Sc {
             let mut invs = Vec::new();
             for p in st_ref.pending.values_mut() {
                 if strong && !p.barrier && p.epoch == current && p.value.is_some() {
-                    p.need.insert(from);
+                    p.need.entry(from).or_insert(now);
                     invs.push(Frame::Inv { ts: p.ts, key: p.key.clone() });
                 }
             }
@@ -672,19 +685,25 @@ impl Sc {
     fn give_up(&self) {
         let mut st = self.state.lock();
         let now = Instant::now();
-        let late: BTreeSet<NodeId> = st
+        let mut late: BTreeSet<NodeId> = st
             .pending
             .values()
-            .filter(|p| now.duration_since(p.sent) >= GIVE_UP)
-            .flat_map(|p| p.need.iter().copied())
+            .flat_map(|p| p.need.iter())
+            .filter(|(_, since)| now.duration_since(**since) >= GIVE_UP)
+            .map(|(m, _)| *m)
             .collect();
+        // Members that have not confirmed leaving an epoch in which a
+        // written key was hot, for as long.
+        for p in st.pending.values().filter(|p| p.barrier && now.duration_since(p.barrier_since) >= GIVE_UP) {
+            late.extend(st.retired.waiting_for(&p.key));
+        }
         for m in &late {
             let g = st.granted.entry(*m).or_default();
             if !g.expelled {
                 g.expelled = true;
                 warn!(
-                    "symmetric caching: member {m} left an invalidation unanswered for {GIVE_UP:?}: no more \
-                     leases until it answers"
+                    "symmetric caching: member {m} left an invalidation or an epoch change unanswered for \
+                     {GIVE_UP:?}: no more leases until it answers"
                 );
             }
         }
@@ -697,13 +716,25 @@ impl Sc {
         if gone.is_empty() {
             return;
         }
+        // Their leases ran out: they serve no copy of this home's keys, of
+        // any epoch, until a new grant has made them drop the values.
+        let st_ref = &mut *st;
         let mut changed = false;
-        for p in st.pending.values_mut() {
+        for m in &gone {
+            st_ref.retired.gone(*m);
+        }
+        for p in st_ref.pending.values_mut() {
             for m in &gone {
-                changed |= p.need.remove(m);
+                changed |= p.need.remove(m).is_some();
+            }
+            if p.barrier && !st_ref.retired.holds(&p.key) {
+                p.barrier = false;
+                changed = true;
             }
         }
         if changed {
+            debug!("symmetric caching: writes stop waiting for members {gone:?} (their leases ran out)");
+            self.rewatch(&mut st);
             self.update_hold(&st);
         }
     }
@@ -715,7 +746,7 @@ impl Sc {
                 continue;
             }
             let frame = Frame::Inv { ts: p.ts, key: p.key.clone() };
-            for &m in &p.need {
+            for &m in p.need.keys() {
                 send(&st, &self.stats, m, p.epoch, &frame);
             }
         }
@@ -932,16 +963,25 @@ impl Sc {
         for p in st_ref.pending.values_mut() {
             if home_now.contains(&p.key) {
                 p.epoch = epoch;
-                p.sent = now;
                 p.barrier = false;
-                p.need = if strong { must_ack.clone() } else { BTreeSet::new() };
+                // A member's wait counts from its first invalidation of
+                // the write, whatever the epochs since.
+                p.need = if strong {
+                    must_ack.iter().map(|&m| (m, p.need.get(&m).copied().unwrap_or(now))).collect()
+                } else {
+                    BTreeMap::new()
+                };
                 if strong {
                     invs.push(Frame::Inv { ts: p.ts, key: p.key.clone() });
                 }
             } else {
                 p.need.clear();
                 p.value = None;
-                p.barrier = st_ref.retired.holds(&p.key);
+                let barrier = st_ref.retired.holds(&p.key);
+                if barrier && !p.barrier {
+                    p.barrier_since = now;
+                }
+                p.barrier = barrier;
             }
         }
         for frame in &invs {
@@ -1015,10 +1055,10 @@ impl Sc {
                         key: k.clone(),
                         ts,
                         value: Some(value),
-                        need: BTreeSet::new(),
+                        need: BTreeMap::new(),
                         barrier: false,
+                        barrier_since: Instant::now(),
                         epoch,
-                        sent: Instant::now(),
                     },
                 );
             });
@@ -1099,7 +1139,7 @@ impl Sc {
                 self.stats.acks_received.fetch_add(1, Ordering::Relaxed);
                 let mut changed = false;
                 for p in st.pending.values_mut() {
-                    if p.epoch == epoch && p.ts == ts && p.key == key && p.need.remove(&from) {
+                    if p.epoch == epoch && p.ts == ts && p.key == key && p.need.remove(&from).is_some() {
                         changed = true;
                     }
                 }

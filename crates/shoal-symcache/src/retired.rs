@@ -104,6 +104,11 @@ impl<K: Hash + Eq> Retired<K> {
         self.epochs.iter().any(|e| e.keys.contains(key))
     }
 
+    /// The members some epoch holding `key` still waits for.
+    pub fn waiting_for(&self, key: &K) -> BTreeSet<NodeId> {
+        self.epochs.iter().filter(|e| e.keys.contains(key)).flat_map(|e| e.waiting.iter().copied()).collect()
+    }
+
     /// Members still awaited, over all epochs left (with repeats).
     pub fn waiting(&self) -> usize {
         self.epochs.iter().map(|e| e.waiting.len()).sum()
@@ -134,6 +139,18 @@ mod tests {
         r.installed(n(3), e(6, 0));
         assert!(!r.holds(&"a"), "a later membership counts as leaving");
         assert_eq!(r.waiting(), 0);
+    }
+
+    #[test]
+    fn waiting_for_names_the_members_of_the_epochs_holding_the_key() {
+        let mut r = Retired::new();
+        r.retire(n(1), e(5, 3), &[n(1), n(2), n(3)], ["a"], &[]);
+        r.retire(n(1), e(5, 4), &[n(1), n(4)], ["a", "b"], &[]);
+        assert_eq!(r.waiting_for(&"a"), [n(2), n(3), n(4)].into_iter().collect());
+        assert_eq!(r.waiting_for(&"b"), [n(4)].into_iter().collect());
+        r.installed(n(4), e(6, 0));
+        assert!(r.waiting_for(&"b").is_empty());
+        assert!(r.waiting_for(&"c").is_empty());
     }
 
     #[test]
