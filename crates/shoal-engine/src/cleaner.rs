@@ -536,9 +536,9 @@ fn relocate_segment(
                     inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     tombs += len as u64;
                 }
-                Entry::StreamBatch(_) => {
-                    panic!("segment in slot {slot} holds a stream batch at {at}: such segments are never cleaned")
-                }
+                // A segment holding a live stream's batch is never picked
+                // (`candidates`): this one is of a dropped stream, dead.
+                Entry::StreamBatch(_) => {}
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
             }
         }

@@ -34,7 +34,7 @@ use std::time::Instant;
 mod chunks;
 mod streams;
 mod txn;
-pub use streams::{Consumed, GroupInfo, Produced, StreamError, MAX_BATCH_RECORDS};
+pub use streams::{Consumed, GroupInfo, Produced, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};
 pub use txn::{Commit, Txn};
 
 /// Applies reject rules to an object's current version (`None`: absent).
@@ -1031,8 +1031,10 @@ impl Store {
         self.inner.tables.write().entry(table).or_default();
     }
 
-    /// Removes every object of `table` (appending tombstones) and forgets it.
+    /// Removes every object of `table` (appending tombstones), forgets its
+    /// stream if it is one (`store/streams.rs`), and forgets it.
     pub fn drop_table(&self, table: TableId) -> Result<(), StoreError> {
+        self.drop_stream(table);
         self.clear_table(table)?;
         self.inner.tables.write().remove(&table);
         Ok(())

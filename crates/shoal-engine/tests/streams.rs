@@ -281,3 +281,30 @@ fn streams_fill_memory_to_a_clear_refusal_and_are_never_cleaned_away() {
     store.check_invariants().unwrap();
     check_order(&consume_all(&store, 0, 1 << 20), &HashMap::from([(0, acked)]));
 }
+
+#[test]
+fn a_dropped_stream_is_cleaned_away_and_skipped_by_replay() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    store.create_table(STREAM);
+    store.create_stream(STREAM, shape()).unwrap();
+    for i in 0..40 {
+        store.produce(STREAM, 0, i, &[record(i, 0, 2000)]).unwrap();
+    }
+    let segs = store.log_segments();
+    let before = store.stats();
+    assert!(before.stream_bytes > 40 * 2000);
+    store.drop_table(STREAM).unwrap();
+    assert_eq!(store.stats().stream_bytes, 0);
+    assert_eq!(store.produce(STREAM, 0, 1, &[b"x"]), Err(StreamError::UnknownStream(STREAM)));
+    store.clean_now(4, true);
+    store.check_invariants().unwrap();
+    assert!(store.stats().seglets_in_use < before.seglets_in_use / 2, "the dead batches' segments were freed");
+    // A replay into a store without the table skips the batches.
+    let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+    let report = rebuilt.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
+    assert_eq!((report.batches_replayed, report.batches_skipped), (0, 40));
+    // With the table but not the stream, a replay refuses them.
+    let wrong = Store::new(common::small_config(512, false)).unwrap();
+    wrong.create_table(STREAM);
+    assert!(wrong.replay(segs.iter().map(|s| s.1.as_slice())).is_err());
+}

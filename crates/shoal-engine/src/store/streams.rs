@@ -22,7 +22,9 @@
 //! first record's position) is the only reference to a batch entry. Stream
 //! data is append-only: the cleaner never picks a log segment holding a
 //! batch (`SegmentSlot::stream_bytes`), so references never move.
-//! Retention, which would free whole old segments, is not built yet.
+//! Dropping the stream's table makes its batches dead and their segments
+//! cleanable. Retention, which would free a live stream's old segments, is
+//! not built yet.
 
 use super::*;
 use crate::format::{BatchPlace, StreamBatchView};
@@ -31,6 +33,11 @@ use std::collections::BTreeMap;
 
 /// Most records one produce may carry.
 pub const MAX_BATCH_RECORDS: usize = 65_536;
+
+/// What each record counts beyond its bytes towards a consume's limit (its
+/// length on the native wire), so that empty records cannot make a reply
+/// unbounded.
+pub const RECORD_OVERHEAD: usize = 4;
 
 /// Why a stream operation was refused. Nothing in the store changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +124,9 @@ pub(crate) struct Streams {
 struct Stream {
     shape: StreamShape,
     streamlets: Box<[Streamlet]>,
+    /// Set under every log lock by [`Store::drop_stream`]: no produce
+    /// appends after it.
+    dropped: AtomicBool,
 }
 
 struct Streamlet {
@@ -165,7 +175,7 @@ impl Stream {
                 next_group: AtomicU64::new(0),
             })
             .collect();
-        Stream { shape, streamlets }
+        Stream { shape, streamlets, dropped: AtomicBool::new(false) }
     }
 
     fn streamlet(&self, streamlet: u32) -> Result<&Streamlet, StreamError> {
@@ -256,6 +266,31 @@ impl Store {
         }
     }
 
+    /// Forgets stream `table` (if it is one): its batches become dead, so
+    /// the log segments holding only dead batches may be cleaned. Part of
+    /// [`Store::drop_table`].
+    pub(super) fn drop_stream(&self, table: TableId) {
+        let inner = &self.inner;
+        let Some(stream) = inner.streams.map.write().remove(&table) else {
+            return;
+        };
+        let _pin = inner.epochs.pin();
+        for sl in stream.streamlets.iter() {
+            let heads: Vec<_> = sl.logs.iter().map(|l| l.lock()).collect();
+            stream.dropped.store(true, Ordering::Release);
+            for g in sl.groups.read().values() {
+                for seg in &g.read().segments {
+                    for b in &seg.batches {
+                        let len = inner.segs.entry(b.r).len() as u64;
+                        inner.segs.slot(b.r.slot()).stream_bytes.fetch_sub(len, Ordering::AcqRel);
+                        inner.streams.bytes.fetch_sub(len, Ordering::Relaxed);
+                    }
+                }
+            }
+            drop(heads);
+        }
+    }
+
     /// The shape of stream `table`.
     pub fn stream_shape(&self, table: TableId) -> Result<StreamShape, StreamError> {
         Ok(self.inner.stream(table)?.shape)
@@ -290,6 +325,9 @@ impl Store {
         }
         let log = (producer % stream.shape.logs as u64) as u32;
         let mut head = sl.logs[log as usize].lock();
+        if stream.dropped.load(Ordering::Acquire) {
+            return Err(StreamError::UnknownStream(table));
+        }
         let now = inner.log.now_ms();
         let shape = &stream.shape;
         let (placement, place) = {
@@ -352,9 +390,10 @@ impl Store {
     }
 
     /// Reads records of one group of `streamlet` from `from`, passing each
-    /// to `visit` in order, until about `max_bytes` of records (at least
-    /// one record if there is one, whatever its size) or the end of what
-    /// the group holds. Never crosses into another group.
+    /// to `visit` in order, until `max_bytes` (each record counting its
+    /// bytes and [`RECORD_OVERHEAD`]; at least one record if there is one,
+    /// whatever its size) or the end of what the group holds. Never
+    /// crosses into another group.
     pub fn consume(
         &self,
         table: TableId,
@@ -391,11 +430,12 @@ impl Store {
                 let raw = inner.segs.entry(b.r);
                 let view = format::parse_stream_batch(&raw).expect("a stream index points at a batch entry");
                 for rec in view.iter().skip((at.position - b.first) as usize) {
-                    if n > 0 && bytes + rec.len() > max_bytes {
+                    let cost = rec.len() + RECORD_OVERHEAD;
+                    if n > 0 && bytes + cost > max_bytes {
                         break 'segments;
                     }
                     visit(rec);
-                    bytes += rec.len();
+                    bytes += cost;
                     n += 1;
                     at.position += 1;
                 }
@@ -467,7 +507,16 @@ impl Store {
     ) -> Result<(), ReplayError> {
         let inner = &self.inner;
         let p = b.place;
-        let stream = inner.stream(p.table).map_err(ReplayError::Stream)?;
+        let stream = match inner.stream(p.table) {
+            Ok(s) => s,
+            // A dropped stream's batches (the registry creates every stream
+            // it knows before a replay).
+            Err(_) if inner.check_table(p.table).is_err() => {
+                replay.report.batches_skipped += 1;
+                return Ok(());
+            }
+            Err(e) => return Err(ReplayError::Stream(e)),
+        };
         let sl = stream.streamlet(p.streamlet).map_err(ReplayError::Stream)?;
         if p.log >= stream.shape.logs {
             return Err(ReplayError::Stream(StreamError::InvalidBatch(format!(
