@@ -44,5 +44,6 @@ pub use tls::ClientTls;
 
 pub use shoal_proto::{
     key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue,
-    StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem,
+    StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem, MAX_DESCRIBE_GROUPS,
+    MAX_PRODUCE_RECORDS,
 };

@@ -185,11 +185,15 @@ fn consume_resumes_at_any_offset_and_reports_the_end_of_a_closed_group() {
         groups.iter().map(|g| (g.id, g.records, g.closed)).collect::<Vec<_>>(),
         [(0, 6, true), (1, 6, true), (2, 6, false)]
     );
-    // From the middle of a batch to the end of the group.
+    // From the middle of a batch to the end of the group: a read stops at
+    // the end of its segment, the next one moves on.
     let mut got = Vec::new();
     let c = store
         .consume(STREAM, 1, StreamOffset { group: 0, segment: 0, position: 1 }, 1 << 20, |r| got.push(parse(r).1))
         .unwrap();
+    assert_eq!(got, [1, 2]);
+    assert_eq!((c.next, c.records, c.end_of_group), (StreamOffset { group: 0, segment: 0, position: 3 }, 2, false));
+    let c = store.consume(STREAM, 1, c.next, 1 << 20, |r| got.push(parse(r).1)).unwrap();
     assert_eq!(got, [1, 2, 3, 4, 5]);
     assert_eq!(c.next, StreamOffset { group: 0, segment: 1, position: 3 });
     assert!(c.end_of_group);

@@ -392,8 +392,10 @@ impl Store {
     /// Reads records of one group of `streamlet` from `from`, passing each
     /// to `visit` in order, until `max_bytes` (each record counting its
     /// bytes and [`RECORD_OVERHEAD`]; at least one record if there is one,
-    /// whatever its size) or the end of what the group holds. Never
-    /// crosses into another group.
+    /// whatever its size) or the end of the segment holding the first
+    /// record: the records returned are the `records` just before `next`
+    /// in one segment. A read at the end of a segment starts at the next
+    /// one; a read never crosses into another group.
     pub fn consume(
         &self,
         table: TableId,
@@ -418,7 +420,9 @@ impl Store {
         'segments: loop {
             let seg = &g.segments[at.segment as usize];
             if at.position >= seg.records {
-                if (at.segment as usize) + 1 < g.segments.len() {
+                // A read returns records of one segment, so the reader
+                // knows each one's offset: the last is just before `next`.
+                if n == 0 && (at.segment as usize) + 1 < g.segments.len() {
                     at.segment += 1;
                     at.position = 0;
                     continue;
