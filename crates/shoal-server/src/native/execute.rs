@@ -440,7 +440,7 @@ fn apply<'s>(
         }
         Request::DescribeStream { table, streamlet, from_group, max_groups } => {
             stream_table(ctx, table)?;
-            let max = max_groups.clamp(1, MAX_DESCRIBE_GROUPS) as usize;
+            let max = max_groups.min(MAX_DESCRIBE_GROUPS) as usize;
             let groups = store.stream_groups(table, streamlet, from_group, max).map_err(stream_status)?;
             Response::DescribeStream {
                 shape: store.stream_shape(table).map_err(stream_status)?,
