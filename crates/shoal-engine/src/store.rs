@@ -1841,6 +1841,7 @@ impl Store {
             at = range.next;
         }
         let (chunks, chunk_live, chunk_payload) = self.check_chunks(&member_slots, &mut live_per_slot)?;
+        let stream_per_slot = self.check_streams(&member_slots)?;
         live += chunk_live;
         kv += chunk_payload;
         let have = inner.cids.live.load(Ordering::Relaxed);
@@ -1887,6 +1888,11 @@ impl Store {
             let have = s.live_bytes.load(Ordering::Relaxed);
             if want != have {
                 return Err(format!("segment {id}: live bytes {have} != recount {want}"));
+            }
+            let want = stream_per_slot.get(slot).copied().unwrap_or(0);
+            let have = s.stream_bytes.load(Ordering::Relaxed);
+            if want != have {
+                return Err(format!("segment {id}: stream batch bytes {have} != recount {want}"));
             }
             let mut live_tombs = 0u64;
             let mut all_tombs = 0u64;

@@ -577,3 +577,75 @@ impl Store {
         Ok(())
     }
 }
+
+impl Store {
+    /// [`Store::check_invariants`] of the streams: every batch the index
+    /// references is a stream batch entry in a segment of the log, at the
+    /// place the index has it, with the count it has; first positions are
+    /// consecutive; segment and total counters match. Returns the batch
+    /// bytes per slot, which each slot's `stream_bytes` must equal.
+    pub(super) fn check_streams(&self, member_slots: &HashMap<u32, SegmentId>) -> Result<HashMap<u32, u64>, String> {
+        let inner = &self.inner;
+        let mut per_slot: HashMap<u32, u64> = HashMap::new();
+        let mut total = 0u64;
+        let streams: Vec<(TableId, Arc<Stream>)> =
+            inner.streams.map.read().iter().map(|(t, s)| (*t, s.clone())).collect();
+        for (table, stream) in streams {
+            for (si, sl) in stream.streamlets.iter().enumerate() {
+                for (gid, g) in sl.groups.read().iter() {
+                    let g = g.read();
+                    if g.id != *gid
+                        || g.log >= stream.shape.logs
+                        || g.segments.len() > stream.shape.group_segments as usize
+                    {
+                        return Err(format!("stream {table} streamlet {si}: group {gid} is malformed"));
+                    }
+                    for (segi, seg) in g.segments.iter().enumerate() {
+                        let (mut records, mut bytes) = (0u32, 0u64);
+                        for b in &seg.batches {
+                            let at =
+                                format!("stream {table} streamlet {si} group {gid} segment {segi} batch {}", b.index);
+                            if !member_slots.contains_key(&b.r.slot()) {
+                                return Err(format!("{at}: reference {:?} outside the log", b.r));
+                            }
+                            let raw = inner.segs.entry(b.r);
+                            let Ok((Entry::StreamBatch(v), len)) = format::decode(&raw) else {
+                                return Err(format!("{at}: reference {:?} is not a stream batch", b.r));
+                            };
+                            let want = BatchPlace {
+                                table,
+                                streamlet: si as u32,
+                                log: g.log,
+                                group: *gid,
+                                segment: segi as u32,
+                                index: b.index,
+                            };
+                            if v.place != want || v.count != b.count || b.first != records {
+                                return Err(format!(
+                                    "{at}: entry {:?} x{} at {} in the index",
+                                    v.place, v.count, b.first
+                                ));
+                            }
+                            records += b.count;
+                            bytes += v.records.len() as u64;
+                            *per_slot.entry(b.r.slot()).or_default() += len as u64;
+                            total += len as u64;
+                        }
+                        if (records, bytes) != (seg.records, seg.bytes) {
+                            return Err(format!(
+                                "stream {table} streamlet {si} group {gid} segment {segi}: counters {:?} != recount {:?}",
+                                (seg.records, seg.bytes),
+                                (records, bytes)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let have = inner.streams.bytes.load(Ordering::Relaxed);
+        if have != total {
+            return Err(format!("stream bytes {have} != recount {total}"));
+        }
+        Ok(per_slot)
+    }
+}
