@@ -303,7 +303,7 @@ impl Client {
         records: &[&[u8]],
     ) -> Result<Produced, StreamError> {
         let req = Request::Produce { table, streamlet, producer, records: records.to_vec() };
-        self.execute(stream_route(table), &req, |r| conv::produce(r, records.len()))
+        self.execute(stream_route(table, streamlet), &req, |r| conv::produce(r, records.len()))
     }
 
     /// [`crate::Client::consume`].
@@ -314,7 +314,8 @@ impl Client {
         from: StreamOffset,
         max_bytes: u32,
     ) -> Result<Consumed, StreamError> {
-        self.execute(stream_route(table), &Request::Consume { table, streamlet, from, max_bytes }, conv::consume)
+        let req = Request::Consume { table, streamlet, from, max_bytes };
+        self.execute(stream_route(table, streamlet), &req, conv::consume)
     }
 
     /// [`crate::Client::describe_stream`].
@@ -326,7 +327,7 @@ impl Client {
         max_groups: u32,
     ) -> Result<Described, StreamError> {
         let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
-        self.execute(stream_route(table), &req, conv::describe_stream)
+        self.execute(stream_route(table, streamlet), &req, conv::describe_stream)
     }
 
     pub fn create_chunk_table(&mut self, name: &str) -> Result<TableId, TableError> {
@@ -550,9 +551,10 @@ pub(crate) fn chunk_route(table: TableId) -> Route {
     Route::Key(table, key_hash(table, b""))
 }
 
-/// Where every request of stream `table` goes: its one tablet.
-pub(crate) fn stream_route(table: TableId) -> Route {
-    Route::Key(table, key_hash(table, crate::ops::stream_key()))
+/// Where the requests of `streamlet` of stream `table` go: the tablet
+/// holding its key's hash (`shoal_proto::streamlet_key`).
+pub(crate) fn stream_route(table: TableId, streamlet: u32) -> Route {
+    Route::Key(table, key_hash(table, &shoal_proto::streamlet_key(streamlet)))
 }
 
 pub(crate) fn item_error<E: From<ErrorStatus> + From<ClientError>>(s: ErrorStatus) -> E {

@@ -524,8 +524,9 @@ impl Client {
         self.execute(Route::Admin, &Request::Stats, conv::stats).await
     }
 
-    // Streams (`docs/streams.md`). A stream has one tablet: every request
-    // goes to its master. [`crate::Producer`] batches and pipelines.
+    // Streams (`docs/streams.md`). A streamlet's requests go to the master
+    // of the tablet holding its key's hash. [`crate::Producer`] batches and
+    // pipelines.
 
     /// Creates a stream of `shape` (a 0 in its logs, segment bytes or
     /// segments per group asks for the server's default), or finds the
@@ -546,7 +547,7 @@ impl Client {
         records: &[&[u8]],
     ) -> Result<Produced, StreamError> {
         let req = Request::Produce { table, streamlet, producer, records: records.to_vec() };
-        self.execute(stream_route(table), &req, |r| conv::produce(r, records.len())).await
+        self.execute(stream_route(table, streamlet), &req, |r| conv::produce(r, records.len())).await
     }
 
     /// Reads records of one group of `streamlet` from `from`, up to about
@@ -559,7 +560,7 @@ impl Client {
         max_bytes: u32,
     ) -> Result<Consumed, StreamError> {
         let req = Request::Consume { table, streamlet, from, max_bytes };
-        self.execute(stream_route(table), &req, conv::consume).await
+        self.execute(stream_route(table, streamlet), &req, conv::consume).await
     }
 
     /// The stream's shape and the groups of `streamlet` with ids from
@@ -573,17 +574,17 @@ impl Client {
         max_groups: u32,
     ) -> Result<Described, StreamError> {
         let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
-        self.execute(stream_route(table), &req, conv::describe_stream).await
+        self.execute(stream_route(table, streamlet), &req, conv::describe_stream).await
     }
 
-    /// The connection to the master of stream `table` (for pipelining
-    /// produces in order: [`crate::Producer`]).
-    pub(crate) async fn stream_channel(&self, table: TableId) -> Result<Arc<Channel>, ClientError> {
-        let addr = match self.route(stream_route(table)) {
+    /// The connection to the master of `streamlet` of stream `table` (for
+    /// pipelining produces in order: [`crate::Producer`]).
+    pub(crate) async fn stream_channel(&self, table: TableId, streamlet: u32) -> Result<Arc<Channel>, ClientError> {
+        let addr = match self.route(stream_route(table, streamlet)) {
             Ok(a) => a,
             Err(ClientError::NoRoute(_)) => {
                 self.refresh_map();
-                self.route(stream_route(table))?
+                self.route(stream_route(table, streamlet))?
             }
             Err(e) => return Err(e),
         };

@@ -43,7 +43,7 @@ pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{
-    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue,
-    StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem, MAX_DESCRIBE_GROUPS,
+    key_hash, streamlet_key, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
+    StatValue, StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem, MAX_DESCRIBE_GROUPS,
     MAX_PRODUCE_RECORDS,
 };

@@ -83,12 +83,6 @@ pub struct Described {
     pub groups: Vec<StreamGroup>,
 }
 
-/// Where every request of stream `table` goes: its one tablet (the empty
-/// key, `shoal_engine::format::STREAM_ROUTE_KEY`).
-pub(crate) fn stream_key() -> &'static [u8] {
-    b""
-}
-
 /// One result per item of a multi-op, each with its own status.
 pub type ItemResults<T> = Vec<Result<T, ErrorStatus>>;
 

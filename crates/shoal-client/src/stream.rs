@@ -203,7 +203,7 @@ impl Shared {
         let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let records: Vec<&[u8]> = b.records.iter().map(Vec::as_slice).collect();
         let req = Request::Produce { table: self.table, streamlet: s, producer: self.config.id, records };
-        let sent = match self.client.stream_channel(self.table).await {
+        let sent = match self.client.stream_channel(self.table, s).await {
             Ok(c) => c.send(&req).map_err(StreamError::from),
             Err(e) => Err(StreamError::from(e)),
         };

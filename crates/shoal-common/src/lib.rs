@@ -12,7 +12,7 @@ pub mod tls;
 
 use std::fmt;
 
-pub use stream::{StreamOffset, StreamShape};
+pub use stream::{streamlet_key, StreamOffset, StreamShape};
 
 /// A table's 64-bit id. Names belong to the coordinator; the store only sees ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]

@@ -54,6 +54,14 @@ impl StreamShape {
     }
 }
 
+/// The key whose hash ([`crate::key_hash`] with the stream's table id)
+/// routes every request of a streamlet and partitions its batches for
+/// recovery: the streamlet's number, 4 bytes little-endian. Part of the
+/// protocol: a stream's streamlets are spread over its tablets by it.
+pub fn streamlet_key(streamlet: u32) -> [u8; 4] {
+    streamlet.to_le_bytes()
+}
+
 /// Where a consumer is in a group of a streamlet: KerA's application
 /// offset [stream, streamlet, group, segment, position] without the first
 /// two, which the request names. `segment` counts from 0 within the

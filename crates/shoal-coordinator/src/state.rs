@@ -485,9 +485,10 @@ impl ClusterState {
     /// A chunk table (`chunks`) has one tablet: its master creates every
     /// chunk, with its own node id, and serves them (`docs/chunks.md`).
     ///
-    /// A stream (`stream`, `docs/streams.md`) has one tablet too, and its
-    /// shape is part of the table: a stream of that name with another
-    /// shape is refused.
+    /// A stream (`stream`, `docs/streams.md`) has one tablet per live
+    /// server, at most one per streamlet (its streamlets are spread over
+    /// them by the hashes of their keys), and its shape is part of the
+    /// table: a stream of that name with another shape is refused.
     fn create_table(
         &mut self,
         name: &str,
@@ -522,7 +523,13 @@ impl ClusterState {
         if let Some(Err(why)) = stream.map(|s| s.check()) {
             return Outcome::unchanged(invalid(why));
         }
-        let span = if chunks || stream.is_some() { 1 } else { span };
+        // A stream's streamlets are spread over its tablets by their keys'
+        // hashes: one tablet per live server, at most one per streamlet.
+        let span = match stream {
+            _ if chunks => 1,
+            Some(s) => s.streamlets.min(self.map.live_servers().count().max(1) as u32),
+            None => span,
+        };
         if span > MAX_SPAN {
             return Outcome::unchanged(invalid(format!("span {span} exceeds the limit of {MAX_SPAN} tablets")));
         }
@@ -760,9 +767,8 @@ impl ClusterState {
         for t in &old {
             // A chunk table's one tablet is recovered whole: its master
             // serves every chunk (`docs/chunks.md`).
-            // So is a stream's: its master serves every streamlet.
-            let whole = self.map.tables.iter().any(|x| x.id == t.table && (x.chunks || x.stream.is_some()));
-            let pieces = if whole { 1 } else { per_tablet as u64 };
+            let chunks = self.map.tables.iter().any(|x| x.id == t.table && x.chunks);
+            let pieces = if chunks { 1 } else { per_tablet as u64 };
             for (start_hash, end_hash) in split_tablet(t, pieces) {
                 let piece = TabletInfo { table: t.table, start_hash, end_hash, master: dead };
                 let p = &mut partitions[dealt % n];
@@ -1734,40 +1740,47 @@ mod tests {
         assert_ne!(now[0].master, master);
     }
 
-    /// A stream has one tablet, created whole and recovered whole, and
-    /// keeps its shape: the same name with another shape, or as another
-    /// kind, is refused, and an invalid shape creates nothing.
+    /// A stream has one tablet per live server, at most one per streamlet,
+    /// and keeps its shape: the same name with another shape, or as
+    /// another kind, is refused, and an invalid shape creates nothing. Its
+    /// tablets are recovered in pieces, as a key-value table's.
     #[test]
-    fn a_stream_has_one_tablet_keeps_its_shape_and_is_recovered_whole() {
+    fn a_stream_has_a_tablet_per_server_and_keeps_its_shape() {
         let mut s = cluster(3);
         let shape =
             StreamShape { streamlets: 8, logs: 2, segment_bytes: 1 << 20, group_segments: 4, group_timeout_ms: 0 };
-        let req = |stream| ControlRequest::CreateTable {
-            name: "clicks".into(),
-            span: 3,
+        let req = |name: &str, stream| ControlRequest::CreateTable {
+            name: name.into(),
+            span: 1,
             slots: false,
             chunks: false,
             stream,
         };
         let bad = StreamShape { streamlets: 0, ..shape };
-        assert!(matches!(apply(&mut s, req(Some(bad))), ControlResponse::Error { .. }));
+        assert!(matches!(apply(&mut s, req("clicks", Some(bad))), ControlResponse::Error { .. }));
         assert!(s.map().table_by_name("clicks").is_none());
-        let ControlResponse::Table { table } = apply(&mut s, req(Some(shape))) else { panic!("a stream") };
+        let ControlResponse::Table { table } = apply(&mut s, req("clicks", Some(shape))) else { panic!("a stream") };
         assert_eq!(table.stream, Some(shape));
-        let ControlResponse::Table { table: again } = apply(&mut s, req(Some(shape))) else {
+        let ControlResponse::Table { table: again } = apply(&mut s, req("clicks", Some(shape))) else {
             panic!("the same stream")
         };
         assert_eq!(again, table);
         let other = StreamShape { logs: 4, ..shape };
-        assert!(matches!(apply(&mut s, req(Some(other))), ControlResponse::Error { .. }));
-        assert!(matches!(apply(&mut s, req(None)), ControlResponse::Error { .. }));
+        assert!(matches!(apply(&mut s, req("clicks", Some(other))), ControlResponse::Error { .. }));
+        assert!(matches!(apply(&mut s, req("clicks", None)), ControlResponse::Error { .. }));
         let tablets: Vec<TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).cloned().collect();
-        assert_eq!(tablets.len(), 1);
+        assert_eq!(tablets.len(), 3, "one per live server");
+        let masters: BTreeSet<ServerId> = tablets.iter().map(|t| t.master).collect();
+        assert_eq!(masters.len(), 3);
+        // Fewer streamlets than servers: one tablet per streamlet.
+        let one = StreamShape { streamlets: 1, ..shape };
+        let ControlResponse::Table { table: small } = apply(&mut s, req("one", Some(one))) else { panic!("a stream") };
+        assert_eq!(s.map().tablets.iter().filter(|t| t.table == small.id).count(), 1);
         let master = tablets[0].master;
         assert!(down(&mut s, master.0));
         let r = recovery(&s, master.0);
         let pieces = r.partitions.iter().flat_map(|p| &p.tablets).filter(|t| t.table == table.id).count();
-        assert_eq!(pieces, 1, "{r:?}");
+        assert!(pieces >= 1, "{r:?}");
     }
 
     #[test]

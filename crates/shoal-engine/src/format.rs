@@ -1024,16 +1024,11 @@ pub struct Filtered {
     pub tombstones: u32,
 }
 
-/// The key whose hash routes every request of a stream table, and under
-/// which its batch entries are partitioned: a stream table has one tablet
-/// (`docs/streams.md`).
-pub const STREAM_ROUTE_KEY: &[u8] = b"";
-
 /// Copies, byte for byte and in order, the object and tombstone entries of
 /// `buf` for which `keep(table, key)` holds to the end of `out`: a
 /// partition's share of a segment for recovery. Chunk entries and chunk
 /// tombstones are offered with [`chunk_key`] as their key, stream batches
-/// with [`STREAM_ROUTE_KEY`]; chunk versions
+/// with their streamlet's key ([`shoal_common::streamlet_key`]); chunk versions
 /// are per chunk and do not count towards the safe version. Every entry's own CRC is
 /// checked (an entry whose key bytes were damaged must not be sorted into
 /// the wrong partition unnoticed), so `buf` should be a prefix that
@@ -1094,7 +1089,7 @@ fn filter_checked(
                 k
             }
             Entry::StreamBatch(b) => {
-                let k = keep(b.place.table, STREAM_ROUTE_KEY);
+                let k = keep(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
                 f.objects += k as u32;
                 k
             }

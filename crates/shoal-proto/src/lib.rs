@@ -39,4 +39,6 @@ pub use status::{ErrorStatus, StatusCode};
 pub use stream::{StreamGroup, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS};
 pub use wire::DecodeError;
 
-pub use shoal_common::{key_hash, ChunkId, KeyHash, StreamOffset, StreamShape, TableId, UnixMillis, Version};
+pub use shoal_common::{
+    key_hash, streamlet_key, ChunkId, KeyHash, StreamOffset, StreamShape, TableId, UnixMillis, Version,
+};

@@ -1,6 +1,6 @@
 //! Streams on a real cluster (see `common`, `docs/streams.md`): producers
 //! append sequence-numbered records under a load, keeping a ledger of each
-//! acknowledged batch and its offset; then the stream's master is
+//! acknowledged batch and its offset; then the master of a streamlet is
 //! SIGKILLed (or the whole cluster is, and restarted on the same
 //! directories). Afterwards every acknowledged record is read at its
 //! offset, each producer's records come in order with none twice, and
@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use shoal_client::blocking::Client;
-use shoal_client::{ClientConfig, StreamOffset, StreamShape, TableId};
+use shoal_client::{key_hash, streamlet_key, ClientConfig, StreamOffset, StreamShape, TableId};
 use shoal_cluster::{ClusterMap, ServerState};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SHAPE: StreamShape =
-    StreamShape { streamlets: 2, logs: 2, segment_bytes: 16 << 10, group_segments: 2, group_timeout_ms: 0 };
+    StreamShape { streamlets: 4, logs: 2, segment_bytes: 16 << 10, group_segments: 2, group_timeout_ms: 0 };
 
 /// (producer, sequence number) of each acknowledged record, by streamlet
 /// and offset.
@@ -38,7 +38,7 @@ fn parse(r: &[u8]) -> (u64, u64) {
 }
 
 /// Producer threads: producer `p` appends batches of 1-20 records to
-/// streamlet `p % 2`. A batch whose outcome is unknown (an error) is not
+/// streamlet `p % 4`. A batch whose outcome is unknown (an error) is not
 /// sent again: the producer goes on with new sequence numbers, so no
 /// record can be appended twice.
 struct StreamLoad {
@@ -59,7 +59,7 @@ impl StreamLoad {
                 std::thread::spawn(move || {
                     let config = ClientConfig::default();
                     let mut c = Client::connect_cluster(coordinator, config.clone()).unwrap();
-                    let streamlet = (p % 2) as u32;
+                    let streamlet = (p % SHAPE.streamlets as u64) as u32;
                     let mut seq = 0u64;
                     while !stop.load(Ordering::Relaxed) && seq < 10_000_000 {
                         let n = 1 + seq % 20;
@@ -172,14 +172,15 @@ fn wait_map(cluster: &Cluster, what: &str, secs: u64, f: impl Fn(&ClusterMap) ->
     }
 }
 
-fn stream_master(map: &ClusterMap, table: TableId) -> shoal_cluster::ServerId {
-    let tablets: Vec<_> = map.tablets.iter().filter(|t| t.table == table).collect();
-    assert_eq!(tablets.len(), 1, "a stream has one tablet: {map:?}");
-    tablets[0].master
+/// The master of `streamlet`: that of the tablet holding its key's hash.
+fn streamlet_master(map: &ClusterMap, table: TableId, streamlet: u32) -> shoal_cluster::ServerId {
+    let h = key_hash(table, &streamlet_key(streamlet)).0;
+    let t = map.tablets.iter().find(|t| t.table == table && t.start_hash <= h && h <= t.end_hash);
+    t.unwrap_or_else(|| panic!("no tablet of stream {table} holds streamlet {streamlet}: {map:?}")).master
 }
 
 #[test]
-fn a_killed_stream_master_is_recovered_and_every_acknowledged_record_is_read_at_its_offset() {
+fn a_killed_streamlet_master_is_recovered_and_every_acknowledged_record_is_read_at_its_offset() {
     let root = Root::new("streams-kill-master");
     // Four servers: with one dead, each master still has two backups for R=2.
     let mut cluster = Cluster::start(&root.0, 4, 2, 0);
@@ -187,8 +188,14 @@ fn a_killed_stream_master_is_recovered_and_every_acknowledged_record_is_read_at_
     assert_eq!(shape, SHAPE);
     let map =
         wait_map(&cluster, "the stream", 10, |m| m.tables.iter().any(|t| t.id == table && t.stream == Some(SHAPE)));
-    let victim = stream_master(&map, table);
-    let load = StreamLoad::start(cluster.coordinator, table, 4);
+    // The stream's streamlets are spread over the servers' tablets.
+    let masters: std::collections::BTreeSet<_> =
+        (0..SHAPE.streamlets).map(|s| streamlet_master(&map, table, s)).collect();
+    assert_eq!(map.tablets.iter().filter(|t| t.table == table).count(), 4, "one tablet per server");
+    // (Deterministic: the stream's id and the streamlets' keys fix it.)
+    assert!(masters.len() >= 2, "the 4 streamlets land on {} master(s)", masters.len());
+    let victim = streamlet_master(&map, table, 0);
+    let load = StreamLoad::start(cluster.coordinator, table, 8);
     std::thread::sleep(Duration::from_secs(2));
     let before = load.acks();
     assert!(before > 500, "only {before} records acknowledged before the kill");
@@ -205,7 +212,7 @@ fn a_killed_stream_master_is_recovered_and_every_acknowledged_record_is_read_at_
             && m.recoveries.is_empty()
             && m.tablets.iter().all(|t| t.master != victim)
     });
-    assert_ne!(stream_master(&map, table), victim);
+    assert_ne!(streamlet_master(&map, table, 0), victim);
     // Producing goes on at the new master.
     let after_recovery = load.acks();
     let deadline = Instant::now() + Duration::from_secs(10);

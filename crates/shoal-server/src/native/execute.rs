@@ -5,7 +5,8 @@
 
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
-use shoal_engine::format::{chunk_key, STREAM_ROUTE_KEY};
+use shoal_common::streamlet_key;
+use shoal_engine::format::chunk_key;
 use shoal_engine::{
     key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, StreamError, StreamShape,
     TableId, WriteOp,
@@ -403,12 +404,12 @@ fn apply<'s>(
             Response::CreateStream { table, shape: store.stream_shape(table).map_err(stream_status)? }
         }
         Request::Produce { table, streamlet, producer, records } => {
-            stream_table(ctx, table)?;
+            stream_table(ctx, table, streamlet)?;
             let p = store.produce(table, streamlet, producer, &records).map_err(stream_status)?;
             Response::Produce { first: p.first, count: p.count }
         }
         Request::Consume { table, streamlet, from, max_bytes } => {
-            stream_table(ctx, table)?;
+            stream_table(ctx, table, streamlet)?;
             // Records go one after another into one buffer; the reply
             // (21 bytes and the records, 4 bytes of length each) stays
             // within the response limit, unless one record alone exceeds it.
@@ -439,7 +440,7 @@ fn apply<'s>(
             Response::Consume { next: c.next, end_of_group: c.end_of_group, records }
         }
         Request::DescribeStream { table, streamlet, from_group, max_groups } => {
-            stream_table(ctx, table)?;
+            stream_table(ctx, table, streamlet)?;
             let max = max_groups.min(MAX_DESCRIBE_GROUPS) as usize;
             let groups = store.stream_groups(table, streamlet, from_group, max).map_err(stream_status)?;
             Response::DescribeStream {
@@ -486,12 +487,12 @@ fn stream_defaults(ctx: &ServerContext, mut shape: StreamShape) -> StreamShape {
 }
 
 /// Stream requests name a stream: `UNKNOWN_TABLE` for no table,
-/// `MALFORMED_REQUEST` for a table of another kind. A stream has one
-/// tablet, whose master serves every streamlet (in a cluster another
-/// server answers `UNKNOWN_TABLET` or `RETRY`).
-fn stream_table(ctx: &ServerContext, table: TableId) -> Result<(), ErrorStatus> {
+/// `MALFORMED_REQUEST` for a table of another kind. A streamlet is served
+/// by the master of the tablet holding its key's hash (`streamlet_key`;
+/// in a cluster another server answers `UNKNOWN_TABLET` or `RETRY`).
+fn stream_table(ctx: &ServerContext, table: TableId, streamlet: u32) -> Result<(), ErrorStatus> {
     if ctx.tables.is_stream_table(table) {
-        return route(ctx, table, STREAM_ROUTE_KEY);
+        return route(ctx, table, &streamlet_key(streamlet));
     }
     match ctx.store.has_table(table) {
         true => Err(ErrorStatus::MalformedRequest(format!("table {table} is not a stream"))),
