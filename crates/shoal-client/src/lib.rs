@@ -38,7 +38,7 @@ pub use cluster::CoordinatorMap;
 pub use conn::{ClientConfig, Connection, Credentials};
 pub use error::{ClientError, IncrementError, ReadError, Rejected, StreamError, TableError, WriteError};
 pub use ops::{Consumed, Described, ItemResults, Object, Page, Produced, ResponseFrame, Stats, Ttl, Versioned};
-pub use stream::{Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
+pub use stream::{decode_offsets, encode_offsets, Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 

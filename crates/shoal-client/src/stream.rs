@@ -10,16 +10,17 @@
 //! order it sent them. Every record's [`Ack`] resolves once its batch is
 //! durable (or failed).
 //!
-//! [`Consumer`] reads one streamlet, keeping an offset per group. It reads
+//! [`Consumer`] reads one streamlet, keeping an offset per group (and may
+//! commit them to a key-value table, to resume there after a restart). It reads
 //! the groups of each log of the MultiLog one at a time, in id order, and
 //! moves to a log's next group only once the server says the current one
 //! is closed and read to its end: a producer's records, which are all in
 //! one log, come out in the order they were appended.
 
-use crate::error::{ClientError, StreamError};
+use crate::error::{ClientError, ReadError, StreamError, WriteError};
 use crate::ops::conv;
 use crate::Client;
-use shoal_proto::{key_hash, ErrorStatus, Request, StreamOffset, StreamShape, TableId, MAX_PRODUCE_RECORDS};
+use shoal_proto::{key_hash, ErrorStatus, Request, StreamOffset, StreamShape, TableId, Version, MAX_PRODUCE_RECORDS};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -298,6 +299,38 @@ impl Consumer {
         Ok(c)
     }
 
+    /// Commits the consumer's offsets to Shoal: writes them to `key` of
+    /// the key-value table `offsets` (see [`encode_offsets`]), so that a
+    /// consumer restarted later resumes there
+    /// ([`Consumer::resume_committed`]). Records read since are read again
+    /// after such a restart (at-least-once): commit after processing.
+    pub async fn commit(&self, offsets: TableId, key: &[u8]) -> Result<Version, WriteError> {
+        let (open, known_below) = self.offsets();
+        self.client.write(offsets, key, &encode_offsets(&open, known_below)).await
+    }
+
+    /// A consumer resuming from the offsets last committed to `key` of
+    /// `offsets`, or from the streamlet's start if none were.
+    pub async fn resume_committed(
+        client: Client,
+        table: TableId,
+        streamlet: u32,
+        max_bytes: u32,
+        offsets: TableId,
+        key: &[u8],
+    ) -> Result<Consumer, StreamError> {
+        let value = match client.read(offsets, key).await {
+            Ok((value, _)) => value,
+            Err(ReadError::NotFound) => return Ok(Consumer::new(client, table, streamlet, max_bytes)),
+            Err(ReadError::UnknownTable(t)) => return Err(StreamError::UnknownTable(t)),
+            Err(ReadError::Client(e)) => return Err(StreamError::Client(e)),
+            Err(e) => return Err(StreamError::Invalid(e.to_string())),
+        };
+        let (open, known_below) = decode_offsets(&value)
+            .ok_or_else(|| StreamError::Invalid(format!("the value at {key:?} is not committed offsets")))?;
+        Consumer::resume(client, table, streamlet, max_bytes, &open, known_below).await
+    }
+
     /// Learns the groups created since the last call.
     async fn discover(&mut self) -> Result<(), StreamError> {
         loop {
@@ -336,5 +369,58 @@ impl Consumer {
             out.extend(c.records);
         }
         Ok(out)
+    }
+}
+
+/// Committed offsets as a value: the first group id not seen yet (u64),
+/// the count of unfinished groups (u32), and each one's offset (group u64,
+/// segment u32, position u32); little-endian.
+pub fn encode_offsets(open: &[StreamOffset], known_below: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12 + 16 * open.len());
+    v.extend_from_slice(&known_below.to_le_bytes());
+    v.extend_from_slice(&u32::try_from(open.len()).unwrap_or(u32::MAX).to_le_bytes());
+    for o in open {
+        v.extend_from_slice(&o.group.to_le_bytes());
+        v.extend_from_slice(&o.segment.to_le_bytes());
+        v.extend_from_slice(&o.position.to_le_bytes());
+    }
+    v
+}
+
+/// The offsets [`encode_offsets`] wrote; `None` for any other bytes.
+pub fn decode_offsets(v: &[u8]) -> Option<(Vec<StreamOffset>, u64)> {
+    let known_below = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+    let n = u32::from_le_bytes(v.get(8..12)?.try_into().ok()?) as usize;
+    let rest = v.get(12..)?;
+    if rest.len() != n.checked_mul(16)? {
+        return None;
+    }
+    let open = rest
+        .chunks_exact(16)
+        .map(|c| StreamOffset {
+            group: u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+            segment: u32::from_le_bytes(c[8..12].try_into().expect("4 bytes")),
+            position: u32::from_le_bytes(c[12..].try_into().expect("4 bytes")),
+        })
+        .collect();
+    Some((open, known_below))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_offsets_round_trip_and_other_bytes_are_refused() {
+        let open = vec![
+            StreamOffset { group: 3, segment: 1, position: 7 },
+            StreamOffset { group: 9, segment: 0, position: 0 },
+        ];
+        let v = encode_offsets(&open, 12);
+        assert_eq!(decode_offsets(&v), Some((open, 12)));
+        assert_eq!(decode_offsets(&encode_offsets(&[], 0)), Some((vec![], 0)));
+        for bad in [&v[..v.len() - 1], &v[..5], b"", &[v.as_slice(), &[0]].concat()] {
+            assert_eq!(decode_offsets(bad), None, "{bad:?}");
+        }
     }
 }

@@ -441,7 +441,9 @@ fn apply<'s>(
         }
         Request::DescribeStream { table, streamlet, from_group, max_groups } => {
             stream_table(ctx, table, streamlet)?;
-            let max = max_groups.min(MAX_DESCRIBE_GROUPS) as usize;
+            // 33 bytes a group: the reply stays within the response limit.
+            let fit = max_response.saturating_sub(64) / 33;
+            let max = (max_groups.min(MAX_DESCRIBE_GROUPS) as usize).min(fit);
             let groups = store.stream_groups(table, streamlet, from_group, max).map_err(stream_status)?;
             Response::DescribeStream {
                 shape: store.stream_shape(table).map_err(stream_status)?,

@@ -321,11 +321,11 @@ fn print(got: &Consumed, left: &mut u64, json: bool) -> Result<StreamOffset, Cli
     let n = got.records.len() as u32;
     for (i, r) in got.records.iter().enumerate() {
         if *left == 0 {
-            return Ok(StreamOffset { position: got.next.position - n + i as u32, ..got.next });
+            return Ok(StreamOffset { position: got.next.position.saturating_sub(n) + i as u32, ..got.next });
         }
         *left -= 1;
         if json {
-            let offset = StreamOffset { position: got.next.position - n + i as u32, ..got.next };
+            let offset = StreamOffset { position: got.next.position.saturating_sub(n) + i as u32, ..got.next };
             out!("{}", json!({ "offset": offset.to_string(), "record": lossy(r) }));
         } else {
             out!("{}", show_value(r));
