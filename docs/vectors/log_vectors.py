@@ -44,7 +44,7 @@ def tombstone(table, version, segment, key):
     return structured(3, varint(table) + varint(version) + varint(segment) + key)
 
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 def chunk(table, node, local, version, payload):
@@ -53,6 +53,12 @@ def chunk(table, node, local, version, payload):
 
 def chunk_tombstone(table, node, local, version, segment):
     return structured(9, varint(table) + varint(node) + varint(local) + varint(version) + varint(segment))
+
+
+def stream_batch(table, streamlet, log, group, segment, index, records):
+    place = b"".join(varint(v) for v in (table, streamlet, log, group, segment, index))
+    body = varint(len(records)) + b"".join(varint(len(r)) + r for r in records)
+    return structured(10, place + body)
 
 
 def segment_header(log, segment, capacity):
@@ -78,6 +84,9 @@ if __name__ == "__main__":
     print("chunk       ", hexs(chunk(1, 2, 5, 1, b"payload")))
     print("chunk big id", hexs(chunk(1, 0xFFFF, (1 << 48) - 1, 300, bytes(range(16)))))
     print("chunk tomb  ", hexs(chunk_tombstone(1, 2, 5, 1, 3)))
+    print("batch       ", hexs(stream_batch(1, 0, 1, 2, 0, 3, [b"ab", b"", b"cde"])))
+    big = stream_batch(5, 300, 2, 70000, 1, 0, [bytes([i]) * 100 for i in range(3)])
+    print("batch big   ", hexs(big[:16]), "...", len(big), "bytes")
     print("safe version", hexs(safe_version(7)))
     print("digest      ", hexs(digest([1, 2])))
     print("seg header  ", hexs(segment_header(9, 2, 8 << 20)))

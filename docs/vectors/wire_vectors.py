@@ -13,6 +13,7 @@ OP = {
     "multi_read": 6, "multi_write": 7, "multi_remove": 8, "enumerate": 9,
     "write_ttl": 10, "read_ttl": 11, "chunk_create": 12, "chunk_get": 13, "chunk_put": 14,
     "chunk_remove": 15, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20, "create_chunk_table": 21,
+    "create_stream": 22, "produce": 23, "consume": 24, "describe_stream": 25,
 }
 
 STATUS = {
@@ -114,6 +115,24 @@ VECTORS = [
     ("chunk-remove response (id 19; version 2; second chunk does not exist)",
      frame("chunk_remove", 19, ok(struct.pack("<I", 2) + bytes([0]) + struct.pack("<Q", 2)
                                    + bytes([STATUS["object_doesnt_exist"]])), response=True)),
+    ("create-stream request (id 20, name `clicks`, 4 streamlets, server's default logs, 1 MiB segments, 4 per group, no timeout)",
+     frame("create_stream", 20, name("clicks") + struct.pack("<IIIIQ", 4, 0, 1 << 20, 4, 0))),
+    ("create-stream response (id 20, table 6; 4 streamlets, 2 logs, 1 MiB segments, 4 per group, no timeout)",
+     frame("create_stream", 20, ok(struct.pack("<QIIIIQ", 6, 4, 2, 1 << 20, 4, 0)), response=True)),
+    ("produce request (id 21, table 6, streamlet 1, producer 9, records `a` and `bc`)",
+     frame("produce", 21, struct.pack("<QIQI", 6, 1, 9, 2) + struct.pack("<I", 1) + b"a" + struct.pack("<I", 2) + b"bc")),
+    ("produce response (id 21, first record at group 3, segment 0, position 7; 2 records)",
+     frame("produce", 21, ok(struct.pack("<QIII", 3, 0, 7, 2)), response=True)),
+    ("consume request (id 22, table 6, streamlet 1, group 3, segment 0, position 7, max 65536 bytes)",
+     frame("consume", 22, struct.pack("<QIQIII", 6, 1, 3, 0, 7, 65536))),
+    ("consume response (id 22, next group 3, segment 0, position 9, end of group; records `a` and `bc`)",
+     frame("consume", 22, ok(struct.pack("<QIIBI", 3, 0, 9, 1, 2) + struct.pack("<I", 1) + b"a"
+                             + struct.pack("<I", 2) + b"bc"), response=True)),
+    ("describe-stream request (id 23, table 6, streamlet 1, groups from 0, at most 100)",
+     frame("describe_stream", 23, struct.pack("<QIQI", 6, 1, 0, 100))),
+    ("describe-stream response (id 23, the shape above; group 3 of log 1: 1 segment, 9 records, 20 bytes, closed)",
+     frame("describe_stream", 23, ok(struct.pack("<IIIIQ", 4, 2, 1 << 20, 4, 0) + struct.pack("<I", 1)
+                                     + struct.pack("<QIIQQB", 3, 1, 1, 9, 20, 1)), response=True)),
 ]
 
 if __name__ == "__main__":

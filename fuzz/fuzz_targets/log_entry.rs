@@ -49,6 +49,13 @@ fn reencode(e: &Entry<'_>) -> Vec<u8> {
             assert_eq!(n, format::chunk_tombstone_len(t.table, t.id, t.version, t.segment));
             n
         }
+        Entry::StreamBatch(b) => {
+            let records: Vec<&[u8]> = b.iter().collect();
+            assert_eq!(records.len(), b.count as usize, "a decoded batch walks to its count");
+            let n = format::encode_stream_batch(&mut out, &b.place, &records);
+            assert_eq!(n, format::stream_batch_len(&b.place, records.len(), b.records.len()));
+            n
+        }
     };
     assert_eq!(n, out.len());
     out
@@ -152,6 +159,12 @@ fuzz_target!(|data: &[u8]| {
             Entry::ChunkTombstone(_) => {
                 keep = !keep;
                 tombstones += keep as u32;
+                (keep, 0)
+            }
+            // Stream batches are kept or not like objects, with no version.
+            Entry::StreamBatch(_) => {
+                keep = !keep;
+                objects += keep as u32;
                 (keep, 0)
             }
             Entry::SafeVersion(v) => (false, v.0),

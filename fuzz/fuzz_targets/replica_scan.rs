@@ -58,7 +58,8 @@ fuzz_target!(|data: &[u8]| {
             | Entry::Tombstone(_)
             | Entry::SafeVersion(_)
             | Entry::Chunk(_)
-            | Entry::ChunkTombstone(_) => {}
+            | Entry::ChunkTombstone(_)
+            | Entry::StreamBatch(_) => {}
         }
     }
     assert_eq!(end, v.len);

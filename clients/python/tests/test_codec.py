@@ -76,7 +76,8 @@ RESPONSES: Dict[str, Tuple[int, int, object]] = {
 }
 
 
-# The chunk operations (docs/chunks.md), which this client does not speak:
+# The chunk and stream operations (docs/chunks.md, docs/streams.md), which
+# this client does not speak:
 # their vectors are checked as frames (opcode, direction, id, length).
 FRAMES_ONLY = {
     "CREATE_CHUNK_TABLE request, id 15, name `graph`": (21, 15, False),
@@ -86,6 +87,20 @@ FRAMES_ONLY = {
     "CHUNK_GET response, id 17: version 1 is `ab`": (13, 17, True),
     "CHUNK_PUT request, id 18, table 5, chunk 0x1000000000001, payload `xyz`": (14, 18, False),
     "CHUNK_REMOVE response, id 19: version 2; the second chunk does not exist": (15, 19, True),
+    # The stream operations (docs/streams.md), not spoken by this client either.
+    "CREATE_STREAM request, id 20, name `clicks`: 4 streamlets, the server's default logs, 1 MiB segments, "
+    "4 per group, no timeout": (22, 20, False),
+    "CREATE_STREAM response, id 20: table 6; 4 streamlets, 2 logs, 1 MiB segments, 4 per group, no timeout":
+        (22, 20, True),
+    "PRODUCE request, id 21: table 6, streamlet 1, producer 9, records `a` and `bc`": (23, 21, False),
+    "PRODUCE response, id 21: first record at group 3, segment 0, position 7; 2 records": (23, 21, True),
+    "CONSUME request, id 22: table 6, streamlet 1, from group 3, segment 0, position 7, at most 65536 bytes":
+        (24, 22, False),
+    "CONSUME response, id 22: next group 3, segment 0, position 9, end of group; records `a` and `bc`":
+        (24, 22, True),
+    "DESCRIBE_STREAM request, id 23: table 6, streamlet 1, groups from 0, at most 100": (25, 23, False),
+    "DESCRIBE_STREAM response, id 23: the shape above; group 3 of log 1, 1 segment, 9 records, 20 bytes, closed":
+        (25, 23, True),
 }
 
 

@@ -5,15 +5,15 @@
 //! client, or use the async [`crate::Client`].
 
 use crate::conn::{ClientConfig, Connection};
-use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
+use crate::error::{ClientError, IncrementError, ReadError, StreamError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, ttl_ms, Disposition, Page, ResponseFrame, Retries, Stats, Ttl, Versioned, MAX_ATTEMPTS,
-    UNREACHABLE_DELAY,
+    conv, disposition, ttl_ms, Consumed, Described, Disposition, Page, Produced, ResponseFrame, Retries, Stats, Ttl,
+    Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
-    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, TableId, Version,
-    WriteItem, HEADER_LEN,
+    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StreamOffset,
+    StreamShape, TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -289,6 +289,47 @@ impl Client {
 
     /// Creates a chunk table (or returns the id of the existing one of that
     /// name; a key-value table of that name is refused).
+    /// [`crate::Client::create_stream`].
+    pub fn create_stream(&mut self, name: &str, shape: StreamShape) -> Result<(TableId, StreamShape), StreamError> {
+        self.execute(Route::Admin, &Request::CreateStream { name, shape }, conv::create_stream)
+    }
+
+    /// [`crate::Client::produce`].
+    pub fn produce(
+        &mut self,
+        table: TableId,
+        streamlet: u32,
+        producer: u64,
+        records: &[&[u8]],
+    ) -> Result<Produced, StreamError> {
+        let req = Request::Produce { table, streamlet, producer, records: records.to_vec() };
+        self.execute(stream_route(table, streamlet), &req, |r| conv::produce(r, records.len()))
+    }
+
+    /// [`crate::Client::consume`].
+    pub fn consume(
+        &mut self,
+        table: TableId,
+        streamlet: u32,
+        from: StreamOffset,
+        max_bytes: u32,
+    ) -> Result<Consumed, StreamError> {
+        let req = Request::Consume { table, streamlet, from, max_bytes };
+        self.execute(stream_route(table, streamlet), &req, conv::consume)
+    }
+
+    /// [`crate::Client::describe_stream`].
+    pub fn describe_stream(
+        &mut self,
+        table: TableId,
+        streamlet: u32,
+        from_group: u64,
+        max_groups: u32,
+    ) -> Result<Described, StreamError> {
+        let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
+        self.execute(stream_route(table, streamlet), &req, conv::describe_stream)
+    }
+
     pub fn create_chunk_table(&mut self, name: &str) -> Result<TableId, TableError> {
         self.execute(Route::Admin, &Request::CreateChunkTable { name }, conv::table_id)
     }
@@ -508,6 +549,12 @@ pub(crate) fn resolve(addr: impl ToSocketAddrs) -> Result<SocketAddr, ClientErro
 /// (`shoal-server`'s `CHUNK_ROUTE_KEY`, the empty key).
 pub(crate) fn chunk_route(table: TableId) -> Route {
     Route::Key(table, key_hash(table, b""))
+}
+
+/// Where the requests of `streamlet` of stream `table` go: the tablet
+/// holding its key's hash (`shoal_proto::streamlet_key`).
+pub(crate) fn stream_route(table: TableId, streamlet: u32) -> Route {
+    Route::Key(table, key_hash(table, &shoal_proto::streamlet_key(streamlet)))
 }
 
 pub(crate) fn item_error<E: From<ErrorStatus> + From<ClientError>>(s: ErrorStatus) -> E {

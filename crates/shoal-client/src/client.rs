@@ -9,17 +9,17 @@
 //! of tasks are in flight on one connection at once, and a caller that is
 //! cancelled never leaves half a frame on the socket.
 
-use crate::blocking::{chunk_route, item_error, resolve, Route};
+use crate::blocking::{chunk_route, item_error, resolve, stream_route, Route};
 use crate::conn::{login_result, ClientConfig};
-use crate::error::{ClientError, IncrementError, ReadError, TableError, WriteError};
+use crate::error::{ClientError, IncrementError, ReadError, StreamError, TableError, WriteError};
 use crate::ops::{
-    conv, disposition, ttl_ms, Disposition, Page, ResponseFrame, Retries, Stats, Ttl, Versioned, MAX_ATTEMPTS,
-    UNREACHABLE_DELAY,
+    conv, disposition, ttl_ms, Consumed, Described, Disposition, Page, Produced, ResponseFrame, Retries, Stats, Ttl,
+    Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
     check_frame, key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
-    TableId, Version, WriteItem, HEADER_LEN,
+    StreamOffset, StreamShape, TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -611,6 +611,73 @@ impl Client {
 
     pub async fn stats(&self) -> Result<Stats, ClientError> {
         self.execute(Route::Admin, &Request::Stats, conv::stats).await
+    }
+
+    // Streams (`docs/streams.md`). A streamlet's requests go to the master
+    // of the tablet holding its key's hash. [`crate::Producer`] batches and
+    // pipelines.
+
+    /// Creates a stream of `shape` (a 0 in its logs, segment bytes or
+    /// segments per group asks for the server's default), or finds the
+    /// existing one of that name and shape; its id and its shape.
+    pub async fn create_stream(&self, name: &str, shape: StreamShape) -> Result<(TableId, StreamShape), StreamError> {
+        self.execute(Route::Admin, &Request::CreateStream { name, shape }, conv::create_stream).await
+    }
+
+    /// Appends `records` to `streamlet` as one batch, in the log of the
+    /// streamlet's MultiLog that `producer` maps to; acknowledged once
+    /// durable. Not sent again if the connection drops with it in flight
+    /// (its outcome is unknown).
+    pub async fn produce(
+        &self,
+        table: TableId,
+        streamlet: u32,
+        producer: u64,
+        records: &[&[u8]],
+    ) -> Result<Produced, StreamError> {
+        let req = Request::Produce { table, streamlet, producer, records: records.to_vec() };
+        self.execute(stream_route(table, streamlet), &req, |r| conv::produce(r, records.len())).await
+    }
+
+    /// Reads records of one group of `streamlet` from `from`, up to about
+    /// `max_bytes`.
+    pub async fn consume(
+        &self,
+        table: TableId,
+        streamlet: u32,
+        from: StreamOffset,
+        max_bytes: u32,
+    ) -> Result<Consumed, StreamError> {
+        let req = Request::Consume { table, streamlet, from, max_bytes };
+        self.execute(stream_route(table, streamlet), &req, conv::consume).await
+    }
+
+    /// The stream's shape and the groups of `streamlet` with ids from
+    /// `from_group`, at most `max_groups` (the server answers at most
+    /// [`shoal_proto::MAX_DESCRIBE_GROUPS`]).
+    pub async fn describe_stream(
+        &self,
+        table: TableId,
+        streamlet: u32,
+        from_group: u64,
+        max_groups: u32,
+    ) -> Result<Described, StreamError> {
+        let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
+        self.execute(stream_route(table, streamlet), &req, conv::describe_stream).await
+    }
+
+    /// The connection to the master of `streamlet` of stream `table` (for
+    /// pipelining produces in order: [`crate::Producer`]).
+    pub(crate) async fn stream_channel(&self, table: TableId, streamlet: u32) -> Result<Arc<Channel>, ClientError> {
+        let addr = match self.route(stream_route(table, streamlet)) {
+            Ok(a) => a,
+            Err(ClientError::NoRoute(_)) => {
+                self.refresh_map();
+                self.route(stream_route(table, streamlet))?
+            }
+            Err(e) => return Err(e),
+        };
+        self.channel(addr).await
     }
 
     // Chunks (`docs/chunks.md`): keyless objects of chunk tables, with ids

@@ -119,6 +119,43 @@ pub enum IncrementError {
     Client(#[from] ClientError),
 }
 
+/// Errors of the stream operations (`docs/streams.md`).
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    /// The server refused the request and said why: the table is not a
+    /// stream, a streamlet, group or offset that does not exist, a batch
+    /// or shape it cannot take, a name taken by another kind of table.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("server out of memory")]
+    OutOfMemory,
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl From<ErrorStatus> for StreamError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::UnknownTable(t) => StreamError::UnknownTable(t),
+            ErrorStatus::OutOfMemory => StreamError::OutOfMemory,
+            ErrorStatus::MalformedRequest(why) => StreamError::Invalid(why),
+            s => StreamError::Client(ClientError::Refused(s)),
+        }
+    }
+}
+
+impl From<TableError> for StreamError {
+    fn from(e: TableError) -> Self {
+        match e {
+            TableError::UnknownTable(t) => StreamError::UnknownTable(t),
+            TableError::UnknownTableName => StreamError::Invalid("no table has that name".into()),
+            TableError::Client(c) => StreamError::Client(c),
+        }
+    }
+}
+
 /// Errors of table management and enumeration.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {

@@ -29,18 +29,21 @@ mod conn;
 mod error;
 pub mod names;
 mod ops;
+mod stream;
 mod tablet;
 mod tls;
 
 pub use client::{Channel, Client, Reply};
 pub use cluster::CoordinatorMap;
 pub use conn::{ClientConfig, Connection, Credentials};
-pub use error::{ClientError, IncrementError, ReadError, Rejected, TableError, WriteError};
-pub use ops::{ItemResults, Object, Page, ResponseFrame, Stats, Ttl, Versioned};
+pub use error::{ClientError, IncrementError, ReadError, Rejected, StreamError, TableError, WriteError};
+pub use ops::{Consumed, Described, ItemResults, Object, Page, Produced, ResponseFrame, Stats, Ttl, Versioned};
+pub use stream::{decode_offsets, encode_offsets, Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{
-    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StatValue, TableId,
-    UnixMillis, Version, WriteItem,
+    key_hash, streamlet_key, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
+    StatValue, StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem, MAX_DESCRIBE_GROUPS,
+    MAX_PRODUCE_RECORDS,
 };

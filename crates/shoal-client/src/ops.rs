@@ -3,7 +3,10 @@
 //! typed result, and the routing and retry policy.
 
 use crate::error::ClientError;
-use shoal_proto::{decode_response, ChunkId, ErrorStatus, Response, StatValue, TableId, UnixMillis, Version};
+use shoal_proto::{
+    decode_response, ChunkId, ErrorStatus, Response, StatValue, StreamGroup, StreamOffset, StreamShape, TableId,
+    UnixMillis, Version,
+};
 use std::time::Duration;
 
 /// A response frame as received: its opcode and body, owned.
@@ -54,6 +57,30 @@ pub struct Ttl {
 /// at least 1.
 pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
+}
+
+/// What a produce appended: its first record's offset and how many; the
+/// records of one batch are consecutive in one stream segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Produced {
+    pub first: StreamOffset,
+    pub count: u32,
+}
+
+/// What a consume read: the records, where the next read of the group
+/// starts, and whether the group is closed and read to its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Consumed {
+    pub records: Vec<Vec<u8>>,
+    pub next: StreamOffset,
+    pub end_of_group: bool,
+}
+
+/// A stream's shape and the groups of a streamlet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub shape: StreamShape,
+    pub groups: Vec<StreamGroup>,
 }
 
 /// One result per item of a multi-op, each with its own status.
@@ -273,6 +300,37 @@ pub(crate) mod conv {
     pub fn chunk_versions(r: Response<'_>, n: usize) -> Result<ItemResults<Version>, ClientError> {
         match r {
             Response::ChunkPut(items) | Response::ChunkRemove(items) if items.len() == n => Ok(items),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn create_stream(r: Response<'_>) -> Result<(TableId, StreamShape), ClientError> {
+        match r {
+            Response::CreateStream { table, shape } => Ok((table, shape)),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    /// PRODUCE: as many records as were sent.
+    pub fn produce(r: Response<'_>, n: usize) -> Result<Produced, ClientError> {
+        match r {
+            Response::Produce { first, count } if count as usize == n => Ok(Produced { first, count }),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn consume(r: Response<'_>) -> Result<Consumed, ClientError> {
+        match r {
+            Response::Consume { next, end_of_group, records } => {
+                Ok(Consumed { records: records.into_iter().map(<[u8]>::to_vec).collect(), next, end_of_group })
+            }
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn describe_stream(r: Response<'_>) -> Result<Described, ClientError> {
+        match r {
+            Response::DescribeStream { shape, groups } => Ok(Described { shape, groups }),
             r => Err(mismatch(&r)),
         }
     }

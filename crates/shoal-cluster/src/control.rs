@@ -59,6 +59,10 @@ pub enum ControlRequest {
         /// an existing table of the other kind is refused.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         chunks: bool,
+        /// A stream of this shape (`docs/streams.md`): one tablet whatever
+        /// `span`; an existing table of another kind or shape is refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<shoal_common::StreamShape>,
     },
     /// Drops a table and its tablets. Answered by `Ok`; `NotFound` if absent.
     DropTable { name: String },
@@ -364,7 +368,10 @@ impl ControlClient {
 
     /// Creates (or finds) a table.
     pub async fn create_table(&mut self, name: &str, span: u32) -> Result<TableInfo, ControlError> {
-        match self.call(&ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false }).await? {
+        match self
+            .call(&ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false, stream: None })
+            .await?
+        {
             ControlResponse::Table { table } => Ok(table),
             other => Err(ControlError::Unexpected(format!("{other:?}"))),
         }
@@ -457,7 +464,8 @@ mod tests {
 
     #[tokio::test]
     async fn frames_round_trip_and_oversized_ones_are_refused() {
-        let req = ControlRequest::CreateTable { name: "users".into(), span: 4, slots: false, chunks: false };
+        let req =
+            ControlRequest::CreateTable { name: "users".into(), span: 4, slots: false, chunks: false, stream: None };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).await.unwrap();
         assert_eq!(&buf[4..], br#"{"op":"create_table","name":"users","span":4}"#);

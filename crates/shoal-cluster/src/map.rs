@@ -4,7 +4,7 @@
 //! servers and clients keep a copy and replace it with any newer one.
 
 use serde::{Deserialize, Serialize};
-use shoal_common::{KeyHash, LogId, SegmentId, TableId};
+use shoal_common::{KeyHash, LogId, SegmentId, StreamShape, TableId};
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -55,6 +55,10 @@ pub struct TableInfo {
     /// tablet.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub chunks: bool,
+    /// A stream (`docs/streams.md`) and its shape: one tablet, whose
+    /// master serves every streamlet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamShape>,
 }
 
 /// A key-hash range `[start_hash, end_hash]` (inclusive) of one table and
@@ -300,7 +304,7 @@ mod tests {
             version: 1,
             replicas: 0,
             servers: vec![server(1), server(2)],
-            tables: vec![TableInfo { id: TableId(5), name: "t".into(), chunks: false }],
+            tables: vec![TableInfo { id: TableId(5), name: "t".into(), chunks: false, stream: None }],
             recoveries: Vec::new(),
             fenced: Vec::new(),
             replica_floors: Vec::new(),

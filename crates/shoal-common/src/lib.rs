@@ -7,9 +7,12 @@
 
 pub mod os;
 pub mod slots;
+pub mod stream;
 pub mod tls;
 
 use std::fmt;
+
+pub use stream::{streamlet_key, StreamOffset, StreamShape};
 
 /// A table's 64-bit id. Names belong to the coordinator; the store only sees ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]

@@ -1144,7 +1144,8 @@ mod tests {
         let before = service.map();
 
         store.fail.store(true, Ordering::Relaxed);
-        let create = ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false, chunks: false };
+        let create =
+            ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false, chunks: false, stream: None };
         let resp = service.handle(create.clone(), Caller::Unchecked, &mut rx).await;
         assert!(matches!(resp, ControlResponse::Error { code: ControlErrorCode::Internal, .. }), "{resp:?}");
         assert_eq!(service.map(), before);
@@ -1232,7 +1233,8 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let create = ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false, chunks: false };
+        let create =
+            ControlRequest::CreateTable { name: "t".into(), span: 2, slots: false, chunks: false, stream: None };
         assert!(matches!(service.handle(create, Caller::Unchecked, &mut rx).await, ControlResponse::Table { .. }));
         assert!(service.observe().failures.is_empty());
 

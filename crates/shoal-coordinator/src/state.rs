@@ -44,7 +44,7 @@ use shoal_cluster::map::{
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
-use shoal_common::{LogId, TableId};
+use shoal_common::{LogId, StreamShape, TableId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
@@ -245,8 +245,8 @@ impl ClusterState {
             ControlRequest::GetMap | ControlRequest::WatchMap { .. } => {
                 Outcome::unchanged(ControlResponse::Map { map: self.map.clone() })
             }
-            ControlRequest::CreateTable { name, span, slots, chunks } => {
-                self.create_table(name, *span, *slots, *chunks)
+            ControlRequest::CreateTable { name, span, slots, chunks, stream } => {
+                self.create_table(name, *span, *slots, *chunks, *stream)
             }
             ControlRequest::DropTable { name } => self.drop_table(name),
             ControlRequest::GetTable { name } => Outcome::unchanged(get_table(&self.map, name)),
@@ -484,21 +484,52 @@ impl ClusterState {
     /// most one per slot). An existing table is returned unchanged.
     /// A chunk table (`chunks`) has one tablet: its master creates every
     /// chunk, with its own node id, and serves them (`docs/chunks.md`).
-    fn create_table(&mut self, name: &str, span: u32, slots: bool, chunks: bool) -> Outcome {
+    ///
+    /// A stream (`stream`, `docs/streams.md`) has one tablet per live
+    /// server, at most one per streamlet (its streamlets are spread over
+    /// them by the hashes of their keys), and its shape is part of the
+    /// table: a stream of that name with another shape is refused.
+    fn create_table(
+        &mut self,
+        name: &str,
+        span: u32,
+        slots: bool,
+        chunks: bool,
+        stream: Option<StreamShape>,
+    ) -> Outcome {
         if let Err(message) = check_table_name(name) {
             return Outcome::unchanged(invalid(message));
         }
+        let kind = |chunks: bool, stream: Option<StreamShape>| match (chunks, stream) {
+            (true, _) => "a chunk table".to_string(),
+            (false, Some(s)) => format!("a stream of shape {s:?}"),
+            (false, None) => "a key-value table".to_string(),
+        };
         if let Some(table) = self.map.table_by_name(name) {
-            if table.chunks != chunks {
-                let kind = if table.chunks { "a chunk table" } else { "a key-value table" };
-                return Outcome::unchanged(invalid(format!("table {name} exists as {kind}")));
+            if table.chunks != chunks || table.stream != stream {
+                return Outcome::unchanged(invalid(format!(
+                    "table {name} exists as {}",
+                    kind(table.chunks, table.stream)
+                )));
             }
             return Outcome::unchanged(ControlResponse::Table { table: table.clone() });
         }
-        if chunks && slots {
-            return Outcome::unchanged(invalid("a chunk table cannot be slot-hashed".to_string()));
+        if (chunks || stream.is_some()) && slots {
+            return Outcome::unchanged(invalid(format!("{} cannot be slot-hashed", kind(chunks, stream))));
         }
-        let span = if chunks { 1 } else { span };
+        if chunks && stream.is_some() {
+            return Outcome::unchanged(invalid("a table is a chunk table or a stream, not both".to_string()));
+        }
+        if let Some(Err(why)) = stream.map(|s| s.check()) {
+            return Outcome::unchanged(invalid(why));
+        }
+        // A stream's streamlets are spread over its tablets by their keys'
+        // hashes: one tablet per live server, at most one per streamlet.
+        let span = match stream {
+            _ if chunks => 1,
+            Some(s) => s.streamlets.min(self.map.live_servers().count().max(1) as u32),
+            None => span,
+        };
         if span > MAX_SPAN {
             return Outcome::unchanged(invalid(format!("span {span} exceeds the limit of {MAX_SPAN} tablets")));
         }
@@ -516,7 +547,7 @@ impl ClusterState {
         if self.next_table >= 1 << 56 {
             return Outcome::unchanged(invalid("table ids are exhausted".to_string()));
         }
-        let table = TableInfo { id: table_id(self.next_table, slots), name: name.to_string(), chunks };
+        let table = TableInfo { id: table_id(self.next_table, slots), name: name.to_string(), chunks, stream };
         self.next_table += 1;
         let ranges = if slots { split_slots(0, SLOTS - 1, u64::from(span)) } else { split_hash_space(span) };
         for (start_hash, end_hash) in ranges {
@@ -1212,7 +1243,10 @@ mod tests {
     }
 
     fn create(state: &mut ClusterState, name: &str, span: u32) -> TableInfo {
-        match apply(state, ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false }) {
+        match apply(
+            state,
+            ControlRequest::CreateTable { name: name.into(), span, slots: false, chunks: false, stream: None },
+        ) {
             ControlResponse::Table { table } => table,
             other => panic!("{other:?}"),
         }
@@ -1406,7 +1440,8 @@ mod tests {
     #[test]
     fn create_table_refuses_bad_names_and_spans() {
         let mut s = cluster(1);
-        let req = |name: String, span| ControlRequest::CreateTable { name, span, slots: false, chunks: false };
+        let req =
+            |name: String, span| ControlRequest::CreateTable { name, span, slots: false, chunks: false, stream: None };
         assert_eq!(error_code(apply(&mut s, req(String::new(), 1))), ControlErrorCode::InvalidRequest);
         assert_eq!(error_code(apply(&mut s, req("x".repeat(256), 1))), ControlErrorCode::InvalidRequest);
         create(&mut s, &"x".repeat(255), 1);
@@ -1424,7 +1459,7 @@ mod tests {
         }
         let err = apply(
             &mut s,
-            ControlRequest::CreateTable { name: "one-more".into(), span: 1, slots: false, chunks: false },
+            ControlRequest::CreateTable { name: "one-more".into(), span: 1, slots: false, chunks: false, stream: None },
         );
         assert_eq!(error_code(err), ControlErrorCode::InvalidRequest);
         apply(&mut s, ControlRequest::DropTable { name: "t0".into() });
@@ -1434,11 +1469,17 @@ mod tests {
     #[test]
     fn create_table_without_servers_is_refused() {
         let mut s = ClusterState::new(None);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false });
+        let err = apply(
+            &mut s,
+            ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false, stream: None },
+        );
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         enlist(&mut s, None, 1000);
         down(&mut s, 1);
-        let err = apply(&mut s, ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false });
+        let err = apply(
+            &mut s,
+            ControlRequest::CreateTable { name: "t".into(), span: 0, slots: false, chunks: false, stream: None },
+        );
         assert_eq!(error_code(err), ControlErrorCode::NoServers);
         assert!(s.map().tables.is_empty());
     }
@@ -1478,7 +1519,7 @@ mod tests {
         let mut s = cluster(3);
         let t = match apply(
             &mut s,
-            ControlRequest::CreateTable { name: "db0".into(), span: 0, slots: true, chunks: false },
+            ControlRequest::CreateTable { name: "db0".into(), span: 0, slots: true, chunks: false, stream: None },
         ) {
             ControlResponse::Table { table } => table,
             other => panic!("{other:?}"),
@@ -1678,13 +1719,14 @@ mod tests {
     #[test]
     fn a_chunk_table_has_one_tablet_and_is_recovered_whole() {
         let mut s = cluster(4);
-        let req = ControlRequest::CreateTable { name: "g".into(), span: 4, slots: false, chunks: true };
+        let req = ControlRequest::CreateTable { name: "g".into(), span: 4, slots: false, chunks: true, stream: None };
         let ControlResponse::Table { table } = apply(&mut s, req) else { panic!("a chunk table") };
         assert!(table.chunks);
         let tablets: Vec<TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).cloned().collect();
         assert_eq!(tablets.len(), 1);
         assert_eq!((tablets[0].start_hash, tablets[0].end_hash), (0, u64::MAX));
-        let again = ControlRequest::CreateTable { name: "g".into(), span: 0, slots: false, chunks: false };
+        let again =
+            ControlRequest::CreateTable { name: "g".into(), span: 0, slots: false, chunks: false, stream: None };
         assert!(matches!(apply(&mut s, again), ControlResponse::Error { .. }));
         let master = tablets[0].master;
         assert!(down(&mut s, master.0));
@@ -1696,6 +1738,49 @@ mod tests {
         let now: Vec<&TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).collect();
         assert_eq!(now.len(), 1);
         assert_ne!(now[0].master, master);
+    }
+
+    /// A stream has one tablet per live server, at most one per streamlet,
+    /// and keeps its shape: the same name with another shape, or as
+    /// another kind, is refused, and an invalid shape creates nothing. Its
+    /// tablets are recovered in pieces, as a key-value table's.
+    #[test]
+    fn a_stream_has_a_tablet_per_server_and_keeps_its_shape() {
+        let mut s = cluster(3);
+        let shape =
+            StreamShape { streamlets: 8, logs: 2, segment_bytes: 1 << 20, group_segments: 4, group_timeout_ms: 0 };
+        let req = |name: &str, stream| ControlRequest::CreateTable {
+            name: name.into(),
+            span: 1,
+            slots: false,
+            chunks: false,
+            stream,
+        };
+        let bad = StreamShape { streamlets: 0, ..shape };
+        assert!(matches!(apply(&mut s, req("clicks", Some(bad))), ControlResponse::Error { .. }));
+        assert!(s.map().table_by_name("clicks").is_none());
+        let ControlResponse::Table { table } = apply(&mut s, req("clicks", Some(shape))) else { panic!("a stream") };
+        assert_eq!(table.stream, Some(shape));
+        let ControlResponse::Table { table: again } = apply(&mut s, req("clicks", Some(shape))) else {
+            panic!("the same stream")
+        };
+        assert_eq!(again, table);
+        let other = StreamShape { logs: 4, ..shape };
+        assert!(matches!(apply(&mut s, req("clicks", Some(other))), ControlResponse::Error { .. }));
+        assert!(matches!(apply(&mut s, req("clicks", None)), ControlResponse::Error { .. }));
+        let tablets: Vec<TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).cloned().collect();
+        assert_eq!(tablets.len(), 3, "one per live server");
+        let masters: BTreeSet<ServerId> = tablets.iter().map(|t| t.master).collect();
+        assert_eq!(masters.len(), 3);
+        // Fewer streamlets than servers: one tablet per streamlet.
+        let one = StreamShape { streamlets: 1, ..shape };
+        let ControlResponse::Table { table: small } = apply(&mut s, req("one", Some(one))) else { panic!("a stream") };
+        assert_eq!(s.map().tablets.iter().filter(|t| t.table == small.id).count(), 1);
+        let master = tablets[0].master;
+        assert!(down(&mut s, master.0));
+        let r = recovery(&s, master.0);
+        let pieces = r.partitions.iter().flat_map(|p| &p.tablets).filter(|t| t.table == table.id).count();
+        assert!(pieces >= 1, "{r:?}");
     }
 
     #[test]

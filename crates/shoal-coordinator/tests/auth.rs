@@ -93,7 +93,7 @@ async fn an_unauthenticated_peer_only_reads_and_changes_nothing() {
     // Everything else is refused.
     let hostile = [
         ControlRequest::DropTable { name: "users".into() },
-        ControlRequest::CreateTable { name: "junk".into(), span: 1, slots: false, chunks: false },
+        ControlRequest::CreateTable { name: "junk".into(), span: 1, slots: false, chunks: false, stream: None },
         enlist_req(None, 7000),
         enlist_req(Some(one), 7000),
         ControlRequest::Suspect { reporter: one, suspect: one },

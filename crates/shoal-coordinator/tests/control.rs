@@ -58,7 +58,14 @@ async fn restart_resumes_the_same_cluster() {
     let empty = c.get_map().await.unwrap();
     assert!(empty.servers.is_empty());
     let code = refused(
-        c.call(&ControlRequest::CreateTable { name: "early".into(), span: 0, slots: false, chunks: false }).await,
+        c.call(&ControlRequest::CreateTable {
+            name: "early".into(),
+            span: 0,
+            slots: false,
+            chunks: false,
+            stream: None,
+        })
+        .await,
     );
     assert_eq!(code, ControlErrorCode::NoServers);
 
@@ -311,15 +318,36 @@ async fn bad_input_gets_an_error_and_others_are_still_served() {
 
     // Invalid names and spans are refused as requests, and the connection stays.
     let code = refused(
-        good.call(&ControlRequest::CreateTable { name: String::new(), span: 1, slots: false, chunks: false }).await,
+        good.call(&ControlRequest::CreateTable {
+            name: String::new(),
+            span: 1,
+            slots: false,
+            chunks: false,
+            stream: None,
+        })
+        .await,
     );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
     let code = refused(
-        good.call(&ControlRequest::CreateTable { name: "x".repeat(256), span: 1, slots: false, chunks: false }).await,
+        good.call(&ControlRequest::CreateTable {
+            name: "x".repeat(256),
+            span: 1,
+            slots: false,
+            chunks: false,
+            stream: None,
+        })
+        .await,
     );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
     let code = refused(
-        good.call(&ControlRequest::CreateTable { name: "t".into(), span: u32::MAX, slots: false, chunks: false }).await,
+        good.call(&ControlRequest::CreateTable {
+            name: "t".into(),
+            span: u32::MAX,
+            slots: false,
+            chunks: false,
+            stream: None,
+        })
+        .await,
     );
     assert_eq!(code, ControlErrorCode::InvalidRequest);
 

@@ -111,7 +111,8 @@ impl CleanerState {
 fn fractions(inner: &Inner) -> (f64, f64) {
     let pool = &inner.segs.pool;
     let memory = (pool.total_seglets() as usize * pool.seglet_bytes()) as f64;
-    let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64 / memory;
+    let live = (inner.counters.live_bytes.load(Ordering::Relaxed) + inner.streams.bytes.load(Ordering::Relaxed)) as f64
+        / memory;
     let free = pool.free_seglets() as f64 / pool.total_seglets() as f64;
     (live, free)
 }
@@ -340,14 +341,19 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
     freed
 }
 
-/// Closed segments of the log: (id, slot).
+/// Closed segments of the log that may be cleaned: (id, slot). A segment
+/// holding a stream batch is never cleaned (stream data is append-only,
+/// and its index's references must not move: `store/streams.rs`).
 fn candidates(inner: &Inner) -> Vec<(SegmentId, u32)> {
     let (_, head_slot) = inner.log.head();
     inner
         .log
         .members()
         .into_iter()
-        .filter(|(_, s)| *s != head_slot && inner.segs.slot(*s).state() == SlotState::Closed)
+        .filter(|(_, s)| {
+            let slot = inner.segs.slot(*s);
+            *s != head_slot && slot.state() == SlotState::Closed && slot.stream_bytes.load(Ordering::Acquire) == 0
+        })
         .collect()
 }
 
@@ -530,6 +536,9 @@ fn relocate_segment(
                     inner.segs.slot(w.slot).tomb_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     tombs += len as u64;
                 }
+                // A segment holding a live stream's batch is never picked
+                // (`candidates`): this one is of a dropped stream, dead.
+                Entry::StreamBatch(_) => {}
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::SafeVersion(_) | Entry::Checksum(_) => {}
             }
         }

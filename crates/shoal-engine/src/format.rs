@@ -23,9 +23,10 @@ use shoal_common::{ChunkId, LogId, SegmentId, TableId, UnixMillis, Version};
 
 /// Version of the entry format written by this code (in the segment header).
 /// 2 added the object-with-expiry entry (type 7), 3 the chunk and chunk
-/// tombstone entries (types 8 and 9); an older segment is a valid version 3
-/// segment (it has none of the newer entries).
-pub const FORMAT_VERSION: u8 = 3;
+/// tombstone entries (types 8 and 9), 4 the stream batch entry (type 10);
+/// an older segment is a valid version 4 segment (it has none of the newer
+/// entries).
+pub const FORMAT_VERSION: u8 = 4;
 
 /// Size of a checksum entry: tag byte plus 4-byte CRC.
 pub const CHECKSUM_ENTRY_BYTES: usize = 5;
@@ -37,7 +38,7 @@ pub const MAX_BODY_BYTES: usize = (1 << 24) - 1;
 pub const SEGMENT_HEADER_BYTES: usize = 27;
 
 /// The types of log entries. Matched exhaustively: adding one shows every
-/// place to update. Codes 10-31 are free; 0 is never a type.
+/// place to update. Codes 11-31 are free; 0 is never a type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryType {
     SegmentHeader = 1,
@@ -54,6 +55,9 @@ pub enum EntryType {
     Chunk = 8,
     /// The tombstone of a removed or overwritten chunk (format version 3).
     ChunkTombstone = 9,
+    /// One produce request's records, appended to a streamlet's log of a
+    /// stream table (format version 4; `docs/streams.md`).
+    StreamBatch = 10,
 }
 
 impl EntryType {
@@ -68,6 +72,7 @@ impl EntryType {
             7 => EntryType::ObjectWithExpiry,
             8 => EntryType::Chunk,
             9 => EntryType::ChunkTombstone,
+            10 => EntryType::StreamBatch,
             _ => return None,
         })
     }
@@ -83,7 +88,8 @@ impl EntryType {
             | EntryType::LogDigest
             | EntryType::SafeVersion
             | EntryType::Chunk
-            | EntryType::ChunkTombstone => None,
+            | EntryType::ChunkTombstone
+            | EntryType::StreamBatch => None,
         }
     }
 
@@ -97,7 +103,8 @@ impl EntryType {
             | EntryType::SafeVersion
             | EntryType::Checksum
             | EntryType::Chunk
-            | EntryType::ChunkTombstone => false,
+            | EntryType::ChunkTombstone
+            | EntryType::StreamBatch => false,
         }
     }
 
@@ -112,7 +119,8 @@ impl EntryType {
             | EntryType::LogDigest
             | EntryType::SafeVersion
             | EntryType::Checksum
-            | EntryType::Chunk => false,
+            | EntryType::Chunk
+            | EntryType::StreamBatch => false,
         }
     }
 }
@@ -429,6 +437,66 @@ pub fn encode_chunk_tombstone(
     out.len() - start
 }
 
+/// Where a stream batch entry belongs: its stream (a table), streamlet,
+/// log of the streamlet's MultiLog, group, segment of the group, and its
+/// index among the segment's batches (`docs/streams.md`). Replay places a
+/// batch by these alone, whatever order segments come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BatchPlace {
+    pub table: TableId,
+    pub streamlet: u32,
+    pub log: u32,
+    pub group: u64,
+    pub segment: u32,
+    pub index: u32,
+}
+
+fn batch_place_len(p: &BatchPlace) -> usize {
+    varint_len(p.table.0)
+        + varint_len(p.streamlet as u64)
+        + varint_len(p.log as u64)
+        + varint_len(p.group)
+        + varint_len(p.segment as u64)
+        + varint_len(p.index as u64)
+}
+
+/// Bytes the records of a batch take in its entry: each a varint length
+/// and its bytes.
+pub fn batch_records_len<R: AsRef<[u8]>>(records: &[R]) -> usize {
+    records.iter().map(|r| varint_len(r.as_ref().len() as u64) + r.as_ref().len()).sum()
+}
+
+/// Length of a stream batch entry whose records take `records_len` bytes
+/// ([`batch_records_len`]).
+pub fn stream_batch_len(p: &BatchPlace, count: usize, records_len: usize) -> usize {
+    let body = 4 + batch_place_len(p) + varint_len(count as u64) + records_len;
+    header_len_for(body) + body
+}
+
+/// Appends a stream batch entry (type 10): its place, the record count and
+/// the records, each a varint length and its bytes. No per-record offset
+/// or header is stored: a record's address is its batch's place and its
+/// index in the batch. The caller keeps the body within [`MAX_BODY_BYTES`].
+pub fn encode_stream_batch<R: AsRef<[u8]>>(out: &mut Vec<u8>, p: &BatchPlace, records: &[R]) -> usize {
+    let start = out.len();
+    let body = 4 + batch_place_len(p) + varint_len(records.len() as u64) + batch_records_len(records);
+    let hl = put_header(out, EntryType::StreamBatch, body);
+    out.extend_from_slice(&[0; 4]);
+    put_varint(out, p.table.0);
+    put_varint(out, p.streamlet as u64);
+    put_varint(out, p.log as u64);
+    put_varint(out, p.group);
+    put_varint(out, p.segment as u64);
+    put_varint(out, p.index as u64);
+    put_varint(out, records.len() as u64);
+    for r in records {
+        put_varint(out, r.as_ref().len() as u64);
+        out.extend_from_slice(r.as_ref());
+    }
+    seal(out, start, hl);
+    out.len() - start
+}
+
 pub fn encode_segment_header(out: &mut Vec<u8>, log: LogId, segment: SegmentId, capacity: u32) -> usize {
     let start = out.len();
     let hl = put_header(out, EntryType::SegmentHeader, 25);
@@ -559,6 +627,46 @@ pub struct ChunkTombstoneView {
     pub segment: SegmentId,
 }
 
+/// A decoded stream batch entry: its place and its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamBatchView<'a> {
+    pub place: BatchPlace,
+    /// Records in the batch (at least 1).
+    pub count: u32,
+    /// The records as stored: each a varint length and its bytes; walk
+    /// them with [`BatchRecords`].
+    pub records: &'a [u8],
+}
+
+impl<'a> StreamBatchView<'a> {
+    /// The batch's records, in order.
+    pub fn iter(&self) -> BatchRecords<'a> {
+        BatchRecords { buf: self.records, pos: 0 }
+    }
+}
+
+/// The records of a stream batch, in order. The records were checked to
+/// parse when the entry was decoded, so iteration stops only at the end.
+#[derive(Clone)]
+pub struct BatchRecords<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Iterator for BatchRecords<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.pos >= self.buf.len() {
+            return None;
+        }
+        let len = get_varint(self.buf, &mut self.pos).ok()? as usize;
+        let r = self.buf.get(self.pos..self.pos.checked_add(len)?)?;
+        self.pos += len;
+        Some(r)
+    }
+}
+
 /// The 8 bytes (chunk id, little-endian) that stand for a chunk's key where
 /// entries are routed by (table, key): recovery partitions and filters.
 pub fn chunk_key(id: ChunkId) -> [u8; 8] {
@@ -585,6 +693,7 @@ pub enum Entry<'a> {
     Checksum(u32),
     Chunk(ChunkView<'a>),
     ChunkTombstone(ChunkTombstoneView),
+    StreamBatch(StreamBatchView<'a>),
 }
 
 impl Entry<'_> {
@@ -599,7 +708,8 @@ impl Entry<'_> {
             | Entry::LogDigest(_)
             | Entry::SafeVersion(_)
             | Entry::Checksum(_)
-            | Entry::Chunk(_) => None,
+            | Entry::Chunk(_)
+            | Entry::StreamBatch(_) => None,
         }
     }
 }
@@ -672,6 +782,52 @@ fn parse_chunk_tombstone_body(entry: &[u8], h: &EntryHeader) -> Result<ChunkTomb
         return Err(FormatError::Malformed);
     }
     Ok(ChunkTombstoneView { table, id, version, segment })
+}
+
+/// Decodes a full stream batch entry without checking its CRC (the read
+/// path, as [`parse_object`]).
+pub fn parse_stream_batch(entry: &[u8]) -> Result<StreamBatchView<'_>, FormatError> {
+    let h = read_header(entry)?;
+    if h.entry_type != EntryType::StreamBatch || entry.len() < h.total_len() {
+        return Err(FormatError::Malformed);
+    }
+    parse_stream_batch_body(&entry[..h.total_len()], &h)
+}
+
+fn get_u32_varint(entry: &[u8], pos: &mut usize) -> Result<u32, FormatError> {
+    u32::try_from(get_varint(entry, pos)?).map_err(|_| FormatError::Malformed)
+}
+
+fn parse_stream_batch_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<StreamBatchView<'a>, FormatError> {
+    let mut pos = h.header_len + 4;
+    let place = BatchPlace {
+        table: TableId(get_varint(entry, &mut pos)?),
+        streamlet: get_u32_varint(entry, &mut pos)?,
+        log: get_u32_varint(entry, &mut pos)?,
+        group: get_varint(entry, &mut pos)?,
+        segment: get_u32_varint(entry, &mut pos)?,
+        index: get_u32_varint(entry, &mut pos)?,
+    };
+    let count = get_u32_varint(entry, &mut pos)?;
+    let end = h.total_len();
+    if count == 0 || pos > end {
+        return Err(FormatError::Malformed);
+    }
+    // Every record's length must fit, and the records must end the body
+    // exactly: a reader then walks them without checks.
+    let records = &entry[pos..end];
+    let mut at = 0;
+    for _ in 0..count {
+        let len = get_varint(records, &mut at)? as usize;
+        if len > records.len() - at {
+            return Err(FormatError::Malformed);
+        }
+        at += len;
+    }
+    if at != records.len() {
+        return Err(FormatError::Malformed);
+    }
+    Ok(StreamBatchView { place, count, records })
 }
 
 fn parse_tombstone_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<TombstoneView<'a>, FormatError> {
@@ -751,6 +907,10 @@ fn decode_checked(buf: &[u8], check: bool) -> Result<(Entry<'_>, usize), FormatE
         EntryType::ChunkTombstone => {
             verify(entry, &h)?;
             Entry::ChunkTombstone(parse_chunk_tombstone_body(entry, &h)?)
+        }
+        EntryType::StreamBatch => {
+            verify(entry, &h)?;
+            Entry::StreamBatch(parse_stream_batch_body(entry, &h)?)
         }
     };
     Ok((e, h.total_len()))
@@ -867,7 +1027,8 @@ pub struct Filtered {
 /// Copies, byte for byte and in order, the object and tombstone entries of
 /// `buf` for which `keep(table, key)` holds to the end of `out`: a
 /// partition's share of a segment for recovery. Chunk entries and chunk
-/// tombstones are offered with [`chunk_key`] as their key; chunk versions
+/// tombstones are offered with [`chunk_key`] as their key, stream batches
+/// with their streamlet's key ([`shoal_common::streamlet_key`]); chunk versions
 /// are per chunk and do not count towards the safe version. Every entry's own CRC is
 /// checked (an entry whose key bytes were damaged must not be sorted into
 /// the wrong partition unnoticed), so `buf` should be a prefix that
@@ -925,6 +1086,11 @@ fn filter_checked(
             Entry::ChunkTombstone(t) => {
                 let k = keep(t.table, &chunk_key(t.id));
                 f.tombstones += k as u32;
+                k
+            }
+            Entry::StreamBatch(b) => {
+                let k = keep(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
+                f.objects += k as u32;
                 k
             }
             Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => false,
@@ -990,6 +1156,87 @@ mod tests {
         assert_eq!(out, b[..out.len()]);
     }
 
+    fn batch_vector() -> (BatchPlace, Vec<u8>) {
+        let p = BatchPlace { table: TableId(1), streamlet: 0, log: 1, group: 2, segment: 0, index: 3 };
+        let mut b = Vec::new();
+        let records: [&[u8]; 3] = [b"ab", b"", b"cde"];
+        let n = encode_stream_batch(&mut b, &p, &records);
+        assert_eq!(n, b.len());
+        assert_eq!(n, stream_batch_len(&p, 3, batch_records_len(&records)));
+        (p, b)
+    }
+
+    /// The stream batch vectors of docs/log-format.md (log_vectors.py).
+    #[test]
+    fn stream_batch_matches_documented_vectors() {
+        let (p, b) = batch_vector();
+        assert_eq!(hex(&b), "2a 13 8e 2e 29 e4 01 00 01 02 00 03 03 02 61 62 00 03 63 64 65");
+        let Ok((Entry::StreamBatch(v), len)) = decode(&b) else { panic!("not a batch") };
+        assert_eq!((v.place, v.count, len), (p, 3, b.len()));
+        assert_eq!(v.iter().collect::<Vec<_>>(), [&b"ab"[..], b"", b"cde"]);
+        assert_eq!(parse_stream_batch(&b).unwrap(), v);
+        let p = BatchPlace { table: TableId(5), streamlet: 300, log: 2, group: 70000, segment: 1, index: 0 };
+        let records: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 100]).collect();
+        let mut b = Vec::new();
+        encode_stream_batch(&mut b, &p, &records);
+        assert_eq!(b.len(), 320);
+        assert_eq!(hex(&b[..16]), "4a 3d 01 28 df 21 d2 05 ac 02 02 f0 a2 04 01 00");
+        let Ok((Entry::StreamBatch(v), _)) = decode(&b) else { panic!("not a batch") };
+        assert_eq!(v.iter().map(|r| r.to_vec()).collect::<Vec<_>>(), records);
+    }
+
+    /// A torn batch (any proper prefix) never decodes, and neither does a
+    /// batch with any single bit flipped: the header's type or length, the
+    /// CRC, the place or a record byte.
+    #[test]
+    fn stream_batch_torn_or_bit_flipped_is_detected() {
+        let (_, b) = batch_vector();
+        for cut in 0..b.len() {
+            assert!(decode(&b[..cut]).is_err(), "prefix of {cut} bytes decoded");
+        }
+        for bit in 0..b.len() * 8 {
+            let mut f = b.clone();
+            f[bit / 8] ^= 1 << (bit % 8);
+            match decode(&f) {
+                Err(_) => {}
+                // A flip in the length field can only make the entry shorter
+                // or longer than the buffer: never a valid batch.
+                Ok((e, len)) => panic!("bit {bit} flipped still decodes: {e:?} ({len} bytes)"),
+            }
+        }
+        // In a segment, Tailwind's scan stops before the torn batch.
+        let mut seg = Vec::new();
+        encode_segment_header(&mut seg, LogId(1), SegmentId(1), 1 << 20);
+        let mut crc = HeaderCrc::default();
+        crc.add(&seg[..2]);
+        crc.add(&b[..2]);
+        seg.extend_from_slice(&b);
+        crc.add(&[EntryType::Checksum as u8]);
+        encode_checksum(&mut seg, crc.value());
+        assert_eq!(scan(&seg).verified_len, seg.len());
+        for cut in 0..seg.len() {
+            assert_eq!(scan(&seg[..cut]).verified_len, 0, "torn at {cut}");
+        }
+    }
+
+    /// Records that do not end the body exactly, or a count of 0, are
+    /// malformed even with a matching CRC.
+    #[test]
+    fn stream_batch_with_inconsistent_records_is_malformed() {
+        let place = [1u8, 0, 0, 0, 0, 0];
+        for (count, records) in [(0u8, &b""[..]), (2, &b"\x01a"[..]), (1, &b"\x01ab"[..]), (1, &b"\x05ab"[..])] {
+            let mut rest = place.to_vec();
+            rest.push(count);
+            rest.extend_from_slice(records);
+            let mut b = Vec::new();
+            let hl = put_header(&mut b, EntryType::StreamBatch, 4 + rest.len());
+            b.extend_from_slice(&[0; 4]);
+            b.extend_from_slice(&rest);
+            seal(&mut b, 0, hl);
+            assert_eq!(decode(&b), Err(FormatError::Malformed), "count {count} records {records:?}");
+        }
+    }
+
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
     }
@@ -1025,7 +1272,7 @@ mod tests {
         let mut b = Vec::new();
         encode_segment_header(&mut b, LogId(9), SegmentId(2), 8 << 20);
         assert_eq!(b.len(), SEGMENT_HEADER_BYTES);
-        assert_eq!(hex(&b), "21 19 fa 17 4b d9 03 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
+        assert_eq!(hex(&b), "21 19 79 66 7c fa 04 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
         let mut b = Vec::new();
         let n = encode_chunk(&mut b, TableId(1), ChunkId::new(2, 5), Version(1), b"payload");
         assert_eq!(n, chunk_len(TableId(1), ChunkId::new(2, 5), Version(1), 7));

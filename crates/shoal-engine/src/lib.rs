@@ -31,8 +31,11 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{ConfigError, Eviction, StoreConfig, DEFAULT_TARGET_UTILISATION, EVICT_ABOVE, EVICT_TO};
 pub use log::{LogObserver, SegmentKind};
-pub use shoal_common::{key_hash, ChunkId, KeyHash, LogId, SegmentId, TableId, UnixMillis, Version};
+pub use shoal_common::{
+    key_hash, ChunkId, KeyHash, LogId, SegmentId, StreamOffset, StreamShape, TableId, UnixMillis, Version,
+};
 pub use store::{
-    Commit, EnumCursor, EnumeratedObject, Expiry, ObjectMeta, RejectRules, Replay, ReplayError, ReplayReport, Store,
-    StoreError, StoreStats, Txn, WriteOp, MAX_ATOMIC_BATCH,
+    Commit, Consumed, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta, Produced, RejectRules, Replay,
+    ReplayError, ReplayReport, Store, StoreError, StoreStats, StreamError, Txn, WriteOp, MAX_ATOMIC_BATCH,
+    MAX_BATCH_RECORDS, RECORD_OVERHEAD,
 };

@@ -240,6 +240,9 @@ impl Log {
                 self.segs.slot(w.slot).tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
                 self.tomb_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
             }
+            if h.entry_type == EntryType::StreamBatch {
+                self.segs.slot(w.slot).stream_bytes.fetch_add(e.len() as u64, Ordering::Release);
+            }
             self.note_expiry(w.slot, e, h.entry_type);
         }
         self.seal(w, start);

@@ -72,6 +72,9 @@ pub struct SegmentSlot {
     pub live_bytes: AtomicU64,
     /// Bytes of tombstone entries appended and not known to be dead.
     pub tomb_bytes: AtomicU64,
+    /// Bytes of stream batch entries: the cleaner never picks a segment
+    /// that holds any (set under the head lock, before it can close).
+    pub stream_bytes: AtomicU64,
     /// Bytes of its tombstones found dead by the last scan (Rumble §4.2.2).
     pub tomb_dead: AtomicU64,
     /// The cleaner's splice count when its tombstones were last scanned.
@@ -132,6 +135,7 @@ impl Segments {
                 seglets: AtomicU32::new(0),
                 live_bytes: AtomicU64::new(0),
                 tomb_bytes: AtomicU64::new(0),
+                stream_bytes: AtomicU64::new(0),
                 tomb_dead: AtomicU64::new(0),
                 tomb_gen: AtomicU64::new(0),
                 created_ms: AtomicU64::new(0),
@@ -169,6 +173,7 @@ impl Segments {
         s.seglets.store(0, Ordering::Relaxed);
         s.live_bytes.store(0, Ordering::Relaxed);
         s.tomb_bytes.store(0, Ordering::Relaxed);
+        s.stream_bytes.store(0, Ordering::Relaxed);
         s.tomb_dead.store(0, Ordering::Relaxed);
         s.tomb_gen.store(0, Ordering::Relaxed);
         s.created_ms.store(created_ms, Ordering::Relaxed);
@@ -190,6 +195,7 @@ impl Segments {
         s.len.store(0, Ordering::Relaxed);
         s.live_bytes.store(0, Ordering::Relaxed);
         s.tomb_bytes.store(0, Ordering::Relaxed);
+        s.stream_bytes.store(0, Ordering::Relaxed);
         s.set_state(SlotState::Free);
         self.free_slots.lock().push(slot);
     }

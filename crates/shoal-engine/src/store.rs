@@ -32,7 +32,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 mod chunks;
+mod streams;
 mod txn;
+pub use streams::{Consumed, GroupInfo, Produced, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};
 pub use txn::{Commit, Txn};
 
 /// Applies reject rules to an object's current version (`None`: absent).
@@ -117,6 +119,9 @@ pub enum ReplayError {
         reason: format::FormatError,
     },
     Store(StoreError),
+    /// A stream batch entry names a stream, streamlet or place this store
+    /// cannot hold (the stream must be created before its batches replay).
+    Stream(StreamError),
 }
 
 impl std::fmt::Display for ReplayError {
@@ -126,6 +131,7 @@ impl std::fmt::Display for ReplayError {
                 write!(f, "segment #{segment} corrupt at offset {offset}: {reason}")
             }
             ReplayError::Store(e) => write!(f, "replay: {e}"),
+            ReplayError::Stream(e) => write!(f, "replay: {e}"),
         }
     }
 }
@@ -230,6 +236,10 @@ pub struct ReplayReport {
     pub chunks_skipped: u64,
     /// Chunks removed by a chunk tombstone of the replay.
     pub chunks_removed: u64,
+    /// Stream batch entries placed in their streams, and those skipped
+    /// because their place held a batch already.
+    pub batches_replayed: u64,
+    pub batches_skipped: u64,
 }
 
 /// A hasher for keys that are key hashes already (uniform 64-bit values).
@@ -296,6 +306,8 @@ pub struct StoreStats {
     /// tables (slots, directories and free lists).
     pub chunks: u64,
     pub cid_table_bytes: u64,
+    /// Bytes of stream batch entries in the log (live, never cleaned).
+    pub stream_bytes: u64,
     /// Bytes of live object and chunk entries (headers, keys and values).
     pub live_bytes: u64,
     /// Bytes of the live objects' keys and values and the live chunks'
@@ -417,6 +429,8 @@ pub(crate) struct Inner {
     pub ht: HashTable,
     /// Where each chunk is: the only reference to a chunk entry.
     pub cids: CidTable,
+    /// The streams (`store/streams.rs`).
+    pub(crate) streams: streams::Streams,
     pub epochs: Epochs,
     /// The tables, each with its number of objects.
     tables: RwLock<HashMap<TableId, TableCounts>>,
@@ -589,7 +603,9 @@ impl Inner {
             // live (objects and tombstones) lost a race with writers, not
             // the memory: wait for the next (write_wait bounds the wait).
             let memory = self.segs.pool.total_seglets() as u64 * self.segs.pool.seglet_bytes() as u64;
-            let held = self.counters.live_bytes.load(Ordering::Relaxed) + self.log.tomb_bytes.load(Ordering::Relaxed);
+            let held = self.counters.live_bytes.load(Ordering::Relaxed)
+                + self.streams.bytes.load(Ordering::Relaxed)
+                + self.log.tomb_bytes.load(Ordering::Relaxed);
             if stuck != stuck_before && stuck == *passes && held >= memory / 2 {
                 self.counters.oom.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::OutOfMemory);
@@ -941,6 +957,7 @@ impl Store {
                 None => HashTable::growing(),
             },
             cids: CidTable::new(),
+            streams: Default::default(),
             segs,
             log,
             epochs: Epochs::default(),
@@ -1014,8 +1031,10 @@ impl Store {
         self.inner.tables.write().entry(table).or_default();
     }
 
-    /// Removes every object of `table` (appending tombstones) and forgets it.
+    /// Removes every object of `table` (appending tombstones), forgets its
+    /// stream if it is one (`store/streams.rs`), and forgets it.
     pub fn drop_table(&self, table: TableId) -> Result<(), StoreError> {
+        self.drop_stream(table);
         self.clear_table(table)?;
         self.inner.tables.write().remove(&table);
         Ok(())
@@ -1496,6 +1515,7 @@ impl Store {
             objects: c.objects.load(Ordering::Relaxed),
             chunks: i.cids.live.load(Ordering::Relaxed),
             cid_table_bytes: i.cids.memory_bytes(),
+            stream_bytes: i.streams.bytes.load(Ordering::Relaxed),
             live_bytes: live,
             live_key_value_bytes: c.live_kv_bytes.load(Ordering::Relaxed),
             tombstone_bytes: i.log.tomb_bytes.load(Ordering::Relaxed),
@@ -1730,6 +1750,9 @@ impl Store {
                     replay.chunk_nodes.insert(t.id.node());
                     self.replay_chunk_tombstone(replay, &t)?;
                 }
+                Entry::StreamBatch(b) => {
+                    self.replay_batch(replay, &b, &entries[pos - len..pos])?;
+                }
                 // Not what a filter keeps; harmless if a caller passes them.
                 Entry::SafeVersion(v) => inner.log.raise_safe_version(v),
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => {}
@@ -1845,6 +1868,7 @@ impl Store {
             at = range.next;
         }
         let (chunks, chunk_live, chunk_payload) = self.check_chunks(&member_slots, &mut live_per_slot)?;
+        let stream_per_slot = self.check_streams(&member_slots)?;
         live += chunk_live;
         kv += chunk_payload;
         let have = inner.cids.live.load(Ordering::Relaxed);
@@ -1891,6 +1915,11 @@ impl Store {
             let have = s.live_bytes.load(Ordering::Relaxed);
             if want != have {
                 return Err(format!("segment {id}: live bytes {have} != recount {want}"));
+            }
+            let want = stream_per_slot.get(slot).copied().unwrap_or(0);
+            let have = s.stream_bytes.load(Ordering::Relaxed);
+            if want != have {
+                return Err(format!("segment {id}: stream batch bytes {have} != recount {want}"));
             }
             let mut live_tombs = 0u64;
             let mut all_tombs = 0u64;

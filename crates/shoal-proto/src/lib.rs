@@ -28,6 +28,7 @@ mod frame;
 mod request;
 mod response;
 mod status;
+mod stream;
 mod wire;
 
 pub use frame::{check_frame, encode_header, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
@@ -35,6 +36,9 @@ pub use frame::{FrameError, DEFAULT_MAX_BODY_BYTES};
 pub use request::{Opcode, ReadItem, RejectRules, RemoveItem, Request, WriteItem, MAX_CHUNK_CREATE};
 pub use response::{decode_response, encode_error, Object, Response, Stat, StatValue};
 pub use status::{ErrorStatus, StatusCode};
+pub use stream::{StreamGroup, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS};
 pub use wire::DecodeError;
 
-pub use shoal_common::{key_hash, ChunkId, KeyHash, TableId, UnixMillis, Version};
+pub use shoal_common::{
+    key_hash, streamlet_key, ChunkId, KeyHash, StreamOffset, StreamShape, TableId, UnixMillis, Version,
+};

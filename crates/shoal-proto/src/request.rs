@@ -3,8 +3,9 @@
 //! relative to the start of the body (or of a multi-op item).
 
 use crate::frame::{encode_header, finish_frame};
+use crate::stream;
 use crate::wire::{get_u32, get_u64, len32, put_str16, DecodeError, Reader};
-use shoal_common::{ChunkId, TableId, Version};
+use shoal_common::{ChunkId, StreamOffset, StreamShape, TableId, Version};
 
 /// The operations. Matched exhaustively: adding one shows every place to
 /// update. Codes 32-255 are reserved for the cluster (tablet maps,
@@ -33,7 +34,11 @@ pub enum Opcode {
     Stats = 19,
     Auth = 20,
     CreateChunkTable = 21,
-    ScFilter = 22,
+    CreateStream = 22,
+    Produce = 23,
+    Consume = 24,
+    DescribeStream = 25,
+    ScFilter = 26,
 }
 
 impl Opcode {
@@ -61,7 +66,11 @@ impl Opcode {
             19 => Stats,
             20 => Auth,
             21 => CreateChunkTable,
-            22 => ScFilter,
+            22 => CreateStream,
+            23 => Produce,
+            24 => Consume,
+            25 => DescribeStream,
+            26 => ScFilter,
             _ => return None,
         })
     }
@@ -315,6 +324,38 @@ pub enum Request<'a> {
     CreateChunkTable {
         name: &'a str,
     },
+    /// Creates a stream (a table of the stream kind) of `shape`; a 0 in
+    /// its logs, segment bytes or segments per group asks for the
+    /// server's default. Creating it again with the same shape answers its
+    /// id (`docs/streams.md`).
+    CreateStream {
+        name: &'a str,
+        shape: StreamShape,
+    },
+    /// Appends `records` (1-65536) to a streamlet as one batch, in the log
+    /// of the streamlet's MultiLog that `producer` maps to.
+    Produce {
+        table: TableId,
+        streamlet: u32,
+        producer: u64,
+        records: Vec<&'a [u8]>,
+    },
+    /// Records of one group of a streamlet from `from`, up to about
+    /// `max_bytes` (at least one record if there is one).
+    Consume {
+        table: TableId,
+        streamlet: u32,
+        from: StreamOffset,
+        max_bytes: u32,
+    },
+    /// The stream's shape and the groups of a streamlet with ids from
+    /// `from_group`, at most `max_groups`.
+    DescribeStream {
+        table: TableId,
+        streamlet: u32,
+        from_group: u64,
+        max_groups: u32,
+    },
 }
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
@@ -374,7 +415,9 @@ impl<'a> Request<'a> {
             | Request::ChunkCreate { .. }
             | Request::ChunkPut { .. }
             | Request::ChunkRemove { .. }
-            | Request::CreateChunkTable { .. } => true,
+            | Request::CreateChunkTable { .. }
+            | Request::CreateStream { .. }
+            | Request::Produce { .. } => true,
             Request::Ping
             | Request::Read { .. }
             | Request::ReadTtl { .. }
@@ -384,7 +427,9 @@ impl<'a> Request<'a> {
             | Request::Stats
             | Request::ScFilter
             | Request::Auth { .. }
-            | Request::ChunkGet { .. } => false,
+            | Request::ChunkGet { .. }
+            | Request::Consume { .. }
+            | Request::DescribeStream { .. } => false,
         }
     }
 
@@ -411,6 +456,10 @@ impl<'a> Request<'a> {
             Request::ChunkPut { .. } => Opcode::ChunkPut,
             Request::ChunkRemove { .. } => Opcode::ChunkRemove,
             Request::CreateChunkTable { .. } => Opcode::CreateChunkTable,
+            Request::CreateStream { .. } => Opcode::CreateStream,
+            Request::Produce { .. } => Opcode::Produce,
+            Request::Consume { .. } => Opcode::Consume,
+            Request::DescribeStream { .. } => Opcode::DescribeStream,
             Request::ScFilter => Opcode::ScFilter,
         }
     }
@@ -495,6 +544,16 @@ impl<'a> Request<'a> {
                     out.extend_from_slice(&len32(p));
                     out.extend_from_slice(p);
                 }
+            }
+            Request::CreateStream { name, shape } => stream::put_create(out, name, shape),
+            Request::Produce { table, streamlet, producer, records } => {
+                stream::put_produce(out, *table, *streamlet, *producer, records)
+            }
+            Request::Consume { table, streamlet, from, max_bytes } => {
+                stream::put_consume(out, *table, *streamlet, from, *max_bytes)
+            }
+            Request::DescribeStream { table, streamlet, from_group, max_groups } => {
+                stream::put_describe(out, *table, *streamlet, *from_group, *max_groups)
             }
             Request::Auth { user, password } => {
                 out.extend_from_slice(&len16(user).to_le_bytes());
@@ -624,6 +683,22 @@ impl<'a> Request<'a> {
                     items.push((id, r.take(get_u32(f, chunk_op::PUT_LEN) as usize)?));
                 }
                 Request::ChunkPut { table, items }
+            }
+            Opcode::CreateStream => {
+                let name = get_name(&mut r)?;
+                Request::CreateStream { name, shape: stream::get_shape(&mut r)? }
+            }
+            Opcode::Produce => {
+                let (table, streamlet, producer, records) = stream::get_produce(&mut r)?;
+                Request::Produce { table, streamlet, producer, records }
+            }
+            Opcode::Consume => {
+                let (table, streamlet, from, max_bytes) = stream::get_consume(&mut r)?;
+                Request::Consume { table, streamlet, from, max_bytes }
+            }
+            Opcode::DescribeStream => {
+                let (table, streamlet, from_group, max_groups) = stream::get_describe(&mut r)?;
+                Request::DescribeStream { table, streamlet, from_group, max_groups }
             }
             Opcode::Auth => {
                 let f = r.fixed(auth_op::FIXED)?;

@@ -4,8 +4,9 @@
 use crate::frame::{encode_header, finish_frame, FLAG_RESPONSE};
 use crate::request::{len32_count, Opcode};
 use crate::status::{ErrorStatus, StatusCode};
+use crate::stream::{self, StreamGroup};
 use crate::wire::{get_u32, get_u64, len32, put_str8, DecodeError, Reader};
-use shoal_common::{ChunkId, TableId, UnixMillis, Version};
+use shoal_common::{ChunkId, StreamOffset, StreamShape, TableId, UnixMillis, Version};
 use std::borrow::Cow;
 
 /// ENUMERATE result: flags (bit 0: more follow), next cursor, object count.
@@ -145,6 +146,29 @@ pub enum Response<'a> {
     CreateChunkTable {
         table: TableId,
     },
+    /// CREATE_STREAM: the stream's table id and its shape (the server's
+    /// defaults filled in).
+    CreateStream {
+        table: TableId,
+        shape: StreamShape,
+    },
+    /// PRODUCE: the offset of the batch's first record and how many.
+    Produce {
+        first: StreamOffset,
+        count: u32,
+    },
+    /// CONSUME: where the next read of the group starts, whether the group
+    /// is closed and read to its end, and the records read.
+    Consume {
+        next: StreamOffset,
+        end_of_group: bool,
+        records: Vec<&'a [u8]>,
+    },
+    /// DESCRIBE_STREAM: the stream's shape and the groups asked for.
+    DescribeStream {
+        shape: StreamShape,
+        groups: Vec<StreamGroup>,
+    },
 }
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
@@ -175,6 +199,10 @@ impl<'a> Response<'a> {
             Response::ChunkPut(_) => Opcode::ChunkPut,
             Response::ChunkRemove(_) => Opcode::ChunkRemove,
             Response::CreateChunkTable { .. } => Opcode::CreateChunkTable,
+            Response::CreateStream { .. } => Opcode::CreateStream,
+            Response::Produce { .. } => Opcode::Produce,
+            Response::Consume { .. } => Opcode::Consume,
+            Response::DescribeStream { .. } => Opcode::DescribeStream,
             Response::ScFilter { .. } => Opcode::ScFilter,
         }
     }
@@ -261,6 +289,15 @@ impl<'a> Response<'a> {
                     put_u64(out, id.0);
                 }
             }
+            Response::CreateStream { table, shape } => {
+                put_u64(out, table.0);
+                stream::put_shape(out, shape);
+            }
+            Response::Produce { first, count } => stream::put_produced(out, first, *count),
+            Response::Consume { next, end_of_group, records } => {
+                stream::put_consumed(out, next, *end_of_group, records)
+            }
+            Response::DescribeStream { shape, groups } => stream::put_described(out, shape, groups),
             Response::Stats(stats) => {
                 let n = stats.len().min(u16::MAX as usize);
                 out.extend_from_slice(&(n as u16).to_le_bytes());
@@ -385,6 +422,22 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
             Response::ChunkCreate(ids)
         }
         Opcode::CreateChunkTable => Response::CreateChunkTable { table: TableId(r.u64()?) },
+        Opcode::CreateStream => {
+            let table = TableId(r.u64()?);
+            Response::CreateStream { table, shape: stream::get_shape(&mut r)? }
+        }
+        Opcode::Produce => {
+            let (first, count) = stream::get_produced(&mut r)?;
+            Response::Produce { first, count }
+        }
+        Opcode::Consume => {
+            let (next, end_of_group, records) = stream::get_consumed(&mut r)?;
+            Response::Consume { next, end_of_group, records }
+        }
+        Opcode::DescribeStream => {
+            let (shape, groups) = stream::get_described(&mut r)?;
+            Response::DescribeStream { shape, groups }
+        }
         Opcode::ScFilter => {
             let membership = r.u64()?;
             let round = r.u64()?;

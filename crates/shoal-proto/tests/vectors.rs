@@ -157,6 +157,107 @@ fn chunk_requests_bound_their_counts() {
     }
 }
 
+/// The stream opcodes, against docs/vectors/wire_vectors.py.
+#[test]
+fn stream_messages_match_python_vectors() {
+    let asked = StreamShape { streamlets: 4, logs: 0, segment_bytes: 1 << 20, group_segments: 4, group_timeout_ms: 0 };
+    let shape = StreamShape { logs: 2, ..asked };
+    check_request(
+        Request::CreateStream { name: "clicks", shape: asked },
+        20,
+        "53 01 16 00 14 00 00 00 00 00 00 00 20 00 00 00 06 00 63 6c 69 63 6b 73 04 00 00 00 00 00 00 00 00 00 10 00 04 00 00 00 00 00 00 00 00 00 00 00",
+    );
+    check_response(
+        Ok(Response::CreateStream { table: TableId(6), shape }),
+        Opcode::CreateStream,
+        20,
+        "53 01 16 01 14 00 00 00 00 00 00 00 21 00 00 00 00 06 00 00 00 00 00 00 00 04 00 00 00 02 00 00 00 00 00 10 00 04 00 00 00 00 00 00 00 00 00 00 00",
+    );
+    check_request(
+        Request::Produce { table: TableId(6), streamlet: 1, producer: 9, records: vec![b"a", b"bc"] },
+        21,
+        "53 01 17 00 15 00 00 00 00 00 00 00 23 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 09 00 00 00 00 00 00 00 02 00 00 00 01 00 00 00 61 02 00 00 00 62 63",
+    );
+    let at = StreamOffset { group: 3, segment: 0, position: 7 };
+    check_response(
+        Ok(Response::Produce { first: at, count: 2 }),
+        Opcode::Produce,
+        21,
+        "53 01 17 01 15 00 00 00 00 00 00 00 15 00 00 00 00 03 00 00 00 00 00 00 00 00 00 00 00 07 00 00 00 02 00 00 00",
+    );
+    check_request(
+        Request::Consume { table: TableId(6), streamlet: 1, from: at, max_bytes: 65536 },
+        22,
+        "53 01 18 00 16 00 00 00 00 00 00 00 20 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 03 00 00 00 00 00 00 00 00 00 00 00 07 00 00 00 00 00 01 00",
+    );
+    check_response(
+        Ok(Response::Consume {
+            next: StreamOffset { position: 9, ..at },
+            end_of_group: true,
+            records: vec![b"a", b"bc"],
+        }),
+        Opcode::Consume,
+        22,
+        "53 01 18 01 16 00 00 00 00 00 00 00 21 00 00 00 00 03 00 00 00 00 00 00 00 00 00 00 00 09 00 00 00 01 02 00 00 00 01 00 00 00 61 02 00 00 00 62 63",
+    );
+    check_request(
+        Request::DescribeStream { table: TableId(6), streamlet: 1, from_group: 0, max_groups: 100 },
+        23,
+        "53 01 19 00 17 00 00 00 00 00 00 00 18 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 00 00 00 00 64 00 00 00",
+    );
+    let group = StreamGroup { id: 3, log: 1, segments: 1, records: 9, bytes: 20, closed: true };
+    check_response(
+        Ok(Response::DescribeStream { shape, groups: vec![group] }),
+        Opcode::DescribeStream,
+        23,
+        "53 01 19 01 17 00 00 00 00 00 00 00 3e 00 00 00 00 04 00 00 00 02 00 00 00 00 00 10 00 04 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 03 00 00 00 00 00 00 00 01 00 00 00 01 00 00 00 09 00 00 00 00 00 00 00 14 00 00 00 00 00 00 00 01",
+    );
+}
+
+/// A PRODUCE of no records or more than MAX_PRODUCE_RECORDS is malformed;
+/// counts the body cannot hold, and unknown flag bits, are refused before
+/// anything is allocated for them.
+#[test]
+fn stream_messages_bound_their_counts_and_flags() {
+    for n in [0, MAX_PRODUCE_RECORDS + 1] {
+        let records = vec![&b""[..]; n];
+        let mut out = Vec::new();
+        Request::Produce { table: TableId(6), streamlet: 0, producer: 1, records }.encode(1, &mut out);
+        let (h, b) = body(&out);
+        assert_eq!(Request::decode(h.opcode, b), Err(DecodeError::Malformed("a PRODUCE carries 1-65536 records")));
+    }
+    let mut lying = Vec::new();
+    lying.extend_from_slice(&6u64.to_le_bytes());
+    lying.extend_from_slice(&0u32.to_le_bytes());
+    lying.extend_from_slice(&1u64.to_le_bytes());
+    lying.extend_from_slice(&1000u32.to_le_bytes());
+    lying.extend_from_slice(&[0; 8]);
+    assert_eq!(
+        Request::decode(Opcode::Produce as u8, &lying),
+        Err(DecodeError::Malformed("item count exceeds the message"))
+    );
+    // A CONSUME response claiming u32::MAX records, and one with unknown flags.
+    let mut res = vec![0u8];
+    res.extend_from_slice(&[0; 16]);
+    res.push(0);
+    res.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        decode_response(Opcode::Consume as u8, &res),
+        Err(DecodeError::Malformed("item count exceeds the message"))
+    );
+    res[17] = 2;
+    assert_eq!(decode_response(Opcode::Consume as u8, &res), Err(DecodeError::Malformed("unknown CONSUME flags")));
+    // Trailing bytes after a CONSUME request.
+    let mut out = Vec::new();
+    Request::Consume { table: TableId(6), streamlet: 0, from: StreamOffset::default(), max_bytes: 1 }
+        .encode(1, &mut out);
+    out.push(0);
+    assert_eq!(
+        Request::decode(Opcode::Consume as u8, &out[HEADER_LEN..]),
+        Err(DecodeError::Malformed("trailing bytes after the message"))
+    );
+}
+
 /// A WRITE_TTL whose time to live is 0 is malformed (an object must be
 /// alive when written), and the new opcodes leave WRITE and READ as they were.
 #[test]

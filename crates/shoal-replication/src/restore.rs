@@ -156,7 +156,8 @@ pub fn verify_replica(bytes: &[u8]) -> Verified {
             | Entry::Tombstone(_)
             | Entry::SafeVersion(_)
             | Entry::Chunk(_)
-            | Entry::ChunkTombstone(_) => {}
+            | Entry::ChunkTombstone(_)
+            | Entry::StreamBatch(_) => {}
         }
     }
     v

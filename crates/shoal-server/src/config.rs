@@ -95,6 +95,9 @@ pub struct ServerConfig {
     /// Segment buffers the backup keeps for open replicas (each the size of
     /// a segment, in files under `data_dir`, mapped into memory).
     pub backup_buffers: usize,
+    /// Logs of each streamlet's MultiLog for streams created without a
+    /// number of their own (`docs/streams.md`); 0: the number of cores.
+    pub stream_logs: u32,
     /// Sync an open replica's buffer to disk before acknowledging its bytes
     /// (durability against a whole-cluster power loss, at a cost per write).
     pub sync_open: bool,
@@ -250,6 +253,7 @@ impl Default for ServerConfig {
             coordinator: None,
             backup_port: DEFAULT_BACKUP_PORT,
             backup_buffers: 16,
+            stream_logs: 0,
             sync_open: false,
             replication: ReplicationMode::Tailwind,
             replica_timeout_ms: 2000,
@@ -361,6 +365,13 @@ impl ServerConfig {
     /// Checks the limits against each other and against the engine's.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |s: String| Err(ConfigError::Invalid(s));
+        if self.stream_logs > shoal_common::stream::MAX_STREAM_LOGS {
+            return bad(format!(
+                "stream_logs ({}) must be at most {}",
+                self.stream_logs,
+                shoal_common::stream::MAX_STREAM_LOGS
+            ));
+        }
         let (value, request) = (self.max_value_size.0, self.max_request_size.0);
         if request <= value + 1024 {
             return bad(format!(
@@ -483,7 +494,7 @@ pub struct ServerArgs {
     /// resp_port, memcached_port, memcached, memory, eviction, target_utilisation, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
-    /// backup_buffers, sync_open, replication, replica_timeout_ms,
+    /// backup_buffers, stream_logs, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
     /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
@@ -589,6 +600,11 @@ pub struct ServerArgs {
     /// a segment (8MiB), in files under the data directory [default: 16].
     #[arg(long, value_name = "N")]
     pub backup_buffers: Option<usize>,
+    /// Logs of each streamlet's MultiLog for streams created without a
+    /// number of their own: producers of different logs append in parallel
+    /// [default: 0, the number of cores].
+    #[arg(long, value_name = "Q")]
+    pub stream_logs: Option<u32>,
     /// Backups sync an open replica to disk before acknowledging its bytes:
     /// survives a whole-cluster power loss, costs a disk sync per round.
     #[arg(long)]
@@ -729,7 +745,8 @@ impl ServerArgs {
             request_buffer_size => request_buffer_size, reply_buffer_size => reply_buffer_size,
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,
             request_timeout_ms => request_timeout_ms, idle_timeout => idle_timeout_secs, log_level => log_level,
-            backup_port => backup_port, backup_buffers => backup_buffers, replication => replication,
+            backup_port => backup_port, backup_buffers => backup_buffers, stream_logs => stream_logs,
+            replication => replication,
             replica_timeout_ms => replica_timeout_ms, tls_auth_clients => tls_auth_clients,
             tls_handshake_timeout_ms => tls_handshake_timeout_ms);
         if self.data_dir.is_some() {

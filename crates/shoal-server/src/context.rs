@@ -13,13 +13,14 @@ use parking_lot::RwLock;
 use shoal_cluster::control::call_blocking_with;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::table_id;
-use shoal_engine::{Store, StoreError, TableId};
+use shoal_engine::{Store, StoreError, StreamShape, TableId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use tracing::warn;
 
 /// The state of one running server, shared by all its connections.
 pub struct ServerContext {
@@ -217,12 +218,26 @@ pub struct TableRegistry {
     generation: AtomicU64,
     /// Whether `chunk_tables` is not empty.
     any_chunk_tables: std::sync::atomic::AtomicBool,
+    /// Whether `stream_tables` is not empty.
+    any_stream_tables: std::sync::atomic::AtomicBool,
+}
+
+/// What kind of table a name is: each name is of one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    KeyValue,
+    /// A chunk table (`docs/chunks.md`).
+    Chunks,
+    /// A stream of this shape (`docs/streams.md`).
+    Stream(StreamShape),
 }
 
 struct Registry {
     by_name: HashMap<String, TableId>,
     /// The chunk tables among them (`docs/chunks.md`).
     chunk_tables: std::collections::HashSet<TableId>,
+    /// The streams among them (`docs/streams.md`).
+    stream_tables: std::collections::HashSet<TableId>,
     next_id: u64,
 }
 
@@ -231,9 +246,15 @@ impl TableRegistry {
         TableRegistry {
             store,
             coordinator,
-            inner: RwLock::new(Registry { by_name: HashMap::new(), chunk_tables: Default::default(), next_id: 1 }),
+            inner: RwLock::new(Registry {
+                by_name: HashMap::new(),
+                chunk_tables: Default::default(),
+                stream_tables: Default::default(),
+                next_id: 1,
+            }),
             generation: AtomicU64::new(0),
             any_chunk_tables: Default::default(),
+            any_stream_tables: Default::default(),
         }
     }
 
@@ -259,13 +280,57 @@ impl TableRegistry {
     /// (`shoal_common::slots`; the Redis databases are). An existing table
     /// is returned as it is.
     pub fn create_with(&self, name: &str, slots: bool) -> Result<TableId, TableError> {
-        self.create_kind(name, slots, false)
+        self.create_kind(name, slots, TableKind::KeyValue)
     }
 
     /// [`TableRegistry::create`] of a chunk table (`docs/chunks.md`).
     /// `TableError::WrongKind` if `name` is a key-value table.
     pub fn create_chunk_table(&self, name: &str) -> Result<TableId, TableError> {
-        self.create_kind(name, false, true)
+        self.create_kind(name, false, TableKind::Chunks)
+    }
+
+    /// [`TableRegistry::create`] of a stream of `shape` (`docs/streams.md`).
+    /// `TableError::WrongKind` if `name` is a table of another kind or a
+    /// stream of another shape, `TableError::Stream` if the shape is not
+    /// one a stream may have.
+    pub fn create_stream(&self, name: &str, shape: StreamShape) -> Result<TableId, TableError> {
+        shape.check().map_err(TableError::Stream)?;
+        self.create_kind(name, false, TableKind::Stream(shape))
+    }
+
+    /// Whether `table` is a stream.
+    pub fn is_stream_table(&self, table: TableId) -> bool {
+        self.any_stream_tables.load(Ordering::Acquire) && self.inner.read().stream_tables.contains(&table)
+    }
+
+    /// The kind of table `id`, which exists.
+    fn kind_of(&self, id: TableId) -> TableKind {
+        if self.is_chunk_table(id) {
+            return TableKind::Chunks;
+        }
+        match self.store.stream_shape(id) {
+            Ok(shape) => TableKind::Stream(shape),
+            Err(_) => TableKind::KeyValue,
+        }
+    }
+
+    /// Records `id` as a table of `kind` in the store and the registry
+    /// (the registry's lock held).
+    fn install_kind(&self, r: &mut Registry, id: TableId, kind: TableKind) -> Result<(), TableError> {
+        self.store.create_table(id);
+        match kind {
+            TableKind::KeyValue => {}
+            TableKind::Chunks => {
+                r.chunk_tables.insert(id);
+                self.any_chunk_tables.store(true, Ordering::Release);
+            }
+            TableKind::Stream(shape) => {
+                self.store.create_stream(id, shape).map_err(|e| TableError::Stream(e.to_string()))?;
+                r.stream_tables.insert(id);
+                self.any_stream_tables.store(true, Ordering::Release);
+            }
+        }
+        Ok(())
     }
 
     /// Whether `table` is a chunk table.
@@ -279,26 +344,31 @@ impl TableRegistry {
         self.any_chunk_tables.load(Ordering::Acquire)
     }
 
-    fn create_kind(&self, name: &str, slots: bool, chunks: bool) -> Result<TableId, TableError> {
+    fn create_kind(&self, name: &str, slots: bool, kind: TableKind) -> Result<TableId, TableError> {
         if let Some(id) = self.lookup(name) {
-            if self.is_chunk_table(id) != chunks {
+            if self.kind_of(id) != kind {
                 return Err(TableError::WrongKind(name.to_owned()));
             }
             return Ok(id);
         }
         if let Some((coordinator, auth)) = &self.coordinator {
-            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots, chunks };
+            let (chunks, stream) = match kind {
+                TableKind::KeyValue => (false, None),
+                TableKind::Chunks => (true, None),
+                TableKind::Stream(shape) => (false, Some(shape)),
+            };
+            let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots, chunks, stream };
             let table = match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(ControlResponse::Table { table }) => table,
                 Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
+                // A stream's shape the coordinator refuses: say why now.
+                Err(ControlError::Refused { code: ControlErrorCode::InvalidRequest, message }) if stream.is_some() => {
+                    return Err(TableError::Stream(message))
+                }
                 Err(e) => return Err(TableError::Coordinator(e.to_string())),
             };
             let mut r = self.inner.write();
-            self.store.create_table(table.id);
-            if table.chunks {
-                r.chunk_tables.insert(table.id);
-                self.any_chunk_tables.store(true, Ordering::Release);
-            }
+            self.install_kind(&mut r, table.id, kind_of_info(&table))?;
             if r.by_name.insert(table.name, table.id) != Some(table.id) {
                 self.generation.fetch_add(1, Ordering::AcqRel);
             }
@@ -310,11 +380,7 @@ impl TableRegistry {
         }
         let id = table_id(r.next_id, slots);
         r.next_id += 1;
-        self.store.create_table(id);
-        if chunks {
-            r.chunk_tables.insert(id);
-            self.any_chunk_tables.store(true, Ordering::Release);
-        }
+        self.install_kind(&mut r, id, kind)?;
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(id)
@@ -335,6 +401,7 @@ impl TableRegistry {
             let id = r.by_name.remove(name);
             if let Some(id) = id {
                 r.chunk_tables.remove(&id);
+                r.stream_tables.remove(&id);
             }
             id
         };
@@ -355,6 +422,21 @@ impl TableRegistry {
         let fresh: HashMap<String, TableId> = map.tables.iter().map(|t| (t.name.clone(), t.id)).collect();
         r.chunk_tables = map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
         self.any_chunk_tables.store(!r.chunk_tables.is_empty(), Ordering::Release);
+        // Every stream is created here before any replay can meet its
+        // batches (a recovery starts after the map that plans it is synced).
+        r.stream_tables.clear();
+        for t in &map.tables {
+            if let Some(shape) = t.stream {
+                self.store.create_table(t.id);
+                match self.store.create_stream(t.id, shape) {
+                    Ok(()) => {
+                        r.stream_tables.insert(t.id);
+                    }
+                    Err(e) => warn!("stream {} ({}) of the cluster map: {e}", t.name, t.id),
+                }
+            }
+        }
+        self.any_stream_tables.store(!r.stream_tables.is_empty(), Ordering::Release);
         if fresh == r.by_name {
             return;
         }
@@ -396,9 +478,22 @@ pub enum TableError {
     Store(StoreError),
     #[error("coordinator: {0}")]
     Coordinator(String),
-    /// The name is a table of the other kind (key-value or chunks).
-    #[error("table {0} exists as a table of another kind")]
+    /// The name is a table of another kind (key-value, chunks, or a
+    /// stream of another shape).
+    #[error("table {0} exists as a table of another kind (or a stream of another shape)")]
     WrongKind(String),
+    /// A stream cannot be created as asked (its shape).
+    #[error("{0}")]
+    Stream(String),
+}
+
+/// The kind of a table of the cluster map.
+fn kind_of_info(t: &shoal_cluster::map::TableInfo) -> TableKind {
+    match (t.chunks, t.stream) {
+        (true, _) => TableKind::Chunks,
+        (false, Some(shape)) => TableKind::Stream(shape),
+        (false, None) => TableKind::KeyValue,
+    }
 }
 
 /// Longest a table call to the coordinator may take.

@@ -37,6 +37,7 @@ macro_rules! out {
 
 mod load;
 mod stats;
+mod stream;
 
 /// Where the server is and how to print; every client subcommand takes these.
 #[derive(Args, Debug, Clone)]
@@ -179,6 +180,15 @@ pub enum ClientCommand {
     /// exist or a table that is not a chunk table.
     #[command(subcommand)]
     Chunk(ChunkCommand),
+    /// Streams: KerA's streamlets, groups and segments (docs/streams.md).
+    ///
+    /// `shoal stream create NAME --streamlets N`, `shoal stream produce
+    /// NAME [RECORD...]` (stdin lines without records), `shoal stream
+    /// consume NAME --streamlet S [--from G:S:P]`, `shoal stream describe
+    /// NAME`. Exits 1 when the server refuses (not a stream, no such
+    /// streamlet or group, ...).
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
     /// Prints the server's statistics; with --coordinator, the cluster's
     /// and every server's.
     ///
@@ -615,6 +625,7 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Chunk(ChunkCommand::Name(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Lookup(a) | ChunkCommand::Unname(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Names(a)) => &a.common,
+        ClientCommand::Stream(s) => s.common(),
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
     };
@@ -787,6 +798,7 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
             print_stats(&stats, json)?;
         }
         ClientCommand::Chunk(cmd) => chunk(c, cmd, server, json)?,
+        ClientCommand::Stream(cmd) => stream::run(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
     }
     Ok(())

@@ -283,3 +283,54 @@ fn chunk_names() {
     assert!(fails(a, &["chunk", "lookup", "graph", "user:bob"], 1).contains("no such object"));
     assert_eq!(ok(a, &["chunk", "names", "graph"]), "root -> 0x2\nuser:alice -> 0x2\n(2 names)\n");
 }
+
+/// `shoal stream create/produce/consume/describe` (docs/streams.md).
+#[test]
+fn stream_commands() {
+    let (_server, addr) = start();
+    let out = ok(addr, &["stream", "create", "clicks", "--streamlets", "2", "--logs", "2", "--segment-bytes", "4096"]);
+    assert!(out.contains("stream 'clicks' has id") && out.contains("2 streamlet(s), 2 log(s)"), "{out}");
+    assert!(ok(addr, &["stream", "produce", "clicks", "a", "b", "c"])
+        .contains("appended 3 record(s) to streamlet 0 at 0:0:0"));
+    // From stdin, batched; by key, to one streamlet.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["stream", "produce", "clicks", "--key", "k", "--producer", "1", "--batch-bytes", "200"])
+        .args(["--server", &addr.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        for i in 0..100 {
+            writeln!(stdin, "line{i}").unwrap();
+        }
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let batches = stdout(&o).lines().count();
+    assert!(batches > 3, "stdin went in several batches: {}", stdout(&o));
+    let s: u32 = stdout(&o).split("streamlet ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let all = ok(addr, &["stream", "consume", "clicks", "--streamlet", &s.to_string()]);
+    let lines: Vec<&str> = all.lines().filter(|l| l.starts_with("line")).collect();
+    assert_eq!(lines, (0..100).map(|i| format!("line{i}")).collect::<Vec<_>>(), "in order, each once");
+    // JSON: one object per record with its offset, then the next offset.
+    let out = ok(addr, &["stream", "consume", "clicks", "--from", "0:0:1", "--limit", "2", "--json"]);
+    let objs: Vec<Value> = out.lines().map(json).collect();
+    assert_eq!(objs[0]["offset"], "0:0:1");
+    assert_eq!(objs[0]["record"], "b");
+    assert_eq!(objs[1]["record"], "c");
+    assert_eq!(objs[2]["next"], "0:0:3");
+    let out = ok(addr, &["stream", "describe", "clicks", "--json"]);
+    let objs: Vec<Value> = out.lines().map(json).collect();
+    assert_eq!(objs[0]["shape"]["streamlets"], 2);
+    assert!(objs[1..].iter().any(|g| g["records"] == 100));
+    // Refusals: exit code 1 with the server's reason.
+    assert!(fails(addr, &["stream", "consume", "clicks", "--streamlet", "7"], 1).contains("streamlet 7 does not exist"));
+    assert!(fails(addr, &["stream", "create", "clicks", "--streamlets", "3"], 1).contains("another kind"));
+    ok(addr, &["create-table", "kv"]);
+    assert!(fails(addr, &["stream", "produce", "kv", "x"], 1).contains("not a stream"));
+    assert!(fails(addr, &["stream", "consume", "clicks", "--from", "9"], 1).contains("group 9 does not exist"));
+    assert!(fails(addr, &["stream", "consume", "clicks", "--from", "1:x"], 2).contains("not group"));
+}

@@ -222,6 +222,7 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.gauge("shoal_memory_tombstone_bytes", "Bytes of tombstones believed live.", t.tombstone_bytes)?;
     s.gauge("shoal_memory_hash_table_bytes", "Bytes of the hash table.", t.hash_table_bytes)?;
     s.gauge("shoal_memory_cid_table_bytes", "Bytes of the chunks' CID tables.", t.cid_table_bytes)?;
+    s.gauge("shoal_memory_stream_bytes", "Bytes of stream batch entries in the log.", t.stream_bytes)?;
     s.gauge(
         "shoal_hash_table_buckets",
         "Main buckets of the hash table (it grows with the objects).",

@@ -5,12 +5,15 @@
 
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
+use shoal_common::streamlet_key;
 use shoal_engine::format::chunk_key;
 use shoal_engine::{
-    key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, TableId, WriteOp,
+    key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, StreamError, StreamShape,
+    TableId, WriteOp,
 };
 use shoal_proto::{
-    encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, Version,
+    encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, StreamGroup,
+    Version, MAX_DESCRIBE_GROUPS,
 };
 use std::borrow::Cow;
 
@@ -160,6 +163,7 @@ fn apply<'s>(
             | Request::DropTable { .. }
             | Request::GetTableId { .. }
             | Request::CreateChunkTable { .. }
+            | Request::CreateStream { .. }
             | Request::MultiRead(_)
             | Request::MultiWrite(_)
             | Request::MultiRemove(_)
@@ -420,7 +424,123 @@ fn apply<'s>(
                 store.multi_remove_chunks(table, &ids).into_iter().map(|r| r.map_err(status_of)).collect(),
             )
         }
+        Request::CreateStream { name, shape } => {
+            let shape = stream_defaults(ctx, shape);
+            let table = ctx.tables.create_stream(name, shape).map_err(table_status)?;
+            Response::CreateStream { table, shape: store.stream_shape(table).map_err(stream_status)? }
+        }
+        Request::Produce { table, streamlet, producer, records } => {
+            stream_table(ctx, table, streamlet)?;
+            let p = store.produce(table, streamlet, producer, &records).map_err(stream_status)?;
+            Response::Produce { first: p.first, count: p.count }
+        }
+        Request::Consume { table, streamlet, from, max_bytes } => {
+            stream_table(ctx, table, streamlet)?;
+            // Records go one after another into one buffer; the reply
+            // (21 bytes and the records, 4 bytes of length each) stays
+            // within the response limit, unless one record alone exceeds it.
+            let max = (max_bytes as usize).min(max_response.saturating_sub(64));
+            let buf = &mut scratch.values;
+            buf.clear();
+            let mut ends = Vec::new();
+            let c = store
+                .consume(table, streamlet, from, max, |r| {
+                    buf.extend_from_slice(r);
+                    ends.push(buf.len());
+                })
+                .map_err(stream_status)?;
+            let size = 64 + buf.len() + 4 * ends.len();
+            if size > max_response {
+                return Err(ErrorStatus::FrameTooLarge { len: sat32(size), max: sat32(max_response) });
+            }
+            let buf = &scratch.values;
+            let mut start = 0;
+            let records = ends
+                .iter()
+                .map(|&end| {
+                    let r = &buf[start..end];
+                    start = end;
+                    r
+                })
+                .collect();
+            Response::Consume { next: c.next, end_of_group: c.end_of_group, records }
+        }
+        Request::DescribeStream { table, streamlet, from_group, max_groups } => {
+            stream_table(ctx, table, streamlet)?;
+            // 33 bytes a group: the reply stays within the response limit.
+            let fit = max_response.saturating_sub(64) / 33;
+            let max = (max_groups.min(MAX_DESCRIBE_GROUPS) as usize).min(fit);
+            let groups = store.stream_groups(table, streamlet, from_group, max).map_err(stream_status)?;
+            Response::DescribeStream {
+                shape: store.stream_shape(table).map_err(stream_status)?,
+                groups: groups
+                    .into_iter()
+                    .map(|g| StreamGroup {
+                        id: g.id,
+                        log: g.log,
+                        segments: g.segments,
+                        records: g.records,
+                        bytes: g.bytes,
+                        closed: g.closed,
+                    })
+                    .collect(),
+            }
+        }
     })
+}
+
+/// Default stream segment: 1 MiB of records.
+pub const DEFAULT_STREAM_SEGMENT_BYTES: u32 = 1 << 20;
+/// Default segments per group.
+pub const DEFAULT_GROUP_SEGMENTS: u32 = 4;
+
+/// A CREATE_STREAM's shape with the server's defaults for the fields it
+/// left 0: logs (`--stream-logs`, or the number of cores), segment bytes
+/// and segments per group.
+fn stream_defaults(ctx: &ServerContext, mut shape: StreamShape) -> StreamShape {
+    if shape.logs == 0 {
+        shape.logs = match ctx.config.stream_logs {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            q => q,
+        }
+        .min(shoal_common::stream::MAX_STREAM_LOGS);
+    }
+    if shape.segment_bytes == 0 {
+        shape.segment_bytes = DEFAULT_STREAM_SEGMENT_BYTES;
+    }
+    if shape.group_segments == 0 {
+        shape.group_segments = DEFAULT_GROUP_SEGMENTS;
+    }
+    shape
+}
+
+/// Stream requests name a stream: `UNKNOWN_TABLE` for no table,
+/// `MALFORMED_REQUEST` for a table of another kind. A streamlet is served
+/// by the master of the tablet holding its key's hash (`streamlet_key`;
+/// in a cluster another server answers `UNKNOWN_TABLET` or `RETRY`).
+fn stream_table(ctx: &ServerContext, table: TableId, streamlet: u32) -> Result<(), ErrorStatus> {
+    if ctx.tables.is_stream_table(table) {
+        return route(ctx, table, &streamlet_key(streamlet));
+    }
+    match ctx.store.has_table(table) {
+        true => Err(ErrorStatus::MalformedRequest(format!("table {table} is not a stream"))),
+        false => Err(ErrorStatus::UnknownTable(table)),
+    }
+}
+
+/// The status for each stream error: out of memory as for writes, every
+/// other refusal `MALFORMED_REQUEST` saying why.
+fn stream_status(e: StreamError) -> ErrorStatus {
+    match e {
+        StreamError::OutOfMemory => ErrorStatus::OutOfMemory,
+        StreamError::UnknownStream(_)
+        | StreamError::ShapeMismatch { .. }
+        | StreamError::InvalidShape(_)
+        | StreamError::NoSuchStreamlet { .. }
+        | StreamError::NoSuchGroup { .. }
+        | StreamError::InvalidOffset(_)
+        | StreamError::InvalidBatch(_) => ErrorStatus::MalformedRequest(e.to_string()),
+    }
 }
 
 /// Chunk requests name a chunk table: `UNKNOWN_TABLE` for no table,
@@ -455,11 +575,16 @@ fn chunk_node(ctx: &ServerContext) -> Result<u16, ErrorStatus> {
 /// In a cluster: whether this server serves `key` of `table` now. A key of
 /// another master's tablet gets `UNKNOWN_TABLET` (the client refreshes its
 /// map), one of a tablet being rebuilt `RETRY`.
-/// Object requests on a chunk table are `MALFORMED_REQUEST`.
+/// Object requests on a chunk table or a stream are `MALFORMED_REQUEST`.
 fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
     if ctx.tables.has_chunk_tables() && ctx.tables.is_chunk_table(table) {
         return Err(ErrorStatus::MalformedRequest(format!(
             "table {table} is a chunk table: its chunks are read and written with the CHUNK_* requests"
+        )));
+    }
+    if ctx.tables.is_stream_table(table) {
+        return Err(ErrorStatus::MalformedRequest(format!(
+            "table {table} is a stream: its records are appended and read with PRODUCE and CONSUME"
         )));
     }
     route(ctx, table, key)
@@ -520,7 +645,7 @@ fn table_status(e: TableError) -> ErrorStatus {
         TableError::Store(e) => status_of(e.clone()),
         // The coordinator is unreachable: try again a little later.
         TableError::Coordinator(_) => ErrorStatus::Retry { after_us: 100_000 },
-        TableError::WrongKind(_) => ErrorStatus::MalformedRequest(e.to_string()),
+        TableError::WrongKind(_) | TableError::Stream(_) => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 
@@ -559,6 +684,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         objects,
         chunks,
         cid_table_bytes,
+        stream_bytes,
         live_bytes,
         live_key_value_bytes,
         tombstone_bytes,
@@ -631,6 +757,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("objects", objects),
         u("chunks", chunks),
         u("cid_table_bytes", cid_table_bytes),
+        u("stream_bytes", stream_bytes),
         u("live_bytes", live_bytes),
         u("live_key_value_bytes", live_key_value_bytes),
         u("tombstone_bytes", tombstone_bytes),

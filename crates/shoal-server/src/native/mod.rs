@@ -327,7 +327,7 @@ async fn serve_connection<S: ClientStream>(
 
 /// Operations of the native protocol, for its statistics (`/metrics`):
 /// index 0 is any unknown opcode, and every other is its opcode's value.
-pub const OPS: usize = 23;
+pub const OPS: usize = 27;
 
 /// The statistics index of `opcode` (see [`OPS`]).
 pub fn op_index(opcode: u8) -> usize {
@@ -363,6 +363,10 @@ pub fn op_name(index: usize) -> Option<&'static str> {
         Opcode::ChunkPut => "chunk_put",
         Opcode::ChunkRemove => "chunk_remove",
         Opcode::CreateChunkTable => "create_chunk_table",
+        Opcode::CreateStream => "create_stream",
+        Opcode::Produce => "produce",
+        Opcode::Consume => "consume",
+        Opcode::DescribeStream => "describe_stream",
         Opcode::ScFilter => "sc_filter",
     })
 }

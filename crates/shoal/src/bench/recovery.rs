@@ -807,6 +807,7 @@ fn measure(
             span: args.servers as u32,
             slots: false,
             chunks: false,
+            stream: None,
         },
         Duration::from_secs(5),
     ) {

@@ -149,6 +149,15 @@ class WireVectorsTest {
     m.put("CHUNK_GET response, id 17", frame(13, 17, true));
     m.put("CHUNK_PUT request, id 18, table 5, chunk 0x1000000000001, payload `xyz`", frame(14, 18, false));
     m.put("CHUNK_REMOVE response, id 19", frame(15, 19, true));
+    // Nor are the stream operations (docs/streams.md).
+    m.put("CREATE_STREAM request, id 20, name `clicks`", frame(22, 20, false));
+    m.put("CREATE_STREAM response, id 20", frame(22, 20, true));
+    m.put("PRODUCE request, id 21", frame(23, 21, false));
+    m.put("PRODUCE response, id 21", frame(23, 21, true));
+    m.put("CONSUME request, id 22", frame(24, 22, false));
+    m.put("CONSUME response, id 22", frame(24, 22, true));
+    m.put("DESCRIBE_STREAM request, id 23", frame(25, 23, false));
+    m.put("DESCRIBE_STREAM response, id 23", frame(25, 23, true));
     return m;
   }
 

@@ -1,0 +1,220 @@
+//! Streams end to end against an in-process server (`docs/streams.md`):
+//! many producers with per-producer sequence numbers, batching and
+//! pipelining, while consumers read every streamlet; every consumer sees
+//! each producer's records in order, and every acknowledged record exactly
+//! once. Refusals come back as clear errors.
+
+use shoal_client::*;
+use shoal_server::{ByteSize, Server, ServerConfig};
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn start() -> (Server, SocketAddr) {
+    let config = ServerConfig {
+        native_port: 0,
+        resp_port: 0,
+        memcached_port: 0,
+        memory: ByteSize(256 << 20),
+        log_level: "warn".into(),
+        stream_logs: 3,
+        ..ServerConfig::default()
+    };
+    let server = Server::start(config).expect("server starts");
+    let addr = server.addresses().native.expect("native front end");
+    (server, addr)
+}
+
+fn record(producer: u64, seq: u64) -> Vec<u8> {
+    let mut r = Vec::with_capacity(16 + (seq % 50) as usize);
+    r.extend_from_slice(&producer.to_le_bytes());
+    r.extend_from_slice(&seq.to_le_bytes());
+    r.resize(16 + (seq % 50) as usize, 0xab);
+    r
+}
+
+fn parse(r: &[u8]) -> (u64, u64) {
+    (u64::from_le_bytes(r[..8].try_into().unwrap()), u64::from_le_bytes(r[8..16].try_into().unwrap()))
+}
+
+const PRODUCERS: u64 = 6;
+const RECORDS: u64 = 3000;
+const STREAMLETS: u32 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_are_read_in_order_and_every_acknowledged_record_exactly_once() {
+    let (_server, addr) = start();
+    let client = Client::connect(addr).await.unwrap();
+    let asked =
+        StreamShape { streamlets: STREAMLETS, logs: 0, segment_bytes: 8192, group_segments: 2, group_timeout_ms: 0 };
+    let (table, shape) = client.create_stream("events", asked).await.unwrap();
+    assert_eq!(shape, StreamShape { logs: 3, ..asked }, "the server's --stream-logs filled in");
+    assert_eq!(client.create_stream("events", asked).await.unwrap(), (table, shape), "created again: the same");
+
+    let done = Arc::new(AtomicBool::new(false));
+    let consumers: Vec<_> = (0..STREAMLETS)
+        .map(|s| {
+            let (client, done) = (client.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut c = Consumer::new(client, table, s, 4096);
+                let mut got = Vec::new();
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    let batch = c.poll().await.unwrap();
+                    if batch.is_empty() {
+                        if finished {
+                            return got;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    got.extend(batch.iter().map(|r| parse(r)));
+                }
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let config = ProducerConfig {
+                    id: p,
+                    batch_bytes: 700 + 300 * p as usize,
+                    linger: Duration::from_millis(2),
+                    max_in_flight: 4,
+                    // Half by key (one streamlet each), half round robin.
+                    routing: if p % 2 == 0 { Routing::ByKey } else { Routing::RoundRobin },
+                };
+                let producer = Producer::new(client, table, shape, config);
+                let key = p.to_le_bytes();
+                let mut acks = Vec::new();
+                for seq in 0..RECORDS {
+                    acks.push((seq, producer.send(Some(&key), record(p, seq)).await));
+                }
+                producer.flush().await;
+                let mut acked = Vec::new();
+                for (seq, ack) in acks {
+                    let (s, at) = ack.wait().await.expect("acknowledged");
+                    acked.push((s, at, seq));
+                }
+                acked
+            })
+        })
+        .collect();
+    let mut acked: HashMap<(u64, u64), (u32, StreamOffset)> = HashMap::new();
+    for (p, t) in producers.into_iter().enumerate() {
+        for (s, at, seq) in t.await.unwrap() {
+            assert!(acked.insert((p as u64, seq), (s, at)).is_none());
+        }
+    }
+    done.store(true, Ordering::Release);
+    let mut seen = BTreeSet::new();
+    for (s, t) in consumers.into_iter().enumerate() {
+        let got = t.await.unwrap();
+        // Each producer's records in this streamlet come in increasing order.
+        let mut last: HashMap<u64, u64> = HashMap::new();
+        for &(p, seq) in &got {
+            if let Some(prev) = last.insert(p, seq) {
+                assert!(seq > prev, "streamlet {s}: producer {p}'s record {seq} after {prev}");
+            }
+            assert!(seen.insert((p, seq)), "record ({p}, {seq}) read twice");
+            assert_eq!(acked[&(p, seq)].0, s as u32, "read in the streamlet it was acknowledged in");
+        }
+    }
+    assert_eq!(seen.len() as u64, PRODUCERS * RECORDS, "every acknowledged record read");
+    // Producers by key stayed in one streamlet; offsets of one producer's
+    // records in one streamlet's log grow with its sequence numbers.
+    for p in (0..PRODUCERS).step_by(2) {
+        let streamlets: BTreeSet<u32> = (0..RECORDS).map(|seq| acked[&(p, seq)].0).collect();
+        assert_eq!(streamlets.len(), 1);
+        let offsets: Vec<StreamOffset> = (0..RECORDS).map(|seq| acked[&(p, seq)].1).collect();
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "producer {p}'s offsets grow");
+    }
+    // The groups: several per streamlet, at most 2 segments each, at most
+    // one open per log.
+    for s in 0..STREAMLETS {
+        let d = client.describe_stream(table, s, 0, 1000).await.unwrap();
+        assert_eq!(d.shape, shape);
+        assert!(d.groups.len() > 2, "streamlet {s}: {:?}", d.groups);
+        assert!(d.groups.iter().all(|g| g.segments <= 2 && g.log < 3));
+        let open: Vec<u32> = d.groups.iter().filter(|g| !g.closed).map(|g| g.log).collect();
+        assert_eq!(open.len(), open.iter().collect::<BTreeSet<_>>().len(), "one open group per log");
+    }
+}
+
+#[tokio::test]
+async fn refusals_are_clear_errors() {
+    let (_server, addr) = start();
+    let client = Client::connect(addr).await.unwrap();
+    let shape = StreamShape { streamlets: 2, logs: 1, segment_bytes: 4096, group_segments: 1, group_timeout_ms: 0 };
+    let (table, _) = client.create_stream("s", shape).await.unwrap();
+    let kv = client.create_table("kv").await.unwrap();
+    let invalid = |e: StreamError, says: &str| match e {
+        StreamError::Invalid(why) => assert!(why.contains(says), "{why:?} does not say {says:?}"),
+        e => panic!("{e:?} is not a refusal saying {says:?}"),
+    };
+    invalid(client.produce(kv, 0, 1, &[b"x"]).await.unwrap_err(), "not a stream");
+    invalid(client.produce(table, 2, 1, &[b"x"]).await.unwrap_err(), "streamlet 2 does not exist");
+    let big = vec![0u8; 2 << 20];
+    assert!(client.produce(table, 0, 1, &[&big]).await.is_err(), "a batch over the largest value is refused");
+    invalid(
+        client.consume(table, 0, StreamOffset { group: 5, segment: 0, position: 0 }, 100).await.unwrap_err(),
+        "group 5",
+    );
+    assert!(matches!(client.produce(TableId(999), 0, 1, &[b"x"]).await, Err(StreamError::UnknownTable(TableId(999)))));
+    invalid(client.create_stream("s", StreamShape { streamlets: 3, ..shape }).await.unwrap_err(), "another kind");
+    invalid(client.create_stream("kv", shape).await.unwrap_err(), "another kind");
+    invalid(client.create_stream("z", StreamShape { streamlets: 0, ..shape }).await.unwrap_err(), "streamlets");
+    // Object requests on a stream are refused too.
+    assert!(client.write(table, b"k", b"v").await.is_err());
+    // A record larger than max_bytes comes alone; offsets then move on.
+    let p = client.produce(table, 0, 1, &[&[7u8; 3000], b"small"]).await.unwrap();
+    let c = client.consume(table, 0, p.first, 10).await.unwrap();
+    assert_eq!((c.records.len(), c.records[0].len(), c.next.position), (1, 3000, 1));
+    let c = client.consume(table, 0, c.next, 10).await.unwrap();
+    assert_eq!(c.records, vec![b"small".to_vec()]);
+}
+
+/// A consumer commits its offsets to a key-value table; one restarted from
+/// them reads exactly the records it had not read, and one with nothing
+/// committed starts at the beginning.
+#[tokio::test]
+async fn a_consumer_resumes_from_committed_offsets() {
+    let (_server, addr) = start();
+    let client = Client::connect(addr).await.unwrap();
+    let shape = StreamShape { streamlets: 1, logs: 2, segment_bytes: 4096, group_segments: 1, group_timeout_ms: 0 };
+    let (table, _) = client.create_stream("s", shape).await.unwrap();
+    let offsets = client.create_table("offsets").await.unwrap();
+    let mut all = Vec::new();
+    for seq in 0..400u64 {
+        let r = record(seq % 2, seq);
+        client.produce(table, 0, seq % 2, &[&r]).await.unwrap();
+        all.push(parse(&r));
+    }
+    let mut first = Consumer::new(client.clone(), table, 0, 2000);
+    let mut got = Vec::new();
+    while got.len() < 150 {
+        got.extend(first.poll().await.unwrap().iter().map(|r| parse(r)));
+    }
+    first.commit(offsets, b"reader-1").await.unwrap();
+    drop(first);
+    let mut again = Consumer::resume_committed(client.clone(), table, 0, 2000, offsets, b"reader-1").await.unwrap();
+    loop {
+        let batch = again.poll().await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        got.extend(batch.iter().map(|r| parse(r)));
+    }
+    got.sort();
+    all.sort();
+    assert_eq!(got, all, "every record once across the restart");
+    let fresh = Consumer::resume_committed(client.clone(), table, 0, 2000, offsets, b"nobody").await.unwrap();
+    assert_eq!(fresh.offsets(), (vec![], 0));
+    client.write(offsets, b"junk", b"xyz").await.unwrap();
+    assert!(matches!(
+        Consumer::resume_committed(client, table, 0, 2000, offsets, b"junk").await,
+        Err(StreamError::Invalid(_))
+    ));
+}
