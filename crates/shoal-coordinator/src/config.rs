@@ -32,8 +32,8 @@ pub struct CoordinatorArgs {
 
     /// Directory that keeps the coordinator's state (servers, tables,
     /// tablets) in coordinator.json; created if missing. Restarting with the
-    /// same directory resumes the same cluster. Never point two
-    /// coordinators at one directory.
+    /// same directory resumes the same cluster. One coordinator at a time:
+    /// a second one on the directory refuses to start (coordinator.lock).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
 

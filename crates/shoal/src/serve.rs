@@ -15,6 +15,7 @@
 
 use crate::recovery_watch::RecoveryWatch;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, ServerState};
+use shoal_common::dirlock::DirLock;
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -129,6 +130,8 @@ pub struct LocalCommand {
 /// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
 /// clusters), in their root.
 pub(crate) const SECRET_FILE: &str = "cluster-secret";
+/// The lock file in `shoal local`'s root, held while it runs (with its PID).
+pub(crate) const ROOT_LOCK_FILE: &str = "shoal-local.lock";
 
 /// Starts a server from `args` over `base`, logs, and waits for a signal.
 fn start(args: ServerArgs, base: ServerConfig) -> Result<Server, String> {
@@ -315,6 +318,17 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the shoal executable: {e}"))?;
     std::fs::create_dir_all(&cmd.root).map_err(|e| format!("cannot create {}: {e}", cmd.root.display()))?;
     let root = cmd.root.canonicalize().map_err(|e| format!("{}: {e}", cmd.root.display()))?;
+    // Held until this function returns, after every process stopped: a
+    // second run on this root would otherwise truncate the coordinator's
+    // log, and its servers would find the first run's coordinator on the
+    // port and enlist there with data directories that live servers use.
+    let _root_lock = DirLock::acquire(&root, ROOT_LOCK_FILE).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => format!(
+            "{} is already running a cluster ({e}); stop that `shoal local` first, or give another --root",
+            root.display()
+        ),
+        _ => format!("cannot lock {}: {e}", root.join(ROOT_LOCK_FILE).display()),
+    })?;
     let secret = root.join(SECRET_FILE);
     shoal_cluster::auth::ClusterSecret::create_or_load(&secret).map_err(|e| e.to_string())?;
     let secret = secret.display().to_string();
@@ -381,6 +395,14 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         args.extend(["--metrics-port".into(), http.port().to_string()]);
     }
     args.extend(internal_flags("coordinator")?);
+    // Whatever answers on the port is taken for this run's coordinator:
+    // make sure it is not another cluster's.
+    if let Err(e) = std::net::TcpListener::bind(coordinator) {
+        return Err(format!(
+            "the coordinator's address {coordinator} is in use ({e}): another cluster runs there? \
+             Stop it, or give --coordinator-port (0: a free one)"
+        ));
+    }
     procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
     let deadline = Instant::now() + Duration::from_secs(20);
     wait_for_coordinator(coordinator, &local_auth, &log, deadline, &mut procs.0[0].1)?;
@@ -443,6 +465,12 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         procs.stop();
         return Ok(());
     };
+    // The banner only for a cluster whose every process is still running.
+    for (name, child) in &mut procs.0 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{name} exited during startup ({status}); see its log under {}", root.display()));
+        }
+    }
     println!(
         "Shoal is running on this machine: a coordinator and {} server{}, {} of memory each, {} replica(s) per segment.",
         cmd.servers,
