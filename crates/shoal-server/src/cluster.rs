@@ -12,7 +12,8 @@ use crate::config::{ReplicationMode, ServerConfig};
 use crate::lease::Lease;
 use parking_lot::{Mutex, RwLock};
 use shoal_cluster::auth::{AuthError, ClusterSecret, Credential, Identity, SecretError};
-use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::control::call_blocking_any;
+use shoal_cluster::CoordinatorAddrs;
 use shoal_cluster::{
     ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse,
     ReplicaFloor, ServerId, ServerState,
@@ -91,7 +92,7 @@ pub struct ClusterNode {
     pub id: ServerId,
     /// The log this incarnation writes.
     pub log: LogId,
-    pub coordinator: SocketAddr,
+    pub coordinator: CoordinatorAddrs,
     /// How this server's control connections authenticate (the cluster
     /// secret and this server's credential).
     pub auth: ControlAuth,
@@ -140,7 +141,7 @@ pub enum JoinError {
     #[error("data directory {path}: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
     #[error("cannot enlist with the coordinator at {addr}: {source}")]
-    Enlist { addr: SocketAddr, source: ControlError },
+    Enlist { addr: CoordinatorAddrs, source: ControlError },
     #[error("the coordinator answered enlistment with {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -154,7 +155,7 @@ impl ClusterNode {
     /// data directory was before, if it was one) and starts the replicator.
     /// `native` and `resp` are the bound front-end addresses.
     pub fn join(config: &ServerConfig, native: SocketAddr, resp: SocketAddr) -> Result<ClusterNode, JoinError> {
-        let coordinator = config.coordinator.expect("join is for servers with a coordinator");
+        let coordinator = config.coordinator.clone().expect("join is for servers with a coordinator");
         let dir = config.data_dir.clone().expect("validated: a cluster server has a data_dir");
         std::fs::create_dir_all(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
         let store_config = config.store_config();
@@ -188,7 +189,7 @@ impl ClusterNode {
         let req = ControlRequest::Enlist { previous, native, resp, backup: backup_addr };
         let deadline = Instant::now() + ENLIST_PATIENCE;
         let reply = loop {
-            match call_blocking_with(coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
+            match call_blocking_any(&coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
                 Ok(r) => break r,
                 // An address this server listens on is still held in the
                 // map by a live server: one that died and had it before
@@ -205,9 +206,11 @@ impl ClusterNode {
                     e @ (ControlError::Refused { .. }
                     | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_) | AuthError::TlsRequired)),
                 ) => {
-                    return Err(JoinError::Enlist { addr: coordinator, source: e });
+                    return Err(JoinError::Enlist { addr: coordinator.clone(), source: e });
                 }
-                Err(e) if Instant::now() >= deadline => return Err(JoinError::Enlist { addr: coordinator, source: e }),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(JoinError::Enlist { addr: coordinator.clone(), source: e })
+                }
                 Err(e) => {
                     warn!("coordinator {coordinator} not reachable yet ({e}); retrying");
                     std::thread::sleep(Duration::from_millis(250));
@@ -250,7 +253,7 @@ impl ClusterNode {
                 ReplicationMode::Conventional => WireMode::Conventional,
             },
             replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
-            floor_recorder: Some(floor_recorder(coordinator, auth.clone(), server, log)),
+            floor_recorder: Some(floor_recorder(coordinator.clone(), auth.clone(), server, log)),
         });
         let node = ClusterNode {
             id: server,
@@ -276,7 +279,7 @@ impl ClusterNode {
     /// A control client that proves this server (its secret and
     /// credential) to the coordinator, for the requests that speak for it.
     pub fn control_client(&self) -> ControlClient {
-        ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone())
+        ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone())
     }
 
     /// The cluster map as last received.
@@ -397,7 +400,7 @@ impl ClusterNode {
         on_dead: impl Fn(),
     ) {
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         on_map(&self.map());
         self.apply_map(&store, &shutdown, &on_dead);
         loop {
@@ -630,7 +633,7 @@ impl ClusterNode {
         }
         progress.durable_ms = durable_started.elapsed().as_millis() as u64;
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let done = ControlRequest::RecoveryDone {
             recovery: rec.id,
             partition: index as u32,
@@ -684,7 +687,7 @@ impl ClusterNode {
     pub async fn ping_peers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         use rand::seq::SliceRandom;
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let mut conns: HashMap<SocketAddr, tokio::net::TcpStream> = HashMap::new();
         let mut ticker = tokio::time::interval(PING_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -813,7 +816,7 @@ impl ClusterNode {
             return;
         }
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         loop {
             match client.call(&ControlRequest::Recovered { server: self.id, logs: self.recover.clone() }).await {
                 Ok(_) => break,
@@ -857,7 +860,7 @@ impl ClusterNode {
 /// Records this server's replica floors at the coordinator
 /// (`RaiseReplicaFloors`), for the replicator of `log`. Runs on the
 /// replicator's runtime, one request at a time, over one kept connection.
-fn floor_recorder(coordinator: SocketAddr, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
+fn floor_recorder(coordinator: CoordinatorAddrs, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
     let client = ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(auth);
     let client = Arc::new(tokio::sync::Mutex::new(client));
     FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
