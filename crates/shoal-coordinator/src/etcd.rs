@@ -135,7 +135,6 @@ impl Leadership {
         let mut said = None::<String>;
         let mut took_over = false;
         loop {
-            let sent = Instant::now();
             let lease = client.lease_grant(config.lease_secs as i64, None).await?.id();
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -144,8 +143,21 @@ impl Leadership {
             let resp = client.txn(txn).await?;
             let revision = resp.header().map_or(0, |h| h.revision());
             if resp.succeeded() {
+                // The grant may have waited for etcd (a cluster forming):
+                // count the lease from a renewal sent now.
+                let sent = Instant::now();
+                let (mut keeper, mut answers) = client.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                match answers.message().await? {
+                    Some(r) if r.ttl() > 0 && sent.elapsed() < ttl / 3 => {}
+                    _ => {
+                        warn!("won the election but could not renew the lease in time; campaigning again");
+                        let _ = client.lease_revoke(lease).await;
+                        continue;
+                    }
+                }
                 let fence = Fence::new(sent + ttl - margin(ttl));
-                let renewer = tokio::spawn(renew(client.clone(), lease, ttl, fence.clone()));
+                let renewer = tokio::spawn(renew(client.clone(), lease, ttl, fence.clone(), (keeper, answers)));
                 info!("elected leader in etcd ({key} at revision {revision}, lease {lease:x}, {}s)", config.lease_secs);
                 return Ok(Leadership { client, config: config.clone(), lease, revision, fence, renewer, took_over });
             }
@@ -237,9 +249,16 @@ fn margin(ttl: Duration) -> Duration {
 
 /// Renews `lease` every third of `ttl`, extending `fence` from the send
 /// time of each answered renewal, until the lease is lost.
-async fn renew(mut client: Client, lease: i64, ttl: Duration, fence: Fence) {
+async fn renew(
+    mut client: Client,
+    lease: i64,
+    ttl: Duration,
+    fence: Fence,
+    keep_alive: (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream),
+) {
     let every = ttl / 3;
-    let mut stream = None;
+    let mut stream = Some(keep_alive);
+    tokio::time::sleep(every).await;
     loop {
         if !fence.holds() {
             warn!("the etcd lease was not renewed in time; no longer the leader");

@@ -143,8 +143,17 @@ async fn run_elected(
         }
         let coordinator = match Coordinator::start_fenced(config.clone(), store, Some(leadership.fence())).await {
             Ok(c) => c,
+            // etcd failed under the load or the first save (it may be
+            // down, or this coordinator deposed already): stand by again.
+            Err(e @ (CoordinatorError::Load(_) | CoordinatorError::Save(_))) => {
+                tracing::warn!("{e}; giving the leadership up and campaigning again in 1 s");
+                leadership.resign().await;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
             Err(e) => {
-                // Let a standby lead rather than hold the lease unused.
+                // A damaged state or an address that cannot be bound: say
+                // so and let a standby lead rather than hold the lease.
                 leadership.resign().await;
                 return Err(e);
             }

@@ -1259,8 +1259,11 @@ mod tests {
         let suspects = service.observe().suspects;
         assert_eq!(suspects.len(), 1);
         assert_eq!((suspects[0].server, suspects[0].reporter), (ids[1], Some(ids[0])));
+        // The failure is listed when the declaration is saved, and the
+        // suspect forgotten just after: wait for both.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while service.observe().failures.is_empty() && Instant::now() < deadline {
+        let settled = |o: &Observed| !o.failures.is_empty() && o.suspects.is_empty();
+        while !settled(&service.observe()) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let seen = service.observe();
