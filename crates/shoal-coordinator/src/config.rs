@@ -35,6 +35,7 @@ pub struct CoordinatorArgs {
     /// tablets) in coordinator.json; created if missing. Restarting with the
     /// same directory resumes the same cluster. One coordinator at a time:
     /// a second one on the directory refuses to start (coordinator.lock).
+    /// Unused with --etcd.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
 
