@@ -181,7 +181,12 @@ async fn run_elected(
                 leadership.resign().await;
                 return Ok(());
             }
-            None => tracing::error!("lost the leadership; stopped serving, standing by again"),
+            None => {
+                tracing::error!("lost the leadership; stopped serving, standing by again");
+                // Our key may still be there (a failed compare-and-swap
+                // leaves the lease alive): free it rather than wait its TTL.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), leadership.resign()).await;
+            }
         }
     }
 }

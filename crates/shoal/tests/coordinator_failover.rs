@@ -429,3 +429,53 @@ fn an_etcd_outage_refuses_changes_then_the_leader_steps_down_and_a_coordinator_l
         let _ = p.wait();
     }
 }
+
+#[test]
+fn a_leader_whose_state_was_written_by_another_steps_down_and_a_coordinator_leads_again() {
+    if skip("a_leader_whose_state_was_written_by_another...") {
+        return;
+    }
+    let root = Root::new("failover-cas");
+    let etcd = LocalEtcd::start(&root.0.join("etcd"), &[(free_port(), free_port())]).unwrap();
+    let endpoint = etcd.endpoints()[0].clone();
+    let at: Vec<SocketAddr> = (0..2).map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap()).collect();
+    let addrs = CoordinatorAddrs::new(at.clone()).unwrap();
+    let mut procs: Vec<Child> = (0..2).map(|i| coordinator(at[i], &endpoint, &root.0.join(format!("c{i}")))).collect();
+    wait_for_map(&addrs, "a leader", 30, |_| true);
+    let a: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let enlist = shoal_cluster::ControlRequest::Enlist { previous: None, native: a, resp: a, backup: a };
+    runtime().block_on(ControlClient::new(addrs.clone()).call(&enlist)).unwrap();
+    create_table(&addrs, "before");
+    let leader = listening(&at);
+
+    // Someone writes the state behind the leader's back (the same bytes,
+    // at a new revision): its next save fails, and it steps down.
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect([endpoint.clone()], None).await.unwrap();
+        let state = client.get("/test/two/state", None).await.unwrap().kvs()[0].value().to_vec();
+        client.put("/test/two/state", state, None).await.unwrap();
+    });
+    let mut c = ControlClient::new(addrs.clone()).with_timeout(Duration::from_secs(5));
+    let refused = runtime().block_on(c.create_table("refused", 1)).unwrap_err();
+    assert!(refused.to_string().contains("changed under this coordinator"), "{refused}");
+    let stepped_down = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listening(&at) == leader {
+        assert!(Instant::now() < deadline, "the deposed leader still listens");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // It freed its key, so a coordinator (either) leads again at once, on
+    // the state as etcd has it.
+    create_table(&addrs, "after");
+    let took = stepped_down.elapsed();
+    eprintln!("a coordinator led again {took:?} after the failed save");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let names: Vec<String> = map(&addrs).unwrap().tables.into_iter().map(|t| t.name).collect();
+    assert_eq!(names, vec!["before".to_string(), "after".to_string()]);
+    for p in &mut procs {
+        assert!(matches!(p.try_wait(), Ok(None)), "a coordinator exited instead of standing by");
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}
