@@ -626,4 +626,75 @@ mod tests {
         bad.extend_from_slice(b"{{{");
         assert!(matches!(read_frame::<ControlRequest, _>(&mut &bad[..]).await, Err(ControlError::Malformed(_))));
     }
+
+    #[test]
+    fn coordinator_addrs_parse_print_and_deserialize() {
+        let addrs: CoordinatorAddrs = "127.0.0.1:7600, 10.0.0.2:7601".parse().unwrap();
+        assert_eq!(addrs.as_slice().len(), 2);
+        assert_eq!(addrs.first(), "127.0.0.1:7600".parse().unwrap());
+        assert_eq!(addrs.to_string(), "127.0.0.1:7600,10.0.0.2:7601");
+        assert_eq!(addrs.to_string().parse::<CoordinatorAddrs>().unwrap(), addrs);
+        assert!("".parse::<CoordinatorAddrs>().is_err());
+        assert!("127.0.0.1:7600,".parse::<CoordinatorAddrs>().is_err());
+        assert!("localhost:7600".parse::<CoordinatorAddrs>().unwrap_err().contains("localhost:7600"));
+        assert_eq!(CoordinatorAddrs::new(Vec::new()), None);
+        // A configuration file's single address reads as before.
+        let one: CoordinatorAddrs = serde_json::from_str(r#""127.0.0.1:7600""#).unwrap();
+        assert_eq!(one, CoordinatorAddrs::from("127.0.0.1:7600".parse::<SocketAddr>().unwrap()));
+        assert_eq!(serde_json::to_string(&addrs).unwrap(), r#""127.0.0.1:7600,10.0.0.2:7601""#);
+    }
+
+    /// An address nobody listens on (bound, then let go).
+    fn closed_port() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    #[tokio::test]
+    async fn call_goes_to_the_address_that_listens_and_moves_on_when_it_stops() {
+        // A coordinator stand-in that answers every request with an empty
+        // map, one connection at a time (aborting it closes them all).
+        async fn serve(listener: tokio::net::TcpListener, version: u64) {
+            while let Ok((mut s, _)) = listener.accept().await {
+                while let Ok(Some(_)) = read_frame::<ControlRequest, _>(&mut s).await {
+                    let map = ClusterMap { version, ..Default::default() };
+                    if write_frame(&mut s, &ControlResponse::Map { map }).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let standby = closed_port();
+        let leader = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let leader_addr = leader.local_addr().unwrap();
+        let first = tokio::spawn(serve(leader, 1));
+        let mut c = ControlClient::new(CoordinatorAddrs::new(vec![standby, leader_addr]).unwrap());
+        assert_eq!(c.get_map().await.unwrap().version, 1);
+        assert_eq!(c.addr(), leader_addr);
+
+        // The leader goes; the standby's address starts to listen.
+        first.abort();
+        let _ = first.await;
+        let next = tokio::net::TcpListener::bind(standby).await.unwrap();
+        tokio::spawn(serve(next, 2));
+        // The open connection fails once; the next call finds the new leader.
+        let mut version = None;
+        for _ in 0..3 {
+            if let Ok(m) = c.get_map().await {
+                version = Some(m.version);
+                break;
+            }
+        }
+        assert_eq!(version, Some(2));
+        assert_eq!(c.addr(), standby);
+        drop(c); // the stand-in serves one connection at a time
+
+        let blocking = tokio::task::spawn_blocking(move || {
+            let addrs = CoordinatorAddrs::new(vec![closed_port(), standby]).unwrap();
+            call_blocking_any(&addrs, &ControlAuth::anonymous(), &ControlRequest::GetMap, Duration::from_secs(2))
+        });
+        assert!(matches!(blocking.await.unwrap(), Ok(ControlResponse::Map { map }) if map.version == 2));
+        let none = CoordinatorAddrs::new(vec![closed_port(), closed_port()]).unwrap();
+        let err = ControlClient::new(none).get_map().await.unwrap_err();
+        assert!(matches!(err, ControlError::Connect { .. }), "{err}");
+    }
 }
