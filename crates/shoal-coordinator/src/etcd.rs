@@ -176,10 +176,10 @@ impl Leadership {
             }
             let options = WatchOptions::new().with_start_revision(revision + 1);
             let (_watcher, mut events) = client.watch(key.as_str(), Some(options)).await?;
-            'watch: while let Some(msg) = events.message().await? {
+            while let Some(msg) = events.message().await? {
                 if msg.events().iter().any(|e| e.event_type() == EventType::Delete) {
                     info!("the leader's key is gone; campaigning");
-                    break 'watch;
+                    break;
                 }
             }
         }

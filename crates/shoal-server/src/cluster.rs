@@ -18,6 +18,7 @@ use shoal_cluster::{
     ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse,
     ReplicaFloor, ServerId, ServerState,
 };
+use shoal_common::dirlock::DirLock;
 use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig};
@@ -53,6 +54,9 @@ const PART_QUEUE: usize = 8;
 pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
 const ID_FILE: &str = "server-id";
+/// The lock file a server holds in its data directory while it runs (with
+/// its PID): a second server on the directory is refused.
+pub const LOCK_FILE: &str = "server.lock";
 /// The file beside it with the credential the coordinator issued for that
 /// id (hex, mode 0600): proving it is what lets this server enlist again
 /// under its id.
@@ -115,6 +119,8 @@ pub struct ClusterNode {
     replaying: Mutex<HashSet<(u64, u32)>>,
     /// Partitions replayed by this server, with their progress (statistics).
     pub partitions: Mutex<Vec<PartitionProgress>>,
+    /// Held while the server runs ([`LOCK_FILE`]).
+    _dir_lock: DirLock,
 }
 
 /// One crash-recovery partition replayed by this server (statistics).
@@ -158,6 +164,11 @@ impl ClusterNode {
         let coordinator = config.coordinator.clone().expect("join is for servers with a coordinator");
         let dir = config.data_dir.clone().expect("validated: a cluster server has a data_dir");
         std::fs::create_dir_all(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        // Before anything in the directory is read or written: two servers
+        // on one directory would claim one id and overwrite each other's
+        // replicas.
+        let dir_lock =
+            DirLock::acquire(&dir, LOCK_FILE).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
         let store_config = config.store_config();
         let secret = config.cluster_secret_file.as_deref().map(ClusterSecret::load).transpose()?;
         shoal_replication::dial::set_cluster_secret(secret.clone());
@@ -271,6 +282,7 @@ impl ClusterNode {
             lease: Lease::default(),
             replaying: Mutex::new(HashSet::new()),
             partitions: Mutex::new(Vec::new()),
+            _dir_lock: dir_lock,
         };
         node.set_map(map);
         Ok(node)

@@ -258,3 +258,26 @@ fn local_reports_the_recovery_of_a_killed_server() {
     wait_for("recovered in ", 60);
     assert_eq!(ok(&["get", "t", "k7", "--coordinator", &coordinator]), "v\n(version 1)\n");
 }
+
+#[test]
+fn a_second_server_on_a_data_directory_in_use_is_refused() {
+    let root = Root::new("cluster-cli-server-twice");
+    let cluster = Cluster::start(&root.0, 1, 0, 0);
+    let before = cluster.wait_up(1);
+    let mut second = cluster.spawn_server(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "a second server runs on server-0's data directory");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let log = std::fs::read_to_string(root.0.join("server-0/log")).unwrap();
+    assert!(log.contains("server.lock is locked by another running process (process"), "{log}");
+    // It enlisted nothing: the cluster still has its one server, as it was.
+    let after = cluster.map().unwrap();
+    assert_eq!(after.servers, before.servers);
+    assert_eq!(after.version, before.version);
+}
