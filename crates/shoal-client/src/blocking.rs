@@ -59,9 +59,13 @@ impl Client {
         Ok(c)
     }
 
-    /// Connects to the cluster of the coordinator at `coordinator`: the
-    /// tablet map comes from there, and is refreshed from there.
-    pub fn connect_cluster(coordinator: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
+    /// Connects to the cluster of the coordinator at `coordinator` (or of
+    /// the leader among several coordinators): the tablet map comes from
+    /// there, and is refreshed from there.
+    pub fn connect_cluster(
+        coordinator: impl Into<shoal_cluster::CoordinatorAddrs>,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
         let source = crate::cluster::CoordinatorMap::with_tls(coordinator, config.coordinator_tls.clone());
         let map = source.fetch()?;
         Ok(Client::with_map(map, Box::new(source), config))

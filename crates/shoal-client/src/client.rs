@@ -293,11 +293,16 @@ impl Client {
         Ok(c)
     }
 
-    /// Connects to the cluster of the coordinator at `coordinator`: the
-    /// tablet map comes from there, and is refreshed from there.
-    pub async fn connect_cluster(coordinator: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
-        let source = crate::cluster::CoordinatorMap::with_tls(coordinator, config.coordinator_tls.clone());
-        let cluster = shoal_cluster::ControlClient::new(coordinator)
+    /// Connects to the cluster of the coordinator at `coordinator` (or of
+    /// the leader among several coordinators): the tablet map comes from
+    /// there, and is refreshed from there.
+    pub async fn connect_cluster(
+        coordinator: impl Into<shoal_cluster::CoordinatorAddrs>,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        let coordinator = coordinator.into();
+        let source = crate::cluster::CoordinatorMap::with_tls(coordinator.clone(), config.coordinator_tls.clone());
+        let cluster = shoal_cluster::ControlClient::new(coordinator.clone())
             .with_auth(shoal_cluster::ControlAuth::anonymous_tls(config.coordinator_tls.clone()))
             .get_map()
             .await

@@ -7,35 +7,36 @@
 
 use crate::error::ClientError;
 use crate::tablet::{MapSource, Tablet, TabletMap};
-use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::control::call_blocking_any;
 use shoal_cluster::tls::InternalTls;
-use shoal_cluster::{ClusterMap, ControlAuth, ControlRequest, ControlResponse, ServerState};
+use shoal_cluster::{ClusterMap, ControlAuth, ControlRequest, ControlResponse, CoordinatorAddrs, ServerState};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Longest a map fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Fetches tablet maps from a coordinator.
+/// Fetches tablet maps from a coordinator (the leader, given the addresses
+/// of a leader and its standbys).
 #[derive(Clone, Debug)]
 pub struct CoordinatorMap {
-    coordinator: SocketAddr,
+    coordinator: CoordinatorAddrs,
     auth: ControlAuth,
 }
 
 impl CoordinatorMap {
-    pub fn new(coordinator: SocketAddr) -> CoordinatorMap {
+    pub fn new(coordinator: impl Into<CoordinatorAddrs>) -> CoordinatorMap {
         CoordinatorMap::with_tls(coordinator, None)
     }
 
     /// Over mutual TLS with `tls` (a coordinator with internal TLS).
-    pub fn with_tls(coordinator: SocketAddr, tls: Option<InternalTls>) -> CoordinatorMap {
-        CoordinatorMap { coordinator, auth: ControlAuth::anonymous_tls(tls) }
+    pub fn with_tls(coordinator: impl Into<CoordinatorAddrs>, tls: Option<InternalTls>) -> CoordinatorMap {
+        CoordinatorMap { coordinator: coordinator.into(), auth: ControlAuth::anonymous_tls(tls) }
     }
 
     /// The current map as a client's tablet map.
     pub fn fetch(&self) -> Result<TabletMap, ClientError> {
-        match call_blocking_with(self.coordinator, &self.auth, &ControlRequest::GetMap, FETCH_TIMEOUT) {
+        match call_blocking_any(&self.coordinator, &self.auth, &ControlRequest::GetMap, FETCH_TIMEOUT) {
             Ok(ControlResponse::Map { map }) => tablet_map(&map)
                 .ok_or(ClientError::Cluster(format!("the cluster at {} has no servers up", self.coordinator))),
             Ok(other) => Err(ClientError::Cluster(format!("unexpected answer from the coordinator: {other:?}"))),

@@ -283,19 +283,106 @@ pub async fn write_frame<T: Serialize, W: AsyncWrite + Unpin>(w: &mut W, msg: &T
     Ok(())
 }
 
+/// The addresses of a cluster's coordinators: the leader and its standbys
+/// (`docs/coordinator.md`, "Standby coordinators"). Only the leader
+/// listens, so a caller connects to the first address that accepts.
+///
+/// Written as `host:port[,host:port...]` on the command line and in
+/// configuration files; never empty.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CoordinatorAddrs(Vec<SocketAddr>);
+
+impl CoordinatorAddrs {
+    /// `addrs`, or `None` if it is empty.
+    pub fn new(addrs: Vec<SocketAddr>) -> Option<CoordinatorAddrs> {
+        (!addrs.is_empty()).then_some(CoordinatorAddrs(addrs))
+    }
+
+    /// The first address: the only one, for a cluster with one coordinator.
+    pub fn first(&self) -> SocketAddr {
+        self.0[0]
+    }
+
+    pub fn as_slice(&self) -> &[SocketAddr] {
+        &self.0
+    }
+}
+
+impl From<SocketAddr> for CoordinatorAddrs {
+    fn from(addr: SocketAddr) -> CoordinatorAddrs {
+        CoordinatorAddrs(vec![addr])
+    }
+}
+
+impl std::str::FromStr for CoordinatorAddrs {
+    type Err = String;
+
+    /// Comma-separated `ip:port`s, at least one.
+    fn from_str(s: &str) -> Result<CoordinatorAddrs, String> {
+        let addrs = s
+            .split(',')
+            .map(|a| a.trim().parse::<SocketAddr>().map_err(|e| format!("coordinator address {a:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        CoordinatorAddrs::new(addrs).ok_or_else(|| "no coordinator address".to_string())
+    }
+}
+
+impl std::fmt::Display for CoordinatorAddrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for CoordinatorAddrs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CoordinatorAddrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CoordinatorAddrs, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How long a client with several coordinator addresses tries one before
+/// the next (a refused connection moves on at once).
+pub const CONNECT_EACH_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A connection to the coordinator, reconnecting on the next call after a
 /// failure. Calls are sequential; use one client per task.
+///
+/// Given several addresses, a connection goes to the first that accepts,
+/// starting from the one that accepted last; only the leader coordinator
+/// listens, so this follows the leader across a fail-over. A call that
+/// fails is not repeated here: the caller's next call reconnects.
 pub struct ControlClient {
-    addr: SocketAddr,
+    addrs: CoordinatorAddrs,
+    /// Index in `addrs` of the address tried first.
+    at: usize,
     conn: Option<(InternalStream, Option<Session>)>,
     timeout: Duration,
     auth: ControlAuth,
 }
 
 impl ControlClient {
-    /// A client for `addr`; nothing is connected until the first call.
-    pub fn new(addr: SocketAddr) -> ControlClient {
-        ControlClient { addr, conn: None, timeout: Duration::from_secs(10), auth: ControlAuth::default() }
+    /// A client for `addrs` (one address, or a leader and its standbys);
+    /// nothing is connected until the first call.
+    pub fn new(addrs: impl Into<CoordinatorAddrs>) -> ControlClient {
+        ControlClient {
+            addrs: addrs.into(),
+            at: 0,
+            conn: None,
+            timeout: Duration::from_secs(10),
+            auth: ControlAuth::default(),
+        }
     }
 
     /// Authenticates every connection as `auth` says.
@@ -311,8 +398,9 @@ impl ControlClient {
         self
     }
 
+    /// The address connected to last (or to be tried first).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs.as_slice()[self.at]
     }
 
     /// Sends `req` and returns the answer; an `Error` answer becomes
@@ -338,11 +426,9 @@ impl ControlClient {
 
     async fn call_inner(&mut self, req: &ControlRequest) -> Result<ControlResponse, ControlError> {
         if self.conn.is_none() {
-            let s = TcpStream::connect(self.addr)
-                .await
-                .map_err(|source| ControlError::Connect { addr: self.addr, source })?;
+            let (addr, s) = self.connect().await?;
             s.set_nodelay(true)?;
-            self.conn = Some(self.auth.open(self.addr, s).await?);
+            self.conn = Some(self.auth.open(addr, s).await?);
         }
         let (conn, session) = self.conn.as_mut().expect("connected above");
         write_frame(conn, req).await?;
@@ -356,6 +442,33 @@ impl ControlClient {
                 "the coordinator closed the connection",
             ))),
         }
+    }
+
+    /// Connects to the first address that accepts, from `at` on; the
+    /// error is the last address's.
+    async fn connect(&mut self) -> Result<(SocketAddr, TcpStream), ControlError> {
+        let addrs = self.addrs.as_slice();
+        let mut last = None;
+        for i in 0..addrs.len() {
+            let at = (self.at + i) % addrs.len();
+            let addr = addrs[at];
+            let attempt = if addrs.len() == 1 {
+                TcpStream::connect(addr).await
+            } else {
+                match tokio::time::timeout(CONNECT_EACH_TIMEOUT, TcpStream::connect(addr)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+                }
+            };
+            match attempt {
+                Ok(s) => {
+                    self.at = at;
+                    return Ok((addr, s));
+                }
+                Err(source) => last = Some(ControlError::Connect { addr, source }),
+            }
+        }
+        Err(last.expect("CoordinatorAddrs is never empty"))
     }
 
     /// The current cluster map.
@@ -389,6 +502,28 @@ pub fn call_blocking(
     call_blocking_with(addr, &ControlAuth::anonymous(), req, timeout)
 }
 
+/// [`call_blocking_with`] to the first of `addrs` that accepts a
+/// connection (the leader: standbys do not listen); any other failure is
+/// returned as it is. A refused connection moves on at once; one that
+/// does not connect within `timeout` (or [`CONNECT_EACH_TIMEOUT`] with
+/// several addresses) too.
+pub fn call_blocking_any(
+    addrs: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
+    let each = if addrs.as_slice().len() == 1 { timeout } else { timeout.min(CONNECT_EACH_TIMEOUT) };
+    let mut last = None;
+    for &addr in addrs.as_slice() {
+        match std::net::TcpStream::connect_timeout(&addr, each) {
+            Ok(s) => return exchange_connected(s, addr, auth, req, timeout),
+            Err(source) => last = Some(ControlError::Connect { addr, source }),
+        }
+    }
+    Err(last.expect("CoordinatorAddrs is never empty"))
+}
+
 /// [`call_blocking`] on a connection authenticated as `auth` says.
 pub fn call_blocking_with(
     addr: SocketAddr,
@@ -398,6 +533,17 @@ pub fn call_blocking_with(
 ) -> Result<ControlResponse, ControlError> {
     let s = std::net::TcpStream::connect_timeout(&addr, timeout)
         .map_err(|source| ControlError::Connect { addr, source })?;
+    exchange_connected(s, addr, auth, req, timeout)
+}
+
+/// One request over `s`, just connected to `addr`.
+fn exchange_connected(
+    s: std::net::TcpStream,
+    addr: SocketAddr,
+    auth: &ControlAuth,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -487,5 +633,76 @@ mod tests {
         let mut bad = 3u32.to_le_bytes().to_vec();
         bad.extend_from_slice(b"{{{");
         assert!(matches!(read_frame::<ControlRequest, _>(&mut &bad[..]).await, Err(ControlError::Malformed(_))));
+    }
+
+    #[test]
+    fn coordinator_addrs_parse_print_and_deserialize() {
+        let addrs: CoordinatorAddrs = "127.0.0.1:7600, 10.0.0.2:7601".parse().unwrap();
+        assert_eq!(addrs.as_slice().len(), 2);
+        assert_eq!(addrs.first(), "127.0.0.1:7600".parse().unwrap());
+        assert_eq!(addrs.to_string(), "127.0.0.1:7600,10.0.0.2:7601");
+        assert_eq!(addrs.to_string().parse::<CoordinatorAddrs>().unwrap(), addrs);
+        assert!("".parse::<CoordinatorAddrs>().is_err());
+        assert!("127.0.0.1:7600,".parse::<CoordinatorAddrs>().is_err());
+        assert!("localhost:7600".parse::<CoordinatorAddrs>().unwrap_err().contains("localhost:7600"));
+        assert_eq!(CoordinatorAddrs::new(Vec::new()), None);
+        // A configuration file's single address reads as before.
+        let one: CoordinatorAddrs = serde_json::from_str(r#""127.0.0.1:7600""#).unwrap();
+        assert_eq!(one, CoordinatorAddrs::from("127.0.0.1:7600".parse::<SocketAddr>().unwrap()));
+        assert_eq!(serde_json::to_string(&addrs).unwrap(), r#""127.0.0.1:7600,10.0.0.2:7601""#);
+    }
+
+    /// An address nobody listens on (bound, then let go).
+    fn closed_port() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    #[tokio::test]
+    async fn call_goes_to_the_address_that_listens_and_moves_on_when_it_stops() {
+        // A coordinator stand-in that answers every request with an empty
+        // map, one connection at a time (aborting it closes them all).
+        async fn serve(listener: tokio::net::TcpListener, version: u64) {
+            while let Ok((mut s, _)) = listener.accept().await {
+                while let Ok(Some(_)) = read_frame::<ControlRequest, _>(&mut s).await {
+                    let map = ClusterMap { version, ..Default::default() };
+                    if write_frame(&mut s, &ControlResponse::Map { map }).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let standby = closed_port();
+        let leader = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let leader_addr = leader.local_addr().unwrap();
+        let first = tokio::spawn(serve(leader, 1));
+        let mut c = ControlClient::new(CoordinatorAddrs::new(vec![standby, leader_addr]).unwrap());
+        assert_eq!(c.get_map().await.unwrap().version, 1);
+        assert_eq!(c.addr(), leader_addr);
+
+        // The leader goes; the standby's address starts to listen.
+        first.abort();
+        let _ = first.await;
+        let next = tokio::net::TcpListener::bind(standby).await.unwrap();
+        tokio::spawn(serve(next, 2));
+        // The open connection fails once; the next call finds the new leader.
+        let mut version = None;
+        for _ in 0..3 {
+            if let Ok(m) = c.get_map().await {
+                version = Some(m.version);
+                break;
+            }
+        }
+        assert_eq!(version, Some(2));
+        assert_eq!(c.addr(), standby);
+        drop(c); // the stand-in serves one connection at a time
+
+        let blocking = tokio::task::spawn_blocking(move || {
+            let addrs = CoordinatorAddrs::new(vec![closed_port(), standby]).unwrap();
+            call_blocking_any(&addrs, &ControlAuth::anonymous(), &ControlRequest::GetMap, Duration::from_secs(2))
+        });
+        assert!(matches!(blocking.await.unwrap(), Ok(ControlResponse::Map { map }) if map.version == 2));
+        let none = CoordinatorAddrs::new(vec![closed_port(), closed_port()]).unwrap();
+        let err = ControlClient::new(none).get_map().await.unwrap_err();
+        assert!(matches!(err, ControlError::Connect { .. }), "{err}");
     }
 }

@@ -18,7 +18,9 @@ pub mod control;
 pub mod map;
 pub mod tls;
 
-pub use control::{ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
+pub use control::{
+    ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, CoordinatorAddrs,
+};
 pub use map::{
     split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState,
     TableInfo, TabletInfo,

@@ -5,6 +5,7 @@
 //! version or a segment id is expected. The key hash is part of Shoal's
 //! protocol: it must never change (see `docs/log-format.md`, "Key hash").
 
+pub mod dirlock;
 pub mod os;
 pub mod slots;
 pub mod stream;

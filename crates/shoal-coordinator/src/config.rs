@@ -1,5 +1,6 @@
 //! The coordinator's command-line flags, configuration and errors.
 
+use crate::etcd::EtcdConfig;
 use crate::probe::ProbeConfig;
 use shoal_cluster::auth::{ClusterSecret, SecretError};
 use shoal_cluster::tls::InternalTls;
@@ -32,8 +33,9 @@ pub struct CoordinatorArgs {
 
     /// Directory that keeps the coordinator's state (servers, tables,
     /// tablets) in coordinator.json; created if missing. Restarting with the
-    /// same directory resumes the same cluster. Never point two
-    /// coordinators at one directory.
+    /// same directory resumes the same cluster. One coordinator at a time:
+    /// a second one on the directory refuses to start (coordinator.lock).
+    /// Unused with --etcd.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
 
@@ -134,6 +136,28 @@ pub struct CoordinatorArgs {
     /// present a certificate it signed.
     #[arg(long, value_name = "PATH", requires = "internal_tls_cert")]
     pub internal_tls_ca: Option<PathBuf>,
+
+    /// Keep the state in etcd instead of --data-dir, at these client URLs
+    /// (comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379),
+    /// and run as one of several coordinators: the one elected through an
+    /// etcd lease leads and listens on --listen; the others stand by,
+    /// unlistening, and take over within about --etcd-lease-secs when it
+    /// dies. Give servers and clients every coordinator's address. See
+    /// docs/coordinator.md, "Standby coordinators".
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+
+    /// The cluster's key prefix in etcd: coordinators with the same prefix
+    /// share one state and elect one leader.
+    #[arg(long, value_name = "PREFIX", default_value = crate::etcd::DEFAULT_PREFIX, requires = "etcd")]
+    pub etcd_prefix: String,
+
+    /// TTL of a coordinator's etcd lease, in seconds (at least 2, etcd's
+    /// minimum): a leader that stops renewing it is replaced after at most
+    /// this long.
+    #[arg(long, value_name = "SECS", default_value_t = crate::etcd::DEFAULT_LEASE_SECS, requires = "etcd",
+        value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(2..=3600))]
+    pub etcd_lease_secs: u64,
 }
 
 /// Default of `--restart-grace-ms`.
@@ -175,6 +199,9 @@ pub struct CoordinatorConfig {
     /// Mutual TLS on the control port (`--internal-tls-*`); `None`: clear
     /// text.
     pub internal_tls: Option<InternalTls>,
+    /// The state in etcd, with leader election (`--etcd`); `None`: in
+    /// `data_dir`, one coordinator.
+    pub etcd: Option<EtcdConfig>,
 }
 
 impl Default for CoordinatorConfig {
@@ -196,6 +223,7 @@ impl Default for CoordinatorConfig {
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             metrics_listen: None,
             internal_tls: None,
+            etcd: None,
         }
     }
 }
@@ -230,6 +258,11 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             max_connections_per_ip: args.max_connections_per_ip,
             metrics_listen: args.metrics_port.map(|port| SocketAddr::new(args.listen.ip(), port)),
             internal_tls,
+            etcd: (!args.etcd.is_empty()).then(|| EtcdConfig {
+                endpoints: args.etcd.clone(),
+                prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
+                lease_secs: args.etcd_lease_secs,
+            }),
             ..CoordinatorConfig::default()
         })
     }
@@ -261,6 +294,8 @@ pub enum CoordinatorError {
     NoSecret,
     #[error("{0}")]
     Tls(String),
+    #[error("etcd at {endpoints}: {message}")]
+    Etcd { endpoints: String, message: String },
 }
 
 #[cfg(test)]

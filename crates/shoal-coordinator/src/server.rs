@@ -27,6 +27,7 @@
 //! coordinator without internal TLS closes a peer that opens with TLS.
 
 use crate::config::{CoordinatorConfig, CoordinatorError};
+use crate::etcd::Fence;
 use crate::http;
 use crate::service::{Caller, Service};
 use crate::store::{DirStore, StateStore};
@@ -88,11 +89,22 @@ impl Coordinator {
         config: CoordinatorConfig,
         store: Arc<dyn StateStore>,
     ) -> Result<Coordinator, CoordinatorError> {
+        Coordinator::start_fenced(config, store, None).await
+    }
+
+    /// [`start_with_store`](Self::start_with_store) for a leader elected in
+    /// etcd: master leases are granted only while `fence` holds.
+    pub async fn start_fenced(
+        config: CoordinatorConfig,
+        store: Arc<dyn StateStore>,
+        fence: Option<Fence>,
+    ) -> Result<Coordinator, CoordinatorError> {
         let service = Arc::new(
             Service::open(store, config.replicas, config.sc_group_size, config.probe)
                 .await?
                 .with_restart_grace(config.restart_grace)
-                .with_lease(config.lease),
+                .with_lease(config.lease)
+                .with_fence(fence),
         );
         let listener = TcpListener::bind(config.listen)
             .await

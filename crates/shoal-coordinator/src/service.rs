@@ -25,6 +25,7 @@
 //! ([`RecoveryClock`]) for the log and `stats`.
 
 use crate::config::CoordinatorError;
+use crate::etcd::Fence;
 use crate::lease::{Leases, DEFAULT_LEASE_MS};
 use crate::probe::{probe, ProbeConfig};
 use crate::state::{self, ClusterState, Enlister, Outcome};
@@ -133,6 +134,9 @@ pub(crate) struct Service {
     enlisted: parking_lot::Mutex<BTreeSet<ServerId>>,
     /// Master leases granted by this process (`lease.rs`).
     leases: parking_lot::Mutex<Leases>,
+    /// With the state in etcd: whether this process still leads. No
+    /// master lease is granted once it does not (`etcd.rs`).
+    fence: Option<Fence>,
 }
 
 /// Suspects being checked, and when each was first reported.
@@ -272,6 +276,13 @@ impl Service {
         self
     }
 
+    /// Grants master leases only while `fence` holds (a leader elected in
+    /// etcd).
+    pub(crate) fn with_fence(mut self, fence: Option<Fence>) -> Service {
+        self.fence = fence;
+        self
+    }
+
     /// Loads the state from `store` (a new cluster if it holds none), applies
     /// `replicas` and `sc_group_size` (`--sc-group-size`), and saves it if
     /// that changed anything. Suspects are
@@ -348,6 +359,7 @@ impl Service {
             restart_grace: Duration::from_millis(crate::config::DEFAULT_RESTART_GRACE_MS),
             enlisted: Default::default(),
             leases: parking_lot::Mutex::new(Leases::new(Duration::from_millis(DEFAULT_LEASE_MS), now)),
+            fence: None,
         })
     }
 
@@ -399,6 +411,12 @@ impl Service {
             ControlRequest::Suspect { reporter, suspect } => {
                 self.suspect(reporter, suspect, shutdown.clone());
                 ControlResponse::Ok
+            }
+            ControlRequest::RenewLease { server, .. } if self.fence.as_ref().is_some_and(|f| !f.holds()) => {
+                ControlResponse::Error {
+                    code: ControlErrorCode::Internal,
+                    message: format!("no lease for server {server}: this coordinator is no longer the leader"),
+                }
             }
             ControlRequest::RenewLease { server, log } => {
                 let granted = self.leases.lock().renew(&self.map(), (server, log), Instant::now());
@@ -1243,8 +1261,11 @@ mod tests {
         let suspects = service.observe().suspects;
         assert_eq!(suspects.len(), 1);
         assert_eq!((suspects[0].server, suspects[0].reporter), (ids[1], Some(ids[0])));
+        // The failure is listed when the declaration is saved, and the
+        // suspect forgotten just after: wait for both.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while service.observe().failures.is_empty() && Instant::now() < deadline {
+        let settled = |o: &Observed| !o.failures.is_empty() && o.suspects.is_empty();
+        while !settled(&service.observe()) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let seen = service.observe();

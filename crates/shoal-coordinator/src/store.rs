@@ -11,6 +11,7 @@
 //! lease holder's writes land (`docs/coordinator.md`, "State store").
 
 use parking_lot::Mutex;
+use shoal_common::dirlock::DirLock;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,8 @@ pub trait StateStore: Send + Sync {
 
 /// Name of the state file inside the data directory.
 pub const STATE_FILE: &str = "coordinator.json";
+/// Name of the lock file a [`DirStore`] holds in its directory.
+pub const LOCK_FILE: &str = "coordinator.lock";
 /// Name of the file a save writes before renaming it over [`STATE_FILE`].
 pub const STATE_TMP_FILE: &str = "coordinator.json.tmp";
 
@@ -41,19 +44,25 @@ pub const STATE_TMP_FILE: &str = "coordinator.json.tmp";
 /// leaves either the old file or the new one. A leftover `.tmp` is ignored
 /// and overwritten by the next save.
 ///
-/// Two coordinators must not share a directory: nothing here stops them.
+/// One process at a time: the store holds an exclusive lock on
+/// [`LOCK_FILE`] in the directory for as long as it lives, and `open`
+/// fails while another process (or another `DirStore`) holds it.
 pub struct DirStore {
     dir: PathBuf,
+    _lock: DirLock,
     /// Serializes saves from one process (the trait allows any thread).
     saving: Mutex<()>,
 }
 
 impl DirStore {
-    /// Uses `dir`, creating it (and its parents) if missing.
+    /// Uses `dir`, creating it (and its parents) if missing. Errors: the
+    /// directory cannot be created, or its lock is held
+    /// ([`io::ErrorKind::WouldBlock`]: another coordinator uses it).
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<DirStore> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
-        Ok(DirStore { dir, saving: Mutex::new(()) })
+        let lock = DirLock::acquire(&dir, LOCK_FILE)?;
+        Ok(DirStore { dir, _lock: lock, saving: Mutex::new(()) })
     }
 
     pub fn dir(&self) -> &Path {
@@ -108,7 +117,11 @@ mod tests {
         store.save(b"second").unwrap();
         assert_eq!(store.load().unwrap().as_deref(), Some(&b"second"[..]));
         assert!(!dir.path().join(STATE_TMP_FILE).exists());
-        // Another store on the same directory (a restart) sees it.
+        // Another store on the same directory (a restart) sees it, once
+        // this one is gone.
+        let err = DirStore::open(dir.path()).err().expect("the directory is locked");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        drop(store);
         assert_eq!(DirStore::open(dir.path()).unwrap().load().unwrap().as_deref(), Some(&b"second"[..]));
     }
 
@@ -117,6 +130,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = DirStore::open(dir.path()).unwrap();
         store.save(b"committed").unwrap();
+        drop(store);
         // A crash after writing the temporary file but before the rename.
         fs::write(dir.path().join(STATE_TMP_FILE), b"half writ").unwrap();
         let reopened = DirStore::open(dir.path()).unwrap();
@@ -129,7 +143,7 @@ mod tests {
     fn save_into_a_vanished_directory_fails_and_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = DirStore::open(dir.path().join("state")).unwrap();
-        fs::remove_dir(store.dir()).unwrap();
+        fs::remove_dir_all(store.dir()).unwrap();
         assert!(store.save(b"x").is_err());
         assert_eq!(store.load().unwrap(), None);
     }

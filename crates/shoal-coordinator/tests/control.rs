@@ -188,7 +188,9 @@ async fn replicas_flag_applies_to_a_resumed_cluster() {
     }
     let auto = c.get_map().await.unwrap();
     assert_eq!(auto.replicas, 3);
-    drop(coordinator);
+    // Stopped, not just dropped: the directory is one coordinator's at a time.
+    coordinator.shutdown();
+    coordinator.wait().await;
 
     let config = CoordinatorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),

@@ -28,6 +28,9 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         internal_tls_cert: None,
         internal_tls_key: None,
         internal_tls_ca: None,
+        etcd: Vec::new(),
+        etcd_prefix: shoal_coordinator::etcd::DEFAULT_PREFIX.into(),
+        etcd_lease_secs: shoal_coordinator::etcd::DEFAULT_LEASE_SECS,
     };
     let running = tokio::spawn(run(args.clone()));
 

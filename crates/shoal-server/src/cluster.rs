@@ -12,11 +12,13 @@ use crate::config::{ReplicationMode, ServerConfig};
 use crate::lease::Lease;
 use parking_lot::{Mutex, RwLock};
 use shoal_cluster::auth::{AuthError, ClusterSecret, Credential, Identity, SecretError};
-use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::control::call_blocking_any;
+use shoal_cluster::CoordinatorAddrs;
 use shoal_cluster::{
     ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse,
     ReplicaFloor, ServerId, ServerState,
 };
+use shoal_common::dirlock::DirLock;
 use shoal_common::{KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig, PeerHandlers};
@@ -52,6 +54,9 @@ const PART_QUEUE: usize = 8;
 pub const PING_MISSES: u32 = 3;
 /// The file in the data directory that remembers the server's id.
 const ID_FILE: &str = "server-id";
+/// The lock file a server holds in its data directory while it runs (with
+/// its PID): a second server on the directory is refused.
+pub const LOCK_FILE: &str = "server.lock";
 /// The file beside it with the credential the coordinator issued for that
 /// id (hex, mode 0600): proving it is what lets this server enlist again
 /// under its id.
@@ -91,7 +96,7 @@ pub struct ClusterNode {
     pub id: ServerId,
     /// The log this incarnation writes.
     pub log: LogId,
-    pub coordinator: SocketAddr,
+    pub coordinator: CoordinatorAddrs,
     /// How this server's control connections authenticate (the cluster
     /// secret and this server's credential).
     pub auth: ControlAuth,
@@ -117,6 +122,8 @@ pub struct ClusterNode {
     /// Symmetric caching (`sc.rs`), when on. Its driver starts with
     /// [`ClusterNode::start_sc`].
     pub sc: Option<Arc<crate::sc::Sc>>,
+    /// Held while the server runs ([`LOCK_FILE`]).
+    _dir_lock: DirLock,
 }
 
 /// One crash-recovery partition replayed by this server (statistics).
@@ -143,7 +150,7 @@ pub enum JoinError {
     #[error("data directory {path}: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
     #[error("cannot enlist with the coordinator at {addr}: {source}")]
-    Enlist { addr: SocketAddr, source: ControlError },
+    Enlist { addr: CoordinatorAddrs, source: ControlError },
     #[error("the coordinator answered enlistment with {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -157,9 +164,14 @@ impl ClusterNode {
     /// data directory was before, if it was one) and starts the replicator.
     /// `native` and `resp` are the bound front-end addresses.
     pub fn join(config: &ServerConfig, native: SocketAddr, resp: SocketAddr) -> Result<ClusterNode, JoinError> {
-        let coordinator = config.coordinator.expect("join is for servers with a coordinator");
+        let coordinator = config.coordinator.clone().expect("join is for servers with a coordinator");
         let dir = config.data_dir.clone().expect("validated: a cluster server has a data_dir");
         std::fs::create_dir_all(&dir).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
+        // Before anything in the directory is read or written: two servers
+        // on one directory would claim one id and overwrite each other's
+        // replicas.
+        let dir_lock =
+            DirLock::acquire(&dir, LOCK_FILE).map_err(|source| JoinError::DataDir { path: dir.clone(), source })?;
         let store_config = config.store_config();
         let secret = config.cluster_secret_file.as_deref().map(ClusterSecret::load).transpose()?;
         shoal_replication::dial::set_cluster_secret(secret.clone());
@@ -195,7 +207,7 @@ impl ClusterNode {
         let req = ControlRequest::Enlist { previous, native, resp, backup: backup_addr };
         let deadline = Instant::now() + ENLIST_PATIENCE;
         let reply = loop {
-            match call_blocking_with(coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
+            match call_blocking_any(&coordinator, &enlist_auth, &req, CONTROL_TIMEOUT) {
                 Ok(r) => break r,
                 // An address this server listens on is still held in the
                 // map by a live server: one that died and had it before
@@ -212,9 +224,11 @@ impl ClusterNode {
                     e @ (ControlError::Refused { .. }
                     | ControlError::Auth(AuthError::WrongSecret | AuthError::Refused(_) | AuthError::TlsRequired)),
                 ) => {
-                    return Err(JoinError::Enlist { addr: coordinator, source: e });
+                    return Err(JoinError::Enlist { addr: coordinator.clone(), source: e });
                 }
-                Err(e) if Instant::now() >= deadline => return Err(JoinError::Enlist { addr: coordinator, source: e }),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(JoinError::Enlist { addr: coordinator.clone(), source: e })
+                }
                 Err(e) => {
                     warn!("coordinator {coordinator} not reachable yet ({e}); retrying");
                     std::thread::sleep(Duration::from_millis(250));
@@ -257,7 +271,7 @@ impl ClusterNode {
                 ReplicationMode::Conventional => WireMode::Conventional,
             },
             replica_timeout: Duration::from_millis(config.replica_timeout_ms.max(1)),
-            floor_recorder: Some(floor_recorder(coordinator, auth.clone(), server, log)),
+            floor_recorder: Some(floor_recorder(coordinator.clone(), auth.clone(), server, log)),
         });
         let sc = (config.sc == crate::config::ScSwitch::On).then(|| {
             let sc = crate::sc::Sc::new(
@@ -291,6 +305,7 @@ impl ClusterNode {
             lease: Lease::default(),
             replaying: Mutex::new(HashSet::new()),
             partitions: Mutex::new(Vec::new()),
+            _dir_lock: dir_lock,
         };
         node.set_map(map);
         Ok(node)
@@ -307,7 +322,7 @@ impl ClusterNode {
     /// A control client that proves this server (its secret and
     /// credential) to the coordinator, for the requests that speak for it.
     pub fn control_client(&self) -> ControlClient {
-        ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone())
+        ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone())
     }
 
     /// The cluster map as last received.
@@ -428,7 +443,7 @@ impl ClusterNode {
         on_dead: impl Fn(),
     ) {
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         on_map(&self.map());
         self.apply_map(&store, &shutdown, &on_dead);
         loop {
@@ -661,7 +676,7 @@ impl ClusterNode {
         }
         progress.durable_ms = durable_started.elapsed().as_millis() as u64;
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let done = ControlRequest::RecoveryDone {
             recovery: rec.id,
             partition: index as u32,
@@ -715,7 +730,7 @@ impl ClusterNode {
     pub async fn ping_peers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         use rand::seq::SliceRandom;
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let mut conns: HashMap<SocketAddr, tokio::net::TcpStream> = HashMap::new();
         let mut ticker = tokio::time::interval(PING_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -844,7 +859,7 @@ impl ClusterNode {
             return;
         }
         let mut client =
-            ControlClient::new(self.coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         loop {
             match client.call(&ControlRequest::Recovered { server: self.id, logs: self.recover.clone() }).await {
                 Ok(_) => break,
@@ -888,7 +903,7 @@ impl ClusterNode {
 /// Records this server's replica floors at the coordinator
 /// (`RaiseReplicaFloors`), for the replicator of `log`. Runs on the
 /// replicator's runtime, one request at a time, over one kept connection.
-fn floor_recorder(coordinator: SocketAddr, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
+fn floor_recorder(coordinator: CoordinatorAddrs, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
     let client = ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(auth);
     let client = Arc::new(tokio::sync::Mutex::new(client));
     FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {

@@ -10,6 +10,7 @@
 use crate::auth::{Password, Users};
 use crate::tls::ServerTls;
 use serde::Deserialize;
+use shoal_cluster::CoordinatorAddrs;
 use shoal_engine::{Eviction, StoreConfig};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -85,10 +86,11 @@ pub struct ServerConfig {
     /// Directory for durable data: the server's id in its cluster and its
     /// backup's buffers and segment files. Required with `coordinator`.
     pub data_dir: Option<PathBuf>,
-    /// The coordinator's address. Set: the server enlists there, serves the
-    /// tablets it is given and replicates its log to other servers' backups.
+    /// The coordinators' addresses (the leader and its standbys, in any
+    /// order). Set: the server enlists with the leader, serves the tablets
+    /// it is given and replicates its log to other servers' backups.
     /// Unset: a standalone server, in memory only.
-    pub coordinator: Option<SocketAddr>,
+    pub coordinator: Option<CoordinatorAddrs>,
     /// Port of the backup's replication protocol (`docs/replication.md`);
     /// 0 picks a free port.
     pub backup_port: u16,
@@ -589,10 +591,12 @@ pub struct ServerArgs {
     /// segment files. Required with --coordinator.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Join the cluster of the coordinator at this address (host:port).
-    /// Without it the server runs alone, in memory only.
-    #[arg(long, value_name = "ADDR")]
-    pub coordinator: Option<SocketAddr>,
+    /// Join the cluster of the coordinator at this address (ip:port), or
+    /// of the coordinators at these (comma-separated: a leader and its
+    /// standbys; the server follows whichever leads). Without it the
+    /// server runs alone, in memory only.
+    #[arg(long, value_name = "ADDR[,ADDR...]")]
+    pub coordinator: Option<CoordinatorAddrs>,
     /// Port of the backup's replication protocol; 0 picks a free port [default: 7800].
     #[arg(long, value_name = "PORT")]
     pub backup_port: Option<u16>,

@@ -10,12 +10,11 @@ use crate::config::ServerConfig;
 use crate::spin::SpinGate;
 use crate::tls::ServerTls;
 use parking_lot::RwLock;
-use shoal_cluster::control::call_blocking_with;
+use shoal_cluster::control::call_blocking_any;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::table_id;
 use shoal_engine::{Store, StoreError, StreamShape, TableId};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,7 +118,8 @@ impl ServerContext {
             let weak = Arc::downgrade(&store);
             node.replicator.set_segment_source(Arc::new(move |id| weak.upgrade()?.segment_copy(id)));
         }
-        let tables = TableRegistry::new(store.clone(), cluster.as_ref().map(|c| (c.coordinator, c.auth.clone())));
+        let tables =
+            TableRegistry::new(store.clone(), cluster.as_ref().map(|c| (c.coordinator.clone(), c.auth.clone())));
         if let Some(node) = &cluster {
             tables.sync(&node.map());
         }
@@ -211,7 +211,7 @@ pub struct TableRegistry {
     /// In a cluster, tables are the coordinator's: created and dropped
     /// there (over connections authenticated as this server), and learnt
     /// from the cluster map.
-    coordinator: Option<(SocketAddr, ControlAuth)>,
+    coordinator: Option<(shoal_cluster::CoordinatorAddrs, ControlAuth)>,
     inner: RwLock<Registry>,
     /// Changes whenever a table is created or dropped, so that a connection
     /// may cache name lookups and check them with one load.
@@ -242,7 +242,7 @@ struct Registry {
 }
 
 impl TableRegistry {
-    fn new(store: Arc<Store>, coordinator: Option<(SocketAddr, ControlAuth)>) -> TableRegistry {
+    fn new(store: Arc<Store>, coordinator: Option<(shoal_cluster::CoordinatorAddrs, ControlAuth)>) -> TableRegistry {
         TableRegistry {
             store,
             coordinator,
@@ -358,7 +358,7 @@ impl TableRegistry {
                 TableKind::Stream(shape) => (false, Some(shape)),
             };
             let req = ControlRequest::CreateTable { name: name.to_owned(), span: 0, slots, chunks, stream };
-            let table = match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
+            let table = match call_blocking_any(coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(ControlResponse::Table { table }) => table,
                 Ok(other) => return Err(TableError::Coordinator(format!("unexpected answer {other:?}"))),
                 // A stream's shape the coordinator refuses: say why now.
@@ -390,7 +390,7 @@ impl TableRegistry {
     pub fn drop_table(&self, name: &str) -> Result<bool, TableError> {
         if let Some((coordinator, auth)) = &self.coordinator {
             let req = ControlRequest::DropTable { name: name.to_owned() };
-            match call_blocking_with(*coordinator, auth, &req, COORDINATOR_TIMEOUT) {
+            match call_blocking_any(coordinator, auth, &req, COORDINATOR_TIMEOUT) {
                 Ok(_) => {}
                 Err(ControlError::Refused { code: ControlErrorCode::NotFound, .. }) => return Ok(false),
                 Err(e) => return Err(TableError::Coordinator(e.to_string())),

@@ -21,7 +21,6 @@ use shoal_client::{
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
-use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,10 +44,12 @@ pub struct Common {
     /// The server's native-protocol address.
     #[arg(long, default_value = "127.0.0.1:7700", value_name = "HOST:PORT")]
     pub server: String,
-    /// A cluster's coordinator: requests go straight to each key's master,
-    /// found in the cluster's tablet map (overrides --server).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub coordinator: Option<SocketAddr>,
+    /// A cluster's coordinator, or its coordinators comma-separated (a
+    /// leader and its standbys: the leader is the one that answers):
+    /// requests go straight to each key's master, found in the cluster's
+    /// tablet map (overrides --server).
+    #[arg(long, value_name = "IP:PORT[,IP:PORT...]")]
+    pub coordinator: Option<shoal_cluster::CoordinatorAddrs>,
     /// Print one JSON object per line (errors too) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -631,7 +632,7 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
     };
     let outcome = match cmd {
         ClientCommand::Load(a) => load::run(a),
-        ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(*c, common),
+        ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(c, common),
         _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
     };
     match outcome {
@@ -671,8 +672,8 @@ fn client_config(common: &Common) -> Result<ClientConfig, CliError> {
 fn connect(common: &Common) -> Result<Client, CliError> {
     let config = client_config(common)?;
     let target = Target { server: &common.server, table: "", key: None };
-    if let Some(coordinator) = common.coordinator {
-        return Client::connect_cluster(coordinator, config).map_err(|e| CliError {
+    if let Some(coordinator) = &common.coordinator {
+        return Client::connect_cluster(coordinator.clone(), config).map_err(|e| CliError {
             kind: "connection",
             message: format!("cannot reach the cluster of {coordinator}: {e}"),
             code: UNREACHABLE,

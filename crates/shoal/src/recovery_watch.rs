@@ -13,10 +13,9 @@
 
 use crate::progress::{Progress, Stream, Task, Unit};
 use serde_json::Value;
-use shoal_cluster::control::call_blocking_with;
-use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse};
+use shoal_cluster::control::call_blocking_any;
+use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse, CoordinatorAddrs};
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// How often the coordinator is asked.
@@ -26,7 +25,7 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Watches the recoveries of the cluster of one coordinator.
 pub struct RecoveryWatch {
-    coordinator: SocketAddr,
+    coordinator: CoordinatorAddrs,
     /// How to reach it (internal TLS when the cluster uses it).
     auth: ControlAuth,
     progress: Progress,
@@ -38,7 +37,7 @@ pub struct RecoveryWatch {
 }
 
 impl RecoveryWatch {
-    pub fn new(coordinator: SocketAddr, auth: ControlAuth) -> RecoveryWatch {
+    pub fn new(coordinator: CoordinatorAddrs, auth: ControlAuth) -> RecoveryWatch {
         RecoveryWatch {
             coordinator,
             auth,
@@ -62,7 +61,7 @@ impl RecoveryWatch {
             return;
         }
         self.last_poll = Some(Instant::now());
-        let stats = match call_blocking_with(self.coordinator, &self.auth, &ControlRequest::Stats, TIMEOUT) {
+        let stats = match call_blocking_any(&self.coordinator, &self.auth, &ControlRequest::Stats, TIMEOUT) {
             Ok(ControlResponse::Stats { stats }) => stats,
             _ => return,
         };

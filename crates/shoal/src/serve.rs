@@ -15,7 +15,9 @@
 
 use crate::recovery_watch::RecoveryWatch;
 use clap::ValueEnum;
-use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, ServerState};
+use shoal_cluster::{ClusterMap, ControlAuth, ControlClient, CoordinatorAddrs, ServerState};
+use shoal_common::dirlock::DirLock;
+use shoal_coordinator::local_etcd::LocalEtcd;
 use shoal_server::{init_logging, ByteSize, ReplicationMode, Server, ServerArgs, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,12 +45,31 @@ pub struct LocalCommand {
     pub sc_group_size: Option<u32>,
     /// Directory holding the coordinator's state and one data directory per
     /// server. Starting again with the same root restarts the same cluster,
-    /// with every acknowledged write.
+    /// with every acknowledged write. One `shoal local` at a time: a second
+    /// one on a root in use is refused (<root>/shoal-local.lock).
     #[arg(long, default_value = "shoal-local", value_name = "DIR")]
     pub root: PathBuf,
-    /// Port of the coordinator; 0 picks a free port.
+    /// Port of the coordinator (with --etcd, of the first; the second uses
+    /// this + 1); 0 picks free ports.
     #[arg(long, default_value_t = 7600, value_name = "PORT")]
     pub coordinator_port: u16,
+    /// Keep the coordinators' state in a real etcd started here (Debian's
+    /// etcd-server; data and log in <root>/etcd), and run two coordinators:
+    /// a leader and a standby that takes over within seconds if the
+    /// leader dies (docs/coordinator.md, "Standby coordinators"). A root
+    /// keeps the choice it was first started with.
+    #[arg(long)]
+    pub etcd: bool,
+    /// Members of that etcd cluster.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "etcd",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=7))]
+    pub etcd_nodes: usize,
+    /// Client port of the first etcd member; member i uses this + 2i and
+    /// peer port this + 2i + 1. 0 picks free ports (then a root's etcd of
+    /// several members cannot be started again: its members remember
+    /// their peers' ports).
+    #[arg(long, default_value_t = 2379, value_name = "PORT", requires = "etcd")]
+    pub etcd_port: u16,
     /// Native protocol port of the first server; server i uses this + i.
     /// 0 lets every server pick a free port.
     #[arg(long, default_value_t = shoal_server::DEFAULT_NATIVE_PORT, value_name = "PORT")]
@@ -145,6 +166,8 @@ pub struct LocalCommand {
 /// The cluster secret of `shoal local` (and of `shoal bench recovery`'s
 /// clusters), in their root.
 pub(crate) const SECRET_FILE: &str = "cluster-secret";
+/// The lock file in `shoal local`'s root, held while it runs (with its PID).
+pub(crate) const ROOT_LOCK_FILE: &str = "shoal-local.lock";
 
 /// Starts a server from `args` over `base`, logs, and waits for a signal.
 fn start(args: ServerArgs, base: ServerConfig) -> Result<Server, String> {
@@ -279,31 +302,68 @@ fn spawn_with_env(exe: &Path, args: &[String], env: &[(&str, &str)], dir: &Path)
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))
 }
 
-/// Waits until the coordinator at `addr` answers.
+/// Waits until a coordinator at `addrs` answers (the leader, with etcd);
+/// fails if one of them exits first.
 fn wait_for_coordinator(
-    addr: SocketAddr,
+    addrs: &CoordinatorAddrs,
     auth: &ControlAuth,
-    log: &Path,
+    logs: &[PathBuf],
     deadline: Instant,
-    child: &mut Child,
+    procs: &mut Processes,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let where_ = logs.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(", ");
     loop {
-        let mut c = ControlClient::new(addr).with_timeout(Duration::from_millis(500)).with_auth(auth.clone());
+        let mut c = ControlClient::new(addrs.clone()).with_timeout(Duration::from_millis(500)).with_auth(auth.clone());
         if runtime.block_on(c.get_map()).is_ok() {
             return Ok(());
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the coordinator exited ({status}); see {}", log.display()));
+        for (name, child) in &mut procs.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("{name} exited ({status}); see {where_}"));
+            }
         }
         if Instant::now() >= deadline {
-            return Err(format!("the coordinator did not start in time; see {}", log.display()));
+            return Err(format!("the coordinator did not start in time; see {where_}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Starts `nodes` etcd members under `dir`, member i on client port
+/// `port + 2i` and peer port `port + 2i + 1` (free ports when `port` is 0).
+fn start_etcd(dir: &Path, nodes: usize, port: u16) -> Result<LocalEtcd, String> {
+    if !shoal_coordinator::local_etcd::etcd_installed() {
+        return Err(format!(
+            "--etcd needs etcd ({} not found; on Debian: apt-get install etcd-server)",
+            shoal_coordinator::local_etcd::etcd_binary().display()
+        ));
+    }
+    let mut ports = Vec::new();
+    for i in 0..nodes {
+        ports.push(match port {
+            0 => (pick_port(0)?, pick_port(0)?),
+            p => {
+                let client = p.checked_add(2 * i as u16).ok_or("--etcd-port is too high")?;
+                (client, client.checked_add(1).ok_or("--etcd-port is too high")?)
+            }
+        });
+    }
+    for &(client, _) in &ports {
+        if std::net::TcpListener::bind(("127.0.0.1", client)).is_err() {
+            return Err(format!("etcd's client port {client} is in use; give --etcd-port (0: free ports)"));
+        }
+    }
+    LocalEtcd::start(dir, &ports).map_err(|e| format!("cannot start etcd: {e}"))
+}
+
+/// Runs `f` to completion on a runtime of its own; `None` if no runtime
+/// can be made.
+fn runtime_block_on<T>(f: impl std::future::Future<Output = Option<T>>) -> Option<T> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?.block_on(f)
 }
 
 /// `port`, or a free port of 127.0.0.1 if it is 0.
@@ -331,6 +391,17 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the shoal executable: {e}"))?;
     std::fs::create_dir_all(&cmd.root).map_err(|e| format!("cannot create {}: {e}", cmd.root.display()))?;
     let root = cmd.root.canonicalize().map_err(|e| format!("{}: {e}", cmd.root.display()))?;
+    // Held until this function returns, after every process stopped: a
+    // second run on this root would otherwise truncate the coordinator's
+    // log, and its servers would find the first run's coordinator on the
+    // port and enlist there with data directories that live servers use.
+    let _root_lock = DirLock::acquire(&root, ROOT_LOCK_FILE).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => format!(
+            "{} is already running a cluster ({e}); stop that `shoal local` first, or give another --root",
+            root.display()
+        ),
+        _ => format!("cannot lock {}: {e}", root.join(ROOT_LOCK_FILE).display()),
+    })?;
     let secret = root.join(SECRET_FILE);
     shoal_cluster::auth::ClusterSecret::create_or_load(&secret).map_err(|e| e.to_string())?;
     let secret = secret.display().to_string();
@@ -359,47 +430,100 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         }
         None => ControlAuth::anonymous(),
     };
+    // A root keeps its cluster's state in one place: the directory store or etcd.
+    let dir_state = root.join("coordinator/state").join(shoal_coordinator::store::STATE_FILE);
+    let etcd_root = root.join("etcd");
+    if cmd.etcd && dir_state.exists() {
+        return Err(format!(
+            "{}'s cluster keeps its coordinator's state in {}: start it without --etcd (or use another --root)",
+            root.display(),
+            dir_state.display()
+        ));
+    }
+    if !cmd.etcd && etcd_root.exists() {
+        return Err(format!(
+            "{}'s cluster keeps its coordinators' state in etcd ({}): start it with --etcd (or use another --root)",
+            root.display(),
+            etcd_root.display()
+        ));
+    }
+    // Declared before the processes: dropped (stopped) after them, so that
+    // the leader can resign.
+    let etcd = match cmd.etcd {
+        true => Some(start_etcd(&etcd_root, cmd.etcd_nodes, cmd.etcd_port)?),
+        false => None,
+    };
     let mut procs = Processes(Vec::new());
     let signals = Signals::install()?;
 
-    // The coordinator, and its address once it listens.
-    let cdir = root.join("coordinator");
-    let log = cdir.join("log");
-    let _ = std::fs::remove_file(&log);
-    let coordinator: SocketAddr = format!("127.0.0.1:{}", pick_port(cmd.coordinator_port)?)
-        .parse()
-        .map_err(|e| format!("bad coordinator address: {e}"))?;
-    let mut args = vec![
-        "coordinator".to_string(),
-        "--listen".into(),
-        coordinator.to_string(),
-        "--data-dir".into(),
-        cdir.join("state").display().to_string(),
-        "--log-level".into(),
-        cmd.log_level.clone(),
-        "--cluster-secret-file".into(),
-        secret.clone(),
-    ];
-    if let Some(r) = cmd.replicas {
-        args.extend(["--replicas".into(), r.to_string()]);
-    }
-    if let Some(n) = cmd.sc_group_size {
-        args.extend(["--sc-group-size".into(), n.to_string()]);
-    }
+    // The coordinators (one, or a leader and a standby with --etcd), and
+    // their addresses once one listens.
+    let count = if cmd.etcd { 2 } else { 1 };
     let metrics = metrics_ports(cmd);
-    // The coordinator's HTTP port is picked here when free, so that the
-    // dashboard's address can be printed.
-    let http = match metrics {
-        Some((port, _)) => Some(SocketAddr::new(coordinator.ip(), pick_port(port)?)),
-        None => None,
-    };
-    if let Some(http) = http {
-        args.extend(["--metrics-port".into(), http.port().to_string()]);
+    let mut addrs = Vec::new();
+    let mut https = Vec::new();
+    let mut logs = Vec::new();
+    for i in 0..count {
+        let cdir = match i {
+            0 => root.join("coordinator"),
+            _ => root.join(format!("coordinator-{i}")),
+        };
+        let log = cdir.join("log");
+        let _ = std::fs::remove_file(&log);
+        let base = if cmd.coordinator_port == 0 { 0 } else { cmd.coordinator_port.saturating_add(i as u16) };
+        let coordinator: SocketAddr =
+            format!("127.0.0.1:{}", pick_port(base)?).parse().map_err(|e| format!("bad coordinator address: {e}"))?;
+        let mut args = vec![
+            "coordinator".to_string(),
+            "--listen".into(),
+            coordinator.to_string(),
+            "--data-dir".into(),
+            cdir.join("state").display().to_string(),
+            "--log-level".into(),
+            cmd.log_level.clone(),
+            "--cluster-secret-file".into(),
+            secret.clone(),
+        ];
+        if let Some(etcd) = &etcd {
+            args.extend(["--etcd".into(), etcd.endpoints().join(","), "--etcd-prefix".into(), "/shoal/local".into()]);
+        }
+        if let Some(r) = cmd.replicas {
+            args.extend(["--replicas".into(), r.to_string()]);
+        }
+        if let Some(n) = cmd.sc_group_size {
+            args.extend(["--sc-group-size".into(), n.to_string()]);
+        }
+        // The coordinator's HTTP port is picked here when free, so that the
+        // dashboard's address can be printed.
+        let http = match metrics {
+            Some((0, _)) => Some(SocketAddr::new(coordinator.ip(), pick_port(0)?)),
+            Some((port, _)) => Some(SocketAddr::new(coordinator.ip(), port.saturating_add(i as u16))),
+            None => None,
+        };
+        if let Some(http) = http {
+            args.extend(["--metrics-port".into(), http.port().to_string()]);
+        }
+        args.extend(internal_flags("coordinator")?);
+        // Whatever answers on the port is taken for this run's coordinator:
+        // make sure it is not another cluster's.
+        if let Err(e) = std::net::TcpListener::bind(coordinator) {
+            return Err(format!(
+                "the coordinator's address {coordinator} is in use ({e}): another cluster runs there? \
+                 Stop it, or give --coordinator-port (0: a free one)"
+            ));
+        }
+        let name = match (i, count) {
+            (_, 1) => "the coordinator".to_string(),
+            _ => format!("the coordinator in {}", cdir.file_name().unwrap_or_default().to_string_lossy()),
+        };
+        procs.0.push((name, spawn(&exe, &args, &cdir)?));
+        addrs.push(coordinator);
+        https.push(http);
+        logs.push(log);
     }
-    args.extend(internal_flags("coordinator")?);
-    procs.0.push(("the coordinator".into(), spawn(&exe, &args, &cdir)?));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    wait_for_coordinator(coordinator, &local_auth, &log, deadline, &mut procs.0[0].1)?;
+    let coordinator = CoordinatorAddrs::new(addrs.clone()).expect("at least one coordinator");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_for_coordinator(&coordinator, &local_auth, &logs, deadline, &mut procs)?;
 
     for i in 0..cmd.servers {
         let dir = root.join(format!("server-{i}"));
@@ -469,20 +593,49 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
     }
 
     // Wait until every server serves (a restart first replays the logs).
-    let map = wait_for_cluster(coordinator, &local_auth, cmd.servers, &mut procs, &signals)?;
+    let map = wait_for_cluster(&coordinator, &local_auth, cmd.servers, &mut procs, &signals)?;
     let Some(map) = map else {
         procs.stop();
         return Ok(());
     };
+    // The banner only for a cluster whose every process is still running.
+    for (name, child) in &mut procs.0 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{name} exited during startup ({status}); see its log under {}", root.display()));
+        }
+    }
     println!(
-        "Shoal is running on this machine: a coordinator and {} server{}, {} of memory each, {} replica(s) per segment.",
+        "Shoal is running on this machine: {} and {} server{}, {} of memory each, {} replica(s) per segment.",
+        if etcd.is_some() { "two coordinators (a leader and a standby)" } else { "a coordinator" },
         cmd.servers,
         if cmd.servers == 1 { "" } else { "s" },
         cmd.memory,
         map.replicas
     );
-    println!("  coordinator:     {coordinator}");
+    // The leader is the one that answered (standbys do not listen).
+    let leader = ControlClient::new(coordinator.clone()).with_auth(local_auth.clone());
+    let leader = runtime_block_on(async move {
+        let mut leader = leader;
+        leader.get_map().await.ok().map(|_| leader.addr())
+    });
+    match &etcd {
+        None => println!("  coordinator:     {coordinator}"),
+        Some(etcd) => {
+            for a in &addrs {
+                let role = if Some(*a) == leader { "leader" } else { "standby" };
+                println!("  coordinator:     {a} ({role})");
+            }
+            println!(
+                "  etcd:            {} ({} member{}; the coordinators' state, under /shoal/local)",
+                etcd.endpoints().join(","),
+                cmd.etcd_nodes,
+                if cmd.etcd_nodes == 1 { "" } else { "s" }
+            );
+        }
+    }
+    let http = addrs.iter().zip(&https).find(|(a, _)| Some(**a) == leader).and_then(|(_, h)| *h).or(https[0]);
     match http {
+        Some(http) if etcd.is_some() => println!("  dashboard:       http://{http}/ (the leader's)"),
         Some(http) => println!("  dashboard:       http://{http}/"),
         None => println!("  dashboard:       off (--no-metrics)"),
     }
@@ -588,7 +741,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
 
 /// Polls the coordinator until `n` servers are up; `None` if a signal came first.
 fn wait_for_cluster(
-    coordinator: SocketAddr,
+    coordinator: &CoordinatorAddrs,
     auth: &ControlAuth,
     n: usize,
     procs: &mut Processes,
@@ -598,7 +751,7 @@ fn wait_for_cluster(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    let mut client = ControlClient::new(coordinator).with_auth(auth.clone());
+    let mut client = ControlClient::new(coordinator.clone()).with_auth(auth.clone());
     let started = Instant::now();
     let mut said = false;
     loop {

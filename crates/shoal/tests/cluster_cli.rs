@@ -8,6 +8,7 @@ use common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn shoal(args: &[&str]) -> Output {
@@ -131,25 +132,23 @@ impl Drop for Local {
     }
 }
 
-#[test]
-fn local_reports_the_recovery_of_a_killed_server() {
+/// `shoal local --servers N` on `root` with the coordinator on `port`
+/// and free ports elsewhere, its stdout collected line by line.
+fn start_local(root: &std::path::Path, servers: usize, port: &str) -> (Local, Arc<Mutex<String>>) {
     use std::io::BufRead;
-    let root = Root::new("cluster-cli-local");
-    let coordinator = format!("127.0.0.1:{}", free_port());
-    let port = coordinator.rsplit(':').next().unwrap().to_string();
     let mut child = Command::new(SHOAL)
-        .args(["local", "--servers", "4", "--replicas", "1", "--memory", "64MiB", "--log-level", "info"])
-        .args(["--coordinator-port", &port, "--native-port", "0", "--resp-port", "0"])
+        .args(["local", "--servers", &servers.to_string(), "--replicas", "1", "--memory", "64MiB"])
+        .args(["--log-level", "info", "--coordinator-port", port, "--native-port", "0", "--resp-port", "0"])
         .args(["--memcached-port", "0", "--backup-port", "0"])
         .arg("--root")
-        .arg(root.0.join("local"))
+        .arg(root)
         .env_remove("SHOAL_PASSWORD")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // stdout is a pipe: plain lines, collected as they come.
-    let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let out = Arc::new(Mutex::new(String::new()));
     let stdout = child.stdout.take().unwrap();
     let collected = out.clone();
     std::thread::spawn(move || {
@@ -159,17 +158,89 @@ fn local_reports_the_recovery_of_a_killed_server() {
             o.push('\n');
         }
     });
-    let local = Local(child);
-    let wait_for = |what: &str, secs: u64| {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if out.lock().unwrap().contains(what) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "no {what:?} in: {}", out.lock().unwrap());
-            std::thread::sleep(Duration::from_millis(100));
+    (Local(child), out)
+}
+
+/// Waits up to `secs` for `what` in `out`.
+fn wait_for(out: &Mutex<String>, what: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if out.lock().unwrap().contains(what) {
+            return;
         }
+        assert!(Instant::now() < deadline, "no {what:?} in: {}", out.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn local_refuses_a_root_that_is_already_running() {
+    let root = Root::new("cluster-cli-local-twice");
+    let dir = root.0.join("local");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let port = coordinator.rsplit(':').next().unwrap().to_string();
+    let (first, out) = start_local(&dir, 2, &port);
+    wait_for(&out, "Stop with Ctrl-C.", 60);
+    let log = dir.join("coordinator/log");
+    let log_before = std::fs::metadata(&log).unwrap().len();
+    let map_before = ok(&["stats", "--coordinator", &coordinator, "--json"]);
+
+    // Same root, even on other ports: refused at once, nothing started.
+    let started = Instant::now();
+    let second = Command::new(SHOAL)
+        .args(["local", "--servers", "2", "--coordinator-port", "0", "--native-port", "0", "--resp-port", "0"])
+        .args(["--memcached-port", "0", "--backup-port", "0", "--root"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(!second.status.success(), "the second run succeeded: {stdout}{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "refused only after {:?}", started.elapsed());
+    assert!(stderr.contains("is already running a cluster"), "{stderr}");
+    assert!(stderr.contains(&format!("(process {})", first.0.id())), "the message names the holder: {stderr}");
+    assert!(!stdout.contains("Shoal is running"), "no banner: {stdout}");
+
+    // Another root on the live coordinator's port: refused too, rather
+    // than its servers enlisting with the first run's coordinator.
+    let other = root.0.join("other");
+    let third = Command::new(SHOAL)
+        .args(["local", "--servers", "1", "--coordinator-port", &port, "--native-port", "0", "--resp-port", "0"])
+        .args(["--memcached-port", "0", "--backup-port", "0", "--no-metrics", "--root"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(!third.status.success(), "the run on a taken port succeeded: {stderr}");
+    assert!(stderr.contains(&format!("{coordinator} is in use")), "{stderr}");
+    assert!(!String::from_utf8_lossy(&third.stdout).contains("Shoal is running"));
+
+    // The first cluster did not notice: its coordinator's log was not
+    // truncated and it gained no server.
+    assert!(std::fs::metadata(&log).unwrap().len() >= log_before, "the live coordinator's log was truncated");
+    // `stats --json`'s first line is the coordinator's object.
+    let servers = |json: &str| {
+        let first: Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+        first["coordinator"]["servers"].as_array().unwrap().len()
     };
+    let map_after = ok(&["stats", "--coordinator", &coordinator, "--json"]);
+    assert_eq!(servers(&map_after), servers(&map_before));
+    assert_eq!(servers(&map_after), 2);
+
+    // Stopped, the root is free again: a new run resumes it.
+    drop(first);
+    let (_again, out) = start_local(&dir, 2, &port);
+    wait_for(&out, "Stop with Ctrl-C.", 60);
+    assert_eq!(servers(&ok(&["stats", "--coordinator", &coordinator, "--json"])), 2);
+}
+
+#[test]
+fn local_reports_the_recovery_of_a_killed_server() {
+    let root = Root::new("cluster-cli-local");
+    let coordinator = format!("127.0.0.1:{}", free_port());
+    let port = coordinator.rsplit(':').next().unwrap().to_string();
+    let (local, out) = start_local(&root.0.join("local"), 4, &port);
+    let wait_for = |what: &str, secs: u64| wait_for(&out, what, secs);
     wait_for("Stop with Ctrl-C.", 60);
     ok(&["create-table", "t", "--coordinator", &coordinator]);
     for i in 0..50 {
@@ -186,4 +257,27 @@ fn local_reports_the_recovery_of_a_killed_server() {
     wait_for(&format!("server {} died: recovery ", id.trim()), 60);
     wait_for("recovered in ", 60);
     assert_eq!(ok(&["get", "t", "k7", "--coordinator", &coordinator]), "v\n(version 1)\n");
+}
+
+#[test]
+fn a_second_server_on_a_data_directory_in_use_is_refused() {
+    let root = Root::new("cluster-cli-server-twice");
+    let cluster = Cluster::start(&root.0, 1, 0, 0);
+    let before = cluster.wait_up(1);
+    let mut second = cluster.spawn_server(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "a second server runs on server-0's data directory");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let log = std::fs::read_to_string(root.0.join("server-0/log")).unwrap();
+    assert!(log.contains("server.lock is locked by another running process (process"), "{log}");
+    // It enlisted nothing: the cluster still has its one server, as it was.
+    let after = cluster.map().unwrap();
+    assert_eq!(after.servers, before.servers);
+    assert_eq!(after.version, before.version);
 }

@@ -60,7 +60,7 @@ impl Cluster {
         let servers = (0..n)
             .map(|i| {
                 let mut config = ServerConfig {
-                    coordinator: Some(coordinator.local_addr()),
+                    coordinator: Some(coordinator.local_addr().into()),
                     data_dir: Some(root.join(format!("server{i}"))),
                     native_port: 0,
                     resp_port: 0,

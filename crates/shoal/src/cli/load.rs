@@ -87,8 +87,8 @@ pub(super) fn run(a: &LoadArgs) -> Result<(), CliError> {
 async fn load(a: &LoadArgs, config: shoal_client::ClientConfig) -> Result<(), CliError> {
     let server = a.common.server.as_str();
     let t = Target { server, table: &a.table, key: None };
-    let client = match a.common.coordinator {
-        Some(coordinator) => Client::connect_cluster(coordinator, config).await.map_err(|e| CliError {
+    let client = match &a.common.coordinator {
+        Some(coordinator) => Client::connect_cluster(coordinator.clone(), config).await.map_err(|e| CliError {
             kind: "connection",
             message: format!("cannot reach the cluster of {coordinator}: {e}"),
             code: super::UNREACHABLE,

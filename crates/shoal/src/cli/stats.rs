@@ -10,10 +10,9 @@ use super::{client_config, print_stats, stats_json, CliError, Common, Target, UN
 use serde_json::{json, Value};
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, Stats};
-use shoal_cluster::control::call_blocking_with;
-use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse, ServerInfo, ServerState};
+use shoal_cluster::control::call_blocking_any;
+use shoal_cluster::{ControlAuth, ControlRequest, ControlResponse, CoordinatorAddrs, ServerInfo, ServerState};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// What one server said.
@@ -26,7 +25,7 @@ enum Answer {
 }
 
 /// Prints the cluster's statistics and every server's.
-pub(super) fn cluster(coordinator: SocketAddr, common: &Common) -> Result<(), CliError> {
+pub(super) fn cluster(coordinator: &CoordinatorAddrs, common: &Common) -> Result<(), CliError> {
     let timeout = Duration::from_secs_f64(common.timeout);
     let tls = common.internal_tls().map_err(|message| CliError { kind: "usage", message, code: USAGE })?;
     let auth = ControlAuth::anonymous_tls(tls);
@@ -108,12 +107,12 @@ fn state_name(state: ServerState) -> &'static str {
 
 /// One control request, over internal TLS when the flags give it.
 fn control(
-    coordinator: SocketAddr,
+    coordinator: &CoordinatorAddrs,
     auth: &ControlAuth,
     req: ControlRequest,
     timeout: Duration,
 ) -> Result<ControlResponse, CliError> {
-    call_blocking_with(coordinator, auth, &req, timeout).map_err(|e| CliError {
+    call_blocking_any(coordinator, auth, &req, timeout).map_err(|e| CliError {
         kind: "connection",
         message: format!("cannot reach the coordinator at {coordinator}: {e}"),
         code: UNREACHABLE,

@@ -260,7 +260,7 @@ impl WriteLoad {
     /// Starts `threads` clients; client t writes `keys(t, n)` for n = 1, 2,
     /// ... (skipping `None`) until [`WriteLoad::finish`] or a million writes.
     pub fn start(
-        coordinator: SocketAddr,
+        coordinator: impl Into<shoal_cluster::CoordinatorAddrs>,
         table: TableId,
         threads: usize,
         keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
@@ -270,12 +270,13 @@ impl WriteLoad {
 
     /// [`WriteLoad::start`] with clients configured as `config`.
     pub fn start_with(
-        coordinator: SocketAddr,
+        coordinator: impl Into<shoal_cluster::CoordinatorAddrs>,
         config: ClientConfig,
         table: TableId,
         threads: usize,
         keys: impl Fn(usize, u64) -> Option<Vec<u8>> + Send + Sync + 'static,
     ) -> WriteLoad {
+        let coordinator = coordinator.into();
         let stop = Arc::new(AtomicBool::new(false));
         let ledger: Ledger = Arc::new(Mutex::new(HashMap::new()));
         let acks = Arc::new(AtomicU64::new(0));
@@ -283,9 +284,9 @@ impl WriteLoad {
         let handles = (0..threads)
             .map(|t| {
                 let (stop, ledger, keys, acks) = (stop.clone(), ledger.clone(), keys.clone(), acks.clone());
-                let config = config.clone();
+                let (config, coordinator) = (config.clone(), coordinator.clone());
                 std::thread::spawn(move || {
-                    let mut c = Client::connect_cluster(coordinator, config.clone()).unwrap();
+                    let mut c = Client::connect_cluster(coordinator.clone(), config.clone()).unwrap();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) && n < 1_000_000 {
                         n += 1;
@@ -302,7 +303,7 @@ impl WriteLoad {
                                     break;
                                 }
                                 std::thread::sleep(Duration::from_millis(5));
-                                if let Ok(fresh) = Client::connect_cluster(coordinator, config.clone()) {
+                                if let Ok(fresh) = Client::connect_cluster(coordinator.clone(), config.clone()) {
                                     c = fresh;
                                 }
                             }
