@@ -74,6 +74,7 @@ pub struct Model {
     consistency: Consistency,
     cache_keys: u64,
     hot_filter: bool,
+    replicas: u32,
     request: Ps,
     sync: Ps,
     send: Ps,
@@ -118,6 +119,7 @@ impl Model {
             consistency: s.system.consistency,
             cache_keys: s.system.cache_keys,
             hot_filter: s.system.hot_filter,
+            replicas: s.system.replicas,
             request: us(c.request_us),
             sync: us(c.sync_us),
             send: us(c.send_us),
@@ -215,12 +217,18 @@ impl Model {
                 if entry == home {
                     p.core(owner, self.request, false);
                     p.mem(home, false);
+                    if req.write {
+                        self.replicate(p, home);
+                    }
                     p.client_out(home, reply);
                 } else {
                     p.core(Res::AnyCore(entry), self.send, false);
                     p.msg(entry, home, fwd, false);
                     p.core(owner, self.request, false);
                     p.mem(home, false);
+                    if req.write {
+                        self.replicate(p, home);
+                    }
                     p.msg(home, entry, reply, false);
                     p.core(Res::AnyCore(entry), self.receive, false);
                     p.client_out(entry, reply);
@@ -231,6 +239,9 @@ impl Model {
                 if entry == home {
                     p.core(Res::AnyCore(home), parse, false);
                     p.mem(home, false);
+                    if req.write {
+                        self.replicate(p, home);
+                    }
                     p.client_out(home, reply);
                 } else if req.write {
                     // Writes run on the home (exclusive writer), by RPC.
@@ -238,6 +249,7 @@ impl Model {
                     p.msg(entry, home, fwd, false);
                     p.core(Res::AnyCore(home), self.request + self.sync, false);
                     p.mem(home, false);
+                    self.replicate(p, home);
                     p.msg(home, entry, reply, false);
                     p.core(Res::AnyCore(entry), self.receive, false);
                     p.client_out(entry, reply);
@@ -291,6 +303,29 @@ impl Model {
         }
     }
 
+    /// The write just applied on `server` copied to its backups (the next
+    /// [`Model::replicas`] servers): the object out of its NIC to each, an
+    /// acknowledgement back, waited for before the write is acknowledged.
+    fn replicate(&self, p: &mut Planner, server: u32) {
+        if self.replicas == 0 {
+            return;
+        }
+        let object = self.header + self.key_b + self.value_b + self.meta_b;
+        p.core(Res::AnyCore(server), self.replicas as Ps * self.send, false);
+        let children = (1..=self.replicas)
+            .map(|i| {
+                let backup = (server + i) % self.servers;
+                let mut c = p.child();
+                c.msg(server, backup, object, false);
+                c.core(Res::AnyCore(backup), self.receive + self.send, false);
+                c.msg(backup, server, self.header, false);
+                c.core(Res::AnyCore(server), self.receive, false);
+                c.steps
+            })
+            .collect();
+        p.steps.push(Step::Fork { children, join: true });
+    }
+
     /// Performs a write of cached `key` on `writer` with the consistency's
     /// broadcast actions to the other members of the group.
     fn coherent_write(&self, p: &mut Planner, key: u64, writer: u32) {
@@ -320,6 +355,7 @@ impl Model {
         }
         p.steps.push(Step::Write { key, server: writer });
         p.mem(writer, false);
+        self.replicate(p, writer);
         if self.consistency == Consistency::Sc {
             p.steps.push(Step::Update { key, server: writer });
         }

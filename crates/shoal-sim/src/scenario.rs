@@ -106,6 +106,11 @@ pub struct System {
     /// Off (the seed's evaluated, transparent variant): every request goes
     /// to a random member, which forwards misses.
     pub hot_filter: bool,
+    /// Backups every write is copied to before it is acknowledged (Shoal's
+    /// R): the server that applies it sends the object to the next
+    /// `replicas` servers and waits for their acknowledgements. 0 (the
+    /// seed's model, and the default): writes are not replicated.
+    pub replicas: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,6 +209,7 @@ impl Default for System {
             group_size: 0,
             cache_keys: 250_000,
             hot_filter: false,
+            replicas: 0,
         }
     }
 }
@@ -277,6 +283,7 @@ impl Scenario {
         check(i.nic_gbit_s > 0.0 && i.memory_gbyte_s > 0.0, "bandwidths must be > 0")?;
         check(i.network_latency_us >= 0.0, "network_latency_us must be >= 0")?;
         check(i.servers.is_multiple_of(self.group_size()), "system.group_size must divide servers")?;
+        check(self.system.replicas < i.servers, "system.replicas must be below servers")?;
         check(w.keys >= 1, "workload.keys must be >= 1")?;
         check(w.zipf_exponent >= 0.0, "workload.zipf_exponent must be >= 0 (0: uniform)")?;
         check((0.0..=1.0).contains(&w.write_ratio), "workload.write_ratio must be in 0..=1")?;
