@@ -652,12 +652,7 @@ func scConvergence(cl *cluster, keys int) (string, []string) {
 				if !s.running() {
 					continue
 				}
-				rc, err := dialRESP(s.respAddr(), time.Second)
-				if err != nil {
-					continue
-				}
-				rep, err := rc.Do(5*time.Second, "GET", key)
-				rc.Close()
+				rep, err := respOnce(s.respAddr(), "GET", key)
 				if err != nil || rep.Kind != '$' {
 					continue
 				}
@@ -691,12 +686,7 @@ func scStats(cl *cluster) (int64, string) {
 		if !s.running() {
 			continue
 		}
-		rc, err := dialRESP(s.respAddr(), time.Second)
-		if err != nil {
-			continue
-		}
-		rep, err := rc.Do(5*time.Second, "INFO", "shoal")
-		rc.Close()
+		rep, err := respOnce(s.respAddr(), "INFO", "shoal")
 		if err != nil {
 			continue
 		}
@@ -716,4 +706,15 @@ func scStats(cl *cluster) (int64, string) {
 		parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(n, "sc_"), sum[n]))
 	}
 	return sum["sc_hits"], strings.Join(parts, " ")
+}
+
+// respOnce sends one command to addr on a connection of its own (1 s to
+// connect, 5 s for the reply).
+func respOnce(addr string, args ...string) (reply, error) {
+	rc, err := dialRESP(addr, time.Second)
+	if err != nil {
+		return reply{}, err
+	}
+	defer rc.Close()
+	return rc.Do(5*time.Second, args...)
 }
