@@ -21,14 +21,14 @@
 # namespace, link and process it made is removed on exit; processes are
 # ended by PID. Bounded: clusters x workloads x --duration.
 #
-#   bench/skew.sh                         # 3 runs, rate 20mbit, 4 servers
+#   bench/skew.sh                         # 3 runs, rate 10mbit, 4 servers
 #   bench/skew.sh --runs 1 --duration 5 --workloads C,B
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 servers=4
-rate=20mbit
+rate=10mbit
 records=100000
 duration=8
 threads=16
