@@ -636,8 +636,12 @@ impl Sc {
             grant.expelled = false;
             let st_ref = &mut *st;
             let mut invs = Vec::new();
+            let home = st_ref.group.as_ref().map(|g| &g.home);
             for p in st_ref.pending.values_mut() {
-                if strong && !p.barrier && p.epoch == current && p.value.is_some() {
+                // Every pending write of a key hot here, those whose update
+                // carries no value too (an expiry, a large value): the
+                // member must see their timestamps before any older update.
+                if strong && !p.barrier && p.epoch == current && home.is_some_and(|h| h.contains(&p.key)) {
                     p.need.entry(from).or_insert(now);
                     invs.push(Frame::Inv { ts: p.ts, key: p.key.clone() });
                 }
@@ -907,7 +911,12 @@ impl Sc {
             *self.filter.lock() = (EpochId::default(), Arc::new(Vec::new()));
             return;
         };
-        let same_membership = old_epoch.membership == epoch.membership;
+        // Copies are kept only into the next round of the same membership:
+        // a member that skipped a round may have missed one in which a key
+        // was cold at its home, and writes of a cold key send no
+        // invalidation (they wait for the barrier, which this member's
+        // confirmation of the later round releases).
+        let same_membership = old_epoch.membership == epoch.membership && epoch.round.0 == old_epoch.round.0 + 1;
         g.epoch = epoch;
         g.consistency = consistency;
         let members = g.view.members().to_vec();
@@ -921,9 +930,9 @@ impl Sc {
                 home.insert(k);
             } else if members.contains(&owner) {
                 let copy = match old_copies.remove(&k) {
-                    // A copy of the same membership stays coherent across
-                    // rounds: a write releases only with its acknowledgement
-                    // in the home's current epoch.
+                    // A copy kept into the next round stays coherent: a write
+                    // of a key hot in both releases only with its
+                    // acknowledgement in the home's current epoch.
                     Some(c) if same_membership => c,
                     _ => CachedKey::new(me, members.iter().copied().filter(|&m| m != owner).collect(), consistency),
                 };

@@ -19,7 +19,9 @@ pub fn agree<K: Hash + Eq + Ord + Clone>(reports: &[Vec<(K, u64)>], limit: usize
     let mut sums: HashMap<&K, u64> = HashMap::new();
     for report in reports {
         for (key, count) in report {
-            *sums.entry(key).or_default() += count;
+            // Counts come from other members' frames: never overflow.
+            let sum = sums.entry(key).or_default();
+            *sum = sum.saturating_add(*count);
         }
     }
     let mut all: Vec<(&K, u64)> = sums.into_iter().filter(|&(_, c)| c >= min_count.max(1)).collect();
@@ -30,6 +32,12 @@ pub fn agree<K: Hash + Eq + Ord + Clone>(reports: &[Vec<(K, u64)>], limit: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agree_saturates_counts_from_hostile_reports() {
+        let reports = vec![vec![("a", u64::MAX)], vec![("a", u64::MAX), ("b", 3)]];
+        assert_eq!(agree(&reports, 2, 1), vec!["a", "b"]);
+    }
 
     #[test]
     fn agree_sums_across_members_and_cuts() {
