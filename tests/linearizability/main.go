@@ -599,8 +599,8 @@ func recheckFile(path string, timeout time.Duration) int {
 	bad := 0
 	for _, c := range checks {
 		v := map[porcupine.CheckResult]string{porcupine.Ok: "legal", porcupine.Illegal: "illegal", porcupine.Unknown: "undecided (timed out)"}[c.res]
-		if c.narrowed {
-			v = "legal (by the narrowed history)"
+		if c.by != "" {
+			v = "legal (by the search with " + c.by + ")"
 		}
 		fmt.Printf("%s: %d operations, %s (%.1f s)\n", c.key, c.ops, v, c.took.Seconds())
 		if c.res == porcupine.Illegal {
