@@ -405,6 +405,11 @@ impl ServerConfig {
         if self.sc == ScSwitch::On && self.coordinator.is_none() {
             return bad("sc = on needs a cluster (a coordinator): symmetric caching is between servers".into());
         }
+        if self.sc == ScSwitch::On && self.eviction == Eviction::Oldest {
+            return bad("sc = on cannot be combined with eviction = oldest: an evicted hot key would stay readable \
+                        from the copies on the other servers of the group (eviction sends no invalidation)"
+                .into());
+        }
         if self.sc_epoch_ms == 0 {
             return bad("sc_epoch_ms must be at least 1".into());
         }
@@ -904,5 +909,22 @@ mod tests {
         c.client_buffer_budget = ByteSize(256 << 20);
         c.memory = ByteSize(1 << 20);
         assert!(c.validate().is_err(), "engine needs more memory");
+    }
+
+    #[test]
+    fn validate_refuses_symmetric_caching_with_eviction() {
+        let dir = std::env::temp_dir();
+        let mut c = ServerConfig {
+            coordinator: Some("127.0.0.1:1".parse::<std::net::SocketAddr>().expect("an address").into()),
+            data_dir: Some(dir),
+            sc: ScSwitch::On,
+            ..Default::default()
+        };
+        c.validate().expect("symmetric caching in a cluster");
+        c.eviction = Eviction::Oldest;
+        let e = c.validate().expect_err("an evicted hot key would stay readable from copies").to_string();
+        assert!(e.contains("sc = on cannot be combined with eviction = oldest"), "{e}");
+        c.sc = ScSwitch::Off;
+        c.validate().expect("eviction alone");
     }
 }

@@ -220,18 +220,37 @@ pub fn coordinator(args: &shoal_coordinator::CoordinatorArgs) -> ExitCode {
     }
 }
 
-/// The processes of a local cluster; stopped (SIGTERM, then SIGKILL after
-/// a grace period) when dropped.
-struct Processes(Vec<(String, Child)>);
+/// The processes of a local cluster (each with the log its standard error
+/// goes to); stopped (SIGTERM, then SIGKILL after a grace period) when
+/// dropped.
+struct Processes(Vec<(String, Child, PathBuf)>);
 
 impl Processes {
+    /// Fails, saying why, if one of the processes has exited: its exit
+    /// status and the last line of its log, which says why a process
+    /// refused to start (a bad setting, a port in use).
+    fn all_running(&mut self, during: &str) -> Result<(), String> {
+        for (name, child, log) in &mut self.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                let text = std::fs::read_to_string(&*log).unwrap_or_default();
+                let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+                let why = if last.is_empty() { String::new() } else { format!(": {last}") };
+                return Err(format!("{name} exited{during} ({status}){why} (log: {})", log.display()));
+            }
+        }
+        Ok(())
+    }
+
     fn stop(&mut self) {
-        for (_, child) in &mut self.0 {
-            // Only PIDs this process spawned and has not reaped yet.
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        for (_, child, _) in &mut self.0 {
+            // Only PIDs this process spawned and has not reaped yet (a
+            // child that has exited is reaped here, and not signalled).
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            }
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        for (name, child) in &mut self.0 {
+        for (name, child, _) in &mut self.0 {
             loop {
                 match child.try_wait() {
                     Ok(Some(_)) | Err(_) => break,
@@ -321,11 +340,7 @@ fn wait_for_coordinator(
         if runtime.block_on(c.get_map()).is_ok() {
             return Ok(());
         }
-        for (name, child) in &mut procs.0 {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("{name} exited ({status}); see {where_}"));
-            }
-        }
+        procs.all_running("")?;
         if Instant::now() >= deadline {
             return Err(format!("the coordinator did not start in time; see {where_}"));
         }
@@ -516,7 +531,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             (_, 1) => "the coordinator".to_string(),
             _ => format!("the coordinator in {}", cdir.file_name().unwrap_or_default().to_string_lossy()),
         };
-        procs.0.push((name, spawn(&exe, &args, &cdir)?));
+        procs.0.push((name, spawn(&exe, &args, &cdir)?, log.clone()));
         addrs.push(coordinator);
         https.push(http);
         logs.push(log);
@@ -589,7 +604,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         args.extend(internal_flags(&format!("server-{i}"))?);
         let env: Vec<(&str, &str)> = cmd.password.iter().map(|p| ("SHOAL_PASSWORD", p.as_str())).collect();
         // Named by its directory: its server id is the coordinator's to give.
-        procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?));
+        procs.0.push((format!("the server in server-{i}"), spawn_with_env(&exe, &args, &env, &dir)?, dir.join("log")));
     }
 
     // Wait until every server serves (a restart first replays the logs).
@@ -599,11 +614,7 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         return Ok(());
     };
     // The banner only for a cluster whose every process is still running.
-    for (name, child) in &mut procs.0 {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("{name} exited during startup ({status}); see its log under {}", root.display()));
-        }
-    }
+    procs.all_running(" during startup")?;
     println!(
         "Shoal is running on this machine: {} and {} server{}, {} of memory each, {} replica(s) per segment.",
         if etcd.is_some() { "two coordinators (a leader and a standby)" } else { "a coordinator" },
@@ -726,12 +737,12 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if signals.received() {
             break;
         }
-        for (name, child) in &mut procs.0 {
+        for (name, child, _) in &mut procs.0 {
             if let Ok(Some(status)) = child.try_wait() {
                 watch.progress().suspend(|| eprintln!("shoal: {name} exited ({status})"));
             }
         }
-        procs.0.retain_mut(|(_, c)| matches!(c.try_wait(), Ok(None)));
+        procs.0.retain_mut(|(_, c, _)| matches!(c.try_wait(), Ok(None)));
         watch.poll();
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -758,11 +769,7 @@ fn wait_for_cluster(
         if signals.received() {
             return Ok(None);
         }
-        for (name, child) in &mut procs.0 {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("{name} exited during startup ({status}); see its log under the root"));
-            }
-        }
+        procs.all_running(" during startup")?;
         if let Ok(map) = runtime.block_on(client.get_map()) {
             let up = map.servers.iter().filter(|s| s.state == ServerState::Up).count();
             if up >= n {

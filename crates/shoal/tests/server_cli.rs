@@ -187,6 +187,52 @@ fn local_with_a_password_gives_it_to_every_server() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Symmetric caching and eviction are refused together: an evicted hot key
+/// would stay readable from the copies on the other servers (eviction sends
+/// no invalidation). At start (a clear message, nothing started) and
+/// through CONFIG SET (Redis's refusal shape, nothing changed).
+#[test]
+fn symmetric_caching_refuses_eviction_at_start_and_through_config_set() {
+    let root = std::env::temp_dir().join(format!("shoal-local-sc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let ports = ["--coordinator-port", "0", "--resp-port", "0", "--native-port", "0", "--memcached-port", "0"];
+    let out = Command::new(SHOAL)
+        .arg("local")
+        .args(ports)
+        .args(["--backup-port", "0", "--memory", "64MiB", "--sc", "on", "--eviction", "oldest", "--root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot be combined with eviction"), "{err}");
+
+    let mut child = Command::new(SHOAL)
+        .args(["local", "--servers", "2"])
+        .args(ports)
+        .args(["--backup-port", "0", "--memory", "64MiB", "--sc", "on", "--cluster-mode", "off", "--root"])
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = lines_of(child.stdout.take().unwrap());
+    let line = wait_for(&out, ", Redis protocol ");
+    let addr = line.split(", Redis protocol ").nth(1).unwrap().split(',').next().unwrap().to_string();
+    wait_for(&out, "Redis protocol:");
+    assert_eq!(
+        resp(
+            &addr,
+            &[&["CONFIG", "SET", "maxmemory-policy", "allkeys-oldest"], &["CONFIG", "GET", "maxmemory-policy"]]
+        ),
+        "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - allkeys-oldest cannot be \
+         combined with symmetric caching (--sc on)\r\n*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n"
+    );
+    signal(&child, "-INT");
+    assert!(wait_exit(&mut child).success());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn server_reads_its_config_file_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("shoal-server-cli-{}", std::process::id()));

@@ -10,6 +10,7 @@
 //! value's parse and range. REWRITE and RESETSTAT reply a clear error.
 
 use super::{help, lookup_sub, unknown_subcommand, wrong_arity, CommandSpec};
+use crate::config::ScSwitch;
 use crate::context::ServerContext;
 use crate::resp::db::DATABASES;
 use crate::resp::frame::parse_i64;
@@ -234,6 +235,13 @@ fn config_set(ctx: &ServerContext, pairs: Args<'_>) -> Result<(), ErrorReply> {
     let mut values = Vec::with_capacity(chosen.len());
     for (s, name, value) in &chosen {
         values.push(s.value.parse(value).map_err(|why| failed(name, &why))?);
+    }
+    for ((s, name, _), v) in chosen.iter().zip(&values) {
+        if s.name == "maxmemory-policy" && *v == eviction_index(Eviction::Oldest) && ctx.config.sc == ScSwitch::On {
+            // An evicted hot key would stay readable from the copies on the
+            // other servers of the group: eviction sends no invalidation.
+            return Err(failed(name, "allkeys-oldest cannot be combined with symmetric caching (--sc on)"));
+        }
     }
     for ((s, _, _), v) in chosen.iter().zip(values) {
         (s.set)(ctx, v);
