@@ -263,13 +263,30 @@ pub struct Consumer {
     open: BTreeMap<u64, GroupCursor>,
     /// Groups with ids below this are known (finished or in `open`).
     known_below: u64,
+    /// Groups removed by retention before this consumer finished them.
+    removed: u64,
 }
 
 impl Consumer {
     /// A consumer of `streamlet` of stream `table` that asks for up to
     /// `max_bytes` a read, from the streamlet's first group.
     pub fn new(client: Client, table: TableId, streamlet: u32, max_bytes: u32) -> Consumer {
-        Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0 }
+        Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0, removed: 0 }
+    }
+
+    /// Groups that retention removed (`docs/streams.md`, "Retention")
+    /// before this consumer had read them to their end: their records
+    /// not read by then are lost to it, and it went on with the next
+    /// groups (as a Kafka consumer whose offset fell out of range).
+    pub fn groups_removed(&self) -> u64 {
+        self.removed
+    }
+
+    /// Whether group `id` is gone from the streamlet (removed by
+    /// retention): the streamlet's first group from `id` on is another.
+    async fn gone(&self, id: u64) -> Result<bool, StreamError> {
+        let d = self.client.describe_stream(self.table, self.streamlet, id, 1).await?;
+        Ok(d.groups.first().map(|g| g.id) != Some(id))
     }
 
     /// The offsets of the groups not finished yet (to resume from later
@@ -287,13 +304,21 @@ impl Consumer {
         offsets: &[StreamOffset],
         known_below: u64,
     ) -> Result<Consumer, StreamError> {
-        let mut c = Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0 };
+        let mut c = Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0, removed: 0 };
         for o in offsets {
+            if o.group >= known_below {
+                return Err(StreamError::Invalid(format!(
+                    "offset {o} is in a group the consumer had not seen (first unseen: {known_below})"
+                )));
+            }
             let d = c.client.describe_stream(table, streamlet, o.group, 1).await?;
-            let g = d.groups.first().filter(|g| g.id == o.group).ok_or_else(|| {
-                StreamError::Invalid(format!("group {} of streamlet {streamlet} does not exist", o.group))
-            })?;
-            c.open.insert(o.group, GroupCursor { log: g.log, at: *o });
+            match d.groups.first().filter(|g| g.id == o.group) {
+                Some(g) => {
+                    c.open.insert(o.group, GroupCursor { log: g.log, at: *o });
+                }
+                // Removed by retention since the offsets were taken.
+                None => c.removed += 1,
+            }
         }
         c.known_below = known_below;
         Ok(c)
@@ -355,12 +380,25 @@ impl Consumer {
     /// nothing new.
     pub async fn poll(&mut self) -> Result<Vec<Vec<u8>>, StreamError> {
         self.discover().await?;
-        let mut seen_logs = std::collections::HashSet::new();
-        let readable: Vec<u64> = self.open.iter().filter(|(_, c)| seen_logs.insert(c.log)).map(|(id, _)| *id).collect();
+        let mut read_logs = std::collections::HashSet::new();
         let mut out = Vec::new();
-        for id in readable {
-            let at = self.open[&id].at;
-            let c = self.client.consume(self.table, self.streamlet, at, self.max_bytes).await?;
+        // Each log's oldest unfinished group, in id order; a group removed
+        // by retention gives its place to the log's next one.
+        while let Some((id, at, log)) =
+            self.open.iter().find(|(_, c)| !read_logs.contains(&c.log)).map(|(id, c)| (*id, c.at, c.log))
+        {
+            let c = match self.client.consume(self.table, self.streamlet, at, self.max_bytes).await {
+                Ok(c) => c,
+                Err(e) => {
+                    if self.gone(id).await? {
+                        self.open.remove(&id);
+                        self.removed += 1;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            read_logs.insert(log);
             if c.end_of_group {
                 self.open.remove(&id);
             } else if let Some(g) = self.open.get_mut(&id) {

@@ -218,3 +218,76 @@ async fn a_consumer_resumes_from_committed_offsets() {
         Err(StreamError::Invalid(_))
     ));
 }
+
+/// Retention on a server (`--stream-retention-bytes`): while a producer
+/// appends 4x the limit, the server removes the oldest groups; a consumer
+/// that had stopped in a removed group goes on with the groups kept
+/// (counting what it lost), reads of a removed group say so, the groups
+/// kept hold at most the limit plus the open group, and the newest records
+/// are all there, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_removes_old_groups_and_consumers_go_on() {
+    let limit = 64 * 1024;
+    let config = ServerConfig {
+        native_port: 0,
+        resp_port: 0,
+        memcached_port: 0,
+        memory: ByteSize(64 << 20),
+        log_level: "warn".into(),
+        stream_retention_bytes: ByteSize(limit),
+        ..ServerConfig::default()
+    };
+    let server = Server::start(config).expect("server starts");
+    let client = Client::connect(server.addresses().native.unwrap()).await.unwrap();
+    let shape = StreamShape { streamlets: 1, logs: 1, segment_bytes: 4096, group_segments: 2, group_timeout_ms: 0 };
+    let (table, _) = client.create_stream("s", shape).await.unwrap();
+    let mut consumer = Consumer::new(client.clone(), table, 0, 1000);
+    let mut seq = 0u64;
+    let mut produce = |n: u64| {
+        let client = client.clone();
+        let from = seq;
+        seq += n;
+        async move {
+            for s in from..from + n {
+                let r = [&s.to_le_bytes()[..], &[0xab; 500]].concat();
+                client.produce(table, 0, 0, &[&r]).await.unwrap();
+            }
+        }
+    };
+    produce(20).await;
+    let first = consumer.poll().await.unwrap();
+    assert!(!first.is_empty());
+    let stopped_in = consumer.offsets().0[0];
+    produce(500).await; // about 4x the limit
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let groups = loop {
+        let d = client.describe_stream(table, 0, 0, 10_000).await.unwrap();
+        let kept: u64 = d.groups.iter().filter(|g| g.closed).map(|g| g.bytes).sum();
+        if d.groups.first().map(|g| g.id) > Some(stopped_in.group) && kept <= limit {
+            break d.groups;
+        }
+        assert!(std::time::Instant::now() < deadline, "retention did not run: {} groups", d.groups.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    match client.consume(table, 0, stopped_in, 1000).await {
+        Err(StreamError::Invalid(why)) => assert!(why.contains("removed by retention"), "{why}"),
+        other => panic!("a read of a removed group: {other:?}"),
+    }
+    // The consumer goes on with the kept groups, and reads them all.
+    let mut got = Vec::new();
+    loop {
+        let batch = consumer.poll().await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        got.extend(batch.iter().map(|r| u64::from_le_bytes(r[..8].try_into().unwrap())));
+    }
+    assert!(consumer.groups_removed() >= 1);
+    let kept_records: u64 = groups.iter().map(|g| g.records).sum();
+    assert!(got.len() as u64 >= kept_records, "{} read, {kept_records} kept", got.len());
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert_eq!(*got.last().unwrap(), 519, "the newest record is kept");
+    let stats = client.stats().await.unwrap();
+    let trimmed = stats.iter().find(|(name, _)| name == "stream_groups_trimmed").map(|(_, v)| format!("{v:?}"));
+    assert!(trimmed.as_ref().is_some_and(|t| t != "U64(0)"), "{trimmed:?}");
+}

@@ -36,6 +36,6 @@ pub use shoal_common::{
 };
 pub use store::{
     Commit, Consumed, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta, Produced, RejectRules, Replay,
-    ReplayError, ReplayReport, Store, StoreError, StoreStats, StreamError, Txn, WriteOp, MAX_ATOMIC_BATCH,
+    ReplayError, ReplayReport, Retention, Store, StoreError, StoreStats, StreamError, Txn, WriteOp, MAX_ATOMIC_BATCH,
     MAX_BATCH_RECORDS, RECORD_OVERHEAD,
 };

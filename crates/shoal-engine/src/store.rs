@@ -34,7 +34,7 @@ use std::time::Instant;
 mod chunks;
 mod streams;
 mod txn;
-pub use streams::{Consumed, GroupInfo, Produced, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};
+pub use streams::{Consumed, GroupInfo, Produced, Retention, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};
 pub use txn::{Commit, Txn};
 
 /// Applies reject rules to an object's current version (`None`: absent).
@@ -1787,6 +1787,9 @@ impl Store {
     pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
         inner.cids.rebuild_free_lists_of(&replay.chunk_nodes);
+        // Streams' trim points, whichever came first in the replay: the
+        // point or batches of the groups below it.
+        self.apply_trim_points();
         let mut report = replay.report;
         for (table, key, tv) in replay.tombs.into_values().flatten() {
             if !self.has_table(table) {

@@ -7,7 +7,7 @@
 #[allow(dead_code)] // the shared helpers this file does not call
 mod common;
 
-use shoal_engine::{RejectRules, Store, StreamError, StreamOffset, StreamShape, TableId, MAX_BATCH_RECORDS};
+use shoal_engine::{RejectRules, Retention, Store, StreamError, StreamOffset, StreamShape, TableId, MAX_BATCH_RECORDS};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -311,6 +311,137 @@ fn a_dropped_stream_is_cleaned_away_and_skipped_by_replay() {
     let wrong = Store::new(common::small_config(512, false)).unwrap();
     wrong.create_table(STREAM);
     assert!(wrong.replay(segs.iter().map(|s| s.1.as_slice())).is_err());
+}
+
+/// Retention by size: the oldest closed groups go, in id order, until the
+/// streamlet holds at most the limit (open groups stay whatever their
+/// size); their segments are cleaned away; consumes of them say they were
+/// removed and which groups are kept; and a replay of the log, although
+/// it still holds batches of the removed groups, brings none back
+/// (the trim point, an object under the streamlet's key, is replayed
+/// with them), whichever order the segments come in.
+#[test]
+fn retention_removes_the_oldest_groups_and_a_replay_does_not_bring_them_back() {
+    let store = Store::new(common::small_config(1024, false)).unwrap();
+    store.create_table(STREAM);
+    let one_log = StreamShape { logs: 1, ..shape() };
+    store.create_stream(STREAM, one_log).unwrap();
+    // 2 streamlets; streamlet 1 is left alone by retention below its limit.
+    for i in 0..60u64 {
+        store.produce(STREAM, 0, 0, &[record(0, i, 2000), record(0, i, 2000)]).unwrap();
+    }
+    store.produce(STREAM, 1, 0, &[record(1, 0, 100)]).unwrap();
+    let before = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    assert!(before.len() >= 10, "{} groups", before.len());
+    let limit = Retention { bytes: 40_000, age_ms: 0 };
+    let due = store.stream_retention_due(limit);
+    assert_eq!(due.len(), 1, "{due:?}");
+    let (table, streamlet, keep) = due[0];
+    assert_eq!((table, streamlet), (STREAM, 0));
+    // What is kept: the newest groups whose bytes fit, and the open one.
+    let kept_bytes: u64 = before.iter().filter(|g| g.id >= keep).map(|g| g.bytes).sum();
+    let first_kept = before.iter().find(|g| g.id >= keep).unwrap();
+    assert!(kept_bytes <= 40_000 || first_kept.id == before.last().unwrap().id, "{kept_bytes}");
+    assert!(kept_bytes + before.iter().rev().find(|g| g.id < keep).unwrap().bytes > 40_000);
+    let stats = store.stats();
+    store.mark_stream_trimmed(STREAM, 0, keep).unwrap();
+    let removed = store.trim_stream(STREAM, 0, keep).unwrap();
+    assert_eq!(removed, before.iter().filter(|g| g.id < keep).count());
+    assert!(store.stream_retention_due(limit).is_empty(), "nothing more to remove");
+    let after = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    assert_eq!(after.first().unwrap().id, keep);
+    let old = StreamOffset { group: before[0].id, segment: 0, position: 0 };
+    assert_eq!(
+        store.consume(STREAM, 0, old, 100, |_| {}),
+        Err(StreamError::Trimmed { streamlet: 0, group: old.group, first: keep })
+    );
+    // Producing goes on after the trim, in new groups.
+    let p = store.produce(STREAM, 0, 0, &[record(0, 60, 10)]).unwrap();
+    assert!(p.first.group >= keep);
+    store.clean_now(8, true);
+    store.check_invariants().unwrap();
+    assert!(store.stats().stream_bytes < stats.stream_bytes / 2);
+    assert!(store.stats().seglets_in_use < stats.seglets_in_use, "the removed groups' segments were freed");
+
+    // The log as it is now, cleaned (the next test replays one that still
+    // holds every batch of the removed groups).
+    let segs = store.log_segments();
+    for reversed in [false, true] {
+        let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+        if reversed {
+            s.reverse();
+        }
+        let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
+        rebuilt.create_table(STREAM);
+        rebuilt.create_stream(STREAM, one_log).unwrap();
+        rebuilt.replay(s).unwrap();
+        rebuilt.check_invariants().unwrap();
+        let groups = rebuilt.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+        assert_eq!(groups.first().unwrap().id, keep, "reversed: {reversed}");
+        assert_eq!(consume_all(&rebuilt, 0, 1 << 20), consume_all(&store, 0, 1 << 20));
+        assert_eq!(consume_all(&rebuilt, 1, 1 << 20).len(), 1);
+    }
+}
+
+#[test]
+fn retention_replays_a_trim_point_over_every_batch_of_the_removed_groups() {
+    // The trim point written, the groups not yet removed (a crash between
+    // the two): a replay removes them.
+    let store = Store::new(common::small_config(1024, false)).unwrap();
+    store.create_table(STREAM);
+    let one_log = StreamShape { logs: 1, ..shape() };
+    store.create_stream(STREAM, one_log).unwrap();
+    for i in 0..30u64 {
+        store.produce(STREAM, 0, 0, &[record(0, i, 2000), record(0, i, 2000)]).unwrap();
+    }
+    let groups = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    let keep = groups[groups.len() / 2].id;
+    store.mark_stream_trimmed(STREAM, 0, keep).unwrap();
+    for reversed in [false, true] {
+        let mut s: Vec<Vec<u8>> = store.log_segments().into_iter().map(|s| s.1).collect();
+        if reversed {
+            s.reverse();
+        }
+        let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
+        rebuilt.create_table(STREAM);
+        rebuilt.create_stream(STREAM, one_log).unwrap();
+        rebuilt.replay(s.iter().map(|s| s.as_slice())).unwrap();
+        rebuilt.check_invariants().unwrap();
+        let after = rebuilt.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+        assert_eq!(after.first().unwrap().id, keep);
+        assert_eq!(after.len(), groups.iter().filter(|g| g.id >= keep).count());
+        assert_eq!(rebuilt.stream_trimmed(STREAM, 0).unwrap(), keep);
+    }
+    // A trim point never moves back.
+    store.mark_stream_trimmed(STREAM, 0, 1).unwrap();
+    store.trim_stream(STREAM, 0, 1).unwrap();
+    store.trim_stream(STREAM, 0, keep).unwrap();
+    assert_eq!(store.stream_trimmed(STREAM, 0).unwrap(), keep);
+    assert_eq!(store.read(STREAM, &0u32.to_le_bytes(), RejectRules::default()).unwrap().0, keep.to_le_bytes());
+}
+
+/// Retention by age removes closed groups whose last record is older than
+/// the limit; an open group stays, however old.
+#[test]
+fn retention_by_age_keeps_open_groups() {
+    let store = Store::new(common::small_config(1024, false)).unwrap();
+    store.create_table(STREAM);
+    store.create_stream(STREAM, StreamShape { logs: 1, ..shape() }).unwrap();
+    for i in 0..12u64 {
+        store.produce(STREAM, 0, 0, &[record(0, i, 2000), record(0, i, 2000)]).unwrap();
+    }
+    let groups = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    assert!(groups.len() >= 2 && !groups.last().unwrap().closed);
+    let limit = Retention { bytes: 0, age_ms: 30 };
+    assert!(store.stream_retention_due(limit).is_empty(), "nothing is 30 ms old yet");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let due = store.stream_retention_due(limit);
+    assert_eq!(due, vec![(STREAM, 0, groups.last().unwrap().id)]);
+    store.trim_stream(STREAM, 0, due[0].2).unwrap();
+    let after = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    assert_eq!(after.len(), 1);
+    assert!(!after[0].closed, "the open group stays");
+    store.check_invariants().unwrap();
 }
 
 mod model {

@@ -100,6 +100,13 @@ pub struct ServerConfig {
     /// Logs of each streamlet's MultiLog for streams created without a
     /// number of their own (`docs/streams.md`); 0: the number of cores.
     pub stream_logs: u32,
+    /// Retention of streams (`docs/streams.md`, "Retention"): the most
+    /// bytes of records each streamlet keeps (its oldest closed groups go
+    /// first); 0: no limit.
+    pub stream_retention_bytes: ByteSize,
+    /// Retention of streams: how long a closed group is kept after its
+    /// last record was appended, in milliseconds; 0: no limit.
+    pub stream_retention_ms: u64,
     /// Sync an open replica's buffer to disk before acknowledging its bytes
     /// (durability against a whole-cluster power loss, at a cost per write).
     pub sync_open: bool,
@@ -256,6 +263,8 @@ impl Default for ServerConfig {
             backup_port: DEFAULT_BACKUP_PORT,
             backup_buffers: 16,
             stream_logs: 0,
+            stream_retention_bytes: ByteSize(0),
+            stream_retention_ms: 0,
             sync_open: false,
             replication: ReplicationMode::Tailwind,
             replica_timeout_ms: 2000,
@@ -362,6 +371,11 @@ impl ServerConfig {
             target_utilisation: self.target_utilisation,
             ..StoreConfig::default()
         }
+    }
+
+    /// The stream retention these settings ask for.
+    pub fn stream_retention(&self) -> shoal_engine::Retention {
+        shoal_engine::Retention { bytes: self.stream_retention_bytes.0, age_ms: self.stream_retention_ms }
     }
 
     /// Checks the limits against each other and against the engine's.
@@ -501,7 +515,7 @@ pub struct ServerArgs {
     /// resp_port, memcached_port, memcached, memory, eviction, target_utilisation, max_value_size, max_request_size,
     /// request_buffer_size, reply_buffer_size, max_connections,
     /// client_buffer_budget, request_timeout_ms, idle_timeout_secs, log_level, data_dir, coordinator, backup_port,
-    /// backup_buffers, stream_logs, sync_open, replication, replica_timeout_ms,
+    /// backup_buffers, stream_logs, stream_retention_bytes, stream_retention_ms, sync_open, replication, replica_timeout_ms,
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
     /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
@@ -614,6 +628,16 @@ pub struct ServerArgs {
     /// [default: 0, the number of cores].
     #[arg(long, value_name = "Q")]
     pub stream_logs: Option<u32>,
+    /// Stream retention by size: the most bytes of records each streamlet
+    /// keeps; its oldest closed groups are removed beyond it [default: 0,
+    /// no limit].
+    #[arg(long, value_name = "BYTES")]
+    pub stream_retention_bytes: Option<ByteSize>,
+    /// Stream retention by age: a closed group is removed this many
+    /// milliseconds after its last record was appended [default: 0, no
+    /// limit].
+    #[arg(long, value_name = "MS")]
+    pub stream_retention_ms: Option<u64>,
     /// Backups sync an open replica to disk before acknowledging its bytes:
     /// survives a whole-cluster power loss, costs a disk sync per round.
     #[arg(long)]
@@ -755,6 +779,7 @@ impl ServerArgs {
             max_connections => max_connections, client_buffer_budget => client_buffer_budget,
             request_timeout_ms => request_timeout_ms, idle_timeout => idle_timeout_secs, log_level => log_level,
             backup_port => backup_port, backup_buffers => backup_buffers, stream_logs => stream_logs,
+            stream_retention_bytes => stream_retention_bytes, stream_retention_ms => stream_retention_ms,
             replication => replication,
             replica_timeout_ms => replica_timeout_ms, tls_auth_clients => tls_auth_clients,
             tls_handshake_timeout_ms => tls_handshake_timeout_ms);

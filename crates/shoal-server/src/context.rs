@@ -515,6 +515,8 @@ pub struct ServerStats {
     pub lease_lapses: AtomicU64,
     /// Connections closed to keep all client buffers within the budget.
     pub client_buffer_disconnects: AtomicU64,
+    /// Stream groups removed by retention (`retention.rs`).
+    pub stream_groups_trimmed: AtomicU64,
     /// Connections closed because part of a request waited longer than the
     /// request timeout.
     pub request_timeouts: AtomicU64,

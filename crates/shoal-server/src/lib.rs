@@ -50,6 +50,7 @@ pub mod memcached;
 pub mod metrics;
 pub mod native;
 pub mod resp;
+pub mod retention;
 pub mod sc;
 pub mod server;
 mod spin;

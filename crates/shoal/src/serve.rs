@@ -108,6 +108,14 @@ pub struct LocalCommand {
     /// mode: evict the oldest segments; see `shoal server --help`).
     #[arg(long, default_value = "none", value_name = "POLICY")]
     pub eviction: shoal_engine::Eviction,
+    /// Stream retention by size, per streamlet (see `shoal server --help`;
+    /// 0: no limit).
+    #[arg(long, default_value = "0", value_name = "BYTES")]
+    pub stream_retention_bytes: ByteSize,
+    /// Stream retention by age of a closed group's last record, in
+    /// milliseconds (0: no limit).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub stream_retention_ms: u64,
     /// Replication data path: tailwind or conventional.
     #[arg(long, default_value = "tailwind", value_name = "MODE")]
     pub replication: ReplicationMode,
@@ -560,6 +568,10 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
             cmd.memory.to_string(),
             "--eviction".into(),
             cmd.eviction.name().into(),
+            "--stream-retention-bytes".into(),
+            cmd.stream_retention_bytes.0.to_string(),
+            "--stream-retention-ms".into(),
+            cmd.stream_retention_ms.to_string(),
             "--replication".into(),
             match cmd.replication {
                 ReplicationMode::Tailwind => "tailwind".into(),

@@ -245,3 +245,63 @@ fn whole_cluster_sigkill_and_restart_keeps_every_acknowledged_record() {
     assert_eq!(p.first.group, groups.last().unwrap().id, "a new group after every recovered one");
     again.kill_all();
 }
+
+/// Retention on a cluster (`--stream-retention-bytes`), then the master of
+/// a streamlet SIGKILLed: its recovery brings back no group that retention
+/// had removed (the trim point is replicated and replayed with the
+/// batches), and every acknowledged record of the groups kept is at its
+/// offset.
+#[test]
+fn retention_survives_the_recovery_of_a_killed_streamlet_master() {
+    let root = Root::new("streams-retention-kill");
+    let mut cluster = Cluster::start_with(&root.0, 4, 2, 0, &["--stream-retention-bytes", "128KiB"]);
+    let (table, _) = cluster.client().create_stream("events", SHAPE).unwrap();
+    let map =
+        wait_map(&cluster, "the stream", 10, |m| m.tables.iter().any(|t| t.id == table && t.stream == Some(SHAPE)));
+    let victim = streamlet_master(&map, table, 0);
+    let load = StreamLoad::start(cluster.coordinator, table, 8);
+    let mut c = cluster.client();
+    // Until retention has removed groups of streamlet 0.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first_before = loop {
+        let groups = c.describe_stream(table, 0, 0, 10_000).unwrap().groups;
+        if groups.first().is_some_and(|g| g.id > 2) {
+            break groups[0].id;
+        }
+        assert!(Instant::now() < deadline, "retention removed nothing of streamlet 0 ({} groups)", groups.len());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let idx = (0..cluster.servers.len())
+        .find(|i| {
+            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
+                .is_ok_and(|s| s.trim() == victim.0.to_string())
+        })
+        .unwrap();
+    cluster.servers[idx].kill().unwrap();
+    cluster.servers[idx].wait().unwrap();
+    wait_map(&cluster, "the recovery", 30, |m| {
+        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
+            && m.recoveries.is_empty()
+            && m.tablets.iter().all(|t| t.master != victim)
+    });
+    let ledger = load.finish();
+    let mut c = cluster.client();
+    for streamlet in 0..SHAPE.streamlets {
+        let groups = c.describe_stream(table, streamlet, 0, 10_000).unwrap().groups;
+        let first = groups.first().map_or(u64::MAX, |g| g.id);
+        if streamlet == 0 {
+            assert!(first >= first_before, "group {first} came back (retention had removed below {first_before})");
+        }
+        let kept: HashMap<StreamOffset, (u64, u64)> =
+            read_streamlet(&mut c, table, streamlet).iter().map(|(o, r)| (*o, parse(r))).collect();
+        let mut checked = 0;
+        for ((s, o), want) in &ledger {
+            if *s == streamlet && o.group >= first {
+                assert_eq!(kept.get(o), Some(want), "streamlet {streamlet} offset {o}: acknowledged {want:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "streamlet {streamlet}: no acknowledged record kept");
+    }
+    cluster.kill_all();
+}

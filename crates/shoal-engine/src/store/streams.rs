@@ -23,8 +23,13 @@
 //! data is append-only: the cleaner never picks a log segment holding a
 //! batch (`SegmentSlot::stream_bytes`), so references never move.
 //! Dropping the stream's table makes its batches dead and their segments
-//! cleanable. Retention, which would free a live stream's old segments, is
-//! not built yet.
+//! cleanable, and so does retention for a streamlet's oldest groups
+//! ([`Store::stream_retention_due`], [`Store::mark_stream_trimmed`],
+//! [`Store::trim_stream`]): a streamlet's trim point is an object of the
+//! stream's table under the streamlet's key, written (and made durable by
+//! the server) before the groups below it leave the index, so a replay
+//! drops them again ([`Store::finish_replay`]) even when some of their
+//! batches are still in the log.
 
 use super::*;
 use crate::format::{BatchPlace, StreamBatchView};
@@ -52,6 +57,8 @@ pub enum StreamError {
     NoSuchStreamlet { streamlet: u32, streamlets: u32 },
     /// No group of the streamlet has this id.
     NoSuchGroup { streamlet: u32, group: u64 },
+    /// The group was removed by retention: every group below `first` was.
+    Trimmed { streamlet: u32, group: u64, first: u64 },
     /// The offset's segment or position is past what its group holds.
     InvalidOffset(StreamOffset),
     /// A produce with no records, more than [`MAX_BATCH_RECORDS`], or more
@@ -73,6 +80,10 @@ impl std::fmt::Display for StreamError {
             StreamError::NoSuchGroup { streamlet, group } => {
                 write!(f, "group {group} does not exist in streamlet {streamlet}")
             }
+            StreamError::Trimmed { streamlet, group, first } => write!(
+                f,
+                "group {group} of streamlet {streamlet} was removed by retention (its groups from {first} are kept)"
+            ),
             StreamError::InvalidOffset(o) => write!(f, "offset {o} is past the end of its group"),
             StreamError::InvalidBatch(why) => write!(f, "invalid batch: {why}"),
             StreamError::OutOfMemory => write!(f, "out of memory: live data fills the store"),
@@ -113,6 +124,22 @@ pub struct GroupInfo {
     pub closed: bool,
 }
 
+/// How much of each streamlet a server keeps (`docs/streams.md`,
+/// "Retention"): a streamlet's oldest closed groups are removed while its
+/// groups hold more than `bytes` of records, or once their last record is
+/// older than `age_ms`. Zero: no limit of that kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub bytes: u64,
+    pub age_ms: u64,
+}
+
+impl Retention {
+    pub fn is_none(&self) -> bool {
+        self.bytes == 0 && self.age_ms == 0
+    }
+}
+
 /// The streams of a store and the log bytes their batches take.
 #[derive(Default)]
 pub(crate) struct Streams {
@@ -134,6 +161,8 @@ struct Streamlet {
     logs: Box<[Mutex<LogHead>]>,
     groups: RwLock<BTreeMap<u64, Arc<RwLock<Group>>>>,
     next_group: AtomicU64,
+    /// Every group below this id was removed by retention.
+    trimmed: AtomicU64,
 }
 
 #[derive(Default)]
@@ -146,6 +175,9 @@ struct Group {
     log: u32,
     /// `LogState::now_ms` when it opened.
     opened_ms: u64,
+    /// `LogState::now_ms` of its last append (of its replay, for a
+    /// replayed group): retention's age.
+    last_ms: u64,
     closed: bool,
     segments: Vec<Seg>,
 }
@@ -173,6 +205,7 @@ impl Stream {
                 logs: (0..shape.logs).map(|_| Mutex::new(LogHead::default())).collect(),
                 groups: RwLock::new(BTreeMap::new()),
                 next_group: AtomicU64::new(0),
+                trimmed: AtomicU64::new(0),
             })
             .collect();
         Stream { shape, streamlets, dropped: AtomicBool::new(false) }
@@ -191,7 +224,16 @@ impl Stream {
 
 impl Streamlet {
     fn group(&self, streamlet: u32, group: u64) -> Result<Arc<RwLock<Group>>, StreamError> {
-        self.groups.read().get(&group).cloned().ok_or(StreamError::NoSuchGroup { streamlet, group })
+        let groups = self.groups.read();
+        if let Some(g) = groups.get(&group) {
+            return Ok(g.clone());
+        }
+        let first = self.trimmed.load(Ordering::Acquire);
+        if group < first {
+            let first = groups.keys().next().copied().unwrap_or(first);
+            return Err(StreamError::Trimmed { streamlet, group, first });
+        }
+        Err(StreamError::NoSuchGroup { streamlet, group })
     }
 }
 
@@ -371,7 +413,7 @@ impl Store {
                 }
                 let mut seg = Seg::default();
                 let first = seg.push(r, count, bytes as u64);
-                let g = Group { id, log, opened_ms: now, closed: false, segments: vec![seg] };
+                let g = Group { id, log, opened_ms: now, last_ms: now, closed: false, segments: vec![seg] };
                 let g = Arc::new(RwLock::new(g));
                 sl.groups.write().insert(id, g.clone());
                 head.active = Some(g);
@@ -379,6 +421,7 @@ impl Store {
             }
             Placement::NewSegment | Placement::Same => {
                 let mut g = head.active.as_ref().expect("placed in the active group").write();
+                g.last_ms = now;
                 if matches!(placement, Placement::NewSegment) {
                     g.segments.push(Seg::default());
                 }
@@ -535,12 +578,18 @@ impl Store {
             ))));
         }
         let mut head = sl.logs[p.log as usize].lock();
+        if p.group < sl.trimmed.load(Ordering::Acquire) {
+            replay.report.batches_skipped += 1;
+            return Ok(());
+        }
         let group = sl
             .groups
             .write()
             .entry(p.group)
             .or_insert_with(|| {
-                let g = Group { id: p.group, log: p.log, opened_ms: 0, closed: true, segments: Vec::new() };
+                let now = inner.log.now_ms();
+                let g =
+                    Group { id: p.group, log: p.log, opened_ms: 0, last_ms: now, closed: true, segments: Vec::new() };
                 Arc::new(RwLock::new(g))
             })
             .clone();
@@ -578,6 +627,151 @@ impl Store {
     }
 }
 
+impl Group {
+    fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes).sum()
+    }
+}
+
+/// Retention (`docs/streams.md`, "Retention").
+impl Store {
+    /// The streamlets whose oldest groups `limits` removes now:
+    /// (stream, streamlet, id of the first group kept). Groups go in id
+    /// order, oldest first, and only closed ones (or ones past their
+    /// timeout): an open group stops its streamlet's trim.
+    pub fn stream_retention_due(&self, limits: Retention) -> Vec<(TableId, u32, u64)> {
+        if limits.is_none() {
+            return Vec::new();
+        }
+        let now = self.inner.log.now_ms();
+        let streams: Vec<(TableId, Arc<Stream>)> =
+            self.inner.streams.map.read().iter().map(|(t, s)| (*t, s.clone())).collect();
+        let mut due = Vec::new();
+        for (table, stream) in streams {
+            for (i, sl) in stream.streamlets.iter().enumerate() {
+                let groups = sl.groups.read();
+                let mut total: u64 = groups.values().map(|g| g.read().bytes()).sum();
+                let mut keep = None;
+                let mut last = None;
+                for (id, g) in groups.iter() {
+                    let g = g.read();
+                    let closed = g.closed || stream.timed_out(&g, now);
+                    let old = limits.age_ms > 0 && now.saturating_sub(g.last_ms) >= limits.age_ms;
+                    let big = limits.bytes > 0 && total > limits.bytes;
+                    if !closed || !(old || big) {
+                        keep = Some(*id);
+                        break;
+                    }
+                    total -= g.bytes();
+                    last = Some(*id);
+                }
+                if let Some(keep) = keep.or(last.map(|l| l + 1)) {
+                    if keep > sl.trimmed.load(Ordering::Acquire) && last.is_some() {
+                        due.push((table, i as u32, keep));
+                    }
+                }
+            }
+        }
+        due
+    }
+
+    /// Makes streamlet `streamlet`'s trim point `keep` durable-to-be: an
+    /// object of the stream's table under the streamlet's key holding it
+    /// (8 bytes, little-endian), which a replay applies
+    /// ([`Store::finish_replay`]). The caller waits until the log is
+    /// durable past it before [`Store::trim_stream`], so that no replay can
+    /// bring back some of the groups below `keep` without the point that
+    /// removes them. Object requests of clients cannot reach a stream's
+    /// table, so no client can write it.
+    pub fn mark_stream_trimmed(&self, table: TableId, streamlet: u32, keep: u64) -> Result<Version, StreamError> {
+        let stream = self.inner.stream(table)?;
+        stream.streamlet(streamlet)?;
+        let key = shoal_common::streamlet_key(streamlet);
+        let keep = match self.read(table, &key, RejectRules::default()) {
+            Ok((v, _)) => keep.max(trim_point(&v).unwrap_or(0)),
+            Err(_) => keep,
+        };
+        self.write(table, &key, &keep.to_le_bytes(), RejectRules::default()).map_err(|e| match e {
+            StoreError::OutOfMemory => StreamError::OutOfMemory,
+            _ => StreamError::UnknownStream(table),
+        })
+    }
+
+    /// Removes streamlet `streamlet`'s groups below `keep` from the index,
+    /// stopping at the first that is still open: their batches become
+    /// dead, so the log segments holding only dead data may be cleaned
+    /// (and their replicas freed). Consumes of them then answer
+    /// [`StreamError::Trimmed`]. Returns the groups removed.
+    pub fn trim_stream(&self, table: TableId, streamlet: u32, keep: u64) -> Result<usize, StreamError> {
+        let inner = &self.inner;
+        let stream = inner.stream(table)?;
+        let sl = stream.streamlet(streamlet)?;
+        let now = inner.log.now_ms();
+        let below: Vec<Arc<RwLock<Group>>> = sl.groups.read().range(..keep).map(|(_, g)| g.clone()).collect();
+        let mut keep = keep;
+        for group in &below {
+            // Closed under its log's append lock, as a timeout closes it:
+            // no produce places a batch in it once it is gone.
+            let log = group.read().log;
+            let mut head = sl.logs[log as usize].lock();
+            let mut g = group.write();
+            if !g.closed && !stream.timed_out(&g, now) {
+                keep = g.id;
+                break;
+            }
+            g.closed = true;
+            if head.active.as_ref().is_some_and(|a| Arc::ptr_eq(a, group)) {
+                head.active = None;
+            }
+        }
+        let removed = {
+            let mut groups = sl.groups.write();
+            let kept = groups.split_off(&keep);
+            sl.trimmed.fetch_max(keep, Ordering::AcqRel);
+            std::mem::replace(&mut *groups, kept)
+        };
+        let _pin = inner.epochs.pin();
+        for g in removed.values() {
+            for seg in &g.read().segments {
+                for b in &seg.batches {
+                    let len = inner.segs.entry(b.r).len() as u64;
+                    inner.segs.slot(b.r.slot()).stream_bytes.fetch_sub(len, Ordering::AcqRel);
+                    inner.streams.bytes.fetch_sub(len, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(removed.len())
+    }
+
+    /// The id below which streamlet `streamlet`'s groups were removed by
+    /// retention (0: none were).
+    pub fn stream_trimmed(&self, table: TableId, streamlet: u32) -> Result<u64, StreamError> {
+        Ok(self.inner.stream(table)?.streamlet(streamlet)?.trimmed.load(Ordering::Acquire))
+    }
+
+    /// After a replay: applies every streamlet's trim point found in the
+    /// store, removing the groups a replay brought back below it.
+    pub(super) fn apply_trim_points(&self) {
+        let streams: Vec<(TableId, Arc<Stream>)> =
+            self.inner.streams.map.read().iter().map(|(t, s)| (*t, s.clone())).collect();
+        for (table, stream) in streams {
+            for i in 0..stream.shape.streamlets {
+                let key = shoal_common::streamlet_key(i);
+                if let Some(keep) =
+                    self.read(table, &key, RejectRules::default()).ok().and_then(|(v, _)| trim_point(&v))
+                {
+                    let _ = self.trim_stream(table, i, keep);
+                }
+            }
+        }
+    }
+}
+
+/// A trim point object's value: the first group id kept.
+fn trim_point(value: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(value.try_into().ok()?))
+}
+
 impl Store {
     /// [`Store::check_invariants`] of the streams: every batch the index
     /// references is a stream batch entry in a segment of the log, at the
@@ -592,8 +786,14 @@ impl Store {
             inner.streams.map.read().iter().map(|(t, s)| (*t, s.clone())).collect();
         for (table, stream) in streams {
             for (si, sl) in stream.streamlets.iter().enumerate() {
+                let trimmed = sl.trimmed.load(Ordering::Acquire);
                 for (gid, g) in sl.groups.read().iter() {
                     let g = g.read();
+                    if *gid < trimmed {
+                        return Err(format!(
+                            "stream {table} streamlet {si}: group {gid} is below the trim point {trimmed}"
+                        ));
+                    }
                     if g.id != *gid
                         || g.log >= stream.shape.logs
                         || g.segments.len() > stream.shape.group_segments as usize

@@ -104,6 +104,11 @@ fn connections(s: &mut Scrape, ctx: &ServerContext) -> Result {
         "The bound on all client connections' buffers (client_buffer_budget).",
         ctx.budget.limit() as u64,
     )?;
+    s.counter(
+        "shoal_stream_groups_trimmed",
+        "Stream groups removed by retention (--stream-retention-bytes, --stream-retention-ms).",
+        get(&st.stream_groups_trimmed),
+    )?;
     s.counter("shoal_client_received_bytes", "Bytes received from clients.", get(&st.bytes_in))?;
     s.counter("shoal_client_sent_bytes", "Bytes sent to clients.", get(&st.bytes_out))?;
     s.counter(

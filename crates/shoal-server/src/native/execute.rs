@@ -538,6 +538,7 @@ fn stream_status(e: StreamError) -> ErrorStatus {
         | StreamError::InvalidShape(_)
         | StreamError::NoSuchStreamlet { .. }
         | StreamError::NoSuchGroup { .. }
+        | StreamError::Trimmed { .. }
         | StreamError::InvalidOffset(_)
         | StreamError::InvalidBatch(_) => ErrorStatus::MalformedRequest(e.to_string()),
     }
@@ -758,6 +759,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("chunks", chunks),
         u("cid_table_bytes", cid_table_bytes),
         u("stream_bytes", stream_bytes),
+        u("stream_groups_trimmed", ServerStats::get(&s.stream_groups_trimmed)),
         u("live_bytes", live_bytes),
         u("live_key_value_bytes", live_key_value_bytes),
         u("tombstone_bytes", tombstone_bytes),
