@@ -452,12 +452,19 @@ impl Store {
         let sl = stream.streamlet(streamlet)?;
         let group = sl.group(streamlet, from.group)?;
         self.close_if_timed_out(&stream, sl, &group);
+        // Retention may remove the group at any time, and the cleaner then
+        // free its segments once the readers pinned before are done. So
+        // pin, then check it is still in the index: if it is, it was
+        // removed (if at all) after the pin, and its segments outlive
+        // this read. The same for a drop of the stream.
+        let _pin = inner.epochs.pin();
+        inner.stream(table)?;
+        sl.group(streamlet, from.group)?;
         let g = group.read();
         let seg_ok = (from.segment as usize) < g.segments.len();
         if !seg_ok || from.position > g.segments[from.segment as usize].records {
             return Err(StreamError::InvalidOffset(from));
         }
-        let _pin = inner.epochs.pin();
         let mut at = from;
         let (mut bytes, mut n) = (0usize, 0u32);
         'segments: loop {
