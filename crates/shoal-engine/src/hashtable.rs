@@ -335,6 +335,12 @@ pub struct HashTable {
     /// Stripes moved so far and growths finished, for statistics.
     stripes_moved: AtomicU64,
     growths: AtomicU64,
+    /// [`HashTable::maintain`] has work only above this many objects: the
+    /// current table's growth point, 0 while a growth is under way, never
+    /// for a table that does not grow. Read without pinning an epoch
+    /// ([`HashTable::may_need_work`]), so that a write that has nothing to
+    /// maintain pays one plain load.
+    work_above: AtomicU64,
 }
 
 // SAFETY: the raw table pointers are owned by the HashTable (current) or by
@@ -356,6 +362,7 @@ impl HashTable {
     }
 
     fn with_table(t: Table, growing: bool) -> HashTable {
+        let work_above = if growing { (GROW_ABOVE * t.main.len()) as u64 } else { u64::MAX };
         HashTable {
             current: AtomicPtr::new(Box::into_raw(Box::new(t))),
             growing,
@@ -364,7 +371,14 @@ impl HashTable {
             retired: Mutex::new(Vec::new()),
             stripes_moved: AtomicU64::new(0),
             growths: AtomicU64::new(0),
+            work_above: AtomicU64::new(work_above),
         }
+    }
+
+    /// Whether [`HashTable::maintain`] may have work with `objects` held;
+    /// false means it surely has none. Needs no epoch pin.
+    pub fn may_need_work(&self, objects: u64) -> bool {
+        objects > self.work_above.load(Ordering::Relaxed)
     }
 
     fn current(&self) -> &Table {
@@ -547,6 +561,7 @@ impl HashTable {
             let buckets = (t.main.len() + t.main.len() / 2).div_ceil(STRIPES) * STRIPES;
             next = Box::into_raw(Box::new(Table::new(buckets, false)));
             t.next.store(next, Ordering::Release);
+            self.work_above.store(0, Ordering::Relaxed);
         }
         // SAFETY: `next` is live: only this mover retires tables.
         let to = unsafe { &*next };
@@ -586,6 +601,7 @@ impl HashTable {
         }
         self.stripes_moved.fetch_add(1, Ordering::Relaxed);
         if stripe + 1 == STRIPES {
+            self.work_above.store((GROW_ABOVE * to.main.len()) as u64, Ordering::Relaxed);
             let old = self.current.swap(next, Ordering::AcqRel);
             self.retired.lock().push(Retired(old));
             self.growths.fetch_add(1, Ordering::Relaxed);

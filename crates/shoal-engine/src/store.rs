@@ -762,14 +762,15 @@ impl Inner {
     /// called by writers after they released their stripe locks, and by
     /// the cleaner thread.
     pub(crate) fn grow_hash_table(&self) {
+        let objects = self.counters.objects.load(Ordering::Relaxed);
+        // Most writes: nothing to do, known without pinning.
+        if !self.ht.may_need_work(objects) {
+            return;
+        }
         // The table is resolved from `current`, which a growth may retire.
         let _g = self.epochs.pin();
         let was_growing = self.ht.growth_in_progress();
-        self.ht.maintain(
-            self.counters.objects.load(Ordering::Relaxed),
-            |r| self.hash_of(r),
-            |r| self.segs.prefetch_entry(r),
-        );
+        self.ht.maintain(objects, |r| self.hash_of(r), |r| self.segs.prefetch_entry(r));
         if !was_growing && self.config.cleaner_thread && self.ht.growth_in_progress() {
             // The cleaner thread moves the rest of the stripes (and frees
             // the old table): a growth ends in one go instead of lasting
