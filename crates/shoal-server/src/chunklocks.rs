@@ -52,12 +52,8 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(20);
 /// Bits of a fencing token below the grant's Unix milliseconds.
 const TOKEN_SHIFT: u32 = 20;
 
-/// Shared (read) or exclusive (write).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockMode {
-    Shared,
-    Exclusive,
-}
+/// Shared (read) or exclusive (write), as on the wire.
+pub use shoal_proto::LockMode;
 
 /// The time of a request: a monotonic instant for leases and the wall
 /// clock's Unix milliseconds for tokens.
