@@ -52,6 +52,10 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(20);
 /// Bits of a fencing token below the grant's Unix milliseconds.
 const TOKEN_SHIFT: u32 = 20;
 
+/// Tokens of an earlier master are at least this (2020-01-01 in Unix
+/// milliseconds, shifted): a smaller one was never granted by anyone.
+const MIN_TOKEN: u64 = 1_577_836_800_000 << TOKEN_SHIFT;
+
 /// Shared (read) or exclusive (write), as on the wire.
 pub use shoal_proto::LockMode;
 
@@ -423,9 +427,9 @@ impl LockTable {
 
     /// Whether a token this table did not find held was granted (by this
     /// table, or by an earlier master: below its base) and is lost, or
-    /// never was.
+    /// never was (above the last one granted, or too small to be a token).
     fn missing(&self, inner: &Inner, token: u64) -> LockError {
-        if token < self.base_token || (token != 0 && token <= inner.last_token) {
+        if (MIN_TOKEN..=inner.last_token.max(self.base_token - 1)).contains(&token) {
             LockError::Lost
         } else {
             LockError::NotHeld
@@ -483,7 +487,7 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(2);
 
     fn table() -> (LockTable, Now) {
-        let now = Now { at: Instant::now(), unix_ms: 1_000_000 };
+        let now = Now { at: Instant::now(), unix_ms: 1_800_000_000_000 };
         let config = LockConfig { own_node: 0, max_lease: Duration::from_secs(10), limit: 8 };
         (LockTable::new(config, now), now)
     }
@@ -568,7 +572,9 @@ mod tests {
         // Someone else's token, or a token from before this table (an earlier master).
         assert_eq!(t.unlock(T, C, 2, a.token, now), Err(LockError::Lost));
         assert_eq!(t.unlock(T, C, 1, a.token + 1, now), Err(LockError::NotHeld));
-        assert_eq!(t.renew(T, C, 1, 7, LEASE, now), Err(LockError::Lost));
+        assert_eq!(t.renew(T, C, 1, 7, LEASE, now), Err(LockError::NotHeld), "never a token");
+        let earlier = (now.unix_ms - 60_000) << TOKEN_SHIFT;
+        assert_eq!(t.renew(T, C, 1, earlier, LEASE, now), Err(LockError::Lost), "an earlier master's");
         assert!(matches!(t.lock(T, C, 0, LockMode::Shared, LEASE, false, now), Err(LockError::Invalid(_))));
         assert!(matches!(t.lock(T, C, 1, LockMode::Shared, Duration::ZERO, false, now), Err(LockError::Invalid(_))));
         t.unlock(T, C, 1, a.token, now).unwrap();
