@@ -207,16 +207,13 @@ struct Inner {
 /// The lock table of one server (see the module comment).
 pub struct LockTable {
     config: LockConfig,
-    /// Tokens below this were granted before this table existed.
-    base_token: u64,
     inner: Mutex<Inner>,
 }
 
 impl LockTable {
-    pub fn new(config: LockConfig, now: Now) -> LockTable {
+    pub fn new(config: LockConfig) -> LockTable {
         LockTable {
             config,
-            base_token: now.unix_ms << TOKEN_SHIFT,
             inner: Mutex::new(Inner {
                 chunks: HashMap::new(),
                 last_token: 0,
@@ -283,7 +280,7 @@ impl LockTable {
                     return Err(LockError::TableFull { limit: self.config.limit });
                 }
             }
-            let token = (inner.last_token + 1).max(self.base_token).max(now.unix_ms << TOKEN_SHIFT);
+            let token = (inner.last_token + 1).max(now.unix_ms << TOKEN_SHIFT);
             inner.last_token = token;
             let state = inner.chunks.entry((table, chunk)).or_default();
             state.exclusive = mode == LockMode::Exclusive;
@@ -340,7 +337,7 @@ impl LockTable {
                 inner.stats.releases += 1;
                 Ok(())
             }
-            None => Err(self.missing(inner, token)),
+            None => Err(self.missing(inner, token, now)),
         }
     }
 
@@ -369,7 +366,7 @@ impl LockTable {
                 h.expires = now.at + lease;
                 Ok(lease)
             }
-            None => Err(self.missing(inner, token)),
+            None => Err(self.missing(inner, token, now)),
         }
     }
 
@@ -394,7 +391,7 @@ impl LockTable {
             .get(&(table, chunk))
             .is_some_and(|state| state.exclusive && state.holders.iter().any(|h| h.owner == owner && h.token == token));
         if !held {
-            return Err(self.missing(inner, token));
+            return Err(self.missing(inner, token, now));
         }
         Ok(f())
     }
@@ -426,10 +423,11 @@ impl LockTable {
     }
 
     /// Whether a token this table did not find held was granted (by this
-    /// table, or by an earlier master: below its base) and is lost, or
-    /// never was (above the last one granted, or too small to be a token).
-    fn missing(&self, inner: &Inner, token: u64) -> LockError {
-        if (MIN_TOKEN..=inner.last_token.max(self.base_token - 1)).contains(&token) {
+    /// table, or by an earlier master of the chunk: any token of a time
+    /// already past) and is lost, or never was (a token of the future, or
+    /// too small to be a token).
+    fn missing(&self, inner: &Inner, token: u64, now: Now) -> LockError {
+        if (MIN_TOKEN..=inner.last_token.max(now.unix_ms << TOKEN_SHIFT)).contains(&token) {
             LockError::Lost
         } else {
             LockError::NotHeld
@@ -489,7 +487,7 @@ mod tests {
     fn table() -> (LockTable, Now) {
         let now = Now { at: Instant::now(), unix_ms: 1_800_000_000_000 };
         let config = LockConfig { own_node: 0, max_lease: Duration::from_secs(10), limit: 8 };
-        (LockTable::new(config, now), now)
+        (LockTable::new(config), now)
     }
 
     fn ms(n: u64) -> Duration {
@@ -624,7 +622,7 @@ mod tests {
         // A table made later (a recovery master) grants greater tokens,
         // and takes this table's tokens for lost ones.
         let later = now.plus(ms(100));
-        let t2 = LockTable::new(t.config(), later);
+        let t2 = LockTable::new(t.config());
         let g = t2.lock(T, C, 1, LockMode::Exclusive, LEASE, false, later).unwrap();
         assert!(g.token > last);
         assert_eq!(t2.renew(T, C, 1, last, LEASE, later), Err(LockError::Lost));
@@ -689,7 +687,7 @@ mod tests {
     #[test]
     fn model_random_operations_keep_the_invariants() {
         let (t, start) = table();
-        let t = LockTable::new(LockConfig { limit: 1000, ..t.config() }, start);
+        let t = LockTable::new(LockConfig { limit: 1000, ..t.config() });
         let mut rng = 0x9e3779b97f4a7c15u64;
         let mut next = || {
             rng ^= rng << 13;
