@@ -409,7 +409,6 @@ impl Client {
         self.remove_chunks(table, &[id])?.remove(0)
     }
 
-    /// Creates a table (or returns the id of the existing one of that name).
     // Chunk locks (`docs/chunks.md`, "Locks"): as in the async client,
     // without background renewal (call `renew_chunk_lock` within the lease).
 
@@ -493,6 +492,7 @@ impl Client {
         self.execute(chunk_route(table), &req, locks::conv::put_locked)
     }
 
+    /// Creates a table (or returns the id of the existing one of that name).
     pub fn create_table(&mut self, name: &str) -> Result<TableId, TableError> {
         self.execute(Route::Admin, &Request::CreateTable { name }, conv::table_id)
     }

@@ -149,7 +149,7 @@ fn request<'a>(s: &'a Spec, it: &'a Item) -> Request<'a> {
             chunk: ChunkId(it.delta as u64),
             owner: s.cursor,
             mode: if s.more { LockMode::Exclusive } else { LockMode::Shared },
-            wait: it.rules.given_version.0 % 2 == 0,
+            wait: it.rules.given_version.0.is_multiple_of(2),
             lease_ms: s.count,
         },
         22 => {

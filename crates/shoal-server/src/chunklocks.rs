@@ -68,7 +68,7 @@ pub struct Now {
 }
 
 impl Now {
-    pub fn now() -> Now {
+    pub fn clock() -> Now {
         let unix_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         Now { at: Instant::now(), unix_ms }
@@ -233,6 +233,8 @@ impl LockTable {
     /// already, the grant is repeated (same token, lease renewed), so a
     /// retried request is harmless. `wait`: a refusal queues the request
     /// (see the module comment). The caller checks that the chunk exists.
+    // The arguments are the request's fields, as on the wire.
+    #[allow(clippy::too_many_arguments)]
     pub fn lock(
         &self,
         table: TableId,

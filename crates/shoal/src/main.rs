@@ -47,7 +47,7 @@ enum Command {
     /// (--memcached-port, default 11212) and, with --metrics-port,
     /// Prometheus metrics on /metrics over HTTP. Options come from the
     /// flags, over an optional TOML file (--config), over the defaults.
-    Server(serve::ServerCommand),
+    Server(Box<serve::ServerCommand>),
     /// Benchmarks of the master store, and YCSB against a running server.
     ///
     /// Each is bounded in time and op count, prints an aligned table (or one

@@ -244,7 +244,7 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.gauge("shoal_memory_utilisation_ratio", "Live bytes over the pool's bytes.", t.memory_utilisation)?;
     s.gauge("shoal_objects", "Live objects.", t.objects)?;
     s.gauge("shoal_chunks", "Live chunks (of every chunk table).", t.chunks)?;
-    let l = ctx.locks.stats(crate::chunklocks::Now::now());
+    let l = ctx.locks.stats(crate::chunklocks::Now::clock());
     s.gauge("shoal_chunk_locks_held", "Chunk lock holders (a shared lock counts each holder).", l.held)?;
     s.gauge("shoal_chunk_lock_waiters", "Chunk lock requests queued (waiting clients retrying).", l.waiters)?;
     s.counter("shoal_chunk_lock_grants", "Chunk locks granted.", l.grants)?;

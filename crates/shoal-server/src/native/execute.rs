@@ -436,18 +436,18 @@ fn apply<'s>(
             // an id that names nothing).
             store.get_chunk_into(table, chunk, &mut scratch.value).map_err(status_of)?;
             let lease = Duration::from_millis(lease_ms.into());
-            let g = ctx.locks.lock(table, chunk, owner, mode, lease, wait, Now::now()).map_err(lock_status)?;
+            let g = ctx.locks.lock(table, chunk, owner, mode, lease, wait, Now::clock()).map_err(lock_status)?;
             Response::ChunkLock { token: g.token, lease_ms: sat32(g.lease.as_millis() as usize) }
         }
         Request::ChunkUnlock { table, chunk, owner, token } => {
             chunk_table(ctx, table)?;
-            ctx.locks.unlock(table, chunk, owner, token, Now::now()).map_err(lock_status)?;
+            ctx.locks.unlock(table, chunk, owner, token, Now::clock()).map_err(lock_status)?;
             Response::ChunkUnlock
         }
         Request::ChunkRenew { table, chunk, owner, token, lease_ms } => {
             chunk_table(ctx, table)?;
             let lease = Duration::from_millis(lease_ms.into());
-            let granted = ctx.locks.renew(table, chunk, owner, token, lease, Now::now()).map_err(lock_status)?;
+            let granted = ctx.locks.renew(table, chunk, owner, token, lease, Now::clock()).map_err(lock_status)?;
             Response::ChunkRenew { lease_ms: sat32(granted.as_millis() as usize) }
         }
         Request::ChunkPutLocked { table, chunk, owner, token, payload } => {
@@ -456,7 +456,7 @@ fn apply<'s>(
             // be granted the chunk between the check and the append.
             let put = ctx
                 .locks
-                .with_exclusive(table, chunk, owner, token, Now::now(), || store.put_chunk(table, chunk, payload))
+                .with_exclusive(table, chunk, owner, token, Now::clock(), || store.put_chunk(table, chunk, payload))
                 .map_err(lock_status)?;
             Response::ChunkPutLocked { version: put.map_err(status_of)? }
         }
@@ -840,7 +840,7 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         f("write_cost", write_cost),
         u("prefaulted_bytes", prefaulted_bytes),
     ];
-    let l = ctx.locks.stats(Now::now());
+    let l = ctx.locks.stats(Now::clock());
     v.extend([
         u("chunk_locks_held", l.held),
         u("chunk_lock_waiters", l.waiters),
