@@ -23,8 +23,10 @@
 //! * Chunks created by another server (their node id is not `own_node`),
 //!   that is chunks this server took over in a crash recovery, are not
 //!   granted until `max_lease` after this table first saw a request for
-//!   that node's chunks: by then every lease the crashed master granted
-//!   has run out.
+//!   that node's chunks of that table: by then every lease the crashed
+//!   master granted has run out. (Keyed by table too: a chunk table's
+//!   chunks of node X may come from a master that had itself recovered
+//!   them from X, after this server had seen X's chunks of another table.)
 //! * Holders and queued requests together are at most `limit`: beyond it
 //!   requests are refused with [`LockError::TableFull`] (after dropping
 //!   expired entries), so a client cannot grow the table without bound.
@@ -199,8 +201,9 @@ struct Inner {
     last_token: u64,
     /// Holders plus queued requests.
     entries: usize,
-    /// When this table first saw a request for another node's chunks.
-    first_seen: HashMap<u16, Instant>,
+    /// When this table first saw a request for another node's chunks of
+    /// a chunk table (at most one entry per table and node with chunks).
+    first_seen: HashMap<(TableId, u16), Instant>,
     stats: LockStats,
 }
 
@@ -250,7 +253,7 @@ impl LockTable {
         let mut g = self.inner.lock();
         let inner = &mut *g;
         if chunk.node() != self.config.own_node {
-            let since = *inner.first_seen.entry(chunk.node()).or_insert(now.at);
+            let since = *inner.first_seen.entry((table, chunk.node())).or_insert(now.at);
             let until = since + self.config.max_lease;
             if now.at < until {
                 inner.stats.busy += 1;
@@ -638,8 +641,12 @@ mod tests {
         assert!(matches!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now), Err(LockError::Busy { .. })));
         assert!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max - ms(1))).is_err());
         t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max)).unwrap();
-        // Own chunks are granted at once.
+        // Own chunks are granted at once; the same node's chunks of
+        // another table wait out their own grace.
         t.lock(T, ChunkId::new(0, 2), 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        let later = now.plus(max);
+        assert!(t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later).is_err());
+        t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later.plus(max)).unwrap();
     }
 
     #[test]
