@@ -176,9 +176,11 @@ pub enum ClientCommand {
     /// (prints one id per payload), `shoal chunk get TABLE ID`, `shoal chunk
     /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`; names for chunk
     /// ids: `shoal chunk name TABLE NAME ID`, `lookup TABLE NAME`, `unname
-    /// TABLE NAME`, `names TABLE [PREFIX]`. Ids are printed and read in hex
-    /// (0x...) or decimal. Exits 1 for a chunk that does not
-    /// exist or a table that is not a chunk table.
+    /// TABLE NAME`, `names TABLE [PREFIX]`; locks: `shoal chunk lock TABLE
+    /// ID` (waits; --shared, --lease-ms, --hold-ms), `trylock TABLE ID`,
+    /// `unlock TABLE ID --owner O --token T`. Ids are printed and read in
+    /// hex (0x...) or decimal. Exits 1 for a chunk that does not exist, a
+    /// table that is not a chunk table, or a lock that is busy or lost.
     #[command(subcommand)]
     Chunk(ChunkCommand),
     /// Streams: KerA's streamlets, groups and segments (docs/streams.md).
