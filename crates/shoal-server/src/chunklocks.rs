@@ -427,6 +427,22 @@ impl LockTable {
         g.stats
     }
 
+    /// Checks the counts against the map (tests): entries, holders and
+    /// queued requests add up; no entry is empty; an exclusive lock has
+    /// one holder.
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        let g = self.inner.lock();
+        let holders: usize = g.chunks.values().map(|c| c.holders.len()).sum();
+        let queued: usize = g.chunks.values().map(|c| c.queue.len()).sum();
+        assert_eq!(g.entries, holders + queued);
+        assert_eq!((g.stats.held, g.stats.waiters), (holders as u64, queued as u64));
+        for c in g.chunks.values() {
+            assert!(!c.is_empty());
+            assert!(!c.exclusive || c.holders.len() == 1);
+        }
+    }
+
     /// Whether a token this table did not find held was granted (by this
     /// table, or by an earlier master of the chunk: any token of a time
     /// already past) and is lost, or never was (a token of the future, or
@@ -708,13 +724,13 @@ mod tests {
         let mut model: HashMap<(u64, u64), (u64, bool, Instant)> = HashMap::new();
         let mut last = 0;
         let mut now = start;
-        for _ in 0..5000 {
+        for _ in 0..20_000 {
             now = now.plus(ms(next() % 50));
             model.retain(|_, v| v.2 > now.at);
             let owner = next() % 4 + 1;
             let chunk = next() % 3 + 1;
             let held = model.get(&(owner, chunk)).copied();
-            match next() % 4 {
+            match next() % 6 {
                 0 | 1 => {
                     let mode = if next() % 2 == 0 { LockMode::Shared } else { LockMode::Exclusive };
                     let lease = ms(next() % 500 + 1);
@@ -740,14 +756,26 @@ mod tests {
                     assert_eq!(r.is_ok(), held.is_some());
                     model.remove(&(owner, chunk));
                 }
-                _ => {
+                3 => {
                     if let Some((token, ex, _)) = held {
                         let lease = ms(next() % 500 + 1);
                         assert_eq!(t.renew(T, ChunkId(chunk), owner, token, lease, now), Ok(lease));
                         model.insert((owner, chunk), (token, ex, now.at + lease));
                     }
                 }
+                4 => {
+                    let token = held.map_or(last, |h| h.0);
+                    let ran = t.with_exclusive(T, ChunkId(chunk), owner, token, now, || ()).is_ok();
+                    assert_eq!(ran, held.is_some_and(|h| h.1));
+                }
+                _ => {
+                    if next() % 8 == 0 {
+                        t.forget(T, [ChunkId(chunk)]);
+                        model.retain(|k, _| k.1 != chunk);
+                    }
+                }
             }
+            t.check_invariants();
             for c in 1..=3 {
                 let holders: Vec<_> = model.iter().filter(|(k, _)| k.1 == c).map(|(_, v)| v.1).collect();
                 assert!(!holders.contains(&true) || holders.len() == 1, "exclusive holder not alone: {holders:?}");

@@ -69,9 +69,10 @@ fn a_sigkilled_lock_holder_loses_its_lock_when_the_lease_runs_out() {
     let id = c.create_chunk(table, b"v").unwrap();
     let id_arg = id.to_string();
 
-    // A holder process: locks with a 1 s lease and renews it until killed.
+    // A holder process: locks with a 2 s lease and renews it (every third
+    // of it) until killed.
     let mut holder = Command::new(SHOAL)
-        .args(["chunk", "lock", "g", &id_arg, "--lease-ms", "1000", "--hold-ms", "0", "--server", &server.addr])
+        .args(["chunk", "lock", "g", &id_arg, "--lease-ms", "2000", "--hold-ms", "0", "--server", &server.addr])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -81,8 +82,8 @@ fn a_sigkilled_lock_holder_loses_its_lock_when_the_lease_runs_out() {
     assert!(line.starts_with("locked"), "holder printed {line:?}");
     let (owner, token) = parse_lock_line(&line);
 
-    // Held well past its 1 s lease while the holder lives (it renews).
-    let until = Instant::now() + Duration::from_millis(2500);
+    // Held well past its 2 s lease while the holder lives (it renews).
+    let until = Instant::now() + Duration::from_millis(4000);
     while Instant::now() < until {
         assert!(
             matches!(
@@ -104,9 +105,11 @@ fn a_sigkilled_lock_holder_loses_its_lock_when_the_lease_runs_out() {
     let killed = Instant::now();
     let got = c.lock_chunk(table, id, LockMode::Exclusive, Duration::from_secs(5), Duration::from_secs(10)).unwrap();
     let waited = killed.elapsed();
-    // The last renewal was at most a third of the lease before the kill.
-    assert!(waited >= Duration::from_millis(500), "granted {waited:?} after the kill: before the lease ran out");
-    assert!(waited < Duration::from_secs(3), "granted only {waited:?} after the kill");
+    // The last renewal was about a third of the lease before the kill (at
+    // most: 667 ms, plus the time a busy machine delays it).
+    assert!(waited >= Duration::from_millis(800), "granted {waited:?} after the kill: before the lease ran out");
+    assert!(waited < Duration::from_secs(6), "granted only {waited:?} after the kill");
+    eprintln!("lock granted {waited:?} after the holder was killed (lease 2 s)");
     assert!(got.token > token, "tokens grow: {} then {}", token, got.token);
     let stats = c.stats().unwrap();
     assert!(stat(&stats, "chunk_lock_lease_expiries").unwrap() >= 1);
@@ -185,6 +188,7 @@ fn a_killed_chunk_master_releases_its_locks_safely() {
         "granted {waited:?} after the recovery: within the longest lease the old master could have granted"
     );
     assert!(lb.token > la.token, "the recovery master's tokens are greater: {} then {}", la.token, lb.token);
+    eprintln!("lock granted {waited:?} after the first request to the recovery master (grace {MAX_LEASE_MS} ms)");
     // A's acknowledged fenced write survived the crash; B writes under its lock.
     assert_eq!(b.get_chunk(table, id).unwrap().0, b"a1".to_vec());
     b.put_chunk_locked(&lb, b"b1").unwrap();
