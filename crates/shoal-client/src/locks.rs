@@ -132,18 +132,21 @@ impl LockKeeper {
         let (c, flag) = (client.clone(), lost.clone());
         let task = tokio::spawn(async move {
             let mut held = lock;
+            let mut pause = held.lease / 3;
             loop {
-                tokio::time::sleep(held.lease / 3).await;
+                tokio::time::sleep(pause).await;
                 let sent = Instant::now();
                 match c.renew_chunk_lock(&held).await {
                     Ok(lease) => {
                         held.lease = lease;
                         held.renewed_at = sent;
+                        pause = lease / 3;
                     }
                     // Lost, or not held: nothing more to renew.
                     Err(LockError::Lost | LockError::NotHeld) => break,
-                    // The server cannot be reached: try again while the lease may still hold.
-                    Err(_) if Instant::now() + held.lease / 6 < held.valid_until() => {}
+                    // The server cannot be reached: try again soon, while
+                    // the lease may still hold.
+                    Err(_) if Instant::now() + held.lease / 10 < held.valid_until() => pause = held.lease / 10,
                     Err(_) => break,
                 }
             }
