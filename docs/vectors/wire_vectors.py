@@ -14,6 +14,7 @@ OP = {
     "write_ttl": 10, "read_ttl": 11, "chunk_create": 12, "chunk_get": 13, "chunk_put": 14,
     "chunk_remove": 15, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20, "create_chunk_table": 21,
     "create_stream": 22, "produce": 23, "consume": 24, "describe_stream": 25,
+    "chunk_lock": 27, "chunk_unlock": 28, "chunk_renew": 29, "chunk_put_locked": 30,
 }
 
 STATUS = {
@@ -23,7 +24,8 @@ STATUS = {
     "unknown_table_name": 10, "unknown_tablet": 11, "retry": 12,
     "not_authenticated": 13, "auth_failed": 14,
     "malformed_request": 16, "unknown_opcode": 17, "frame_too_large": 18,
-    "unsupported_version": 19,
+    "unsupported_version": 19, "lock_busy": 20, "lock_not_held": 21, "lock_lost": 22,
+    "lock_table_full": 23,
 }
 
 
@@ -133,6 +135,26 @@ VECTORS = [
     ("describe-stream response (id 23, the shape above; group 3 of log 1: 1 segment, 9 records, 20 bytes, closed)",
      frame("describe_stream", 23, ok(struct.pack("<IIIIQ", 4, 2, 1 << 20, 4, 0) + struct.pack("<I", 1)
                                      + struct.pack("<QIIQQB", 3, 1, 1, 9, 20, 1)), response=True)),
+    ("chunk-lock request (id 24, table 5, chunk 0x1000000000001, owner 9, exclusive, wait, lease 5000 ms)",
+     frame("chunk_lock", 24, struct.pack("<QQQBBI", 5, (1 << 48) | 1, 9, 1, 1, 5000))),
+    ("chunk-lock response (id 24, token 0x1a2b3c4d5e6f7081, lease 5000 ms)",
+     frame("chunk_lock", 24, ok(struct.pack("<QI", 0x1a2b3c4d5e6f7081, 5000)), response=True)),
+    ("chunk-lock response (id 25, busy: retry after 20000 us)",
+     frame("chunk_lock", 25, bytes([STATUS["lock_busy"]]) + struct.pack("<I", 20000), response=True)),
+    ("chunk-unlock request (id 26, table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081)",
+     frame("chunk_unlock", 26, struct.pack("<QQQQ", 5, (1 << 48) | 1, 9, 0x1a2b3c4d5e6f7081))),
+    ("chunk-unlock response (id 26, lock lost)",
+     frame("chunk_unlock", 26, bytes([STATUS["lock_lost"]]), response=True)),
+    ("chunk-renew request (id 27, table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081, lease 3000 ms)",
+     frame("chunk_renew", 27, struct.pack("<QQQQI", 5, (1 << 48) | 1, 9, 0x1a2b3c4d5e6f7081, 3000))),
+    ("chunk-renew response (id 27, lease 3000 ms)",
+     frame("chunk_renew", 27, ok(struct.pack("<I", 3000)), response=True)),
+    ("chunk-put-locked request (id 28, table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081, payload `xy`)",
+     frame("chunk_put_locked", 28, struct.pack("<QQQQI", 5, (1 << 48) | 1, 9, 0x1a2b3c4d5e6f7081, 2) + b"xy")),
+    ("chunk-put-locked response (id 28, version 4)",
+     frame("chunk_put_locked", 28, ok(struct.pack("<Q", 4)), response=True)),
+    ("chunk-lock response (id 29, lock table full: limit 100000)",
+     frame("chunk_lock", 29, bytes([STATUS["lock_table_full"]]) + struct.pack("<I", 100000), response=True)),
 ]
 
 if __name__ == "__main__":

@@ -101,6 +101,27 @@ FRAMES_ONLY = {
     "DESCRIBE_STREAM request, id 23: table 6, streamlet 1, groups from 0, at most 100": (25, 23, False),
     "DESCRIBE_STREAM response, id 23: the shape above; group 3 of log 1, 1 segment, 9 records, 20 bytes, closed":
         (25, 23, True),
+    # The chunk locks (docs/chunks.md, "Locks"), not spoken by this client either.
+    "CHUNK_LOCK request, id 24: table 5, chunk 0x1000000000001, owner 9, exclusive, wait, lease 5000 ms":
+        (27, 24, False),
+    "CHUNK_LOCK response, id 24: token 0x1a2b3c4d5e6f7081, lease 5000 ms":
+        (27, 24, True),
+    "CHUNK_LOCK response, id 25: busy: retry after 20000 us":
+        (27, 25, True),
+    "CHUNK_UNLOCK request, id 26: table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081":
+        (28, 26, False),
+    "CHUNK_UNLOCK response, id 26: lock lost":
+        (28, 26, True),
+    "CHUNK_RENEW request, id 27: table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081, lease 3000 ms":
+        (29, 27, False),
+    "CHUNK_RENEW response, id 27: lease 3000 ms":
+        (29, 27, True),
+    "CHUNK_PUT_LOCKED request, id 28: table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081, payload `xy`":
+        (30, 28, False),
+    "CHUNK_PUT_LOCKED response, id 28: version 4":
+        (30, 28, True),
+    "CHUNK_LOCK response, id 29: lock table full: limit 100000":
+        (27, 29, True),
 }
 
 

@@ -5,19 +5,20 @@
 //! client, or use the async [`crate::Client`].
 
 use crate::conn::{ClientConfig, Connection};
-use crate::error::{ClientError, IncrementError, ReadError, StreamError, TableError, WriteError};
+use crate::error::{ClientError, IncrementError, LockError, ReadError, StreamError, TableError, WriteError};
+use crate::locks::{self, ChunkLock};
 use crate::ops::{
     conv, disposition, ttl_ms, Consumed, Described, Disposition, Page, Produced, ResponseFrame, Retries, Stats, Ttl,
     Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
-    key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response, StreamOffset,
-    StreamShape, TableId, Version, WriteItem, HEADER_LEN,
+    key_hash, ChunkId, ErrorStatus, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem, Request, Response,
+    StreamOffset, StreamShape, TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where a request goes.
 #[derive(Clone, Copy)]
@@ -37,6 +38,8 @@ pub struct Client {
     source: Box<dyn MapSource>,
     conns: HashMap<SocketAddr, Connection>,
     config: ClientConfig,
+    /// The owner id of this client's chunk locks.
+    lock_owner: u64,
 }
 
 /// One multi-op round: the indices of the items sent to one server.
@@ -73,7 +76,7 @@ impl Client {
 
     /// A client over an explicit tablet map and refresh source (the cluster).
     pub fn with_map(map: TabletMap, source: Box<dyn MapSource>, config: ClientConfig) -> Client {
-        Client { map, source, conns: HashMap::new(), config }
+        Client { map, source, conns: HashMap::new(), config, lock_owner: crate::locks::new_owner_id() }
     }
 
     pub fn tablet_map(&self) -> &TabletMap {
@@ -404,6 +407,89 @@ impl Client {
 
     pub fn remove_chunk(&mut self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
         self.remove_chunks(table, &[id])?.remove(0)
+    }
+
+    // Chunk locks (`docs/chunks.md`, "Locks"): as in the async client,
+    // without background renewal (call `renew_chunk_lock` within the lease).
+
+    /// The owner id of this client's locks (random per client).
+    pub fn lock_owner(&self) -> u64 {
+        self.lock_owner
+    }
+
+    /// Acts as lock owner `owner` from now on (not 0).
+    pub fn set_lock_owner(&mut self, owner: u64) {
+        self.lock_owner = owner;
+    }
+
+    fn lock_attempt(
+        &mut self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+        wait: bool,
+    ) -> Result<ChunkLock, LockError> {
+        let owner = self.lock_owner;
+        let req = Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms: locks::lease_ms(lease) };
+        let renewed_at = Instant::now();
+        let (token, lease) = self.execute::<_, LockError>(chunk_route(table), &req, locks::conv::lock)?;
+        Ok(ChunkLock { table, chunk, mode, owner, token, lease, renewed_at })
+    }
+
+    /// Locks a chunk if it can be granted now; [`LockError::Busy`] if not.
+    pub fn try_lock_chunk(
+        &mut self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+    ) -> Result<ChunkLock, LockError> {
+        self.lock_attempt(table, chunk, mode, lease, false)
+    }
+
+    /// Locks a chunk, waiting up to `timeout` (see the async client's
+    /// `lock_chunk`).
+    pub fn lock_chunk(
+        &mut self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<ChunkLock, LockError> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match self.lock_attempt(table, chunk, mode, lease, true) {
+                Err(LockError::Busy { after_us }) => match locks::next_pause(&mut backoff, after_us, deadline) {
+                    Some(pause) => std::thread::sleep(pause),
+                    None => return Err(LockError::Timeout),
+                },
+                r => return r,
+            }
+        }
+    }
+
+    /// Releases a lock.
+    pub fn unlock_chunk(&mut self, lock: &ChunkLock) -> Result<(), LockError> {
+        let req = Request::ChunkUnlock { table: lock.table, chunk: lock.chunk, owner: lock.owner, token: lock.token };
+        self.execute(chunk_route(lock.table), &req, locks::conv::unlock)
+    }
+
+    /// Renews a lock's lease (for `lock.lease` from now); the lease granted.
+    pub fn renew_chunk_lock(&mut self, lock: &ChunkLock) -> Result<Duration, LockError> {
+        let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
+        let req = Request::ChunkRenew { table, chunk, owner, token, lease_ms: locks::lease_ms(lock.lease) };
+        self.execute(chunk_route(table), &req, locks::conv::renew)
+    }
+
+    /// Puts a chunk's payload only while `lock` (exclusive) is held (see
+    /// the async client's `put_chunk_locked`).
+    pub fn put_chunk_locked(&mut self, lock: &ChunkLock, payload: &[u8]) -> Result<Version, LockError> {
+        let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
+        let req = Request::ChunkPutLocked { table, chunk, owner, token, payload };
+        self.execute(chunk_route(table), &req, locks::conv::put_locked)
     }
 
     /// Creates a table (or returns the id of the existing one of that name).

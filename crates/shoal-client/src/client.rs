@@ -11,12 +11,14 @@
 
 use crate::blocking::{chunk_route, item_error, resolve, stream_route, Route};
 use crate::conn::{login_result, ClientConfig};
-use crate::error::{ClientError, IncrementError, ReadError, StreamError, TableError, WriteError};
+use crate::error::{ClientError, IncrementError, LockError, ReadError, StreamError, TableError, WriteError};
+use crate::locks::{self, ChunkLock, LockKeeper};
 use crate::ops::{
     conv, disposition, ttl_ms, Consumed, Described, Disposition, Page, Produced, ResponseFrame, Retries, Stats, Ttl,
     Versioned, MAX_ATTEMPTS, UNREACHABLE_DELAY,
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
+use shoal_proto::LockMode;
 use shoal_proto::{
     check_frame, key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
     StreamOffset, StreamShape, TableId, Version, WriteItem, HEADER_LEN,
@@ -25,6 +27,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -250,6 +253,8 @@ struct Inner {
     filters: Mutex<HashMap<Vec<SocketAddr>, GroupFilter>>,
     /// Round-robin over a group's members for hot reads.
     next_member: AtomicU64,
+    /// The owner id of this client's chunk locks.
+    lock_owner: AtomicU64,
 }
 
 /// How often a group's filter of hot keys is fetched again (its rounds
@@ -322,6 +327,7 @@ impl Client {
                 config,
                 filters: Mutex::new(HashMap::new()),
                 next_member: AtomicU64::new(0),
+                lock_owner: AtomicU64::new(crate::locks::new_owner_id()),
             }),
         }
     }
@@ -763,6 +769,101 @@ impl Client {
 
     pub async fn remove_chunk(&self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
         self.remove_chunks(table, &[id]).await?.remove(0)
+    }
+
+    // Chunk locks (`docs/chunks.md`, "Locks"). Locks are held by this
+    // client's owner id (a random one per client, shared by its clones).
+
+    /// The owner id of this client's locks.
+    pub fn lock_owner(&self) -> u64 {
+        self.inner.lock_owner.load(Ordering::Relaxed)
+    }
+
+    /// Acts as lock owner `owner` from now on (not 0): to unlock, from a
+    /// new process, a lock taken by an earlier one that knew the id.
+    pub fn set_lock_owner(&self, owner: u64) {
+        self.inner.lock_owner.store(owner, Ordering::Relaxed);
+    }
+
+    async fn lock_attempt(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+        wait: bool,
+    ) -> Result<ChunkLock, LockError> {
+        let owner = self.lock_owner();
+        let req = Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms: locks::lease_ms(lease) };
+        let renewed_at = Instant::now();
+        let (token, lease) = self.execute::<_, LockError>(chunk_route(table), &req, locks::conv::lock).await?;
+        Ok(ChunkLock { table, chunk, mode, owner, token, lease, renewed_at })
+    }
+
+    /// Locks a chunk if it can be granted now; [`LockError::Busy`] if not.
+    /// If this client holds it in `mode` already, the same lock again.
+    pub async fn try_lock_chunk(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+    ) -> Result<ChunkLock, LockError> {
+        self.lock_attempt(table, chunk, mode, lease, false).await
+    }
+
+    /// Locks a chunk, waiting up to `timeout` ([`LockError::Timeout`]):
+    /// the request is sent again (1 ms doubling to
+    /// [`crate::MAX_BACKOFF`]) while the server answers busy, keeping its
+    /// place in the chunk's queue.
+    pub async fn lock_chunk(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        mode: LockMode,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<ChunkLock, LockError> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match self.lock_attempt(table, chunk, mode, lease, true).await {
+                Err(LockError::Busy { after_us }) => match locks::next_pause(&mut backoff, after_us, deadline) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => return Err(LockError::Timeout),
+                },
+                r => return r,
+            }
+        }
+    }
+
+    /// Releases a lock.
+    pub async fn unlock_chunk(&self, lock: &ChunkLock) -> Result<(), LockError> {
+        let req = Request::ChunkUnlock { table: lock.table, chunk: lock.chunk, owner: lock.owner, token: lock.token };
+        self.execute(chunk_route(lock.table), &req, locks::conv::unlock).await
+    }
+
+    /// Renews a lock's lease (for `lock.lease` from now); the lease granted.
+    pub async fn renew_chunk_lock(&self, lock: &ChunkLock) -> Result<Duration, LockError> {
+        let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
+        let req = Request::ChunkRenew { table, chunk, owner, token, lease_ms: locks::lease_ms(lock.lease) };
+        self.execute(chunk_route(table), &req, locks::conv::renew).await
+    }
+
+    /// Keeps renewing `lock` in the background until the keeper is dropped
+    /// or unlocked (see [`LockKeeper`]). Needs a Tokio runtime.
+    pub fn keep_chunk_lock(&self, lock: ChunkLock) -> LockKeeper {
+        LockKeeper::start(self.clone(), lock)
+    }
+
+    /// Puts a chunk's payload only while `lock` (exclusive) is held: the
+    /// server checks the owner and token and appends under its lock table,
+    /// so a client whose lease ran out cannot overwrite a newer holder's
+    /// data ([`LockError::Lost`]).
+    pub async fn put_chunk_locked(&self, lock: &ChunkLock, payload: &[u8]) -> Result<Version, LockError> {
+        let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
+        let req = Request::ChunkPutLocked { table, chunk, owner, token, payload };
+        self.execute(chunk_route(table), &req, locks::conv::put_locked).await
     }
 
     /// Reads several objects; one result per item, in order. Items are sent

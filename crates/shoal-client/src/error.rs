@@ -156,6 +156,61 @@ impl From<TableError> for StreamError {
     }
 }
 
+/// Errors of the chunk lock operations (`docs/chunks.md`, "Locks").
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// A try-lock found the lock held in a conflicting mode (or others
+    /// queued first); the server suggests trying again after `after_us`.
+    #[error("chunk lock busy")]
+    Busy { after_us: u32 },
+    /// A waiting lock was not granted before its timeout.
+    #[error("timed out waiting for the chunk lock")]
+    Timeout,
+    /// The chunk does not exist (never created, or removed).
+    #[error("chunk does not exist")]
+    NotFound,
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    /// Unlock, renew or fenced put with a token the server never granted.
+    #[error("chunk lock not held (the server never granted this token)")]
+    NotHeld,
+    /// Unlock, renew or fenced put of a lock that is not held any more: its
+    /// lease ran out, it was released, its chunk was removed, or its master
+    /// crashed and was recovered. Stop acting under it.
+    #[error("chunk lock lost (lease expired, released, chunk removed, or master recovered)")]
+    Lost,
+    /// The server holds its maximum of locks and waiters.
+    #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
+    TableFull { limit: u32 },
+    /// The server refused the request and said why (the table is not a
+    /// chunk table, the lock is held in the other mode, owner id 0).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    ValueTooLarge { len: u32, max: u32 },
+    #[error("server out of memory")]
+    OutOfMemory,
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl From<ErrorStatus> for LockError {
+    fn from(s: ErrorStatus) -> Self {
+        match s {
+            ErrorStatus::LockBusy { after_us } => LockError::Busy { after_us },
+            ErrorStatus::LockNotHeld => LockError::NotHeld,
+            ErrorStatus::LockLost => LockError::Lost,
+            ErrorStatus::LockTableFull { limit } => LockError::TableFull { limit },
+            ErrorStatus::ObjectDoesntExist => LockError::NotFound,
+            ErrorStatus::UnknownTable(t) => LockError::UnknownTable(t),
+            ErrorStatus::MalformedRequest(why) => LockError::Invalid(why),
+            ErrorStatus::ValueTooLarge { len, max } => LockError::ValueTooLarge { len, max },
+            ErrorStatus::OutOfMemory => LockError::OutOfMemory,
+            s => LockError::Client(ClientError::Refused(s)),
+        }
+    }
+}
+
 /// Errors of table management and enumeration.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {

@@ -27,6 +27,7 @@ mod client;
 pub mod cluster;
 mod conn;
 mod error;
+mod locks;
 pub mod names;
 mod ops;
 mod stream;
@@ -36,14 +37,15 @@ mod tls;
 pub use client::{Channel, Client, Reply};
 pub use cluster::CoordinatorMap;
 pub use conn::{ClientConfig, Connection, Credentials};
-pub use error::{ClientError, IncrementError, ReadError, Rejected, StreamError, TableError, WriteError};
+pub use error::{ClientError, IncrementError, LockError, ReadError, Rejected, StreamError, TableError, WriteError};
+pub use locks::{ChunkLock, LockKeeper, DEFAULT_LEASE, MAX_BACKOFF};
 pub use ops::{Consumed, Described, ItemResults, Object, Page, Produced, ResponseFrame, Stats, Ttl, Versioned};
 pub use stream::{decode_offsets, encode_offsets, Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
 pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{
-    key_hash, streamlet_key, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
-    StatValue, StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem, MAX_DESCRIBE_GROUPS,
-    MAX_PRODUCE_RECORDS,
+    key_hash, streamlet_key, ChunkId, ErrorStatus, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem, Request,
+    Response, StatValue, StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem,
+    MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS,
 };

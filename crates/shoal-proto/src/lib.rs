@@ -33,7 +33,7 @@ mod wire;
 
 pub use frame::{check_frame, encode_header, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use frame::{FrameError, DEFAULT_MAX_BODY_BYTES};
-pub use request::{Opcode, ReadItem, RejectRules, RemoveItem, Request, WriteItem, MAX_CHUNK_CREATE};
+pub use request::{LockMode, Opcode, ReadItem, RejectRules, RemoveItem, Request, WriteItem, MAX_CHUNK_CREATE};
 pub use response::{decode_response, encode_error, Object, Response, Stat, StatValue};
 pub use status::{ErrorStatus, StatusCode};
 pub use stream::{StreamGroup, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS};

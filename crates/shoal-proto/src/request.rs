@@ -39,6 +39,10 @@ pub enum Opcode {
     Consume = 24,
     DescribeStream = 25,
     ScFilter = 26,
+    ChunkLock = 27,
+    ChunkUnlock = 28,
+    ChunkRenew = 29,
+    ChunkPutLocked = 30,
 }
 
 impl Opcode {
@@ -71,6 +75,10 @@ impl Opcode {
             24 => Consume,
             25 => DescribeStream,
             26 => ScFilter,
+            27 => ChunkLock,
+            28 => ChunkUnlock,
+            29 => ChunkRenew,
+            30 => ChunkPutLocked,
             _ => return None,
         })
     }
@@ -202,6 +210,40 @@ mod chunk_op {
 }
 const _: () = assert!(chunk_op::COUNT + 4 == chunk_op::FIXED && chunk_op::PUT_LEN + 4 == chunk_op::PUT_ITEM);
 
+/// Chunk lock requests: table, chunk id and owner, then per opcode:
+/// CHUNK_LOCK mode, wait and lease; CHUNK_UNLOCK the token; CHUNK_RENEW
+/// the token and lease; CHUNK_PUT_LOCKED the token and payload length,
+/// then the payload.
+mod lock_op {
+    pub const TABLE: usize = 0;
+    pub const CHUNK: usize = 8;
+    pub const OWNER: usize = 16;
+    pub const MODE: usize = 24;
+    pub const WAIT: usize = 25;
+    pub const LOCK_LEASE: usize = 26;
+    pub const LOCK_FIXED: usize = 30;
+    pub const TOKEN: usize = 24;
+    pub const UNLOCK_FIXED: usize = 32;
+    pub const RENEW_LEASE: usize = 32;
+    pub const RENEW_FIXED: usize = 36;
+    pub const PUT_LEN: usize = 32;
+    pub const PUT_FIXED: usize = 36;
+}
+const _: () = assert!(
+    lock_op::LOCK_LEASE + 4 == lock_op::LOCK_FIXED
+        && lock_op::TOKEN + 8 == lock_op::UNLOCK_FIXED
+        && lock_op::RENEW_LEASE + 4 == lock_op::RENEW_FIXED
+        && lock_op::PUT_LEN + 4 == lock_op::PUT_FIXED
+);
+
+/// A chunk lock's mode on the wire: 0 shared (read), 1 exclusive (write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LockMode {
+    Shared = 0,
+    Exclusive = 1,
+}
+
 /// Most chunks one CHUNK_CREATE may create: the store appends up to this
 /// many as one group, so a refused create created none of them.
 pub const MAX_CHUNK_CREATE: usize = 1024;
@@ -317,6 +359,43 @@ pub enum Request<'a> {
         table: TableId,
         ids: Vec<ChunkId>,
     },
+    /// Locks a chunk for `owner` (a client session's id, not 0) with a
+    /// lease of `lease_ms` (`docs/chunks.md`, "Locks"). Never waits on the
+    /// server: a lock it cannot grant now is answered LOCK_BUSY, and with
+    /// `wait` the request keeps a place in the chunk's queue for a second
+    /// while the client retries.
+    ChunkLock {
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        mode: LockMode,
+        wait: bool,
+        lease_ms: u32,
+    },
+    /// Releases the lock `owner` holds on a chunk with `token`.
+    ChunkUnlock {
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        token: u64,
+    },
+    /// Renews the lease of the lock `owner` holds with `token`.
+    ChunkRenew {
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        token: u64,
+        lease_ms: u32,
+    },
+    /// A CHUNK_PUT of one chunk applied only while `owner` holds its
+    /// exclusive lock with `token` (the fenced write).
+    ChunkPutLocked {
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        token: u64,
+        payload: &'a [u8],
+    },
     /// CREATE_TABLE of a chunk table.
     /// Symmetric caching's filter of the hot keys of the answering
     /// server's group (`docs/symmetric-caching.md`, "The filter").
@@ -417,7 +496,9 @@ impl<'a> Request<'a> {
             | Request::ChunkRemove { .. }
             | Request::CreateChunkTable { .. }
             | Request::CreateStream { .. }
-            | Request::Produce { .. } => true,
+            | Request::Produce { .. }
+            | Request::ChunkUnlock { .. }
+            | Request::ChunkPutLocked { .. } => true,
             Request::Ping
             | Request::Read { .. }
             | Request::ReadTtl { .. }
@@ -429,7 +510,11 @@ impl<'a> Request<'a> {
             | Request::Auth { .. }
             | Request::ChunkGet { .. }
             | Request::Consume { .. }
-            | Request::DescribeStream { .. } => false,
+            | Request::DescribeStream { .. }
+            // Repeating a lock or renewal is harmless: an owner that holds
+            // the lock gets the same token again.
+            | Request::ChunkLock { .. }
+            | Request::ChunkRenew { .. } => false,
         }
     }
 
@@ -461,6 +546,10 @@ impl<'a> Request<'a> {
             Request::Consume { .. } => Opcode::Consume,
             Request::DescribeStream { .. } => Opcode::DescribeStream,
             Request::ScFilter => Opcode::ScFilter,
+            Request::ChunkLock { .. } => Opcode::ChunkLock,
+            Request::ChunkUnlock { .. } => Opcode::ChunkUnlock,
+            Request::ChunkRenew { .. } => Opcode::ChunkRenew,
+            Request::ChunkPutLocked { .. } => Opcode::ChunkPutLocked,
         }
     }
 
@@ -544,6 +633,27 @@ impl<'a> Request<'a> {
                     out.extend_from_slice(&len32(p));
                     out.extend_from_slice(p);
                 }
+            }
+            Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms } => {
+                put_lock_head(out, *table, *chunk, *owner);
+                out.push(*mode as u8);
+                out.push(u8::from(*wait));
+                out.extend_from_slice(&lease_ms.to_le_bytes());
+            }
+            Request::ChunkUnlock { table, chunk, owner, token } => {
+                put_lock_head(out, *table, *chunk, *owner);
+                out.extend_from_slice(&token.to_le_bytes());
+            }
+            Request::ChunkRenew { table, chunk, owner, token, lease_ms } => {
+                put_lock_head(out, *table, *chunk, *owner);
+                out.extend_from_slice(&token.to_le_bytes());
+                out.extend_from_slice(&lease_ms.to_le_bytes());
+            }
+            Request::ChunkPutLocked { table, chunk, owner, token, payload } => {
+                put_lock_head(out, *table, *chunk, *owner);
+                out.extend_from_slice(&token.to_le_bytes());
+                out.extend_from_slice(&len32(payload));
+                out.extend_from_slice(payload);
             }
             Request::CreateStream { name, shape } => stream::put_create(out, name, shape),
             Request::Produce { table, streamlet, producer, records } => {
@@ -684,6 +794,40 @@ impl<'a> Request<'a> {
                 }
                 Request::ChunkPut { table, items }
             }
+            Opcode::ChunkLock => {
+                let f = r.fixed(lock_op::LOCK_FIXED)?;
+                let (table, chunk, owner) = get_lock_head(f);
+                let mode = match f[lock_op::MODE] {
+                    0 => LockMode::Shared,
+                    1 => LockMode::Exclusive,
+                    _ => return Err(DecodeError::Malformed("lock mode must be 0 (shared) or 1 (exclusive)")),
+                };
+                let wait = match f[lock_op::WAIT] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Malformed("lock wait flag must be 0 or 1")),
+                };
+                let lease_ms = get_u32(f, lock_op::LOCK_LEASE);
+                Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms }
+            }
+            Opcode::ChunkUnlock => {
+                let f = r.fixed(lock_op::UNLOCK_FIXED)?;
+                let (table, chunk, owner) = get_lock_head(f);
+                Request::ChunkUnlock { table, chunk, owner, token: get_u64(f, lock_op::TOKEN) }
+            }
+            Opcode::ChunkRenew => {
+                let f = r.fixed(lock_op::RENEW_FIXED)?;
+                let (table, chunk, owner) = get_lock_head(f);
+                let (token, lease_ms) = (get_u64(f, lock_op::TOKEN), get_u32(f, lock_op::RENEW_LEASE));
+                Request::ChunkRenew { table, chunk, owner, token, lease_ms }
+            }
+            Opcode::ChunkPutLocked => {
+                let f = r.fixed(lock_op::PUT_FIXED)?;
+                let (table, chunk, owner) = get_lock_head(f);
+                let token = get_u64(f, lock_op::TOKEN);
+                let payload = r.take(get_u32(f, lock_op::PUT_LEN) as usize)?;
+                Request::ChunkPutLocked { table, chunk, owner, token, payload }
+            }
             Opcode::CreateStream => {
                 let name = get_name(&mut r)?;
                 Request::CreateStream { name, shape: stream::get_shape(&mut r)? }
@@ -724,6 +868,17 @@ fn get_chunk_head(r: &mut Reader<'_>, min_item: usize) -> Result<(TableId, usize
         return Err(DecodeError::Malformed("item count exceeds the message"));
     }
     Ok((TableId(get_u64(f, chunk_op::TABLE)), n))
+}
+
+fn put_lock_head(out: &mut Vec<u8>, table: TableId, chunk: ChunkId, owner: u64) {
+    out.extend_from_slice(&table.0.to_le_bytes());
+    out.extend_from_slice(&chunk.0.to_le_bytes());
+    out.extend_from_slice(&owner.to_le_bytes());
+}
+
+/// The table, chunk and owner of a lock request's fixed part.
+fn get_lock_head(f: &[u8]) -> (TableId, ChunkId, u64) {
+    (TableId(get_u64(f, lock_op::TABLE)), ChunkId(get_u64(f, lock_op::CHUNK)), get_u64(f, lock_op::OWNER))
 }
 
 /// A name's or password's length as its u16 field; longer ones are cut

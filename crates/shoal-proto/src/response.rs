@@ -146,6 +146,20 @@ pub enum Response<'a> {
     CreateChunkTable {
         table: TableId,
     },
+    /// CHUNK_LOCK: the grant's fencing token and the lease granted.
+    ChunkLock {
+        token: u64,
+        lease_ms: u32,
+    },
+    ChunkUnlock,
+    /// CHUNK_RENEW: the lease granted from the renewal on.
+    ChunkRenew {
+        lease_ms: u32,
+    },
+    /// CHUNK_PUT_LOCKED: the chunk's new version.
+    ChunkPutLocked {
+        version: Version,
+    },
     /// CREATE_STREAM: the stream's table id and its shape (the server's
     /// defaults filled in).
     CreateStream {
@@ -204,6 +218,10 @@ impl<'a> Response<'a> {
             Response::Consume { .. } => Opcode::Consume,
             Response::DescribeStream { .. } => Opcode::DescribeStream,
             Response::ScFilter { .. } => Opcode::ScFilter,
+            Response::ChunkLock { .. } => Opcode::ChunkLock,
+            Response::ChunkUnlock => Opcode::ChunkUnlock,
+            Response::ChunkRenew { .. } => Opcode::ChunkRenew,
+            Response::ChunkPutLocked { .. } => Opcode::ChunkPutLocked,
         }
     }
 
@@ -213,7 +231,13 @@ impl<'a> Response<'a> {
         let start = encode_header(out, self.opcode() as u8, FLAG_RESPONSE, request_id);
         out.push(StatusCode::Ok as u8);
         match self {
-            Response::Ping | Response::DropTable | Response::Auth => {}
+            Response::Ping | Response::DropTable | Response::Auth | Response::ChunkUnlock => {}
+            Response::ChunkLock { token, lease_ms } => {
+                put_u64(out, *token);
+                out.extend_from_slice(&lease_ms.to_le_bytes());
+            }
+            Response::ChunkRenew { lease_ms } => out.extend_from_slice(&lease_ms.to_le_bytes()),
+            Response::ChunkPutLocked { version } => put_u64(out, version.0),
             Response::Read { version, value } => put_read(out, *version, value),
             Response::Write { version } | Response::WriteTtl { version } => put_u64(out, version.0),
             Response::ReadTtl { version, expires_at, ttl_ms } => {
@@ -361,6 +385,10 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
         Opcode::Ping => Response::Ping,
         Opcode::DropTable => Response::DropTable,
         Opcode::Auth => Response::Auth,
+        Opcode::ChunkUnlock => Response::ChunkUnlock,
+        Opcode::ChunkLock => Response::ChunkLock { token: r.u64()?, lease_ms: r.u32()? },
+        Opcode::ChunkRenew => Response::ChunkRenew { lease_ms: r.u32()? },
+        Opcode::ChunkPutLocked => Response::ChunkPutLocked { version: Version(r.u64()?) },
         Opcode::Read => {
             let (version, value) = get_read(&mut r)?;
             Response::Read { version, value }

@@ -29,6 +29,10 @@ pub enum StatusCode {
     UnknownOpcode = 17,
     FrameTooLarge = 18,
     UnsupportedVersion = 19,
+    LockBusy = 20,
+    LockNotHeld = 21,
+    LockLost = 22,
+    LockTableFull = 23,
 }
 
 impl StatusCode {
@@ -54,6 +58,10 @@ impl StatusCode {
             17 => UnknownOpcode,
             18 => FrameTooLarge,
             19 => UnsupportedVersion,
+            20 => LockBusy,
+            21 => LockNotHeld,
+            22 => LockLost,
+            23 => LockTableFull,
             _ => return None,
         })
     }
@@ -114,6 +122,25 @@ pub enum ErrorStatus {
     /// The frame's protocol version is not one the server speaks.
     #[error("unsupported protocol version")]
     UnsupportedVersion,
+    /// CHUNK_LOCK: the lock cannot be granted now (held in a conflicting
+    /// mode, others queued first, or the chunk's leases from before a
+    /// crash recovery may still run): try again after the delay.
+    #[error("chunk lock busy: try again in {after_us} us")]
+    LockBusy { after_us: u32 },
+    /// CHUNK_UNLOCK, CHUNK_RENEW, CHUNK_PUT_LOCKED: this server never
+    /// granted that token (a wrong token, or a lock never taken).
+    #[error("chunk lock not held: the server never granted this token")]
+    LockNotHeld,
+    /// CHUNK_UNLOCK, CHUNK_RENEW, CHUNK_PUT_LOCKED: the lock was granted
+    /// with this token and is not held any more (its lease ran out, it was
+    /// released, its chunk was removed, or its master was recovered after
+    /// a crash); the token must not be used any more.
+    #[error("chunk lock lost: its lease expired, it was released, its chunk was removed, or its master recovered")]
+    LockLost,
+    /// CHUNK_LOCK: the server's lock table holds its maximum of locks and
+    /// waiters (`--chunk-lock-limit`).
+    #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
+    LockTableFull { limit: u32 },
 }
 
 impl ErrorStatus {
@@ -137,6 +164,10 @@ impl ErrorStatus {
             ErrorStatus::UnknownOpcode => StatusCode::UnknownOpcode,
             ErrorStatus::FrameTooLarge { .. } => StatusCode::FrameTooLarge,
             ErrorStatus::UnsupportedVersion => StatusCode::UnsupportedVersion,
+            ErrorStatus::LockBusy { .. } => StatusCode::LockBusy,
+            ErrorStatus::LockNotHeld => StatusCode::LockNotHeld,
+            ErrorStatus::LockLost => StatusCode::LockLost,
+            ErrorStatus::LockTableFull { .. } => StatusCode::LockTableFull,
         }
     }
 
@@ -154,7 +185,10 @@ impl ErrorStatus {
             ErrorStatus::ObjectExists { version } | ErrorStatus::WrongVersion { version } => {
                 out.extend_from_slice(&version.0.to_le_bytes())
             }
-            ErrorStatus::Retry { after_us } => out.extend_from_slice(&after_us.to_le_bytes()),
+            ErrorStatus::Retry { after_us } | ErrorStatus::LockBusy { after_us } => {
+                out.extend_from_slice(&after_us.to_le_bytes())
+            }
+            ErrorStatus::LockTableFull { limit } => out.extend_from_slice(&limit.to_le_bytes()),
             ErrorStatus::MalformedRequest(msg) => put_str16(out, msg),
             ErrorStatus::ObjectDoesntExist
             | ErrorStatus::NotAnInteger
@@ -165,7 +199,9 @@ impl ErrorStatus {
             | ErrorStatus::UnknownOpcode
             | ErrorStatus::UnsupportedVersion
             | ErrorStatus::NotAuthenticated
-            | ErrorStatus::AuthFailed => {}
+            | ErrorStatus::AuthFailed
+            | ErrorStatus::LockNotHeld
+            | ErrorStatus::LockLost => {}
         }
     }
 
@@ -192,6 +228,10 @@ impl ErrorStatus {
             StatusCode::MalformedRequest => ErrorStatus::MalformedRequest(r.str16()?.to_owned()),
             StatusCode::UnknownOpcode => ErrorStatus::UnknownOpcode,
             StatusCode::UnsupportedVersion => ErrorStatus::UnsupportedVersion,
+            StatusCode::LockBusy => ErrorStatus::LockBusy { after_us: r.u32()? },
+            StatusCode::LockNotHeld => ErrorStatus::LockNotHeld,
+            StatusCode::LockLost => ErrorStatus::LockLost,
+            StatusCode::LockTableFull => ErrorStatus::LockTableFull { limit: r.u32()? },
         }))
     }
 }

@@ -56,6 +56,10 @@ fn arb_status() -> impl Strategy<Value = ErrorStatus> {
         Just(ErrorStatus::UnsupportedVersion),
         Just(ErrorStatus::NotAuthenticated),
         Just(ErrorStatus::AuthFailed),
+        any::<u32>().prop_map(|after_us| ErrorStatus::LockBusy { after_us }),
+        Just(ErrorStatus::LockNotHeld),
+        Just(ErrorStatus::LockLost),
+        any::<u32>().prop_map(|limit| ErrorStatus::LockTableFull { limit }),
     ]
 }
 
@@ -73,7 +77,7 @@ struct Spec {
 
 fn arb_spec() -> impl Strategy<Value = Spec> {
     (
-        0u8..21,
+        0u8..25,
         prop::collection::vec(arb_item(), 0..5),
         prop::collection::vec(prop::option::of(arb_status()), 5),
         any::<u64>(),
@@ -140,6 +144,31 @@ fn request<'a>(s: &'a Spec, it: &'a Item) -> Request<'a> {
         18 => Request::ChunkPut { table: t, items: s.items.iter().map(|i| (ChunkId(i.table), &i.value[..])).collect() },
         19 => Request::ChunkRemove { table: t, ids: s.items.iter().map(|i| ChunkId(i.delta as u64)).collect() },
         20 => Request::CreateChunkTable { name: &s.name },
+        21 => Request::ChunkLock {
+            table: t,
+            chunk: ChunkId(it.delta as u64),
+            owner: s.cursor,
+            mode: if s.more { LockMode::Exclusive } else { LockMode::Shared },
+            wait: it.rules.given_version.0.is_multiple_of(2),
+            lease_ms: s.count,
+        },
+        22 => {
+            Request::ChunkUnlock { table: t, chunk: ChunkId(it.delta as u64), owner: s.cursor, token: s.count.into() }
+        }
+        23 => Request::ChunkRenew {
+            table: t,
+            chunk: ChunkId(it.delta as u64),
+            owner: s.cursor,
+            token: it.rules.given_version.0,
+            lease_ms: s.count,
+        },
+        24 => Request::ChunkPutLocked {
+            table: t,
+            chunk: ChunkId(it.delta as u64),
+            owner: s.cursor,
+            token: it.rules.given_version.0,
+            payload: &it.value,
+        },
         _ => Request::Auth { user: &it.key, password: &it.value },
     }
 }
@@ -201,6 +230,10 @@ fn response<'a>(s: &'a Spec, it: &'a Item) -> Response<'a> {
             s.items.iter().enumerate().map(|(n, i)| item_status(s, n, i.rules.given_version)).collect(),
         ),
         20 => Response::CreateChunkTable { table: TableId(it.table) },
+        21 => Response::ChunkLock { token: s.cursor, lease_ms: s.count },
+        22 => Response::ChunkUnlock,
+        23 => Response::ChunkRenew { lease_ms: s.count },
+        24 => Response::ChunkPutLocked { version: v },
         _ => Response::Stats(
             s.stats
                 .iter()

@@ -135,6 +135,69 @@ fn chunk_messages_match_python_vectors() {
     );
 }
 
+/// The chunk lock opcodes, against docs/vectors/wire_vectors.py.
+#[test]
+fn chunk_lock_messages_match_python_vectors() {
+    let one = ChunkId::new(1, 1);
+    let token = 0x1a2b3c4d5e6f7081;
+    check_request(
+        Request::ChunkLock { table: TableId(5), chunk: one, owner: 9, mode: LockMode::Exclusive, wait: true, lease_ms: 5000 },
+        24,
+        "53 01 1b 00 18 00 00 00 00 00 00 00 1e 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 00 00 01 00 09 00 00 00 00 00 00 00 01 01 88 13 00 00",
+    );
+    check_response(
+        Ok(Response::ChunkLock { token, lease_ms: 5000 }),
+        Opcode::ChunkLock,
+        24,
+        "53 01 1b 01 18 00 00 00 00 00 00 00 0d 00 00 00 00 81 70 6f 5e 4d 3c 2b 1a 88 13 00 00",
+    );
+    check_response(
+        Err(ErrorStatus::LockBusy { after_us: 20000 }),
+        Opcode::ChunkLock,
+        25,
+        "53 01 1b 01 19 00 00 00 00 00 00 00 05 00 00 00 14 20 4e 00 00",
+    );
+    check_request(
+        Request::ChunkUnlock { table: TableId(5), chunk: one, owner: 9, token },
+        26,
+        "53 01 1c 00 1a 00 00 00 00 00 00 00 20 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 00 00 01 00 09 00 00 00 00 00 00 00 81 70 6f 5e 4d 3c 2b 1a",
+    );
+    check_response(
+        Err(ErrorStatus::LockLost),
+        Opcode::ChunkUnlock,
+        26,
+        "53 01 1c 01 1a 00 00 00 00 00 00 00 01 00 00 00 16",
+    );
+    check_request(
+        Request::ChunkRenew { table: TableId(5), chunk: one, owner: 9, token, lease_ms: 3000 },
+        27,
+        "53 01 1d 00 1b 00 00 00 00 00 00 00 24 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 00 00 01 00 09 00 00 00 00 00 00 00 81 70 6f 5e 4d 3c 2b 1a b8 0b 00 00",
+    );
+    check_response(
+        Ok(Response::ChunkRenew { lease_ms: 3000 }),
+        Opcode::ChunkRenew,
+        27,
+        "53 01 1d 01 1b 00 00 00 00 00 00 00 05 00 00 00 00 b8 0b 00 00",
+    );
+    check_request(
+        Request::ChunkPutLocked { table: TableId(5), chunk: one, owner: 9, token, payload: b"xy" },
+        28,
+        "53 01 1e 00 1c 00 00 00 00 00 00 00 26 00 00 00 05 00 00 00 00 00 00 00 01 00 00 00 00 00 01 00 09 00 00 00 00 00 00 00 81 70 6f 5e 4d 3c 2b 1a 02 00 00 00 78 79",
+    );
+    check_response(
+        Ok(Response::ChunkPutLocked { version: Version(4) }),
+        Opcode::ChunkPutLocked,
+        28,
+        "53 01 1e 01 1c 00 00 00 00 00 00 00 09 00 00 00 00 04 00 00 00 00 00 00 00",
+    );
+    check_response(
+        Err(ErrorStatus::LockTableFull { limit: 100000 }),
+        Opcode::ChunkLock,
+        29,
+        "53 01 1b 01 1d 00 00 00 00 00 00 00 05 00 00 00 17 a0 86 01 00",
+    );
+}
+
 /// A CHUNK_CREATE of more than MAX_CHUNK_CREATE chunks is malformed, and a
 /// count the body cannot hold is refused before anything is allocated.
 #[test]

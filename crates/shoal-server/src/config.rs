@@ -181,6 +181,12 @@ pub struct ServerConfig {
     pub sc_epoch_ms: u64,
     /// Most keys in a hot set; unset: 0.1% of the keys, at most 100,000.
     pub sc_cache_keys: Option<usize>,
+    /// The longest lease of a chunk lock (a longer one asked for is cut
+    /// to it), and how long chunks taken over in a crash recovery stay
+    /// unlockable (`docs/chunks.md`, "Locks").
+    pub chunk_lock_max_lease_ms: u64,
+    /// Most chunk locks held and waiting together on this server.
+    pub chunk_lock_limit: usize,
 }
 
 /// Symmetric caching at all ([`ServerConfig::sc`]).
@@ -287,6 +293,8 @@ impl Default for ServerConfig {
             sc_consistency: ScConsistency::Strong,
             sc_epoch_ms: 1000,
             sc_cache_keys: None,
+            chunk_lock_max_lease_ms: 30_000,
+            chunk_lock_limit: 100_000,
         }
     }
 }
@@ -427,6 +435,12 @@ impl ServerConfig {
         if self.sc_epoch_ms == 0 {
             return bad("sc_epoch_ms must be at least 1".into());
         }
+        if self.chunk_lock_max_lease_ms == 0 || self.chunk_lock_max_lease_ms > u32::MAX as u64 {
+            return bad("chunk_lock_max_lease_ms must be 1 to 4294967295".into());
+        }
+        if self.chunk_lock_limit == 0 {
+            return bad("chunk_lock_limit must be at least 1".into());
+        }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
         }
@@ -519,7 +533,8 @@ pub struct ServerArgs {
     /// prefault_memory, requirepass, acl_file, cluster_secret_file,
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
     /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
-    /// cluster_mode, metrics_port, sc, sc_consistency, sc_epoch_ms, sc_cache_keys (sizes as numbers of bytes or strings like
+    /// cluster_mode, metrics_port, sc, sc_consistency, sc_epoch_ms, sc_cache_keys,
+    /// chunk_lock_max_lease_ms, chunk_lock_limit (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -757,6 +772,13 @@ pub struct ServerArgs {
     /// Most keys in a hot set [default: 0.1% of the keys, at most 100000].
     #[arg(long, value_name = "N")]
     pub sc_cache_keys: Option<usize>,
+    /// Longest lease of a chunk lock, and the time chunks taken over in a
+    /// crash recovery stay unlockable [default: 30000].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=u32::MAX as u64))]
+    pub chunk_lock_max_lease_ms: Option<u64>,
+    /// Most chunk locks held and waiting together [default: 100000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub chunk_lock_limit: Option<u64>,
 }
 
 impl ServerArgs {
@@ -815,6 +837,12 @@ impl ServerArgs {
         }
         if self.sc_cache_keys.is_some() {
             c.sc_cache_keys = self.sc_cache_keys;
+        }
+        if let Some(v) = self.chunk_lock_max_lease_ms {
+            c.chunk_lock_max_lease_ms = v;
+        }
+        if let Some(v) = self.chunk_lock_limit {
+            c.chunk_lock_limit = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if self.password.is_some() {
             c.requirepass = self.password;

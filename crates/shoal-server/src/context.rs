@@ -41,6 +41,9 @@ pub struct ServerContext {
     pub tls: Option<Arc<ServerTls>>,
     /// Client connections, slow log, latency monitor, run-time settings.
     pub admin: Admin,
+    /// The chunk locks of the chunk tables this server serves (not logged:
+    /// a crash recovery releases them; `docs/chunks.md`, "Locks").
+    pub locks: crate::chunklocks::LockTable,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -125,7 +128,14 @@ impl ServerContext {
         }
         let budget = Arc::new(ClientBudget::new(config.client_buffer_budget.0 as usize));
         let admin = Admin::new(&config);
+        let locks = crate::chunklocks::LockTable::new(crate::chunklocks::LockConfig {
+            // A server id past 65535 creates no chunks (`chunk_node`).
+            own_node: cluster.as_ref().map_or(0, |n| u16::try_from(n.id.0).unwrap_or(u16::MAX)),
+            max_lease: std::time::Duration::from_millis(config.chunk_lock_max_lease_ms),
+            limit: config.chunk_lock_limit,
+        });
         Ok(ServerContext {
+            locks,
             admin,
             config,
             store,

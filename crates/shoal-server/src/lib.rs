@@ -39,6 +39,7 @@
 pub mod admin;
 pub mod auth;
 pub mod budget;
+pub mod chunklocks;
 pub mod cluster;
 pub mod config;
 mod connection;

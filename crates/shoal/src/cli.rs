@@ -16,8 +16,8 @@ use serde_json::{json, Map, Value};
 use shoal_client::blocking::Client;
 use shoal_client::names;
 use shoal_client::{
-    ChunkId, ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, ReadError, RejectRules,
-    Rejected, StatValue, TableError, TableId, Version, WriteError,
+    ChunkId, ChunkLock, ClientConfig, ClientError, ClientTls, Credentials, ErrorStatus, IncrementError, LockError,
+    LockMode, ReadError, RejectRules, Rejected, StatValue, TableError, TableId, Version, WriteError,
 };
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
@@ -176,9 +176,11 @@ pub enum ClientCommand {
     /// (prints one id per payload), `shoal chunk get TABLE ID`, `shoal chunk
     /// put TABLE ID PAYLOAD`, `shoal chunk rm TABLE ID`; names for chunk
     /// ids: `shoal chunk name TABLE NAME ID`, `lookup TABLE NAME`, `unname
-    /// TABLE NAME`, `names TABLE [PREFIX]`. Ids are printed and read in hex
-    /// (0x...) or decimal. Exits 1 for a chunk that does not
-    /// exist or a table that is not a chunk table.
+    /// TABLE NAME`, `names TABLE [PREFIX]`; locks: `shoal chunk lock TABLE
+    /// ID` (waits; --shared, --lease-ms, --hold-ms), `trylock TABLE ID`,
+    /// `unlock TABLE ID --owner O --token T`. Ids are printed and read in
+    /// hex (0x...) or decimal. Exits 1 for a chunk that does not exist, a
+    /// table that is not a chunk table, or a lock that is busy or lost.
     #[command(subcommand)]
     Chunk(ChunkCommand),
     /// Streams: KerA's streamlets, groups and segments (docs/streams.md).
@@ -254,6 +256,16 @@ pub enum ChunkCommand {
     /// Lists a chunk table's names (optionally those starting with a
     /// prefix), sorted, with their chunk ids.
     Names(ChunkNamesArgs),
+    /// Locks a chunk (exclusive, or shared with --shared), waiting up to
+    /// --timeout-ms; prints the owner id and fencing token. The lock lasts
+    /// its lease (--lease-ms) unless held with --hold-ms (renewed, then
+    /// unlocked) or unlocked with `shoal chunk unlock`. Exits 1 if busy
+    /// until the timeout, or if a held lock is lost.
+    Lock(ChunkLockArgs),
+    /// Locks a chunk only if it is free now (as `lock` without waiting).
+    Trylock(ChunkLockArgs),
+    /// Releases a lock given its owner id and token (from `lock`).
+    Unlock(ChunkUnlockArgs),
 }
 
 #[derive(Args, Debug)]
@@ -311,6 +323,47 @@ pub struct ChunkIdArgs {
     pub table: String,
     #[arg(value_parser = parse_chunk_id)]
     pub id: ChunkId,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkLockArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    /// A shared (read) lock instead of an exclusive (write) one.
+    #[arg(long)]
+    pub shared: bool,
+    /// The lease: the lock lapses this long after it was granted or last
+    /// renewed (at most the server's --chunk-lock-max-lease-ms).
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub lease_ms: u32,
+    /// How long `lock` waits for a busy lock (ignored by `trylock`).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Hold the lock this long, renewing its lease, then unlock it (0:
+    /// until the process is killed).
+    #[arg(long, value_name = "MS")]
+    pub hold_ms: Option<u64>,
+    /// The owner id to lock as [default: a random one].
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u64).range(1..))]
+    pub owner: Option<u64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ChunkUnlockArgs {
+    pub table: String,
+    #[arg(value_parser = parse_chunk_id)]
+    pub id: ChunkId,
+    /// The owner id `lock` printed.
+    #[arg(long, value_name = "ID")]
+    pub owner: u64,
+    /// The token `lock` printed.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: u64,
     #[command(flatten)]
     pub common: Common,
 }
@@ -567,6 +620,33 @@ impl Target<'_> {
         }
     }
 
+    fn lock_error(&self, e: LockError) -> CliError {
+        let o = self.object();
+        match e {
+            LockError::Busy { .. } => CliError::refused("busy", format!("{o}: the lock is held (busy)")),
+            LockError::Timeout => CliError::refused("busy", format!("{o}: the lock stayed busy until the timeout")),
+            LockError::NotFound => CliError::refused("not_found", format!("{o}: no such chunk")),
+            LockError::UnknownTable(id) => self.unknown_table(id),
+            LockError::NotHeld => {
+                CliError::refused("not_held", format!("{o}: lock not held (the server never granted that token)"))
+            }
+            LockError::Lost => CliError::refused(
+                "lock_lost",
+                format!("{o}: lock lost (its lease expired, it was released, the chunk was removed, or its master recovered)"),
+            ),
+            LockError::TableFull { limit } => CliError::refused(
+                "lock_table_full",
+                format!("{o}: the server's lock table is full ({limit} locks and waiters)"),
+            ),
+            LockError::Invalid(why) => CliError::refused("invalid", format!("{o}: {why}")),
+            LockError::ValueTooLarge { len, max } => self.too_large("value", len, max),
+            LockError::OutOfMemory => {
+                CliError::refused("out_of_memory", "the server is out of memory: live data fills it")
+            }
+            LockError::Client(e) => self.client(e),
+        }
+    }
+
     fn read_error(&self, e: ReadError) -> CliError {
         match e {
             ReadError::NotFound => CliError::refused("not_found", format!("{}: no such object", self.object())),
@@ -626,6 +706,8 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Chunk(ChunkCommand::Name(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Lookup(a) | ChunkCommand::Unname(a)) => &a.common,
         ClientCommand::Chunk(ChunkCommand::Names(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Lock(a) | ChunkCommand::Trylock(a)) => &a.common,
+        ClientCommand::Chunk(ChunkCommand::Unlock(a)) => &a.common,
         ClientCommand::Stream(s) => s.common(),
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
@@ -928,6 +1010,87 @@ fn chunk(c: &mut Client, cmd: &ChunkCommand, server: &str, json: bool) -> Result
                 out!("({} names)", list.len());
             }
         }
+        ChunkCommand::Lock(a) | ChunkCommand::Trylock(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            if let Some(owner) = a.owner {
+                c.set_lock_owner(owner);
+            }
+            let mode = if a.shared { LockMode::Shared } else { LockMode::Exclusive };
+            let lease = Duration::from_millis(a.lease_ms.into());
+            let lock = match cmd {
+                ChunkCommand::Lock(_) => c.lock_chunk(table, a.id, mode, lease, Duration::from_millis(a.timeout_ms)),
+                _ => c.try_lock_chunk(table, a.id, mode, lease),
+            }
+            .map_err(|e| t.lock_error(e))?;
+            let mode_name = if a.shared { "shared" } else { "exclusive" };
+            if json {
+                out!(
+                    "{}",
+                    json!({ "table": a.table, "id": a.id.to_string(), "mode": mode_name, "owner": lock.owner,
+                        "token": lock.token, "lease_ms": lock.lease.as_millis() as u64 })
+                );
+            } else {
+                out!(
+                    "locked {} ({mode_name}): owner {} token {} lease {} ms",
+                    a.id,
+                    lock.owner,
+                    lock.token,
+                    lock.lease.as_millis()
+                );
+            }
+            if let Some(hold) = a.hold_ms {
+                hold_lock(c, &t, lock, hold, json)?;
+            }
+        }
+        ChunkCommand::Unlock(a) => {
+            let key = chunk_key(a.id);
+            let t = Target { server, table: &a.table, key: Some(&key) };
+            let table = lookup(c, &t)?;
+            let lock = ChunkLock {
+                table,
+                chunk: a.id,
+                mode: LockMode::Exclusive,
+                owner: a.owner,
+                token: a.token,
+                lease: Duration::from_millis(1),
+                renewed_at: std::time::Instant::now(),
+            };
+            c.unlock_chunk(&lock).map_err(|e| t.lock_error(e))?;
+            if json {
+                out!("{}", json!({ "table": a.table, "id": a.id.to_string(), "unlocked": true }));
+            } else {
+                out!("unlocked {}", a.id);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Holds `lock` for `hold_ms` (0: until killed), renewing its lease every
+/// third of it, then unlocks it. A renewal that answers the lock is lost
+/// ends the command with an error.
+fn hold_lock(c: &mut Client, t: &Target<'_>, mut lock: ChunkLock, hold_ms: u64, json: bool) -> Result<(), CliError> {
+    let end = (hold_ms > 0).then(|| std::time::Instant::now() + Duration::from_millis(hold_ms));
+    loop {
+        let pause = lock.lease / 3;
+        match end {
+            Some(end) if std::time::Instant::now() + pause >= end => {
+                std::thread::sleep(end.saturating_duration_since(std::time::Instant::now()));
+                break;
+            }
+            _ => std::thread::sleep(pause),
+        }
+        let sent = std::time::Instant::now();
+        lock.lease = c.renew_chunk_lock(&lock).map_err(|e| t.lock_error(e))?;
+        lock.renewed_at = sent;
+    }
+    c.unlock_chunk(&lock).map_err(|e| t.lock_error(e))?;
+    if json {
+        out!("{}", json!({ "id": lock.chunk.to_string(), "unlocked": true }));
+    } else {
+        out!("unlocked {}", lock.chunk);
     }
     Ok(())
 }

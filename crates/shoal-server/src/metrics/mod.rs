@@ -249,6 +249,13 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.gauge("shoal_memory_utilisation_ratio", "Live bytes over the pool's bytes.", t.memory_utilisation)?;
     s.gauge("shoal_objects", "Live objects.", t.objects)?;
     s.gauge("shoal_chunks", "Live chunks (of every chunk table).", t.chunks)?;
+    let l = ctx.locks.stats(crate::chunklocks::Now::clock());
+    s.gauge("shoal_chunk_locks_held", "Chunk lock holders (a shared lock counts each holder).", l.held)?;
+    s.gauge("shoal_chunk_lock_waiters", "Chunk lock requests queued (waiting clients retrying).", l.waiters)?;
+    s.counter("shoal_chunk_lock_grants", "Chunk locks granted.", l.grants)?;
+    s.counter("shoal_chunk_lock_busy", "Chunk lock requests answered busy.", l.busy)?;
+    s.counter("shoal_chunk_lock_releases", "Chunk locks unlocked or released by a chunk's removal.", l.releases)?;
+    s.counter("shoal_chunk_lock_lease_expiries", "Chunk locks whose lease ran out.", l.lease_expiries)?;
     s.gauge("shoal_objects_expiring", "Live objects that carry an expiry time.", t.expiring_objects)?;
     s.counters(
         "shoal_store_operations",

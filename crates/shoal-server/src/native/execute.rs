@@ -3,6 +3,7 @@
 //! frame. Decoding and framing live in `shoal-proto`; this file is the only
 //! place where the native protocol meets the store.
 
+use crate::chunklocks::{LockError, Now};
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
 use shoal_common::streamlet_key;
@@ -16,6 +17,7 @@ use shoal_proto::{
     Version, MAX_DESCRIBE_GROUPS,
 };
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// Objects an ENUMERATE returns when the request asks for 0 (the default),
 /// and the most it returns whatever it asks for.
@@ -122,7 +124,10 @@ pub fn execute(
             // A missing object or a reject rule's verdict is an answer, not a failure.
             let answer = matches!(
                 status,
-                ErrorStatus::ObjectDoesntExist | ErrorStatus::ObjectExists { .. } | ErrorStatus::WrongVersion { .. }
+                ErrorStatus::ObjectDoesntExist
+                    | ErrorStatus::ObjectExists { .. }
+                    | ErrorStatus::WrongVersion { .. }
+                    | ErrorStatus::LockBusy { .. }
             );
             encode_error(out, id, header.opcode, &status);
             !answer
@@ -420,9 +425,40 @@ fn apply<'s>(
         }
         Request::ChunkRemove { table, ids } => {
             chunk_table(ctx, table)?;
-            Response::ChunkRemove(
-                store.multi_remove_chunks(table, &ids).into_iter().map(|r| r.map_err(status_of)).collect(),
-            )
+            let removed = store.multi_remove_chunks(table, &ids);
+            // Removing a chunk releases its locks (its id may be reused).
+            ctx.locks.forget(table, ids.iter().zip(&removed).filter(|(_, r)| r.is_ok()).map(|(id, _)| *id));
+            Response::ChunkRemove(removed.into_iter().map(|r| r.map_err(status_of)).collect())
+        }
+        Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms } => {
+            chunk_table(ctx, table)?;
+            // Only live chunks are locked (so the table holds no entry for
+            // an id that names nothing).
+            store.get_chunk_into(table, chunk, &mut scratch.value).map_err(status_of)?;
+            let lease = Duration::from_millis(lease_ms.into());
+            let g = ctx.locks.lock(table, chunk, owner, mode, lease, wait, Now::clock()).map_err(lock_status)?;
+            Response::ChunkLock { token: g.token, lease_ms: sat32(g.lease.as_millis() as usize) }
+        }
+        Request::ChunkUnlock { table, chunk, owner, token } => {
+            chunk_table(ctx, table)?;
+            ctx.locks.unlock(table, chunk, owner, token, Now::clock()).map_err(lock_status)?;
+            Response::ChunkUnlock
+        }
+        Request::ChunkRenew { table, chunk, owner, token, lease_ms } => {
+            chunk_table(ctx, table)?;
+            let lease = Duration::from_millis(lease_ms.into());
+            let granted = ctx.locks.renew(table, chunk, owner, token, lease, Now::clock()).map_err(lock_status)?;
+            Response::ChunkRenew { lease_ms: sat32(granted.as_millis() as usize) }
+        }
+        Request::ChunkPutLocked { table, chunk, owner, token, payload } => {
+            chunk_table(ctx, table)?;
+            // The put runs under the lock table's mutex: no other owner can
+            // be granted the chunk between the check and the append.
+            let put = ctx
+                .locks
+                .with_exclusive(table, chunk, owner, token, Now::clock(), || store.put_chunk(table, chunk, payload))
+                .map_err(lock_status)?;
+            Response::ChunkPutLocked { version: put.map_err(status_of)? }
         }
         Request::CreateStream { name, shape } => {
             let shape = stream_defaults(ctx, shape);
@@ -650,6 +686,17 @@ fn table_status(e: TableError) -> ErrorStatus {
     }
 }
 
+/// The status for each lock table refusal.
+fn lock_status(e: LockError) -> ErrorStatus {
+    match e {
+        LockError::Busy { retry_after } => ErrorStatus::LockBusy { after_us: sat32(retry_after.as_micros() as usize) },
+        LockError::NotHeld => ErrorStatus::LockNotHeld,
+        LockError::Lost => ErrorStatus::LockLost,
+        LockError::TableFull { limit } => ErrorStatus::LockTableFull { limit: sat32(limit) },
+        LockError::HeldInOtherMode | LockError::Invalid(_) => ErrorStatus::MalformedRequest(e.to_string()),
+    }
+}
+
 fn sat32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -795,6 +842,15 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         f("write_cost", write_cost),
         u("prefaulted_bytes", prefaulted_bytes),
     ];
+    let l = ctx.locks.stats(Now::clock());
+    v.extend([
+        u("chunk_locks_held", l.held),
+        u("chunk_lock_waiters", l.waiters),
+        u("chunk_lock_grants", l.grants),
+        u("chunk_lock_busy", l.busy),
+        u("chunk_lock_releases", l.releases),
+        u("chunk_lock_lease_expiries", l.lease_expiries),
+    ]);
     if let Some(node) = &ctx.cluster {
         cluster_stats(node, &mut v);
         if let Some(sc) = &node.sc {

@@ -327,7 +327,7 @@ async fn serve_connection<S: ClientStream>(
 
 /// Operations of the native protocol, for its statistics (`/metrics`):
 /// index 0 is any unknown opcode, and every other is its opcode's value.
-pub const OPS: usize = 27;
+pub const OPS: usize = 31;
 
 /// The statistics index of `opcode` (see [`OPS`]).
 pub fn op_index(opcode: u8) -> usize {
@@ -368,6 +368,10 @@ pub fn op_name(index: usize) -> Option<&'static str> {
         Opcode::Consume => "consume",
         Opcode::DescribeStream => "describe_stream",
         Opcode::ScFilter => "sc_filter",
+        Opcode::ChunkLock => "chunk_lock",
+        Opcode::ChunkUnlock => "chunk_unlock",
+        Opcode::ChunkRenew => "chunk_renew",
+        Opcode::ChunkPutLocked => "chunk_put_locked",
     })
 }
 

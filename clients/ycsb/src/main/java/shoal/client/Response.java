@@ -322,14 +322,15 @@ public final class Response {
         case Status.UNKNOWN_TABLE, Status.OBJECT_EXISTS, Status.WRONG_VERSION -> new Detail(b.getLong(), 0, null, 1);
         case Status.KEY_TOO_LARGE, Status.VALUE_TOO_LARGE, Status.FRAME_TOO_LARGE ->
             new Detail(Integer.toUnsignedLong(b.getInt()), Integer.toUnsignedLong(b.getInt()), null, 2);
-        case Status.RETRY -> new Detail(Integer.toUnsignedLong(b.getInt()), 0, null, 1);
+        case Status.RETRY, Status.LOCK_BUSY, Status.LOCK_TABLE_FULL ->
+            new Detail(Integer.toUnsignedLong(b.getInt()), 0, null, 1);
         case Status.MALFORMED_REQUEST -> {
           int n = b.getShort() & 0xffff;
           yield new Detail(0, 0, utf8(bytes(b, n)), 0);
         }
         case Status.OK, Status.OBJECT_DOESNT_EXIST, Status.NOT_AN_INTEGER, Status.OVERFLOW, Status.OUT_OF_MEMORY,
             Status.UNKNOWN_TABLE_NAME, Status.UNKNOWN_TABLET, Status.NOT_AUTHENTICATED, Status.AUTH_FAILED,
-            Status.UNKNOWN_OPCODE, Status.UNSUPPORTED_VERSION -> NONE;
+            Status.UNKNOWN_OPCODE, Status.UNSUPPORTED_VERSION, Status.LOCK_NOT_HELD, Status.LOCK_LOST -> NONE;
         default -> throw new ProtocolException("unknown status " + status);
       };
     }

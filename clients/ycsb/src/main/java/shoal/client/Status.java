@@ -23,6 +23,11 @@ public final class Status {
   public static final int UNKNOWN_OPCODE = 17;
   public static final int FRAME_TOO_LARGE = 18;
   public static final int UNSUPPORTED_VERSION = 19;
+  // Chunk locks (docs/chunks.md, "Locks"): only their opcodes answer these.
+  public static final int LOCK_BUSY = 20;
+  public static final int LOCK_NOT_HELD = 21;
+  public static final int LOCK_LOST = 22;
+  public static final int LOCK_TABLE_FULL = 23;
 
   public static String name(int status) {
     return switch (status) {
@@ -45,6 +50,10 @@ public final class Status {
       case UNKNOWN_OPCODE -> "UNKNOWN_OPCODE";
       case FRAME_TOO_LARGE -> "FRAME_TOO_LARGE";
       case UNSUPPORTED_VERSION -> "UNSUPPORTED_VERSION";
+      case LOCK_BUSY -> "LOCK_BUSY";
+      case LOCK_NOT_HELD -> "LOCK_NOT_HELD";
+      case LOCK_LOST -> "LOCK_LOST";
+      case LOCK_TABLE_FULL -> "LOCK_TABLE_FULL";
       default -> "STATUS_" + status;
     };
   }

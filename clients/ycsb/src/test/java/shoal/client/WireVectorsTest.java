@@ -158,6 +158,17 @@ class WireVectorsTest {
     m.put("CONSUME response, id 22", frame(24, 22, true));
     m.put("DESCRIBE_STREAM request, id 23", frame(25, 23, false));
     m.put("DESCRIBE_STREAM response, id 23", frame(25, 23, true));
+    // Nor are the chunk locks (docs/chunks.md, "Locks").
+    m.put("CHUNK_LOCK request, id 24", frame(27, 24, false));
+    m.put("CHUNK_LOCK response, id 24", frame(27, 24, true));
+    m.put("CHUNK_LOCK response, id 25", frame(27, 25, true));
+    m.put("CHUNK_UNLOCK request, id 26", frame(28, 26, false));
+    m.put("CHUNK_UNLOCK response, id 26", frame(28, 26, true));
+    m.put("CHUNK_RENEW request, id 27", frame(29, 27, false));
+    m.put("CHUNK_RENEW response, id 27", frame(29, 27, true));
+    m.put("CHUNK_PUT_LOCKED request, id 28", frame(30, 28, false));
+    m.put("CHUNK_PUT_LOCKED response, id 28", frame(30, 28, true));
+    m.put("CHUNK_LOCK response, id 29", frame(27, 29, true));
     return m;
   }
 

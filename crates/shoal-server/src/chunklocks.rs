@@ -1,0 +1,786 @@
+//! Per-chunk read-write locks with leases and fencing tokens (issue 18;
+//! `docs/chunks.md`, "Locks"). The decision-making core: no I/O, no
+//! clock of its own (every call is given [`Now`]), so tests drive time.
+//!
+//! # Contract
+//!
+//! * A lock is held by an *owner* (a client session's 64-bit id, not 0)
+//!   in shared or exclusive mode, until it unlocks, its lease runs out
+//!   (it may renew the lease before then), or the chunk is removed.
+//! * Exclusive excludes every other holder; shared admits other shared
+//!   holders. Nothing waits here: a request that cannot be granted now is
+//!   answered [`LockError::Busy`], and a request *that queues* (`wait`)
+//!   keeps a place in the chunk's queue for [`WAIT_PLACE`] after each
+//!   attempt. A request is granted only when every queued request ahead of
+//!   it is compatible with it, so a queued writer is not starved by a
+//!   stream of readers: once it queues, later readers wait behind it.
+//! * Every grant carries a fencing token, strictly greater than every
+//!   token this table granted before (so monotonic per chunk), and at
+//!   least `unix_ms << 20` of the grant: a table created after another
+//!   one (a recovery master after the crashed master) grants greater
+//!   tokens as long as the servers' clocks agree within the time the
+//!   recovery took (`docs/chunks.md`).
+//! * Chunks created by another server (their node id is not `own_node`),
+//!   that is chunks this server took over in a crash recovery, are not
+//!   granted until `max_lease` after this table first saw a request for
+//!   that node's chunks of that table: by then every lease the crashed
+//!   master granted has run out. (Keyed by table too: a chunk table's
+//!   chunks of node X may come from a master that had itself recovered
+//!   them from X, after this server had seen X's chunks of another table.)
+//! * Holders and queued requests together are at most `limit`: beyond it
+//!   requests are refused with [`LockError::TableFull`] (after dropping
+//!   expired entries), so a client cannot grow the table without bound.
+//!
+//! # Implementation
+//!
+//! One mutex over a map from chunk to its holders and queue; entries with
+//! neither are removed. Expired holders and queue places are dropped
+//! when their chunk is next touched, and all of them when the table is
+//! full or its statistics are read.
+
+use parking_lot::Mutex;
+use shoal_common::{ChunkId, TableId};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// How long a queued request keeps its place after an attempt: a client
+/// that waits retries sooner than this (`shoal-client` retries at most
+/// every 100 ms); one that stops retrying (it crashed) loses its place.
+pub const WAIT_PLACE: Duration = Duration::from_millis(1000);
+
+/// How long a refused request is told to wait before it tries again.
+pub const RETRY_AFTER: Duration = Duration::from_millis(20);
+
+/// Bits of a fencing token below the grant's Unix milliseconds.
+const TOKEN_SHIFT: u32 = 20;
+
+/// Tokens of an earlier master are at least this (2020-01-01 in Unix
+/// milliseconds, shifted): a smaller one was never granted by anyone.
+const MIN_TOKEN: u64 = 1_577_836_800_000 << TOKEN_SHIFT;
+
+/// Shared (read) or exclusive (write), as on the wire.
+pub use shoal_proto::LockMode;
+
+/// The time of a request: a monotonic instant for leases and the wall
+/// clock's Unix milliseconds for tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    pub at: Instant,
+    pub unix_ms: u64,
+}
+
+impl Now {
+    pub fn clock() -> Now {
+        let unix_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        Now { at: Instant::now(), unix_ms }
+    }
+
+    /// `d` later on both clocks.
+    pub fn plus(self, d: Duration) -> Now {
+        Now { at: self.at + d, unix_ms: self.unix_ms + d.as_millis() as u64 }
+    }
+}
+
+/// A granted lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub token: u64,
+    /// The lease granted: the one asked for, at most the table's maximum.
+    pub lease: Duration,
+}
+
+/// Why a lock operation was refused. Nothing changed, except that a
+/// refused `wait` request holds (or refreshed) its place in the queue.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// Held by others in a conflicting mode, or others queued first, or
+    /// the chunk's previous master's leases may still run: try again.
+    #[error("lock busy: try again in {} ms", .retry_after.as_millis())]
+    Busy { retry_after: Duration },
+    /// The owner already holds the chunk in the other mode.
+    #[error("this owner holds the lock in the other mode; unlock it first")]
+    HeldInOtherMode,
+    /// Unlock or renew of a lock this owner does not hold with this
+    /// token, which this table never granted (a wrong token, or a lock
+    /// that was never taken).
+    #[error("lock not held: this server never granted that token")]
+    NotHeld,
+    /// Unlock or renew of a lock that was granted with this token and is
+    /// not held any more: its lease ran out, it was unlocked, its chunk
+    /// was removed, or it was granted by an earlier master of the chunk
+    /// (before a crash recovery). Its token must no longer be used.
+    #[error("lock lost: its lease expired, it was released, its chunk was removed, or its master recovered")]
+    Lost,
+    /// Holders and queued requests fill the table.
+    #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
+    TableFull { limit: usize },
+    /// Owner id 0 or a zero lease.
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+/// The table's counters and gauges (`/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    /// Holders now (a shared lock with three holders counts three).
+    pub held: u64,
+    /// Queued requests now.
+    pub waiters: u64,
+    pub grants: u64,
+    /// Requests answered busy.
+    pub busy: u64,
+    /// Holders dropped because their lease ran out.
+    pub lease_expiries: u64,
+    pub releases: u64,
+}
+
+/// Limits and identity of a lock table.
+#[derive(Clone, Copy, Debug)]
+pub struct LockConfig {
+    /// The node id of the chunks this server creates (see the grace rule).
+    pub own_node: u16,
+    /// The longest lease granted; also the grace for other nodes' chunks.
+    pub max_lease: Duration,
+    /// Most holders and queued requests together.
+    pub limit: usize,
+}
+
+#[derive(Debug)]
+struct Holder {
+    owner: u64,
+    token: u64,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    owner: u64,
+    mode: LockMode,
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+struct ChunkLock {
+    /// Exclusive: one holder; shared: any number.
+    exclusive: bool,
+    holders: Vec<Holder>,
+    queue: VecDeque<Waiter>,
+}
+
+impl ChunkLock {
+    /// Drops expired holders and queue places; how many holders expired.
+    fn expire(&mut self, at: Instant) -> (u64, u64) {
+        let before = (self.holders.len(), self.queue.len());
+        self.holders.retain(|h| h.expires > at);
+        self.queue.retain(|w| w.expires > at);
+        if self.holders.is_empty() {
+            self.exclusive = false;
+        }
+        ((before.0 - self.holders.len()) as u64, (before.1 - self.queue.len()) as u64)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty()
+    }
+
+    /// Whether `owner` asking for `mode` may be granted now: compatible
+    /// with the holders and with every queued request ahead of it.
+    fn grantable(&self, owner: u64, mode: LockMode) -> bool {
+        let ahead = self.queue.iter().take_while(|w| w.owner != owner);
+        match mode {
+            LockMode::Exclusive => self.holders.is_empty() && ahead.count() == 0,
+            LockMode::Shared => !self.exclusive && ahead.into_iter().all(|w| w.mode == LockMode::Shared),
+        }
+    }
+}
+
+struct Inner {
+    chunks: HashMap<(TableId, ChunkId), ChunkLock>,
+    /// The last token granted (0: none yet).
+    last_token: u64,
+    /// Holders plus queued requests.
+    entries: usize,
+    /// When this table first saw a request for another node's chunks of
+    /// a chunk table (at most one entry per table and node with chunks).
+    first_seen: HashMap<(TableId, u16), Instant>,
+    stats: LockStats,
+}
+
+/// The lock table of one server (see the module comment).
+pub struct LockTable {
+    config: LockConfig,
+    inner: Mutex<Inner>,
+}
+
+impl LockTable {
+    pub fn new(config: LockConfig) -> LockTable {
+        LockTable {
+            config,
+            inner: Mutex::new(Inner {
+                chunks: HashMap::new(),
+                last_token: 0,
+                entries: 0,
+                first_seen: HashMap::new(),
+                stats: LockStats::default(),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> LockConfig {
+        self.config
+    }
+
+    /// Locks `chunk` of `table` for `owner` in `mode` with a lease of
+    /// `lease` (at most the maximum). If `owner` holds it in `mode`
+    /// already, the grant is repeated (same token, lease renewed), so a
+    /// retried request is harmless. `wait`: a refusal queues the request
+    /// (see the module comment). The caller checks that the chunk exists.
+    // The arguments are the request's fields, as on the wire.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        mode: LockMode,
+        lease: Duration,
+        wait: bool,
+        now: Now,
+    ) -> Result<Grant, LockError> {
+        check(owner, lease)?;
+        let lease = lease.min(self.config.max_lease);
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        if chunk.node() != self.config.own_node {
+            let since = *inner.first_seen.entry((table, chunk.node())).or_insert(now.at);
+            let until = since + self.config.max_lease;
+            if now.at < until {
+                inner.stats.busy += 1;
+                return Err(LockError::Busy { retry_after: (until - now.at).min(RETRY_AFTER * 10) });
+            }
+        }
+        expire_chunk(inner, table, chunk, now.at);
+        let state = inner.chunks.entry((table, chunk)).or_default();
+        if let Some(h) = state.holders.iter_mut().find(|h| h.owner == owner) {
+            let held = if state.exclusive { LockMode::Exclusive } else { LockMode::Shared };
+            if held != mode {
+                return Err(LockError::HeldInOtherMode);
+            }
+            h.expires = now.at + lease;
+            return Ok(Grant { token: h.token, lease });
+        }
+        let queued = state.queue.iter().position(|w| w.owner == owner);
+        if state.grantable(owner, mode) {
+            if let Some(i) = queued {
+                state.queue.remove(i);
+                inner.entries -= 1;
+                inner.stats.waiters -= 1;
+            }
+            if inner.entries >= self.config.limit {
+                // Checked before the grant; a full table is swept first
+                // (which also drops this chunk's entry if it is empty).
+                sweep(inner, now.at);
+                if inner.entries >= self.config.limit {
+                    return Err(LockError::TableFull { limit: self.config.limit });
+                }
+            }
+            let token = (inner.last_token + 1).max(now.unix_ms << TOKEN_SHIFT);
+            inner.last_token = token;
+            let state = inner.chunks.entry((table, chunk)).or_default();
+            state.exclusive = mode == LockMode::Exclusive;
+            state.holders.push(Holder { owner, token, expires: now.at + lease });
+            inner.entries += 1;
+            inner.stats.held += 1;
+            inner.stats.grants += 1;
+            return Ok(Grant { token, lease });
+        }
+        inner.stats.busy += 1;
+        if wait {
+            match queued {
+                Some(i) => state.queue[i].expires = now.at + WAIT_PLACE,
+                None => {
+                    if inner.entries >= self.config.limit {
+                        sweep(inner, now.at);
+                        if inner.entries >= self.config.limit {
+                            return Err(LockError::TableFull { limit: self.config.limit });
+                        }
+                    }
+                    let state = inner.chunks.entry((table, chunk)).or_default();
+                    state.queue.push_back(Waiter { owner, mode, expires: now.at + WAIT_PLACE });
+                    inner.entries += 1;
+                    inner.stats.waiters += 1;
+                }
+            }
+        } else if state.is_empty() {
+            inner.chunks.remove(&(table, chunk));
+        }
+        Err(LockError::Busy { retry_after: RETRY_AFTER })
+    }
+
+    /// Releases the lock `owner` holds on `chunk` with `token`.
+    pub fn unlock(&self, table: TableId, chunk: ChunkId, owner: u64, token: u64, now: Now) -> Result<(), LockError> {
+        check(owner, Duration::from_millis(1))?;
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        expire_chunk(inner, table, chunk, now.at);
+        let found = inner.chunks.get_mut(&(table, chunk)).and_then(|state| {
+            let i = state.holders.iter().position(|h| h.owner == owner && h.token == token)?;
+            state.holders.swap_remove(i);
+            if state.holders.is_empty() {
+                state.exclusive = false;
+            }
+            Some(state.is_empty())
+        });
+        match found {
+            Some(empty) => {
+                if empty {
+                    inner.chunks.remove(&(table, chunk));
+                }
+                inner.entries -= 1;
+                inner.stats.held -= 1;
+                inner.stats.releases += 1;
+                Ok(())
+            }
+            None => Err(self.missing(inner, token, now)),
+        }
+    }
+
+    /// Renews the lease of the lock `owner` holds on `chunk` with `token`
+    /// to `lease` (at most the maximum) from now; the lease granted.
+    pub fn renew(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        token: u64,
+        lease: Duration,
+        now: Now,
+    ) -> Result<Duration, LockError> {
+        check(owner, lease)?;
+        let lease = lease.min(self.config.max_lease);
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        expire_chunk(inner, table, chunk, now.at);
+        let holder = inner
+            .chunks
+            .get_mut(&(table, chunk))
+            .and_then(|state| state.holders.iter_mut().find(|h| h.owner == owner && h.token == token));
+        match holder {
+            Some(h) => {
+                h.expires = now.at + lease;
+                Ok(lease)
+            }
+            None => Err(self.missing(inner, token, now)),
+        }
+    }
+
+    /// Runs `f` while `owner` holds `chunk` exclusively with `token`
+    /// (nobody can be granted it meanwhile); [`LockError::Lost`] or
+    /// [`LockError::NotHeld`] otherwise, without running `f`.
+    pub fn with_exclusive<T>(
+        &self,
+        table: TableId,
+        chunk: ChunkId,
+        owner: u64,
+        token: u64,
+        now: Now,
+        f: impl FnOnce() -> T,
+    ) -> Result<T, LockError> {
+        check(owner, Duration::from_millis(1))?;
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        expire_chunk(inner, table, chunk, now.at);
+        let held = inner
+            .chunks
+            .get(&(table, chunk))
+            .is_some_and(|state| state.exclusive && state.holders.iter().any(|h| h.owner == owner && h.token == token));
+        if !held {
+            return Err(self.missing(inner, token, now));
+        }
+        Ok(f())
+    }
+
+    /// Drops every lock and queued request on `chunks` of `table` (they
+    /// were removed): their holders' renewals answer [`LockError::Lost`].
+    pub fn forget(&self, table: TableId, chunks: impl IntoIterator<Item = ChunkId>) {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        if inner.chunks.is_empty() {
+            return;
+        }
+        for chunk in chunks {
+            if let Some(state) = inner.chunks.remove(&(table, chunk)) {
+                let (h, w) = (state.holders.len(), state.queue.len());
+                inner.entries -= h + w;
+                inner.stats.held -= h as u64;
+                inner.stats.waiters -= w as u64;
+                inner.stats.releases += h as u64;
+            }
+        }
+    }
+
+    /// The statistics, after dropping every expired entry.
+    pub fn stats(&self, now: Now) -> LockStats {
+        let mut g = self.inner.lock();
+        sweep(&mut g, now.at);
+        g.stats
+    }
+
+    /// Checks the counts against the map (tests): entries, holders and
+    /// queued requests add up; no entry is empty; an exclusive lock has
+    /// one holder.
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        let g = self.inner.lock();
+        let holders: usize = g.chunks.values().map(|c| c.holders.len()).sum();
+        let queued: usize = g.chunks.values().map(|c| c.queue.len()).sum();
+        assert_eq!(g.entries, holders + queued);
+        assert_eq!((g.stats.held, g.stats.waiters), (holders as u64, queued as u64));
+        for c in g.chunks.values() {
+            assert!(!c.is_empty());
+            assert!(!c.exclusive || c.holders.len() == 1);
+        }
+    }
+
+    /// Whether a token this table did not find held was granted (by this
+    /// table, or by an earlier master of the chunk: any token of a time
+    /// already past) and is lost, or never was (a token of the future, or
+    /// too small to be a token).
+    fn missing(&self, inner: &Inner, token: u64, now: Now) -> LockError {
+        if (MIN_TOKEN..=inner.last_token.max(now.unix_ms << TOKEN_SHIFT)).contains(&token) {
+            LockError::Lost
+        } else {
+            LockError::NotHeld
+        }
+    }
+}
+
+fn check(owner: u64, lease: Duration) -> Result<(), LockError> {
+    if owner == 0 {
+        return Err(LockError::Invalid("lock owner id 0 is reserved"));
+    }
+    if lease.is_zero() {
+        return Err(LockError::Invalid("a lease must be at least 1 ms"));
+    }
+    Ok(())
+}
+
+/// Drops the expired holders and queue places of one chunk.
+fn expire_chunk(inner: &mut Inner, table: TableId, chunk: ChunkId, at: Instant) {
+    if let Some(state) = inner.chunks.get_mut(&(table, chunk)) {
+        let (h, w) = state.expire(at);
+        let empty = state.is_empty();
+        account_expired(inner, h, w);
+        if empty {
+            inner.chunks.remove(&(table, chunk));
+        }
+    }
+}
+
+/// Drops every expired holder and queue place, and empty entries.
+fn sweep(inner: &mut Inner, at: Instant) {
+    let (mut hs, mut ws) = (0, 0);
+    inner.chunks.retain(|_, state| {
+        let (h, w) = state.expire(at);
+        hs += h;
+        ws += w;
+        !state.is_empty()
+    });
+    account_expired(inner, hs, ws);
+}
+
+fn account_expired(inner: &mut Inner, holders: u64, waiters: u64) {
+    inner.entries -= (holders + waiters) as usize;
+    inner.stats.held -= holders;
+    inner.stats.waiters -= waiters;
+    inner.stats.lease_expiries += holders;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: TableId = TableId(1);
+    const C: ChunkId = ChunkId(5);
+    const LEASE: Duration = Duration::from_secs(2);
+
+    fn table() -> (LockTable, Now) {
+        let now = Now { at: Instant::now(), unix_ms: 1_800_000_000_000 };
+        let config = LockConfig { own_node: 0, max_lease: Duration::from_secs(10), limit: 8 };
+        (LockTable::new(config), now)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn lock_shared_admits_readers_excludes_writer() {
+        let (t, now) = table();
+        let a = t.lock(T, C, 1, LockMode::Shared, LEASE, false, now).unwrap();
+        let b = t.lock(T, C, 2, LockMode::Shared, LEASE, false, now).unwrap();
+        assert!(b.token > a.token);
+        assert!(matches!(t.lock(T, C, 3, LockMode::Exclusive, LEASE, false, now), Err(LockError::Busy { .. })));
+        t.unlock(T, C, 1, a.token, now).unwrap();
+        assert!(matches!(t.lock(T, C, 3, LockMode::Exclusive, LEASE, false, now), Err(LockError::Busy { .. })));
+        t.unlock(T, C, 2, b.token, now).unwrap();
+        let c = t.lock(T, C, 3, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert!(c.token > b.token);
+        assert_eq!(t.stats(now).held, 1);
+    }
+
+    #[test]
+    fn lock_exclusive_excludes_everyone() {
+        let (t, now) = table();
+        let w = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert!(matches!(t.lock(T, C, 2, LockMode::Shared, LEASE, false, now), Err(LockError::Busy { .. })));
+        assert!(matches!(t.lock(T, C, 2, LockMode::Exclusive, LEASE, false, now), Err(LockError::Busy { .. })));
+        // Another chunk, or the same id in another table, is independent.
+        t.lock(T, ChunkId(6), 2, LockMode::Exclusive, LEASE, false, now).unwrap();
+        t.lock(TableId(2), C, 2, LockMode::Exclusive, LEASE, false, now).unwrap();
+        t.unlock(T, C, 1, w.token, now).unwrap();
+        t.lock(T, C, 2, LockMode::Shared, LEASE, false, now).unwrap();
+    }
+
+    #[test]
+    fn lock_repeated_by_holder_returns_same_token() {
+        let (t, now) = table();
+        let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        let again = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now.plus(ms(1500))).unwrap();
+        assert_eq!(again.token, a.token);
+        // The lease was renewed from the repeat: still held at 3 s.
+        assert!(matches!(
+            t.lock(T, C, 2, LockMode::Exclusive, LEASE, false, now.plus(ms(3000))),
+            Err(LockError::Busy { .. })
+        ));
+        assert_eq!(t.lock(T, C, 1, LockMode::Shared, LEASE, false, now), Err(LockError::HeldInOtherMode));
+    }
+
+    #[test]
+    fn lease_expiry_frees_the_lock_and_loses_the_token() {
+        let (t, now) = table();
+        let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        let later = now.plus(LEASE + ms(1));
+        let b = t.lock(T, C, 2, LockMode::Exclusive, LEASE, false, later).unwrap();
+        assert!(b.token > a.token);
+        assert_eq!(t.renew(T, C, 1, a.token, LEASE, later), Err(LockError::Lost));
+        assert_eq!(t.unlock(T, C, 1, a.token, later), Err(LockError::Lost));
+        let s = t.stats(later);
+        assert_eq!((s.held, s.lease_expiries), (1, 1));
+    }
+
+    #[test]
+    fn renew_extends_the_lease() {
+        let (t, now) = table();
+        let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        for step in 1..=5 {
+            let at = now.plus(ms(1500 * step));
+            assert_eq!(t.renew(T, C, 1, a.token, LEASE, at), Ok(LEASE));
+            assert!(matches!(t.lock(T, C, 2, LockMode::Shared, LEASE, false, at), Err(LockError::Busy { .. })));
+        }
+        // A lease above the maximum is cut to it.
+        assert_eq!(t.renew(T, C, 1, a.token, Duration::from_secs(60), now), Ok(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn unlock_bad_input_is_refused() {
+        let (t, now) = table();
+        assert_eq!(t.unlock(T, C, 1, (now.unix_ms + 5000) << TOKEN_SHIFT, now), Err(LockError::NotHeld));
+        let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        // Someone else's token, or a token from before this table (an earlier master).
+        assert_eq!(t.unlock(T, C, 2, a.token, now), Err(LockError::Lost));
+        assert_eq!(t.unlock(T, C, 1, a.token + 1, now), Err(LockError::NotHeld));
+        assert_eq!(t.renew(T, C, 1, 7, LEASE, now), Err(LockError::NotHeld), "never a token");
+        let earlier = (now.unix_ms - 60_000) << TOKEN_SHIFT;
+        assert_eq!(t.renew(T, C, 1, earlier, LEASE, now), Err(LockError::Lost), "an earlier master's");
+        assert!(matches!(t.lock(T, C, 0, LockMode::Shared, LEASE, false, now), Err(LockError::Invalid(_))));
+        assert!(matches!(t.lock(T, C, 1, LockMode::Shared, Duration::ZERO, false, now), Err(LockError::Invalid(_))));
+        t.unlock(T, C, 1, a.token, now).unwrap();
+        assert_eq!(t.unlock(T, C, 1, a.token, now), Err(LockError::Lost), "a second unlock");
+    }
+
+    #[test]
+    fn queued_writer_is_not_starved_by_readers() {
+        let (t, now) = table();
+        let r1 = t.lock(T, C, 1, LockMode::Shared, LEASE, false, now).unwrap();
+        assert!(t.lock(T, C, 9, LockMode::Exclusive, LEASE, true, now).is_err());
+        // A reader arriving after the writer queued waits behind it, even
+        // though it is compatible with the holder.
+        assert!(matches!(t.lock(T, C, 2, LockMode::Shared, LEASE, true, now), Err(LockError::Busy { .. })));
+        t.unlock(T, C, 1, r1.token, now).unwrap();
+        assert!(t.lock(T, C, 2, LockMode::Shared, LEASE, true, now).is_err(), "writer first");
+        let w = t.lock(T, C, 9, LockMode::Exclusive, LEASE, true, now).unwrap();
+        t.unlock(T, C, 9, w.token, now).unwrap();
+        t.lock(T, C, 2, LockMode::Shared, LEASE, true, now).unwrap();
+        assert_eq!(t.stats(now).waiters, 0);
+    }
+
+    #[test]
+    fn queued_place_lapses_when_the_waiter_stops_retrying() {
+        let (t, now) = table();
+        let r = t.lock(T, C, 1, LockMode::Shared, LEASE, false, now).unwrap();
+        assert!(t.lock(T, C, 9, LockMode::Exclusive, LEASE, true, now).is_err());
+        t.unlock(T, C, 1, r.token, now).unwrap();
+        // The writer never comes back: after its place lapses, others go.
+        let later = now.plus(WAIT_PLACE + ms(1));
+        assert!(t.lock(T, C, 2, LockMode::Shared, LEASE, false, now).is_err());
+        t.lock(T, C, 2, LockMode::Shared, LEASE, false, later).unwrap();
+    }
+
+    #[test]
+    fn tokens_increase_across_chunks_and_tables() {
+        let (t, now) = table();
+        let mut last = 0;
+        for i in 0..20u64 {
+            let at = now.plus(ms(i / 3));
+            let g = t.lock(T, ChunkId(i % 3 + 1), 1, LockMode::Exclusive, LEASE, false, at).unwrap();
+            assert!(g.token > last);
+            assert!(g.token >= at.unix_ms << TOKEN_SHIFT);
+            last = g.token;
+            t.unlock(T, ChunkId(i % 3 + 1), 1, g.token, at).unwrap();
+        }
+        // A table made later (a recovery master) grants greater tokens,
+        // and takes this table's tokens for lost ones.
+        let later = now.plus(ms(100));
+        let t2 = LockTable::new(t.config());
+        let g = t2.lock(T, C, 1, LockMode::Exclusive, LEASE, false, later).unwrap();
+        assert!(g.token > last);
+        assert_eq!(t2.renew(T, C, 1, last, LEASE, later), Err(LockError::Lost));
+    }
+
+    #[test]
+    fn other_nodes_chunks_wait_out_the_grace() {
+        let (t, now) = table();
+        let foreign = ChunkId::new(7, 1);
+        let max = t.config().max_lease;
+        assert!(matches!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now), Err(LockError::Busy { .. })));
+        assert!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max - ms(1))).is_err());
+        t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max)).unwrap();
+        // Own chunks are granted at once; the same node's chunks of
+        // another table wait out their own grace.
+        t.lock(T, ChunkId::new(0, 2), 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        let later = now.plus(max);
+        assert!(t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later).is_err());
+        t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later.plus(max)).unwrap();
+    }
+
+    #[test]
+    fn table_full_is_refused_until_entries_expire() {
+        let (t, now) = table();
+        for i in 0..8 {
+            t.lock(T, ChunkId(i + 1), 1, LockMode::Shared, LEASE, false, now).unwrap();
+        }
+        assert_eq!(
+            t.lock(T, ChunkId(100), 1, LockMode::Shared, LEASE, false, now),
+            Err(LockError::TableFull { limit: 8 })
+        );
+        // A waiter counts too.
+        assert_eq!(
+            t.lock(T, ChunkId(1), 2, LockMode::Exclusive, LEASE, true, now),
+            Err(LockError::TableFull { limit: 8 })
+        );
+        let later = now.plus(LEASE);
+        t.lock(T, ChunkId(100), 1, LockMode::Shared, LEASE, false, later).unwrap();
+        assert_eq!(t.stats(later).held, 1);
+    }
+
+    #[test]
+    fn forget_loses_the_locks_of_removed_chunks() {
+        let (t, now) = table();
+        let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert!(t.lock(T, C, 2, LockMode::Exclusive, LEASE, true, now).is_err());
+        t.forget(T, [C]);
+        assert_eq!(t.renew(T, C, 1, a.token, LEASE, now), Err(LockError::Lost));
+        assert_eq!(t.stats(now), LockStats { grants: 1, busy: 1, releases: 1, ..LockStats::default() });
+    }
+
+    #[test]
+    fn with_exclusive_runs_only_for_the_holder() {
+        let (t, now) = table();
+        let r = t.lock(T, C, 1, LockMode::Shared, LEASE, false, now).unwrap();
+        assert_eq!(t.with_exclusive(T, C, 1, r.token, now, || 1), Err(LockError::Lost), "shared is not enough");
+        t.unlock(T, C, 1, r.token, now).unwrap();
+        let w = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert_eq!(t.with_exclusive(T, C, 1, w.token, now, || 7), Ok(7));
+        assert_eq!(t.with_exclusive(T, C, 1, w.token, now.plus(LEASE), || 7), Err(LockError::Lost));
+    }
+
+    /// A random sequence of operations against a simple model: at every
+    /// step, at most one exclusive holder and never one beside readers;
+    /// tokens strictly increase; the gauges match the model.
+    #[test]
+    fn model_random_operations_keep_the_invariants() {
+        let (t, start) = table();
+        let t = LockTable::new(LockConfig { limit: 1000, ..t.config() });
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // (owner, chunk) -> (token, exclusive, expires)
+        let mut model: HashMap<(u64, u64), (u64, bool, Instant)> = HashMap::new();
+        let mut last = 0;
+        let mut now = start;
+        for _ in 0..20_000 {
+            now = now.plus(ms(next() % 50));
+            model.retain(|_, v| v.2 > now.at);
+            let owner = next() % 4 + 1;
+            let chunk = next() % 3 + 1;
+            let held = model.get(&(owner, chunk)).copied();
+            match next() % 6 {
+                0 | 1 => {
+                    let mode = if next() % 2 == 0 { LockMode::Shared } else { LockMode::Exclusive };
+                    let lease = ms(next() % 500 + 1);
+                    match t.lock(T, ChunkId(chunk), owner, mode, lease, next() % 2 == 0, now) {
+                        Ok(g) => {
+                            let exclusive = mode == LockMode::Exclusive;
+                            match held {
+                                Some((token, ex, _)) => assert_eq!((g.token, ex), (token, exclusive)),
+                                None => {
+                                    assert!(g.token > last);
+                                    last = g.token;
+                                }
+                            }
+                            model.insert((owner, chunk), (g.token, exclusive, now.at + lease));
+                        }
+                        Err(LockError::Busy { .. }) => assert!(held.is_none()),
+                        Err(LockError::HeldInOtherMode) => assert!(held.is_some()),
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+                2 => {
+                    let r = t.unlock(T, ChunkId(chunk), owner, held.map_or(last, |h| h.0), now);
+                    assert_eq!(r.is_ok(), held.is_some());
+                    model.remove(&(owner, chunk));
+                }
+                3 => {
+                    if let Some((token, ex, _)) = held {
+                        let lease = ms(next() % 500 + 1);
+                        assert_eq!(t.renew(T, ChunkId(chunk), owner, token, lease, now), Ok(lease));
+                        model.insert((owner, chunk), (token, ex, now.at + lease));
+                    }
+                }
+                4 => {
+                    let token = held.map_or(last, |h| h.0);
+                    let ran = t.with_exclusive(T, ChunkId(chunk), owner, token, now, || ()).is_ok();
+                    assert_eq!(ran, held.is_some_and(|h| h.1));
+                }
+                _ => {
+                    if next() % 8 == 0 {
+                        t.forget(T, [ChunkId(chunk)]);
+                        model.retain(|k, _| k.1 != chunk);
+                    }
+                }
+            }
+            t.check_invariants();
+            for c in 1..=3 {
+                let holders: Vec<_> = model.iter().filter(|(k, _)| k.1 == c).map(|(_, v)| v.1).collect();
+                assert!(!holders.contains(&true) || holders.len() == 1, "exclusive holder not alone: {holders:?}");
+            }
+        }
+        assert_eq!(t.stats(now).held, model.len() as u64);
+    }
+}
