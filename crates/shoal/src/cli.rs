@@ -35,6 +35,7 @@ macro_rules! out {
 }
 
 mod load;
+mod migrate;
 mod stats;
 mod stream;
 
@@ -229,6 +230,21 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
+    /// Moves one tablet to another server while clients keep using it
+    /// (docs/migration.md).
+    ///
+    /// `shoal migrate --coordinator ADDR --table NAME --start HASH --to
+    /// SERVER_ID`: the tablet of NAME that begins at key hash HASH (hex
+    /// 0x... or decimal; a wrong one is answered with the table's tablet
+    /// starts) moves from its master to server SERVER_ID. Waits until the
+    /// coordinator has committed the move (exit 0, the time taken) or it
+    /// was aborted (exit 1: a server died, or the target refused). While
+    /// it moves, requests for its keys are answered with the retryable
+    /// status of a recovery (Redis clients see TRYAGAIN); Shoal's clients
+    /// retry by themselves. Exits 1 for an unknown table, tablet or
+    /// server, a target that masters it already or is not up, or a tablet
+    /// already moving; 3 if the coordinator cannot be reached.
+    Migrate(migrate::MigrateArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -629,9 +645,11 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Stream(s) => s.common(),
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
+        ClientCommand::Migrate(a) => &a.common,
     };
     let outcome = match cmd {
         ClientCommand::Load(a) => load::run(a),
+        ClientCommand::Migrate(a) => migrate::run(a),
         ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(c, common),
         _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
     };
@@ -801,6 +819,7 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Chunk(cmd) => chunk(c, cmd, server, json)?,
         ClientCommand::Stream(cmd) => stream::run(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
+        ClientCommand::Migrate(_) => unreachable!("run() hands migrate to migrate::run"),
     }
     Ok(())
 }

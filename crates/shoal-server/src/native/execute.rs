@@ -103,7 +103,11 @@ pub fn execute(
         }
     };
     let (touched_before, durable_before) = (scratch.touched, scratch.durable);
-    match apply(ctx, req, scratch, max_response) {
+    // From routing to the end of the store operation (`ClusterNode::serving`).
+    let serving = ctx.cluster.as_ref().map(|n| n.serving());
+    let applied = apply(ctx, req, scratch, max_response);
+    drop(serving);
+    match applied {
         Ok(resp) => {
             resp.encode(id, out);
             false
@@ -312,7 +316,9 @@ fn apply<'s>(
             let end = match &ctx.cluster {
                 Some(node) => match node.local_tablet_end(table, KeyHash(cursor)) {
                     Ok(end) => end,
-                    Err(Route::Recovering) => return Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+                    Err(Route::Recovering | Route::Moving) => {
+                        return Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US })
+                    }
                     Err(_) => return Err(ErrorStatus::UnknownTablet),
                 },
                 None => u64::MAX,
@@ -598,7 +604,8 @@ fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
     match node.route(table, key_hash(table, key)) {
         Route::Local => Ok(()),
         Route::Remote { .. } => Err(ErrorStatus::UnknownTablet),
-        Route::Recovering => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+        // Being recovered, or moving to another server (`docs/migration.md`).
+        Route::Recovering | Route::Moving => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
         // This server's lease lapsed: renewed within a few tenths of a
         // second if the coordinator answers; if this server was declared
         // dead instead, the client's map refresh sends it elsewhere.
