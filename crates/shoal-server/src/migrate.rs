@@ -439,6 +439,10 @@ impl Target {
                     info!("migration {id}: dropped {gone} objects left here by an unfinished move");
                 }
                 if kind == BEGIN {
+                    info!(
+                        "migration {id}: receiving table {} [{start:#018x}, {end:#018x}] from server {}",
+                        table.0, self.from
+                    );
                     store.create_table(table);
                     self.begun = Some((m, safe));
                     self.replay = Some(Replay::default());
