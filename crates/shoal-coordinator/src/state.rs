@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo,
-    ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, Partition, Recovery, ReplicaFloor, ServerId,
+    ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -298,16 +298,14 @@ impl ClusterState {
         }
         let id = info.id;
         let Some(t) = self.map.tablets.iter().find(|t| t.table == id && t.start_hash == start_hash).cloned() else {
-            let starts: Vec<String> = self
-                .map
-                .tablets
-                .iter()
-                .filter(|t| t.table == id)
-                .map(|t| format!("{:#018x}", t.start_hash))
-                .collect();
+            let starts: Vec<String> =
+                self.map.tablets.iter().filter(|t| t.table == id).map(|t| format!("{:#018x}", t.start_hash)).collect();
             return Outcome::unchanged(error(
                 ControlErrorCode::NotFound,
-                format!("table '{table}' has no tablet starting at {start_hash:#018x} (its tablets start at {})", starts.join(", ")),
+                format!(
+                    "table '{table}' has no tablet starting at {start_hash:#018x} (its tablets start at {})",
+                    starts.join(", ")
+                ),
             ));
         };
         let Some(target) = self.map.server(to) else {
@@ -407,7 +405,10 @@ impl ClusterState {
                 up(m.from)
                     && up(m.to)
                     && map.tablets.iter().any(|t| {
-                        t.table == m.table && t.start_hash == m.start_hash && t.end_hash == m.end_hash && t.master == m.from
+                        t.table == m.table
+                            && t.start_hash == m.start_hash
+                            && t.end_hash == m.end_hash
+                            && t.master == m.from
                     })
             })
             .collect();
@@ -415,7 +416,13 @@ impl ClusterState {
         self.map.migrations.retain(|m| {
             let kept = k.next().unwrap_or(false);
             if !kept {
-                tracing::info!("migration {} of table {} aborts: server {} or {} is gone", m.id, m.table.0, m.from, m.to);
+                tracing::info!(
+                    "migration {} of table {} aborts: server {} or {} is gone",
+                    m.id,
+                    m.table.0,
+                    m.from,
+                    m.to
+                );
             }
             kept
         });
@@ -2644,7 +2651,8 @@ mod tests {
         assert_eq!(error_code(start_move(&mut s, "t", t.start_hash + 1, other)), ControlErrorCode::NotFound);
         assert_eq!(error_code(start_move(&mut s, "t", t.start_hash, 9)), ControlErrorCode::NotFound);
         assert_eq!(error_code(start_move(&mut s, "t", t.start_hash, t.master.0)), ControlErrorCode::InvalidRequest);
-        let chunks = ControlRequest::CreateTable { name: "c".into(), span: 1, slots: false, chunks: true, stream: None };
+        let chunks =
+            ControlRequest::CreateTable { name: "c".into(), span: 1, slots: false, chunks: true, stream: None };
         apply(&mut s, chunks);
         assert_eq!(error_code(start_move(&mut s, "c", 0, 1)), ControlErrorCode::InvalidRequest);
         started(start_move(&mut s, "t", t.start_hash, other));
@@ -2658,7 +2666,8 @@ mod tests {
         let t = s.map.tablets[0].clone();
         let to = if t.master == ServerId(1) { 2 } else { 1 };
         let m = started(start_move(&mut s, "t", 0, to));
-        let stranger = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(7), reason: "x".into() });
+        let stranger =
+            apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(7), reason: "x".into() });
         assert_eq!(error_code(stranger), ControlErrorCode::InvalidRequest);
         let ok = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(to), reason: "x".into() });
         assert_eq!(ok, ControlResponse::Ok);

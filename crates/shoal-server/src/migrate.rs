@@ -92,7 +92,9 @@ pub struct Migrations {
     /// end from its routing decision to the end of its store operation;
     /// a freeze takes it for writing, so it waits for those in flight.
     gate: RwLock<()>,
-    /// Migrations this server drives now, by id.
+    /// Migrations this server has driven or drives now, by id: a map
+    /// that still shows a finished one (it was received before the
+    /// outcome) must not start it again.
     driving: Mutex<HashSet<u64>>,
     /// Statistics.
     pub objects_sent: AtomicU64,
@@ -163,10 +165,7 @@ impl Migrations {
                 continue;
             }
             let (node, store, m) = (node.clone(), store.clone(), m.clone());
-            tokio::spawn(async move {
-                drive(&node, &store, &m).await;
-                node.migrations.driving.lock().remove(&m.id);
-            });
+            tokio::spawn(async move { drive(&node, &store, &m).await });
         }
     }
 }
@@ -183,6 +182,12 @@ struct Copied {
 async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
     let started = Instant::now();
     node.migrations.freeze(m);
+    // A map without the move may have been installed (and its freezes
+    // lifted) just before this freeze: then it is over already.
+    if !node.map().migrations.iter().any(|x| x.id == m.id) {
+        node.migrations.frozen.write().retain(|f| f.id != m.id);
+        return;
+    }
     info!(
         "migration {}: moving table {} [{:#018x}, {:#018x}] to server {}; the tablet is frozen here",
         m.id, m.table.0, m.start_hash, m.end_hash, m.to
@@ -507,9 +512,16 @@ impl Target {
         loop {
             let map = node.map();
             if let Some(m) = map.migrations.iter().find(|m| m.id == id) {
-                if m.from != self.from || m.to != node.id || m.table != table || m.start_hash != start || m.end_hash != end
+                if m.from != self.from
+                    || m.to != node.id
+                    || m.table != table
+                    || m.start_hash != start
+                    || m.end_hash != end
                 {
-                    return Err(format!("migration {id} is not a move of that tablet from server {} to here", self.from));
+                    return Err(format!(
+                        "migration {id} is not a move of that tablet from server {} to here",
+                        self.from
+                    ));
                 }
                 return Ok(Some(m.clone()));
             }
@@ -578,7 +590,9 @@ mod tests {
 
     #[test]
     fn check_entries_takes_objects_of_the_range_only() {
-        let store = Store::new(shoal_engine::StoreConfig { cleaner_thread: false, ..shoal_engine::StoreConfig::default() }).unwrap();
+        let store =
+            Store::new(shoal_engine::StoreConfig { cleaner_thread: false, ..shoal_engine::StoreConfig::default() })
+                .unwrap();
         let t = TableId(3);
         store.create_table(t);
         for i in 0..200u32 {

@@ -15,8 +15,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Acknowledged writes: per key, the last acknowledged value and version.
-type Ledger = Arc<Mutex<HashMap<Vec<u8>, (Vec<u8>, u64)>>>;
+/// Per key, the last acknowledged value and version.
+type Acked = HashMap<Vec<u8>, (Vec<u8>, u64)>;
+/// Acknowledged writes, shared by the writers.
+type Ledger = Arc<Mutex<Acked>>;
+
+/// What a [`Load`] did.
+struct Outcome {
+    ledger: Acked,
+    acks: u64,
+    reads: u64,
+    /// The longest single request (retries included) any client saw.
+    longest: Duration,
+    failures: u64,
+}
 
 /// Writers and readers of one table; each op's latency (retries included)
 /// is the longest pause its client saw.
@@ -31,15 +43,27 @@ struct Load {
 }
 
 impl Load {
-    fn start(coordinator: CoordinatorAddrs, config: ClientConfig, table: TableId, writers: usize, readers: usize) -> Load {
+    fn start(
+        coordinator: CoordinatorAddrs,
+        config: ClientConfig,
+        table: TableId,
+        writers: usize,
+        readers: usize,
+    ) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let ledger: Ledger = Arc::default();
         let (acks, reads, longest_us, failures): (Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>) =
             Default::default();
         let mut handles = Vec::new();
         for t in 0..writers + readers {
-            let (stop, ledger, acks, reads, longest, failures) =
-                (stop.clone(), ledger.clone(), Arc::clone(&acks), Arc::clone(&reads), Arc::clone(&longest_us), Arc::clone(&failures));
+            let (stop, ledger, acks, reads, longest, failures) = (
+                stop.clone(),
+                ledger.clone(),
+                Arc::clone(&acks),
+                Arc::clone(&reads),
+                Arc::clone(&longest_us),
+                Arc::clone(&failures),
+            );
             let (coordinator, config) = (coordinator.clone(), config.clone());
             let writer = t < writers;
             handles.push(std::thread::spawn(move || {
@@ -66,7 +90,11 @@ impl Load {
                         let key = format!("pre-{}", n % 2000).into_bytes();
                         match c.read(table, &key) {
                             Ok(got) => {
-                                assert_eq!(got.0, format!("value-{}", n % 2000).into_bytes(), "a preloaded key read back wrong");
+                                assert_eq!(
+                                    got.0,
+                                    format!("value-{}", n % 2000).into_bytes(),
+                                    "a preloaded key read back wrong"
+                                );
                                 reads.fetch_add(1, Ordering::Relaxed);
                             }
                             Err(e) => {
@@ -83,19 +111,19 @@ impl Load {
         Load { stop, handles, ledger, acks, reads, longest_us, failures }
     }
 
-    fn finish(self) -> (HashMap<Vec<u8>, (Vec<u8>, u64)>, u64, u64, Duration, u64) {
+    fn finish(self) -> Outcome {
         self.stop.store(true, Ordering::Relaxed);
         for h in self.handles {
             h.join().unwrap();
         }
         let ledger = self.ledger.lock().unwrap().clone();
-        (
+        Outcome {
             ledger,
-            self.acks.load(Ordering::Relaxed),
-            self.reads.load(Ordering::Relaxed),
-            Duration::from_micros(self.longest_us.load(Ordering::Relaxed)),
-            self.failures.load(Ordering::Relaxed),
-        )
+            acks: self.acks.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            longest: Duration::from_micros(self.longest_us.load(Ordering::Relaxed)),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -120,7 +148,7 @@ fn tablet_and_target(map: &ClusterMap, table: TableId) -> (TabletInfo, ServerId)
 
 /// Checks every ledger entry reads back with its value, at a version at
 /// least the acknowledged one.
-fn check_ledger(c: &mut Client, table: TableId, ledger: &HashMap<Vec<u8>, (Vec<u8>, u64)>) {
+fn check_ledger(c: &mut Client, table: TableId, ledger: &Acked) {
     let mut lost = 0;
     for (k, (v, version)) in ledger {
         match c.read(table, k) {
@@ -172,13 +200,21 @@ fn migrate_under_load_keeps_every_acknowledged_write_and_versions_grow() {
     std::thread::sleep(Duration::from_millis(700));
     let before = load.acks.load(Ordering::Relaxed);
     let started = Instant::now();
-    let out = migrate(&cluster, &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()]);
+    let out = migrate(
+        &cluster,
+        &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
     let took = started.elapsed();
-    assert!(out.status.success(), "shoal migrate failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "shoal migrate failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["state"], "committed", "{line}");
     std::thread::sleep(Duration::from_millis(700));
-    let (ledger, acks, reads, longest, failures) = load.finish();
+    let Outcome { ledger, acks, reads, longest, failures } = load.finish();
     eprintln!(
         "moved in {took:?}; {acks} writes acknowledged ({before} before the move), {reads} reads; \
          longest pause a client saw: {longest:?}; {failures} failed requests"
@@ -214,7 +250,10 @@ fn migrate_under_load_keeps_every_acknowledged_write_and_versions_grow() {
     assert!(String::from_utf8_lossy(&bad.stdout).contains("no tablet starting at"), "{bad:?}");
     let bad = migrate(&cluster, &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", "99"]);
     assert!(String::from_utf8_lossy(&bad.stdout).contains("no server 99"), "{bad:?}");
-    let bad = migrate(&cluster, &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()]);
+    let bad = migrate(
+        &cluster,
+        &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
     assert!(String::from_utf8_lossy(&bad.stdout).contains("masters that tablet already"), "{bad:?}");
 }
 
@@ -254,7 +293,7 @@ fn migrate_to_a_target_killed_mid_move_loses_nothing() {
     let owner = map.tablets.iter().find(|t| t.table == table && t.start_hash == tablet.start_hash).unwrap().master;
     eprintln!("target killed with {moving} move(s) in progress; the tablet is now server {owner}'s");
     std::thread::sleep(Duration::from_millis(500));
-    let (ledger, acks, _, longest, failures) = load.finish();
+    let Outcome { ledger, acks, longest, failures, .. } = load.finish();
     eprintln!("{acks} writes acknowledged; longest pause a client saw: {longest:?}; {failures} failed requests");
     let mut c = cluster.client();
     check_ledger(&mut c, table, &ledger);

@@ -82,7 +82,15 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
     if a.no_wait {
         match a.common.json {
             true => out!("{}", json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "started" })),
-            false => out!("migration {} started: table {} tablet {:#018x}..{:#018x}, server {} -> {}", m.id, a.table, m.start_hash, m.end_hash, m.from, m.to),
+            false => out!(
+                "migration {} started: table {} tablet {:#018x}..{:#018x}, server {} -> {}",
+                m.id,
+                a.table,
+                m.start_hash,
+                m.end_hash,
+                m.from,
+                m.to
+            ),
         }
         return Ok(());
     }
@@ -115,7 +123,10 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
         let owner = map.tablet(m.table, KeyHash(m.start_hash)).map(|t| t.master);
         if owner == Some(m.to) {
             match a.common.json {
-                true => out!("{}", json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "committed", "ms": ms })),
+                true => out!(
+                    "{}",
+                    json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "committed", "ms": ms })
+                ),
                 false => out!("migration {} committed in {ms} ms: the tablet is served by server {}", m.id, m.to),
             }
             return Ok(());
