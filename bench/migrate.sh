@@ -39,11 +39,11 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cport=$(port)
 coord=127.0.0.1:$cport
-"$bin" coordinator --listen "$coord" --data-dir "$dir/coord" --replicas 1 2>"$dir/coord.log" &
+"$bin" coordinator --listen "$coord" --data-dir "$dir/coord" --replicas 1 --insecure-no-secret 2>"$dir/coord.log" &
 pids+=($!)
 for i in 0 1 2; do
     "$bin" server --coordinator "$coord" --native-port 0 --resp-port 0 --memcached-port 0 --backup-port 0 \
-        --memory 1GiB --data-dir "$dir/s$i" 2>"$dir/s$i.log" &
+        --memory 1GiB --insecure-no-secret --data-dir "$dir/s$i" 2>"$dir/s$i.log" &
     pids+=($!)
 done
 for _ in $(seq 100); do

@@ -303,3 +303,48 @@ fn migrate_to_a_target_killed_mid_move_loses_nothing() {
     assert_eq!(moving, 1, "the target was killed while the move was in progress");
     assert_eq!(owner, tablet.master, "the aborted move left the tablet at its source");
 }
+
+#[test]
+fn migrate_from_a_source_killed_mid_move_loses_nothing() {
+    let root = Root::new("migrate-kill-source");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    preload(&mut c, table, 8 << 10);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = migrate(
+        &cluster,
+        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // Killed as soon as the target's log says it is receiving.
+    let log = root.0.join(format!("server-{}/log", cluster.process_of(to)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let moving = cluster.map().unwrap().migrations.len();
+    let victim = cluster.process_of(tablet.master);
+    let _ = cluster.servers[victim].kill();
+    let _ = cluster.servers[victim].wait();
+    let map = cluster.wait_for_map("the source declared dead and recovered", 30, |m| {
+        m.server(tablet.master).is_some_and(|s| s.state == ServerState::Down)
+            && m.migrations.is_empty()
+            && m.recoveries.is_empty()
+    });
+    assert!(map.tablets.iter().filter(|t| t.table == table).all(|t| t.master != tablet.master));
+    std::thread::sleep(Duration::from_millis(500));
+    let Outcome { ledger, acks, longest, .. } = load.finish();
+    eprintln!("source killed with {moving} move(s) in progress; {acks} writes acknowledged; longest pause {longest:?}");
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+    assert_eq!(moving, 1, "the source was killed while the move was in progress");
+}
