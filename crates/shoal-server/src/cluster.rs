@@ -370,8 +370,19 @@ impl ClusterNode {
         true
     }
 
-    /// Where `(table, hash)` is served.
+    /// Where `(table, hash)` is served, for any request.
     pub fn route(&self, table: TableId, hash: KeyHash) -> Route {
+        self.route_for(table, hash, false)
+    }
+
+    /// [`ClusterNode::route`] for a request that only reads: a tablet this
+    /// server is copying to another (`docs/migration.md`) is still served
+    /// for reads until the last step of the move.
+    pub fn route_read(&self, table: TableId, hash: KeyHash) -> Route {
+        self.route_for(table, hash, true)
+    }
+
+    fn route_for(&self, table: TableId, hash: KeyHash, read_only: bool) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
         }
@@ -384,7 +395,7 @@ impl ClusterNode {
                 Route::Recovering
             } else if !self.lease.held() {
                 Route::NoLease
-            } else if self.migrations.is_frozen(table, hash) {
+            } else if self.migrations.is_frozen(table, hash, read_only) {
                 Route::Moving
             } else {
                 Route::Local

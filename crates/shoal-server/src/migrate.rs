@@ -3,17 +3,20 @@
 //! The coordinator records a move in `map.migrations`; the tablet's master
 //! (the *source*) drives it:
 //! 1. it *freezes* the tablet: from then on its front ends answer every
-//!    request for the tablet's keys with the retryable status they give
-//!    during a recovery ([`crate::cluster::Route::Moving`]). The freeze
-//!    waits for the requests already past routing to finish
-//!    ([`Migrations::gate`]), so no write lands after the copy read it;
+//!    request for the tablet's keys that may write with the retryable
+//!    status they give during a recovery ([`crate::cluster::Route::Moving`]);
+//!    requests routed as reads only ([`ClusterNode::route_read`]) are
+//!    still served. The freeze waits for the requests already past routing
+//!    to finish (`Migrations::gate`), so no write lands after the copy
+//!    read it;
 //! 2. it streams the tablet's live object entries to the *target* over an
 //!    authenticated connection to the target's replication port
 //!    (`wire::Mode::Migrate`). The target replays them into its own log
 //!    (so they are replicated to its backups like any write), with its
 //!    safe version raised to the source's, and answers the last batch
 //!    only once all of them are durable;
-//! 3. it asks the coordinator to commit (`FinishMigration`): one state
+//! 3. it stops serving reads of the tablet too (waiting for those routed),
+//!    then asks the coordinator to commit (`FinishMigration`): one state
 //!    change makes the target the master and drops the record.
 //!
 //! A freeze is lifted only by a map in which its migration is gone: then
@@ -80,6 +83,9 @@ struct Freeze {
     table: TableId,
     start: u64,
     end: u64,
+    /// Reads refused too (the last step, before the commit); until then
+    /// requests that only read are served.
+    reads: bool,
 }
 
 /// This server's migrations, as source and as target.
@@ -115,10 +121,14 @@ impl Migrations {
         Some((node.upgrade()?, store.clone()))
     }
 
-    /// Whether `(table, hash)` is in a tablet frozen here.
-    pub fn is_frozen(&self, table: TableId, hash: KeyHash) -> bool {
+    /// Whether `(table, hash)` is in a tablet frozen here, for a request
+    /// that only reads (`read_only`) or any.
+    pub fn is_frozen(&self, table: TableId, hash: KeyHash, read_only: bool) -> bool {
         let frozen = self.frozen.read();
-        !frozen.is_empty() && frozen.iter().any(|f| f.table == table && f.start <= hash.0 && hash.0 <= f.end)
+        !frozen.is_empty()
+            && frozen
+                .iter()
+                .any(|f| f.table == table && f.start <= hash.0 && hash.0 <= f.end && (f.reads || !read_only))
     }
 
     /// See [`Migrations::gate`]'s field comment.
@@ -126,13 +136,22 @@ impl Migrations {
         self.gate.read_recursive()
     }
 
-    /// Freezes `m`'s tablet and waits for the requests past routing.
+    /// Freezes `m`'s tablet for writes and waits for the requests past
+    /// routing.
     fn freeze(&self, m: &Migration) {
         let _all = self.gate.write();
-        let f = Freeze { id: m.id, table: m.table, start: m.start_hash, end: m.end_hash };
         let mut frozen = self.frozen.write();
-        if !frozen.contains(&f) {
-            frozen.push(f);
+        if !frozen.iter().any(|f| f.id == m.id) {
+            frozen.push(Freeze { id: m.id, table: m.table, start: m.start_hash, end: m.end_hash, reads: false });
+        }
+    }
+
+    /// Freezes `m`'s tablet for reads too and waits for the requests past
+    /// routing: after this, nothing of the tablet is served here.
+    fn freeze_reads(&self, m: &Migration) {
+        let _all = self.gate.write();
+        for f in self.frozen.write().iter_mut().filter(|f| f.id == m.id) {
+            f.reads = true;
         }
     }
 
@@ -204,6 +223,8 @@ async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
                 secs,
                 c.bytes as f64 / 1e6 / secs.max(1e-9)
             );
+            // No read may be served here once the target may serve.
+            node.migrations.freeze_reads(m);
             if resolve(node, m, true, "").await {
                 node.migrations.committed.fetch_add(1, Ordering::Relaxed);
                 info!("migration {}: committed after {} ms", m.id, started.elapsed().as_millis());

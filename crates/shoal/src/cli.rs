@@ -239,9 +239,10 @@ pub enum ClientCommand {
     /// starts) moves from its master to server SERVER_ID. Waits until the
     /// coordinator has committed the move (exit 0, the time taken) or it
     /// was aborted (exit 1: a server died, or the target refused). While
-    /// it moves, requests for its keys are answered with the retryable
-    /// status of a recovery (Redis clients see TRYAGAIN); Shoal's clients
-    /// retry by themselves. Exits 1 for an unknown table, tablet or
+    /// it moves, writes of its keys (and all Redis and memcached requests
+    /// for them) are answered with the retryable status of a recovery
+    /// (Redis clients see TRYAGAIN); Shoal's clients retry by themselves.
+    /// Native reads are served until the last step. Exits 1 for an unknown table, tablet or
     /// server, a target that masters it already or is not up, or a tablet
     /// already moving; 3 if the coordinator cannot be reached.
     Migrate(migrate::MigrateArgs),

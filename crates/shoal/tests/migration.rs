@@ -27,6 +27,8 @@ struct Outcome {
     reads: u64,
     /// The longest single request (retries included) any client saw.
     longest: Duration,
+    /// The longest read any reader saw.
+    longest_read: Duration,
     failures: u64,
 }
 
@@ -39,6 +41,7 @@ struct Load {
     acks: Arc<AtomicU64>,
     reads: Arc<AtomicU64>,
     longest_us: Arc<AtomicU64>,
+    longest_read_us: Arc<AtomicU64>,
     failures: Arc<AtomicU64>,
 }
 
@@ -54,6 +57,7 @@ impl Load {
         let ledger: Ledger = Arc::default();
         let (acks, reads, longest_us, failures): (Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>) =
             Default::default();
+        let longest_read_us: Arc<AtomicU64> = Arc::default();
         let mut handles = Vec::new();
         for t in 0..writers + readers {
             let (stop, ledger, acks, reads, longest, failures) = (
@@ -65,6 +69,7 @@ impl Load {
                 Arc::clone(&failures),
             );
             let (coordinator, config) = (coordinator.clone(), config.clone());
+            let longest_read = longest_read_us.clone();
             let writer = t < writers;
             handles.push(std::thread::spawn(move || {
                 let mut c = Client::connect_cluster(coordinator.clone(), config.clone()).unwrap();
@@ -105,10 +110,13 @@ impl Load {
                         }
                     }
                     longest.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    if !writer {
+                        longest_read.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
                 }
             }));
         }
-        Load { stop, handles, ledger, acks, reads, longest_us, failures }
+        Load { stop, handles, ledger, acks, reads, longest_us, longest_read_us, failures }
     }
 
     fn finish(self) -> Outcome {
@@ -122,6 +130,7 @@ impl Load {
             acks: self.acks.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
             longest: Duration::from_micros(self.longest_us.load(Ordering::Relaxed)),
+            longest_read: Duration::from_micros(self.longest_read_us.load(Ordering::Relaxed)),
             failures: self.failures.load(Ordering::Relaxed),
         }
     }
@@ -214,10 +223,10 @@ fn migrate_under_load_keeps_every_acknowledged_write_and_versions_grow() {
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["state"], "committed", "{line}");
     std::thread::sleep(Duration::from_millis(700));
-    let Outcome { ledger, acks, reads, longest, failures } = load.finish();
+    let Outcome { ledger, acks, reads, longest, longest_read, failures } = load.finish();
     eprintln!(
         "moved in {took:?}; {acks} writes acknowledged ({before} before the move), {reads} reads; \
-         longest pause a client saw: {longest:?}; {failures} failed requests"
+         longest pause a client saw: {longest:?} (a reader: {longest_read:?}); {failures} failed requests"
     );
     assert!(acks > before, "writes went on after the move");
     assert_eq!(failures, 0, "clients retry a moving tablet transparently");

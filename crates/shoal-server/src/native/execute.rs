@@ -192,7 +192,7 @@ fn apply<'s>(
             if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
                 sc.sample(table, key);
             }
-            if let Err(e) = owner(ctx, table, key) {
+            if let Err(e) = reader(ctx, table, key) {
                 // A hot key of another member of this server's group: its copy.
                 return match cached_read(ctx, table, key, rules, &mut scratch.value) {
                     Some(Ok(version)) => {
@@ -224,7 +224,7 @@ fn apply<'s>(
             }
         }
         Request::ReadTtl { table, key, rules } => {
-            owner(ctx, table, key)?;
+            reader(ctx, table, key)?;
             let meta = store.meta(table, key, rules).map_err(status_of)?;
             let ttl_ms = meta.expiry.map_or(0, |at| at.ms_since(store.now()));
             Response::ReadTtl { version: meta.version, expires_at: meta.expiry, ttl_ms }
@@ -247,7 +247,7 @@ fn apply<'s>(
                 Vec::with_capacity(items.len());
             for it in &items {
                 let start = buf.len();
-                let r = owner(ctx, it.table, it.key).and_then(|()| {
+                let r = reader(ctx, it.table, it.key).and_then(|()| {
                     scratch.touched = true;
                     let read = store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value);
                     wait_for_read(store, &mut scratch.durable, it.table, it.key, read.is_ok());
@@ -596,12 +596,29 @@ fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
     route(ctx, table, key)
 }
 
+/// [`owner`] for a request that only reads: served also while its tablet
+/// is being copied to another server (`ClusterNode::route_read`).
+fn reader(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
+    if (ctx.tables.has_chunk_tables() && ctx.tables.is_chunk_table(table)) || ctx.tables.is_stream_table(table) {
+        return owner(ctx, table, key);
+    }
+    let Some(node) = &ctx.cluster else {
+        return Ok(());
+    };
+    routed(node, table, node.route_read(table, key_hash(table, key)))
+}
+
 /// [`owner`] without the table kind's check.
 fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
     let Some(node) = &ctx.cluster else {
         return Ok(());
     };
-    match node.route(table, key_hash(table, key)) {
+    routed(node, table, node.route(table, key_hash(table, key)))
+}
+
+/// The answer to a request routed to `route`.
+fn routed(node: &crate::cluster::ClusterNode, table: TableId, route: Route) -> Result<(), ErrorStatus> {
+    match route {
         Route::Local => Ok(()),
         Route::Remote { .. } => Err(ErrorStatus::UnknownTablet),
         // Being recovered, or moving to another server (`docs/migration.md`).
