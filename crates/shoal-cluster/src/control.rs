@@ -114,6 +114,19 @@ pub enum ControlRequest {
     /// `Ok` (also if the record is gone); refused (`invalid_request`) if
     /// the migration committed already (the tablet is the target's).
     AbortMigration { id: u64, server: ServerId, reason: String },
+    /// Splits the tablet of `table` (by name) that holds hash `at` into
+    /// `[start, at - 1]` and `[at, end]`, both on its master. Answered by
+    /// `Map`. Refused (`not_found`) for an unknown table; (`invalid_request`)
+    /// for a chunk table or stream, `at` already a tablet's first hash, a
+    /// master not up, a tablet moving, a slot-hashed table's hash that is
+    /// not a slot's first, or the cluster's tablet limit.
+    SplitTablet { table: String, at: u64 },
+    /// Merges the tablet of `table` that starts at `at` with the one
+    /// ending at `at - 1` (`docs/migration.md`, "Split and merge"). Both
+    /// must have the same master, up, and neither may be moving. Answered
+    /// by `Map`; refused (`not_found`) for an unknown table or no tablet
+    /// starting at `at`, (`invalid_request`) otherwise.
+    MergeTablets { table: String, at: u64 },
 }
 
 /// Most floors one `RaiseReplicaFloors` may carry.

@@ -76,7 +76,9 @@ impl Caller {
             ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
             | ControlRequest::Enlist { .. }
-            | ControlRequest::StartMigration { .. } => None,
+            | ControlRequest::StartMigration { .. }
+            | ControlRequest::SplitTablet { .. }
+            | ControlRequest::MergeTablets { .. } => None,
             ControlRequest::WatchMap { server: Some(s), .. }
             | ControlRequest::Recovered { server: s, .. }
             | ControlRequest::RecoveryDone { server: s, .. }
@@ -445,7 +447,9 @@ impl Service {
             | ControlRequest::RaiseReplicaFloors { .. }
             | ControlRequest::StartMigration { .. }
             | ControlRequest::FinishMigration { .. }
-            | ControlRequest::AbortMigration { .. }) => self.change(req).await,
+            | ControlRequest::AbortMigration { .. }
+            | ControlRequest::SplitTablet { .. }
+            | ControlRequest::MergeTablets { .. }) => self.change(req).await,
         }
     }
 
@@ -981,6 +985,12 @@ impl Service {
                     map.version
                 );
             }
+            (ControlRequest::SplitTablet { table, at }, ControlResponse::Map { map }) => {
+                info!("split a tablet of table '{table}' at {at:#018x} (map version {})", map.version);
+            }
+            (ControlRequest::MergeTablets { table, at }, ControlResponse::Map { map }) => {
+                info!("merged the tablet of table '{table}' at {at:#018x} into the one before (map version {})", map.version);
+            }
             (ControlRequest::FinishMigration { id, server }, ControlResponse::Ok) if out.changed => {
                 info!("migration {id} from server {server} committed (map version {})", state.map().version);
             }
@@ -1084,7 +1094,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
 }
 
 /// The names of the control operations, for logs and metrics.
-pub(crate) const OPS: [&str; 15] = [
+pub(crate) const OPS: [&str; 17] = [
     "enlist",
     "get_map",
     "watch_map",
@@ -1100,6 +1110,8 @@ pub(crate) const OPS: [&str; 15] = [
     "start_migration",
     "finish_migration",
     "abort_migration",
+    "split_tablet",
+    "merge_tablets",
 ];
 
 fn op_name(req: &ControlRequest) -> &'static str {
@@ -1124,6 +1136,8 @@ fn op_index(req: &ControlRequest) -> usize {
         ControlRequest::StartMigration { .. } => 12,
         ControlRequest::FinishMigration { .. } => 13,
         ControlRequest::AbortMigration { .. } => 14,
+        ControlRequest::SplitTablet { .. } => 15,
+        ControlRequest::MergeTablets { .. } => 16,
     }
 }
 

@@ -280,7 +280,81 @@ impl ClusterState {
             }
             ControlRequest::FinishMigration { id, server } => self.finish_migration(*id, *server),
             ControlRequest::AbortMigration { id, server, .. } => self.abort_migration(*id, *server),
+            ControlRequest::SplitTablet { table, at } => self.split_or_merge(table, *at, true),
+            ControlRequest::MergeTablets { table, at } => self.split_or_merge(table, *at, false),
         }
+    }
+
+    /// Splits the tablet of `table` holding `at` at `at` (`split`), or
+    /// merges the tablet starting at `at` into the one before it. Errors
+    /// as `ControlRequest::SplitTablet` and `MergeTablets` list them; a
+    /// refused request changes nothing.
+    fn split_or_merge(&mut self, table: &str, at: u64, split: bool) -> Outcome {
+        let Some(info) = self.map.table_by_name(table) else {
+            return Outcome::unchanged(not_found(table));
+        };
+        if info.chunks || info.stream.is_some() {
+            return Outcome::unchanged(invalid(format!("table '{table}' has one tablet and keeps it whole")));
+        }
+        let id = info.id;
+        let Some(i) = self.map.tablets.iter().position(|t| t.table == id && t.start_hash <= at && at <= t.end_hash)
+        else {
+            return Outcome::unchanged(not_found(table));
+        };
+        let t = self.map.tablets[i].clone();
+        let moving = |s: &ClusterState, start: u64| s.map.migrations.iter().any(|m| m.table == id && m.start_hash == start);
+        let up = |s: &ClusterState, server| s.map.server(server).is_some_and(|x| x.state == ServerState::Up);
+        let mut next = self.clone();
+        if split {
+            if t.start_hash == at {
+                return Outcome::unchanged(invalid(format!("{at:#018x} is already the first hash of a tablet")));
+            }
+            if self.map.tablets.len() >= MAX_TABLETS {
+                return Outcome::unchanged(invalid(format!("the cluster holds {MAX_TABLETS} tablets, its limit")));
+            }
+            if !up(self, t.master) || moving(self, t.start_hash) {
+                return Outcome::unchanged(invalid(format!(
+                    "the tablet is being recovered or moved (master {}); split it later",
+                    t.master
+                )));
+            }
+            next.map.tablets[i].end_hash = at - 1;
+            next.map.tablets.insert(i + 1, TabletInfo { start_hash: at, ..t.clone() });
+        } else {
+            if t.start_hash != at {
+                return Outcome::unchanged(error(
+                    ControlErrorCode::NotFound,
+                    format!("table '{table}' has no tablet starting at {at:#018x}"),
+                ));
+            }
+            if at == 0 {
+                return Outcome::unchanged(invalid("the table's first tablet has no tablet before it"));
+            }
+            let Some(j) = self.map.tablets.iter().position(|x| x.table == id && x.end_hash == at - 1) else {
+                return Outcome::unchanged(invalid("no tablet ends just before it"));
+            };
+            let left = &self.map.tablets[j];
+            if left.master != t.master {
+                return Outcome::unchanged(invalid(format!(
+                    "the tablets are on servers {} and {}: move one first (shoal migrate)",
+                    left.master, t.master
+                )));
+            }
+            if !up(self, t.master) || moving(self, t.start_hash) || moving(self, left.start_hash) {
+                return Outcome::unchanged(invalid(format!(
+                    "a tablet is being recovered or moved (master {}); merge them later",
+                    t.master
+                )));
+            }
+            next.map.tablets[j].end_hash = t.end_hash;
+            next.map.tablets.remove(i);
+        }
+        if let Err(why) = next.check() {
+            return Outcome::unchanged(invalid(format!("refused: {why}")));
+        }
+        next.bump();
+        *self = next;
+        Outcome::changed(ControlResponse::Map { map: self.map.clone() })
     }
 
     /// Records the move of `table`'s tablet starting at `start_hash` to
@@ -2715,5 +2789,67 @@ mod tests {
         assert_eq!(back.map.migrations, s.map.migrations, "a standby coordinator resumes it");
         apply(&mut s, ControlRequest::DropTable { name: "t".into() });
         assert!(s.map.migrations.is_empty());
+    }
+
+    fn tablets_of_table(state: &ClusterState, table: TableId) -> Vec<(u64, u64, ServerId)> {
+        let mut v: Vec<_> =
+            state.map.tablets.iter().filter(|t| t.table == table).map(|t| (t.start_hash, t.end_hash, t.master)).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn split_tablet_cuts_one_tablet_in_two_on_its_master_and_merge_joins_them_back() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "t", 1);
+        let before = tablets_of_table(&s, t.id);
+        let master = before[0].2;
+        let at = 1u64 << 62;
+        let split = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at });
+        assert!(matches!(split, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), vec![(0, at - 1, master), (at, u64::MAX, master)]);
+        // Splitting at a tablet's first hash, or merging the first tablet, is refused.
+        let again = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at });
+        assert_eq!(error_code(again), ControlErrorCode::InvalidRequest);
+        let first = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: 0 });
+        assert_eq!(error_code(first), ControlErrorCode::InvalidRequest);
+        let nowhere = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: at + 1 });
+        assert_eq!(error_code(nowhere), ControlErrorCode::NotFound);
+        let merged = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at });
+        assert!(matches!(merged, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), before);
+        let unknown = apply(&mut s, ControlRequest::SplitTablet { table: "nope".into(), at });
+        assert_eq!(error_code(unknown), ControlErrorCode::NotFound);
+    }
+
+    #[test]
+    fn merge_refuses_tablets_of_two_masters_or_moving_and_split_refuses_a_moving_tablet() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "t", 2);
+        let tablets = tablets_of_table(&s, t.id);
+        assert_ne!(tablets[0].2, tablets[1].2, "two tablets on two servers");
+        let two = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: tablets[1].0 });
+        assert_eq!(error_code(two), ControlErrorCode::InvalidRequest);
+        let other = tablets[1].2;
+        started(start_move(&mut s, "t", 0, other.0));
+        let moving = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at: 5 });
+        assert_eq!(error_code(moving), ControlErrorCode::InvalidRequest);
+        let m = s.map.migrations[0].clone();
+        apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: m.from });
+        // Now one master: they merge.
+        let merged = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: tablets[1].0 });
+        assert!(matches!(merged, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), vec![(0, u64::MAX, other)]);
+    }
+
+    #[test]
+    fn split_of_a_slot_hashed_table_keeps_whole_slots() {
+        let mut s = cluster(1);
+        let req = ControlRequest::CreateTable { name: "r".into(), span: 1, slots: true, chunks: false, stream: None };
+        let ControlResponse::Table { table } = apply(&mut s, req) else { panic!() };
+        let mid = tablets_of_table(&s, table.id)[0].0 + 1;
+        let bad = apply(&mut s, ControlRequest::SplitTablet { table: "r".into(), at: mid });
+        assert_eq!(error_code(bad), ControlErrorCode::InvalidRequest, "not a slot's first hash");
+        assert_eq!(tablets_of_table(&s, table.id).len(), 1, "nothing changed");
     }
 }
