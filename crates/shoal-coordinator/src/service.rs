@@ -989,7 +989,10 @@ impl Service {
                 info!("split a tablet of table '{table}' at {at:#018x} (map version {})", map.version);
             }
             (ControlRequest::MergeTablets { table, at }, ControlResponse::Map { map }) => {
-                info!("merged the tablet of table '{table}' at {at:#018x} into the one before (map version {})", map.version);
+                info!(
+                    "merged the tablet of table '{table}' at {at:#018x} into the one before (map version {})",
+                    map.version
+                );
             }
             (ControlRequest::FinishMigration { id, server }, ControlResponse::Ok) if out.changed => {
                 info!("migration {id} from server {server} committed (map version {})", state.map().version);

@@ -302,7 +302,8 @@ impl ClusterState {
             return Outcome::unchanged(not_found(table));
         };
         let t = self.map.tablets[i].clone();
-        let moving = |s: &ClusterState, start: u64| s.map.migrations.iter().any(|m| m.table == id && m.start_hash == start);
+        let moving =
+            |s: &ClusterState, start: u64| s.map.migrations.iter().any(|m| m.table == id && m.start_hash == start);
         let up = |s: &ClusterState, server| s.map.server(server).is_some_and(|x| x.state == ServerState::Up);
         let mut next = self.clone();
         if split {
@@ -2792,8 +2793,13 @@ mod tests {
     }
 
     fn tablets_of_table(state: &ClusterState, table: TableId) -> Vec<(u64, u64, ServerId)> {
-        let mut v: Vec<_> =
-            state.map.tablets.iter().filter(|t| t.table == table).map(|t| (t.start_hash, t.end_hash, t.master)).collect();
+        let mut v: Vec<_> = state
+            .map
+            .tablets
+            .iter()
+            .filter(|t| t.table == table)
+            .map(|t| (t.start_hash, t.end_hash, t.master))
+            .collect();
         v.sort();
         v
     }

@@ -38,6 +38,7 @@ mod load;
 mod migrate;
 mod stats;
 mod stream;
+mod tablet;
 
 /// Where the server is and how to print; every client subcommand takes these.
 #[derive(Args, Debug, Clone)]
@@ -246,6 +247,21 @@ pub enum ClientCommand {
     /// server, a target that masters it already or is not up, or a tablet
     /// already moving; 3 if the coordinator cannot be reached.
     Migrate(migrate::MigrateArgs),
+    /// A table's tablets: list them, split one at a key hash, merge one
+    /// into its neighbour on the same master (docs/migration.md).
+    ///
+    /// `shoal tablet list --coordinator ADDR --table NAME` prints each
+    /// tablet's first and last key hash and master; `shoal tablet split
+    /// ... --table NAME --at HASH` cuts the tablet holding HASH into
+    /// [start, HASH-1] and [HASH, end]; `shoal tablet merge ... --at HASH`
+    /// joins the tablet starting at HASH to the one before it. Both print
+    /// the table's tablets after the change. No data moves: only the map
+    /// changes. Exits 1 when the coordinator refuses (unknown table, a
+    /// hash that is already a boundary or not one, tablets on two
+    /// masters, a tablet moving or being recovered, a slot-hashed table's
+    /// hash that is not a slot's first).
+    #[command(subcommand)]
+    Tablet(tablet::TabletCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -647,10 +663,12 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
         ClientCommand::Migrate(a) => &a.common,
+        ClientCommand::Tablet(t) => t.common(),
     };
     let outcome = match cmd {
         ClientCommand::Load(a) => load::run(a),
         ClientCommand::Migrate(a) => migrate::run(a),
+        ClientCommand::Tablet(t) => tablet::run(t),
         ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(c, common),
         _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
     };
@@ -821,6 +839,7 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Stream(cmd) => stream::run(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
         ClientCommand::Migrate(_) => unreachable!("run() hands migrate to migrate::run"),
+        ClientCommand::Tablet(_) => unreachable!("run() hands tablet to tablet::run"),
     }
     Ok(())
 }

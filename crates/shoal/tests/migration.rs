@@ -357,3 +357,72 @@ fn migrate_from_a_source_killed_mid_move_loses_nothing() {
     }
     assert_eq!(moving, 1, "the source was killed while the move was in progress");
 }
+
+/// Runs `shoal tablet` against `cluster` with `args`.
+fn tablet_cmd(cluster: &Cluster, args: &[&str]) -> Output {
+    Command::new(SHOAL)
+        .arg("tablet")
+        .args(args)
+        .args(["--coordinator", &cluster.coordinator.to_string(), "--json"])
+        .arg("--cluster-secret-file")
+        .arg(cluster.secret_file())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn split_move_back_and_merge_under_load_keep_every_acknowledged_write() {
+    let root = Root::new("migrate-split");
+    let cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("parts").unwrap();
+    preload(&mut c, table, 0);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+    let of_table = |m: &ClusterMap| {
+        let mut v: Vec<(u64, u64, ServerId)> =
+            m.tablets.iter().filter(|t| t.table == table).map(|t| (t.start_hash, t.end_hash, t.master)).collect();
+        v.sort();
+        v
+    };
+    let original = of_table(&map);
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mid = tablet.start_hash + (tablet.end_hash - tablet.start_hash) / 2 + 1;
+    let at = format!("{mid:#x}");
+    let out = tablet_cmd(&cluster, &["split", "--table", "parts", "--at", &at]);
+    assert!(out.status.success(), "{out:?}");
+    let split = of_table(&cluster.map().unwrap());
+    assert!(
+        split.contains(&(tablet.start_hash, mid - 1, tablet.master))
+            && split.contains(&(mid, tablet.end_hash, tablet.master))
+    );
+    assert_eq!(split.len(), original.len() + 1);
+
+    let out = migrate(&cluster, &["--table", "parts", "--start", &at, "--to", &to.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = tablet_cmd(&cluster, &["merge", "--table", "parts", "--at", &at]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("move one first"), "{refused:?}");
+    let out = migrate(&cluster, &["--table", "parts", "--start", &at, "--to", &tablet.master.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let out = tablet_cmd(&cluster, &["merge", "--table", "parts", "--at", &at]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(of_table(&cluster.map().unwrap()), original, "split and merged back");
+    let listed = tablet_cmd(&cluster, &["list", "--table", "parts"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), original.len());
+
+    std::thread::sleep(Duration::from_millis(300));
+    let Outcome { ledger, acks, longest, failures, .. } = load.finish();
+    eprintln!("{acks} writes acknowledged; longest pause {longest:?}; {failures} failed requests");
+    assert_eq!(failures, 0);
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+}

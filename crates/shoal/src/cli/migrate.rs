@@ -42,7 +42,7 @@ pub struct MigrateArgs {
     pub common: Common,
 }
 
-fn parse_hash(s: &str) -> Result<u64, String> {
+pub(super) fn parse_hash(s: &str) -> Result<u64, String> {
     let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
         None => s.replace('_', "").parse(),
@@ -142,7 +142,7 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
     }
 }
 
-fn control(
+pub(super) fn control(
     coordinator: &CoordinatorAddrs,
     auth: &ControlAuth,
     req: &ControlRequest,
@@ -159,7 +159,7 @@ fn control(
     }
 }
 
-fn refused(code: shoal_cluster::ControlErrorCode, message: String) -> CliError {
+pub(super) fn refused(code: shoal_cluster::ControlErrorCode, message: String) -> CliError {
     let kind = match code {
         shoal_cluster::ControlErrorCode::NotFound => "not_found",
         shoal_cluster::ControlErrorCode::Unauthorized => "unauthorized",
