@@ -18,9 +18,9 @@ pub struct MigrateArgs {
     /// The table whose tablet moves.
     #[arg(long, value_name = "NAME")]
     pub table: String,
-    /// The tablet's first key hash, in hex (0x...) or decimal, as the
-    /// cluster map lists it (`shoal stats --coordinator ... --json`, or
-    /// the error for a wrong one, which lists the table's tablets).
+    /// The tablet's first key hash, in hex (0x...) or decimal, as `shoal
+    /// tablet list` prints it (the error for a wrong one lists the
+    /// table's tablet starts too).
     #[arg(long, value_name = "HASH", value_parser = parse_hash)]
     pub start: u64,
     /// The id of the server to move it to (an up server other than its
