@@ -94,6 +94,39 @@ pub enum ControlRequest {
     /// refused (`invalid_request`) for a server that is down, is being
     /// declared dead, or has enlisted again since (an older `log`).
     RenewLease { server: ServerId, log: LogId },
+    /// Starts moving the tablet of `table` (by name) that begins at
+    /// `start_hash` to server `to` (`docs/migration.md`): recorded in
+    /// `map.migrations`; the tablet's master then drives the move. Answered
+    /// by `Map` (the map with the new record, the last one). Refused
+    /// (`not_found`) for an unknown table, tablet start or server;
+    /// (`invalid_request`) for a chunk table or stream, a target that is
+    /// the master already or not up, a master not up, or a tablet already
+    /// moving or being recovered.
+    StartMigration { table: String, start_hash: u64, to: ServerId },
+    /// `server`, the source of migration `id`, has handed every object of
+    /// the tablet to the target, which holds them durably: the coordinator
+    /// makes the target the tablet's master and drops the record, in one
+    /// change. Answered by `Ok` (also when this already happened); refused
+    /// (`invalid_request`) if the migration is gone (aborted).
+    FinishMigration { id: u64, server: ServerId },
+    /// `server` (the source or target of migration `id`) gives it up: the
+    /// record is dropped and the tablet stays where it is. Answered by
+    /// `Ok` (also if the record is gone); refused (`invalid_request`) if
+    /// the migration committed already (the tablet is the target's).
+    AbortMigration { id: u64, server: ServerId, reason: String },
+    /// Splits the tablet of `table` (by name) that holds hash `at` into
+    /// `[start, at - 1]` and `[at, end]`, both on its master. Answered by
+    /// `Map`. Refused (`not_found`) for an unknown table; (`invalid_request`)
+    /// for a chunk table or stream, `at` already a tablet's first hash, a
+    /// master not up, a tablet moving, a slot-hashed table's hash that is
+    /// not a slot's first, or the cluster's tablet limit.
+    SplitTablet { table: String, at: u64 },
+    /// Merges the tablet of `table` that starts at `at` with the one
+    /// ending at `at - 1` (`docs/migration.md`, "Split and merge"). Both
+    /// must have the same master, up, and neither may be moving. Answered
+    /// by `Map`; refused (`not_found`) for an unknown table or no tablet
+    /// starting at `at`, (`invalid_request`) otherwise.
+    MergeTablets { table: String, at: u64 },
 }
 
 /// Most floors one `RaiseReplicaFloors` may carry.

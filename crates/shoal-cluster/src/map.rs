@@ -109,6 +109,33 @@ pub struct ClusterMap {
     /// none. Rebuilt at every map change ([`sc_groups`]).
     #[serde(default)]
     pub sc_groups: Vec<ScGroup>,
+    /// Tablet migrations in progress (`docs/migration.md`): each names one
+    /// whole tablet of the map, still mastered by `from`. The source drives
+    /// the move; the record leaves the map when the move commits (in the
+    /// same change that makes `to` the tablet's master) or aborts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub migrations: Vec<Migration>,
+}
+
+/// A tablet moving from its master `from` to `to` (`docs/migration.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// Unique per cluster, never reused.
+    pub id: u64,
+    pub table: TableId,
+    pub start_hash: u64,
+    pub end_hash: u64,
+    pub from: ServerId,
+    pub to: ServerId,
+    /// When the coordinator recorded it (ms since the Unix epoch).
+    pub started_unix_ms: u64,
+}
+
+impl Migration {
+    /// Whether `(table, hash)` is in the moving tablet.
+    pub fn contains(&self, table: TableId, hash: KeyHash) -> bool {
+        self.table == table && self.start_hash <= hash.0 && hash.0 <= self.end_hash
+    }
 }
 
 /// One symmetric-caching group: servers that cache the same hot keys.
@@ -309,6 +336,7 @@ mod tests {
             fenced: Vec::new(),
             replica_floors: Vec::new(),
             sc_groups: Vec::new(),
+            migrations: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

@@ -73,14 +73,19 @@ impl Caller {
         let named = match req {
             ControlRequest::GetMap | ControlRequest::GetTable { .. } | ControlRequest::Stats => return Ok(()),
             ControlRequest::WatchMap { server: None, .. } => return Ok(()),
-            ControlRequest::CreateTable { .. } | ControlRequest::DropTable { .. } | ControlRequest::Enlist { .. } => {
-                None
-            }
+            ControlRequest::CreateTable { .. }
+            | ControlRequest::DropTable { .. }
+            | ControlRequest::Enlist { .. }
+            | ControlRequest::StartMigration { .. }
+            | ControlRequest::SplitTablet { .. }
+            | ControlRequest::MergeTablets { .. } => None,
             ControlRequest::WatchMap { server: Some(s), .. }
             | ControlRequest::Recovered { server: s, .. }
             | ControlRequest::RecoveryDone { server: s, .. }
             | ControlRequest::RaiseReplicaFloors { server: s, .. }
             | ControlRequest::RenewLease { server: s, .. }
+            | ControlRequest::FinishMigration { server: s, .. }
+            | ControlRequest::AbortMigration { server: s, .. }
             | ControlRequest::Suspect { reporter: s, .. } => Some(*s),
         };
         let op = op_name(req);
@@ -439,7 +444,12 @@ impl Service {
             | ControlRequest::DropTable { .. }
             | ControlRequest::Recovered { .. }
             | ControlRequest::RecoveryDone { .. }
-            | ControlRequest::RaiseReplicaFloors { .. }) => self.change(req).await,
+            | ControlRequest::RaiseReplicaFloors { .. }
+            | ControlRequest::StartMigration { .. }
+            | ControlRequest::FinishMigration { .. }
+            | ControlRequest::AbortMigration { .. }
+            | ControlRequest::SplitTablet { .. }
+            | ControlRequest::MergeTablets { .. }) => self.change(req).await,
         }
     }
 
@@ -969,6 +979,27 @@ impl Service {
                     state.map().version
                 );
             }
+            (ControlRequest::StartMigration { table, start_hash, to }, ControlResponse::Map { map }) => {
+                info!(
+                    "migration of table '{table}' tablet {start_hash:#018x} to server {to} started (map version {})",
+                    map.version
+                );
+            }
+            (ControlRequest::SplitTablet { table, at }, ControlResponse::Map { map }) => {
+                info!("split a tablet of table '{table}' at {at:#018x} (map version {})", map.version);
+            }
+            (ControlRequest::MergeTablets { table, at }, ControlResponse::Map { map }) => {
+                info!(
+                    "merged the tablet of table '{table}' at {at:#018x} into the one before (map version {})",
+                    map.version
+                );
+            }
+            (ControlRequest::FinishMigration { id, server }, ControlResponse::Ok) if out.changed => {
+                info!("migration {id} from server {server} committed (map version {})", state.map().version);
+            }
+            (ControlRequest::AbortMigration { id, server, reason }, ControlResponse::Ok) if out.changed => {
+                warn!("migration {id} aborted by server {server}: {reason} (map version {})", state.map().version);
+            }
             (ControlRequest::RaiseReplicaFloors { server, .. }, ControlResponse::Error { code, message }) => {
                 warn!("server {server}: replica floors refused: {code:?}: {message}");
             }
@@ -1066,7 +1097,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
 }
 
 /// The names of the control operations, for logs and metrics.
-pub(crate) const OPS: [&str; 12] = [
+pub(crate) const OPS: [&str; 17] = [
     "enlist",
     "get_map",
     "watch_map",
@@ -1079,6 +1110,11 @@ pub(crate) const OPS: [&str; 12] = [
     "recovery_done",
     "raise_replica_floors",
     "renew_lease",
+    "start_migration",
+    "finish_migration",
+    "abort_migration",
+    "split_tablet",
+    "merge_tablets",
 ];
 
 fn op_name(req: &ControlRequest) -> &'static str {
@@ -1100,6 +1136,11 @@ fn op_index(req: &ControlRequest) -> usize {
         ControlRequest::RecoveryDone { .. } => 9,
         ControlRequest::RaiseReplicaFloors { .. } => 10,
         ControlRequest::RenewLease { .. } => 11,
+        ControlRequest::StartMigration { .. } => 12,
+        ControlRequest::FinishMigration { .. } => 13,
+        ControlRequest::AbortMigration { .. } => 14,
+        ControlRequest::SplitTablet { .. } => 15,
+        ControlRequest::MergeTablets { .. } => 16,
     }
 }
 

@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ClusterMap, FencedLog, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo,
-    ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, Partition, Recovery, ReplicaFloor, ServerId,
+    ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -76,6 +76,9 @@ pub const MAX_TABLETS: usize = 65_536;
 /// Replicas per log when `--replicas` is not given and the cluster is big
 /// enough (DESIGN.md: R = 3 by default).
 pub const DEFAULT_REPLICAS: u32 = 3;
+/// Committed migration ids remembered ([`ClusterState::apply`] of
+/// `AbortMigration`).
+pub const MAX_COMMITTED: usize = 256;
 
 /// What [`ClusterState::apply`] decided.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,6 +124,13 @@ pub struct ClusterState {
     /// Absent from files written before crash recovery existed.
     #[serde(default = "first_id")]
     next_recovery: u64,
+    /// The next tablet migration's id (`map.migrations`); ids start at 1.
+    #[serde(default = "first_id")]
+    next_migration: u64,
+    /// Ids of the last [`MAX_COMMITTED`] migrations that committed, so a
+    /// late `AbortMigration` of one is refused rather than taken as done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    committed_migrations: Vec<u64>,
     /// Per server, the SHA-256 (hex) of the credential it was issued.
     /// Servers enlisted without a secret, or before format 2, have none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -153,6 +163,7 @@ impl ClusterState {
                 fenced: Vec::new(),
                 replica_floors: Vec::new(),
                 sc_groups: Vec::new(),
+                migrations: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -161,6 +172,8 @@ impl ClusterState {
             log_versions: BTreeMap::new(),
             recover: BTreeMap::new(),
             next_recovery: 1,
+            next_migration: 1,
+            committed_migrations: Vec::new(),
             credentials: BTreeMap::new(),
             replicas_config,
             sc_group_size: 0,
@@ -262,7 +275,232 @@ impl ClusterState {
             ControlRequest::RenewLease { .. } => {
                 Outcome::unchanged(invalid("leases are granted by the coordinator's service, not its state"))
             }
+            ControlRequest::StartMigration { table, start_hash, to } => {
+                self.start_migration(table, *start_hash, *to, now_unix_ms)
+            }
+            ControlRequest::FinishMigration { id, server } => self.finish_migration(*id, *server),
+            ControlRequest::AbortMigration { id, server, .. } => self.abort_migration(*id, *server),
+            ControlRequest::SplitTablet { table, at } => self.split_or_merge(table, *at, true),
+            ControlRequest::MergeTablets { table, at } => self.split_or_merge(table, *at, false),
         }
+    }
+
+    /// Splits the tablet of `table` holding `at` at `at` (`split`), or
+    /// merges the tablet starting at `at` into the one before it. Errors
+    /// as `ControlRequest::SplitTablet` and `MergeTablets` list them; a
+    /// refused request changes nothing.
+    fn split_or_merge(&mut self, table: &str, at: u64, split: bool) -> Outcome {
+        let Some(info) = self.map.table_by_name(table) else {
+            return Outcome::unchanged(not_found(table));
+        };
+        if info.chunks || info.stream.is_some() {
+            return Outcome::unchanged(invalid(format!("table '{table}' has one tablet and keeps it whole")));
+        }
+        let id = info.id;
+        let Some(i) = self.map.tablets.iter().position(|t| t.table == id && t.start_hash <= at && at <= t.end_hash)
+        else {
+            return Outcome::unchanged(not_found(table));
+        };
+        let t = self.map.tablets[i].clone();
+        let moving =
+            |s: &ClusterState, start: u64| s.map.migrations.iter().any(|m| m.table == id && m.start_hash == start);
+        let up = |s: &ClusterState, server| s.map.server(server).is_some_and(|x| x.state == ServerState::Up);
+        let mut next = self.clone();
+        if split {
+            if t.start_hash == at {
+                return Outcome::unchanged(invalid(format!("{at:#018x} is already the first hash of a tablet")));
+            }
+            if self.map.tablets.len() >= MAX_TABLETS {
+                return Outcome::unchanged(invalid(format!("the cluster holds {MAX_TABLETS} tablets, its limit")));
+            }
+            if !up(self, t.master) || moving(self, t.start_hash) {
+                return Outcome::unchanged(invalid(format!(
+                    "the tablet is being recovered or moved (master {}); split it later",
+                    t.master
+                )));
+            }
+            next.map.tablets[i].end_hash = at - 1;
+            next.map.tablets.insert(i + 1, TabletInfo { start_hash: at, ..t.clone() });
+        } else {
+            if t.start_hash != at {
+                return Outcome::unchanged(error(
+                    ControlErrorCode::NotFound,
+                    format!("table '{table}' has no tablet starting at {at:#018x}"),
+                ));
+            }
+            if at == 0 {
+                return Outcome::unchanged(invalid("the table's first tablet has no tablet before it"));
+            }
+            let Some(j) = self.map.tablets.iter().position(|x| x.table == id && x.end_hash == at - 1) else {
+                return Outcome::unchanged(invalid("no tablet ends just before it"));
+            };
+            let left = &self.map.tablets[j];
+            if left.master != t.master {
+                return Outcome::unchanged(invalid(format!(
+                    "the tablets are on servers {} and {}: move one first (shoal migrate)",
+                    left.master, t.master
+                )));
+            }
+            if !up(self, t.master) || moving(self, t.start_hash) || moving(self, left.start_hash) {
+                return Outcome::unchanged(invalid(format!(
+                    "a tablet is being recovered or moved (master {}); merge them later",
+                    t.master
+                )));
+            }
+            next.map.tablets[j].end_hash = t.end_hash;
+            next.map.tablets.remove(i);
+        }
+        if let Err(why) = next.check() {
+            return Outcome::unchanged(invalid(format!("refused: {why}")));
+        }
+        next.bump();
+        *self = next;
+        Outcome::changed(ControlResponse::Map { map: self.map.clone() })
+    }
+
+    /// Records the move of `table`'s tablet starting at `start_hash` to
+    /// `to` (`docs/migration.md`). Errors as `ControlRequest::StartMigration`
+    /// lists them; a refused request changes nothing.
+    fn start_migration(&mut self, table: &str, start_hash: u64, to: ServerId, now_unix_ms: u64) -> Outcome {
+        let Some(info) = self.map.table_by_name(table) else {
+            return Outcome::unchanged(not_found(table));
+        };
+        if info.chunks || info.stream.is_some() {
+            return Outcome::unchanged(invalid(format!(
+                "table '{table}' is a {}: only key-value tablets move",
+                if info.chunks { "chunk table" } else { "stream" }
+            )));
+        }
+        let id = info.id;
+        let Some(t) = self.map.tablets.iter().find(|t| t.table == id && t.start_hash == start_hash).cloned() else {
+            let starts: Vec<String> =
+                self.map.tablets.iter().filter(|t| t.table == id).map(|t| format!("{:#018x}", t.start_hash)).collect();
+            return Outcome::unchanged(error(
+                ControlErrorCode::NotFound,
+                format!(
+                    "table '{table}' has no tablet starting at {start_hash:#018x} (its tablets start at {})",
+                    starts.join(", ")
+                ),
+            ));
+        };
+        let Some(target) = self.map.server(to) else {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {to}")));
+        };
+        if target.state != ServerState::Up {
+            return Outcome::unchanged(invalid(format!("server {to} is not up ({:?})", target.state)));
+        }
+        if t.master == to {
+            return Outcome::unchanged(invalid(format!("server {to} masters that tablet already")));
+        }
+        if self.map.server(t.master).map(|s| s.state) != Some(ServerState::Up) {
+            return Outcome::unchanged(invalid(format!(
+                "the tablet's master, server {}, is not up (it is being recovered)",
+                t.master
+            )));
+        }
+        if let Some(m) = self.map.migrations.iter().find(|m| m.table == id && m.start_hash == start_hash) {
+            return Outcome::unchanged(invalid(format!("that tablet is moving already (migration {})", m.id)));
+        }
+        let mid = self.next_migration;
+        self.next_migration += 1;
+        self.map.migrations.push(Migration {
+            id: mid,
+            table: id,
+            start_hash,
+            end_hash: t.end_hash,
+            from: t.master,
+            to,
+            started_unix_ms: now_unix_ms,
+        });
+        self.bump();
+        Outcome::changed(ControlResponse::Map { map: self.map.clone() })
+    }
+
+    /// The source of migration `id` reports the target holds the tablet:
+    /// the target becomes its master and the record goes, in one change.
+    fn finish_migration(&mut self, id: u64, server: ServerId) -> Outcome {
+        let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
+            if self.committed_migrations.contains(&id) {
+                return Outcome::unchanged(ControlResponse::Ok);
+            }
+            return Outcome::unchanged(invalid(format!("migration {id} is not in progress (it was aborted)")));
+        };
+        if self.map.migrations[i].from != server {
+            return Outcome::unchanged(invalid(format!(
+                "migration {id} is driven by server {}, not {server}",
+                self.map.migrations[i].from
+            )));
+        }
+        let m = self.map.migrations.remove(i);
+        let t = self
+            .map
+            .tablets
+            .iter_mut()
+            .find(|t| t.table == m.table && t.start_hash == m.start_hash && t.end_hash == m.end_hash)
+            .expect("a migration names a tablet of the map (invariant)");
+        t.master = m.to;
+        self.committed_migrations.push(id);
+        if self.committed_migrations.len() > MAX_COMMITTED {
+            self.committed_migrations.remove(0);
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// The source or target of migration `id` gives it up.
+    fn abort_migration(&mut self, id: u64, server: ServerId) -> Outcome {
+        if self.committed_migrations.contains(&id) {
+            return Outcome::unchanged(invalid(format!("migration {id} committed: the tablet has moved")));
+        }
+        let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
+            return Outcome::unchanged(ControlResponse::Ok);
+        };
+        let m = &self.map.migrations[i];
+        if m.from != server && m.to != server {
+            return Outcome::unchanged(invalid(format!(
+                "migration {id} is between servers {} and {}, not {server}",
+                m.from, m.to
+            )));
+        }
+        self.map.migrations.remove(i);
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// Drops the migrations whose source or target is no longer up, or
+    /// whose tablet is no longer exactly in the map at its source (a
+    /// server declared dead or enlisted again, a table dropped): they abort.
+    fn drop_stale_migrations(&mut self) {
+        let map = &self.map;
+        let keep: Vec<bool> = map
+            .migrations
+            .iter()
+            .map(|m| {
+                let up = |s| map.server(s).is_some_and(|x| x.state == ServerState::Up);
+                up(m.from)
+                    && up(m.to)
+                    && map.tablets.iter().any(|t| {
+                        t.table == m.table
+                            && t.start_hash == m.start_hash
+                            && t.end_hash == m.end_hash
+                            && t.master == m.from
+                    })
+            })
+            .collect();
+        let mut k = keep.into_iter();
+        self.map.migrations.retain(|m| {
+            let kept = k.next().unwrap_or(false);
+            if !kept {
+                tracing::info!(
+                    "migration {} of table {} aborts: server {} or {} is gone",
+                    m.id,
+                    m.table.0,
+                    m.from,
+                    m.to
+                );
+            }
+            kept
+        });
     }
 
     /// Records that replicas of each `(log, segment)` below `epoch` are
@@ -899,6 +1137,7 @@ impl ClusterState {
     /// rebuild the symmetric-caching groups (a group whose members changed
     /// takes the new version as its epoch).
     fn bump(&mut self) {
+        self.drop_stale_migrations();
         self.map.replicas = self.effective_replicas();
         self.map.version += 1;
         self.regroup();
@@ -1110,6 +1349,33 @@ impl ClusterState {
                     table.0
                 ));
             }
+        }
+        self.check_migrations()
+    }
+
+    /// Migrations: ids below `next_migration` and unique; each names one
+    /// tablet of the map, mastered by its `from`, at most one migration per
+    /// tablet; `from` and `to` are distinct up servers.
+    fn check_migrations(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for m in &self.map.migrations {
+            if m.id == 0 || m.id >= self.next_migration || !seen.insert(m.id) {
+                return Err(format!("migration id {} repeated or outside 1..{}", m.id, self.next_migration));
+            }
+            let up = |s| self.map.server(s).is_some_and(|x| x.state == ServerState::Up);
+            if m.from == m.to || !up(m.from) || !up(m.to) {
+                return Err(format!("migration {}: servers {} and {} are not two up servers", m.id, m.from, m.to));
+            }
+            let at_source = self.map.tablets.iter().any(|t| {
+                t.table == m.table && t.start_hash == m.start_hash && t.end_hash == m.end_hash && t.master == m.from
+            });
+            if !at_source {
+                return Err(format!("migration {} names no tablet of server {}", m.id, m.from));
+            }
+        }
+        let tablets: BTreeSet<(TableId, u64)> = self.map.migrations.iter().map(|m| (m.table, m.start_hash)).collect();
+        if tablets.len() != self.map.migrations.len() {
+            return Err("two migrations of one tablet".into());
         }
         Ok(())
     }
@@ -2411,5 +2677,185 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         v["credentials"]["1"] = "xyz".into();
         assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err().contains("credential"));
+    }
+
+    fn start_move(state: &mut ClusterState, table: &str, start_hash: u64, to: u64) -> ControlResponse {
+        apply(state, ControlRequest::StartMigration { table: table.into(), start_hash, to: ServerId(to) })
+    }
+
+    /// The migration record `StartMigration` answered with.
+    fn started(resp: ControlResponse) -> Migration {
+        match resp {
+            ControlResponse::Map { map } => map.migrations.last().cloned().expect("a migration record"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn start_migration_records_the_move_and_finish_switches_the_master_in_one_change() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 2);
+        let t = s.map.tablets[0].clone();
+        let to = if t.master == ServerId(1) { 2 } else { 1 };
+        let m = started(start_move(&mut s, "t", t.start_hash, to));
+        assert_eq!((m.id, m.from, m.to, m.end_hash), (1, t.master, ServerId(to), t.end_hash));
+        assert_eq!(s.map.tablets[0].master, t.master, "the source keeps the tablet while it moves");
+        let before = s.map.version;
+        // Only the source commits.
+        let refused = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(to) });
+        assert_eq!(error_code(refused), ControlErrorCode::InvalidRequest);
+        let ok = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+        assert_eq!(ok, ControlResponse::Ok);
+        assert_eq!(s.map.version, before + 1, "one change");
+        assert_eq!(s.map.tablets[0].master, ServerId(to));
+        assert!(s.map.migrations.is_empty());
+        // Repeated (the answer was lost): Ok, nothing changes.
+        assert_eq!(apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master }), ControlResponse::Ok);
+        // A late abort of a committed move is refused: the source must not serve again.
+        let late = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: t.master, reason: "late".into() });
+        assert_eq!(error_code(late), ControlErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn start_migration_refuses_bad_tables_tablets_servers_and_a_second_move() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 2);
+        let t = s.map.tablets[0].clone();
+        let other = if t.master == ServerId(1) { 2 } else { 1 };
+        assert_eq!(error_code(start_move(&mut s, "nope", t.start_hash, other)), ControlErrorCode::NotFound);
+        assert_eq!(error_code(start_move(&mut s, "t", t.start_hash + 1, other)), ControlErrorCode::NotFound);
+        assert_eq!(error_code(start_move(&mut s, "t", t.start_hash, 9)), ControlErrorCode::NotFound);
+        assert_eq!(error_code(start_move(&mut s, "t", t.start_hash, t.master.0)), ControlErrorCode::InvalidRequest);
+        let chunks =
+            ControlRequest::CreateTable { name: "c".into(), span: 1, slots: false, chunks: true, stream: None };
+        apply(&mut s, chunks);
+        assert_eq!(error_code(start_move(&mut s, "c", 0, 1)), ControlErrorCode::InvalidRequest);
+        started(start_move(&mut s, "t", t.start_hash, other));
+        assert_eq!(error_code(start_move(&mut s, "t", t.start_hash, other)), ControlErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn abort_migration_leaves_the_tablet_and_a_later_finish_is_refused() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 1);
+        let t = s.map.tablets[0].clone();
+        let to = if t.master == ServerId(1) { 2 } else { 1 };
+        let m = started(start_move(&mut s, "t", 0, to));
+        let stranger =
+            apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(7), reason: "x".into() });
+        assert_eq!(error_code(stranger), ControlErrorCode::InvalidRequest);
+        let ok = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(to), reason: "x".into() });
+        assert_eq!(ok, ControlResponse::Ok);
+        assert!(s.map.migrations.is_empty());
+        assert_eq!(s.map.tablets[0].master, t.master);
+        let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+        assert_eq!(error_code(late), ControlErrorCode::InvalidRequest, "an aborted move never commits");
+        // Repeated abort: Ok, unchanged.
+        let again = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: t.master, reason: "x".into() });
+        assert_eq!(again, ControlResponse::Ok);
+        // The tablet may move again, under a new id.
+        assert_eq!(started(start_move(&mut s, "t", 0, to)).id, m.id + 1);
+    }
+
+    #[test]
+    fn a_dead_source_or_target_aborts_the_migration_in_the_declaring_change() {
+        for dead_is_source in [true, false] {
+            let mut s = cluster(3);
+            create(&mut s, "t", 1);
+            let t = s.map.tablets[0].clone();
+            let to = (1..=3).find(|&i| ServerId(i) != t.master).unwrap();
+            let m = started(start_move(&mut s, "t", 0, to));
+            let dead = if dead_is_source { t.master.0 } else { to };
+            assert!(down(&mut s, dead));
+            assert!(s.map.migrations.is_empty(), "declared dead: the move is gone");
+            let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+            assert_eq!(error_code(late), ControlErrorCode::InvalidRequest);
+            if dead_is_source {
+                assert!(s.map.recoveries.iter().any(|r| r.dead == t.master), "the tablet is recovered from the source");
+            } else {
+                assert!(s.map.tablets.iter().all(|x| x.master == t.master), "the tablet stays at the source");
+            }
+        }
+    }
+
+    #[test]
+    fn a_migration_survives_a_save_and_reload_and_dropping_the_table_aborts_it() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 1);
+        let t = s.map.tablets[0].clone();
+        let to = if t.master == ServerId(1) { 2 } else { 1 };
+        started(start_move(&mut s, "t", 0, to));
+        let (back, changed) = ClusterState::decode(&s.encode(), None).unwrap();
+        assert!(!changed);
+        assert_eq!(back.map.migrations, s.map.migrations, "a standby coordinator resumes it");
+        apply(&mut s, ControlRequest::DropTable { name: "t".into() });
+        assert!(s.map.migrations.is_empty());
+    }
+
+    fn tablets_of_table(state: &ClusterState, table: TableId) -> Vec<(u64, u64, ServerId)> {
+        let mut v: Vec<_> = state
+            .map
+            .tablets
+            .iter()
+            .filter(|t| t.table == table)
+            .map(|t| (t.start_hash, t.end_hash, t.master))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn split_tablet_cuts_one_tablet_in_two_on_its_master_and_merge_joins_them_back() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "t", 1);
+        let before = tablets_of_table(&s, t.id);
+        let master = before[0].2;
+        let at = 1u64 << 62;
+        let split = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at });
+        assert!(matches!(split, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), vec![(0, at - 1, master), (at, u64::MAX, master)]);
+        // Splitting at a tablet's first hash, or merging the first tablet, is refused.
+        let again = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at });
+        assert_eq!(error_code(again), ControlErrorCode::InvalidRequest);
+        let first = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: 0 });
+        assert_eq!(error_code(first), ControlErrorCode::InvalidRequest);
+        let nowhere = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: at + 1 });
+        assert_eq!(error_code(nowhere), ControlErrorCode::NotFound);
+        let merged = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at });
+        assert!(matches!(merged, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), before);
+        let unknown = apply(&mut s, ControlRequest::SplitTablet { table: "nope".into(), at });
+        assert_eq!(error_code(unknown), ControlErrorCode::NotFound);
+    }
+
+    #[test]
+    fn merge_refuses_tablets_of_two_masters_or_moving_and_split_refuses_a_moving_tablet() {
+        let mut s = cluster(2);
+        let t = create(&mut s, "t", 2);
+        let tablets = tablets_of_table(&s, t.id);
+        assert_ne!(tablets[0].2, tablets[1].2, "two tablets on two servers");
+        let two = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: tablets[1].0 });
+        assert_eq!(error_code(two), ControlErrorCode::InvalidRequest);
+        let other = tablets[1].2;
+        started(start_move(&mut s, "t", 0, other.0));
+        let moving = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at: 5 });
+        assert_eq!(error_code(moving), ControlErrorCode::InvalidRequest);
+        let m = s.map.migrations[0].clone();
+        apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: m.from });
+        // Now one master: they merge.
+        let merged = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: tablets[1].0 });
+        assert!(matches!(merged, ControlResponse::Map { .. }));
+        assert_eq!(tablets_of_table(&s, t.id), vec![(0, u64::MAX, other)]);
+    }
+
+    #[test]
+    fn split_of_a_slot_hashed_table_keeps_whole_slots() {
+        let mut s = cluster(1);
+        let req = ControlRequest::CreateTable { name: "r".into(), span: 1, slots: true, chunks: false, stream: None };
+        let ControlResponse::Table { table } = apply(&mut s, req) else { panic!() };
+        let mid = tablets_of_table(&s, table.id)[0].0 + 1;
+        let bad = apply(&mut s, ControlRequest::SplitTablet { table: "r".into(), at: mid });
+        assert_eq!(error_code(bad), ControlErrorCode::InvalidRequest, "not a slot's first hash");
+        assert_eq!(tablets_of_table(&s, table.id).len(), 1, "nothing changed");
     }
 }

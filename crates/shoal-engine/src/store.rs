@@ -1459,6 +1459,67 @@ impl Store {
         with_expired: bool,
         mut visit: impl FnMut(&[u8], &[u8], Version),
     ) -> Result<Option<EnumCursor>, StoreError> {
+        self.walk_range(table, cursor, end, max, with_expired, |_, o| visit(o.key, o.value, o.version))
+    }
+
+    /// The raw log entries of the live objects of `table` with key hashes
+    /// `cursor..=end`, as [`Store::enumerate_range`] walks them: each is a
+    /// whole object entry with its own CRC (expiry and version included),
+    /// what [`Store::replay_entries`] takes. Tablet migration's source
+    /// (`docs/migration.md`) sends these. `visit` runs with the entry
+    /// pinned: it must be quick and must not call back into the store.
+    pub fn enumerate_entries_range(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        end: u64,
+        max: usize,
+        mut visit: impl FnMut(&[u8]),
+    ) -> Result<Option<EnumCursor>, StoreError> {
+        self.walk_range(table, cursor, end, max, false, |e, _| visit(e))
+    }
+
+    /// Drops every object of `table` with a key hash in `start..=end` from
+    /// the hash table *without* appending tombstones, and returns how many
+    /// went. For a tablet this server no longer masters (it moved away,
+    /// or a migration to here was given up): its log entries stay where
+    /// they are, dead, for the cleaner. Never for a tablet this server
+    /// serves: a crash would bring the objects back from the log.
+    pub fn forget_range(&self, table: TableId, start: u64, end: u64) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        if inner.check_table(table).is_err() {
+            return Ok(0);
+        }
+        let mut keys = Vec::new();
+        let mut cursor = Some(EnumCursor(start));
+        let mut gone = 0;
+        while let Some(c) = cursor {
+            keys.clear();
+            cursor = self.walk_range(table, c, end, CLEAR_STEP, true, |_, o| keys.push(o.key.to_vec()))?;
+            for key in &keys {
+                let hash = key_hash(table, key).0;
+                let _lock = inner.ht.lock(hash);
+                if let Some(f) = inner.lookup(table, key, hash) {
+                    inner.uninstall(table, hash, f);
+                    gone += 1;
+                }
+            }
+        }
+        Ok(gone)
+    }
+
+    /// Walks the live objects of `table` with key hashes `cursor..=end`
+    /// (expired ones too when `with_expired`), handing each one's entry and
+    /// parsed view to `visit`: the walk of [`Store::enumerate_range`].
+    fn walk_range(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        end: u64,
+        max: usize,
+        with_expired: bool,
+        mut visit: impl FnMut(&[u8], &format::ObjectView<'_>),
+    ) -> Result<Option<EnumCursor>, StoreError> {
         let inner = &self.inner;
         inner.check_table(table)?;
         let ht = &inner.ht;
@@ -1482,7 +1543,7 @@ impl Store {
                         && (with_expired || !inner.expired(o.expiry))
                         && (!edge || (at..=end as u128).contains(&(key_hash(table, o.key).0 as u128)))
                     {
-                        visit(o.key, o.value, o.version);
+                        visit(&e, &o);
                         count += 1;
                     }
                 }

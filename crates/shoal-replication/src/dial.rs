@@ -72,10 +72,23 @@ pub(crate) async fn connect(addr: SocketAddr, master: Option<ServerId>) -> io::R
 /// (`shoal_symcache::wire`). Errors: the connection or a handshake fails,
 /// or the backup refuses the HELLO (`ConnectionRefused`, with its reason).
 pub async fn connect_peer(addr: SocketAddr, me: ServerId) -> io::Result<InternalStream> {
-    use crate::wire::{self, Header, Hello, Kind, Mode, HEADER_LEN};
+    connect_handed_over(addr, me, crate::wire::Mode::Peer).await
+}
+
+/// Opens a tablet migration's connection to the target whose backup port
+/// is `addr`, as source `me` ([`crate::wire::Mode::Migrate`]); what
+/// follows is the migration protocol (`docs/migration.md`). Errors as
+/// [`connect_peer`]'s.
+pub async fn connect_migration(addr: SocketAddr, me: ServerId) -> io::Result<InternalStream> {
+    connect_handed_over(addr, me, crate::wire::Mode::Migrate).await
+}
+
+/// [`connect_peer`] in `mode`.
+async fn connect_handed_over(addr: SocketAddr, me: ServerId, mode: crate::wire::Mode) -> io::Result<InternalStream> {
+    use crate::wire::{self, Header, Hello, Kind, HEADER_LEN};
     let mut stream = connect(addr, Some(me)).await?;
     let mut out = Vec::new();
-    Hello { mode: Mode::Peer, master: me, log: shoal_common::LogId(0), log_version: 0 }.encode(&mut out);
+    Hello { mode, master: me, log: shoal_common::LogId(0), log_version: 0 }.encode(&mut out);
     stream.write_all(&out).await?;
     stream.flush().await?;
     let mut head = [0u8; HEADER_LEN];
@@ -92,7 +105,7 @@ pub async fn connect_peer(addr: SocketAddr, me: ServerId) -> io::Result<Internal
         )),
         kind => Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("backup {addr}: {kind:?} in answer to a peer HELLO"),
+            format!("backup {addr}: {kind:?} in answer to a {mode:?} HELLO"),
         )),
     }
 }

@@ -204,6 +204,9 @@ pub enum Mode {
     /// these. Needs a handshake that claimed a server id when the backup
     /// has a secret.
     Peer = 3,
+    /// A tablet migration's source (`docs/migration.md`): the connection
+    /// is handed to the server's migration handler after HELLO_OK.
+    Migrate = 4,
 }
 
 /// HELLO body: magic, version, mode, reserved, master id, log id, log version.
@@ -241,6 +244,7 @@ impl Hello {
             1 => Mode::Conventional,
             2 => Mode::Reader,
             3 => Mode::Peer,
+            4 => Mode::Migrate,
             _ => return Err(WireError::Malformed("HELLO")),
         };
         if body[7] != 0 {

@@ -127,3 +127,38 @@ fn connect_peer_dials_with_the_process_secret() {
     });
     assert_eq!(*echo.seen.lock(), vec![Some(ServerId(9))]);
 }
+
+/// Tablet migration's connections (`wire::Mode::Migrate`, `docs/migration.md`)
+/// go to the migration handler, never to the symmetric-caching one, and
+/// a backup without a migration handler refuses them.
+#[test]
+fn migrate_hello_goes_to_the_migration_handler_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(Echo::default());
+    let migrations = Arc::new(Echo::default());
+    let mut c = config(dir.path());
+    c.secret = Some(secret());
+    c.peers = Some(PeerHandlers(Arc::new(EchoHandler(peers.clone()))));
+    c.migrations = Some(PeerHandlers(Arc::new(EchoHandler(migrations.clone()))));
+    let backup = Backup::start(c).unwrap();
+    let addr = backup.local_addr();
+    shoal_replication::dial::set_cluster_secret(Some(secret()));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut s = shoal_replication::dial::connect_migration(addr, ServerId(4)).await.expect("dialled");
+        s.write_all(b"batch").await.unwrap();
+        s.flush().await.unwrap();
+        let mut back = [0u8; 5];
+        s.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"batch");
+    });
+    assert_eq!(*migrations.seen.lock(), vec![Some(ServerId(4))]);
+    assert!(peers.seen.lock().is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    let plain = start(dir.path(), Some(peers.clone()));
+    let refused = rt.block_on(shoal_replication::dial::connect_migration(plain.local_addr(), ServerId(4)));
+    let e = refused.err().expect("refused");
+    assert!(e.to_string().contains("no tablet migrations"), "{e}");
+    assert!(peers.seen.lock().is_empty());
+}

@@ -77,6 +77,10 @@ pub enum Route {
     NoLease,
     /// No tablet holds the key (the table does not exist in the cluster).
     NoTablet,
+    /// Here, but the tablet is moving to another server
+    /// (`docs/migration.md`): served again here if the move aborts, by
+    /// the target once it commits.
+    Moving,
 }
 
 /// Progress of a restart recovery (for statistics).
@@ -122,6 +126,8 @@ pub struct ClusterNode {
     /// Symmetric caching (`sc.rs`), when on. Its driver starts with
     /// [`ClusterNode::start_sc`].
     pub sc: Option<Arc<crate::sc::Sc>>,
+    /// Tablet migrations, as source and target (`migrate.rs`).
+    pub migrations: Arc<crate::migrate::Migrations>,
     /// Held while the server runs ([`LOCK_FILE`]).
     _dir_lock: DirLock,
 }
@@ -180,6 +186,7 @@ impl ClusterNode {
         // Symmetric caching's id is only known after enlisting: the peer
         // handler reaches it through this cell.
         let sc_cell: Arc<OnceLock<Weak<crate::sc::Sc>>> = Arc::new(OnceLock::new());
+        let migrations = Arc::new(crate::migrate::Migrations::default());
         let backup_config = BackupConfig {
             listen: config.backup_addr(),
             data_dir: dir.clone(),
@@ -193,6 +200,7 @@ impl ClusterNode {
             tls: tls.clone(),
             peers: (config.sc == crate::config::ScSwitch::On)
                 .then(|| PeerHandlers(Arc::new(crate::sc::ScPeers(sc_cell.clone())))),
+            migrations: Some(PeerHandlers(Arc::new(crate::migrate::TargetHandler(migrations.clone())))),
         };
         let backup =
             Backup::start(backup_config).map_err(|source| JoinError::Backup { addr: config.backup_addr(), source })?;
@@ -290,6 +298,7 @@ impl ClusterNode {
         });
         let node = ClusterNode {
             sc,
+            migrations,
             id: server,
             log,
             coordinator,
@@ -361,8 +370,19 @@ impl ClusterNode {
         true
     }
 
-    /// Where `(table, hash)` is served.
+    /// Where `(table, hash)` is served, for any request.
     pub fn route(&self, table: TableId, hash: KeyHash) -> Route {
+        self.route_for(table, hash, false)
+    }
+
+    /// [`ClusterNode::route`] for a request that only reads: a tablet this
+    /// server is copying to another (`docs/migration.md`) is still served
+    /// for reads until the last step of the move.
+    pub fn route_read(&self, table: TableId, hash: KeyHash) -> Route {
+        self.route_for(table, hash, true)
+    }
+
+    fn route_for(&self, table: TableId, hash: KeyHash, read_only: bool) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
         }
@@ -375,6 +395,8 @@ impl ClusterNode {
                 Route::Recovering
             } else if !self.lease.held() {
                 Route::NoLease
+            } else if self.migrations.is_frozen(table, hash, read_only) {
+                Route::Moving
             } else {
                 Route::Local
             };
@@ -384,6 +406,15 @@ impl ClusterNode {
             // Its master is gone; the coordinator will move it (crash recovery).
             _ => Route::Recovering,
         }
+    }
+
+    /// Held by a front end from its routing decision ([`ClusterNode::route`])
+    /// to the end of the store operation it routed, so that a tablet
+    /// migration's freeze waits for the operations already routed here
+    /// (`migrate.rs`). Cheap (one atomic), and never blocks unless a freeze
+    /// is starting.
+    pub fn serving(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.migrations.serving()
     }
 
     /// The local tablet holding `(table, hash)`: its last hash, or where
@@ -503,6 +534,7 @@ impl ClusterNode {
             on_dead();
             return;
         }
+        self.migrations.on_map(self, &map);
         for rec in &map.recoveries {
             for (i, part) in rec.partitions.iter().enumerate() {
                 if part.master != self.id || part.done {

@@ -49,6 +49,7 @@ pub mod lease;
 pub mod listener;
 pub mod memcached;
 pub mod metrics;
+pub mod migrate;
 pub mod native;
 pub mod resp;
 pub mod retention;

@@ -35,8 +35,10 @@ macro_rules! out {
 }
 
 mod load;
+mod migrate;
 mod stats;
 mod stream;
+mod tablet;
 
 /// Where the server is and how to print; every client subcommand takes these.
 #[derive(Args, Debug, Clone)]
@@ -231,6 +233,37 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
+    /// Moves one tablet to another server while clients keep using it
+    /// (docs/migration.md).
+    ///
+    /// `shoal migrate --coordinator ADDR --table NAME --start HASH --to
+    /// SERVER_ID`: the tablet of NAME that begins at key hash HASH (hex
+    /// 0x... or decimal; a wrong one is answered with the table's tablet
+    /// starts) moves from its master to server SERVER_ID. Waits until the
+    /// coordinator has committed the move (exit 0, the time taken) or it
+    /// was aborted (exit 1: a server died, or the target refused). While
+    /// it moves, writes of its keys (and all Redis and memcached requests
+    /// for them) are answered with the retryable status of a recovery
+    /// (Redis clients see TRYAGAIN); Shoal's clients retry by themselves.
+    /// Native reads are served until the last step. Exits 1 for an unknown table, tablet or
+    /// server, a target that masters it already or is not up, or a tablet
+    /// already moving; 3 if the coordinator cannot be reached.
+    Migrate(migrate::MigrateArgs),
+    /// A table's tablets: list them, split one at a key hash, merge one
+    /// into its neighbour on the same master (docs/migration.md).
+    ///
+    /// `shoal tablet list --coordinator ADDR --table NAME` prints each
+    /// tablet's first and last key hash and master; `shoal tablet split
+    /// ... --table NAME --at HASH` cuts the tablet holding HASH into
+    /// [start, HASH-1] and [HASH, end]; `shoal tablet merge ... --at HASH`
+    /// joins the tablet starting at HASH to the one before it. Both print
+    /// the table's tablets after the change. No data moves: only the map
+    /// changes. Exits 1 when the coordinator refuses (unknown table, a
+    /// hash that is already a boundary or not one, tablets on two
+    /// masters, a tablet moving or being recovered, a slot-hashed table's
+    /// hash that is not a slot's first).
+    #[command(subcommand)]
+    Tablet(tablet::TabletCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -711,9 +744,13 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Stream(s) => s.common(),
         ClientCommand::Stats(a) => &a.common,
         ClientCommand::Load(a) => &a.common,
+        ClientCommand::Migrate(a) => &a.common,
+        ClientCommand::Tablet(t) => t.common(),
     };
     let outcome = match cmd {
         ClientCommand::Load(a) => load::run(a),
+        ClientCommand::Migrate(a) => migrate::run(a),
+        ClientCommand::Tablet(t) => tablet::run(t),
         ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(c, common),
         _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
     };
@@ -883,6 +920,8 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Chunk(cmd) => chunk(c, cmd, server, json)?,
         ClientCommand::Stream(cmd) => stream::run(c, cmd, server, json)?,
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
+        ClientCommand::Migrate(_) => unreachable!("run() hands migrate to migrate::run"),
+        ClientCommand::Tablet(_) => unreachable!("run() hands tablet to tablet::run"),
     }
     Ok(())
 }

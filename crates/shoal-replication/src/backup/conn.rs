@@ -359,7 +359,12 @@ impl Conn {
                 };
                 let sent = tokio::time::timeout(LINGER, rest).await;
                 if hand_over && matches!(sent, Ok(Ok(()))) {
-                    if let Some(handler) = self.shared.config.peers.clone() {
+                    let migrating = self.session.as_ref().is_some_and(|s| s.mode == Mode::Migrate);
+                    let handlers = match migrating {
+                        true => self.shared.config.migrations.clone(),
+                        false => self.shared.config.peers.clone(),
+                    };
+                    if let Some(handler) = handlers {
                         // Without a secret the HELLO's claim is all there is.
                         let claimed = self.session.as_ref().map(|s| s.master).filter(|m| m.0 != 0);
                         handler.0.serve(self.proven.or(claimed), self.peer, self.stream).await;
@@ -537,7 +542,7 @@ impl Conn {
                     }
                     Mode::Reader => matches!(h.kind, Kind::List | Kind::Read | Kind::ReadPart | Kind::FreeLog),
                     // Handed over right after its HELLO: never read here.
-                    Mode::Peer => false,
+                    Mode::Peer | Mode::Migrate => false,
                 };
                 if !allowed {
                     return Err(bad(format!("{:?} is not allowed on a {:?} connection", h.kind, s.mode)));
@@ -614,7 +619,7 @@ impl Conn {
     fn frame(&mut self, h: Header) -> Result<Option<Request>, Stop> {
         if h.kind == Kind::Hello {
             self.hello()?;
-            if self.session.as_ref().is_some_and(|s| s.mode == Mode::Peer) {
+            if self.session.as_ref().is_some_and(|s| matches!(s.mode, Mode::Peer | Mode::Migrate)) {
                 self.to_peer_handler = true;
             }
             return Ok(None);
@@ -715,9 +720,12 @@ impl Conn {
                 self.proven.map_or("no server".to_string(), |p| format!("server {p}"))
             )));
         }
-        if hello.mode == Mode::Peer {
-            if self.shared.config.peers.is_none() {
+        if matches!(hello.mode, Mode::Peer | Mode::Migrate) {
+            if hello.mode == Mode::Peer && self.shared.config.peers.is_none() {
                 return Err(bad("this server takes no symmetric-caching peers"));
+            }
+            if hello.mode == Mode::Migrate && self.shared.config.migrations.is_none() {
+                return Err(bad("this server takes no tablet migrations"));
             }
             if self.shared.config.secret.is_some() && self.proven.is_none() {
                 return Err(bad("a peer HELLO needs a handshake that claimed a server id"));
@@ -731,7 +739,7 @@ impl Conn {
             }
         }
         let fence = match hello.mode {
-            Mode::Reader | Mode::Peer => None,
+            Mode::Reader | Mode::Peer | Mode::Migrate => None,
             Mode::Tailwind | Mode::Conventional => Some(self.shared.hello(hello.log, hello.log_version).map_err(bad)?),
         };
         self.session =

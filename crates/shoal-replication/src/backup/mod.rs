@@ -86,6 +86,9 @@ pub struct BackupConfig {
     /// Who takes connections that say HELLO as a symmetric-caching peer
     /// (`wire::Mode::Peer`); `None`: such a HELLO is refused.
     pub peers: Option<PeerHandlers>,
+    /// Who takes connections that say HELLO as a tablet migration's source
+    /// (`wire::Mode::Migrate`, `docs/migration.md`); `None`: refused.
+    pub migrations: Option<PeerHandlers>,
 }
 
 /// Takes over the connections of symmetric-caching peers
@@ -132,6 +135,7 @@ impl BackupConfig {
             secret: None,
             tls: None,
             peers: None,
+            migrations: None,
         }
     }
 

@@ -284,7 +284,7 @@ impl Memcached {
                 Route::Local => owners.push(None),
                 Route::Remote { .. } if self.local_only => return Routed::Error(NOT_HERE),
                 Route::Remote { resp, .. } => owners.push(Some(resp)),
-                Route::Recovering => return Routed::Error(RECOVERING),
+                Route::Recovering | Route::Moving => return Routed::Error(RECOVERING),
                 Route::NoTablet => return self.wait_or(NO_TABLET_PATIENCE, NO_TABLET),
                 Route::NoLease => return self.wait_or(NO_LEASE_PATIENCE, NO_LEASE),
             }
@@ -487,6 +487,9 @@ impl Protocol for Memcached {
             self.quit = true;
             return Ok(Some((total, Step::Done)));
         }
+        // From routing to the end of the command (`ClusterNode::serving`).
+        let node = self.ctx.cluster.clone();
+        let _serving = node.as_ref().map(|n| n.serving());
         if self.clustered && cmd.touches_data() {
             match self.route(&cmd, &input[..total]) {
                 Routed::Local => {}

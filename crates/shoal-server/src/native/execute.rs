@@ -105,7 +105,11 @@ pub fn execute(
         }
     };
     let (touched_before, durable_before) = (scratch.touched, scratch.durable);
-    match apply(ctx, req, scratch, max_response) {
+    // From routing to the end of the store operation (`ClusterNode::serving`).
+    let serving = ctx.cluster.as_ref().map(|n| n.serving());
+    let applied = apply(ctx, req, scratch, max_response);
+    drop(serving);
+    match applied {
         Ok(resp) => {
             resp.encode(id, out);
             false
@@ -193,7 +197,7 @@ fn apply<'s>(
             if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
                 sc.sample(table, key);
             }
-            if let Err(e) = owner(ctx, table, key) {
+            if let Err(e) = reader(ctx, table, key) {
                 // A hot key of another member of this server's group: its copy.
                 return match cached_read(ctx, table, key, rules, &mut scratch.value) {
                     Some(Ok(version)) => {
@@ -225,7 +229,7 @@ fn apply<'s>(
             }
         }
         Request::ReadTtl { table, key, rules } => {
-            owner(ctx, table, key)?;
+            reader(ctx, table, key)?;
             let meta = store.meta(table, key, rules).map_err(status_of)?;
             let ttl_ms = meta.expiry.map_or(0, |at| at.ms_since(store.now()));
             Response::ReadTtl { version: meta.version, expires_at: meta.expiry, ttl_ms }
@@ -248,7 +252,7 @@ fn apply<'s>(
                 Vec::with_capacity(items.len());
             for it in &items {
                 let start = buf.len();
-                let r = owner(ctx, it.table, it.key).and_then(|()| {
+                let r = reader(ctx, it.table, it.key).and_then(|()| {
                     scratch.touched = true;
                     let read = store.read_into(it.table, it.key, RejectRules::default(), &mut scratch.value);
                     wait_for_read(store, &mut scratch.durable, it.table, it.key, read.is_ok());
@@ -317,7 +321,9 @@ fn apply<'s>(
             let end = match &ctx.cluster {
                 Some(node) => match node.local_tablet_end(table, KeyHash(cursor)) {
                     Ok(end) => end,
-                    Err(Route::Recovering) => return Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+                    Err(Route::Recovering | Route::Moving) => {
+                        return Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US })
+                    }
                     Err(_) => return Err(ErrorStatus::UnknownTablet),
                 },
                 None => u64::MAX,
@@ -627,15 +633,33 @@ fn owner(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorSta
     route(ctx, table, key)
 }
 
+/// [`owner`] for a request that only reads: served also while its tablet
+/// is being copied to another server (`ClusterNode::route_read`).
+fn reader(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
+    if (ctx.tables.has_chunk_tables() && ctx.tables.is_chunk_table(table)) || ctx.tables.is_stream_table(table) {
+        return owner(ctx, table, key);
+    }
+    let Some(node) = &ctx.cluster else {
+        return Ok(());
+    };
+    routed(node, table, node.route_read(table, key_hash(table, key)))
+}
+
 /// [`owner`] without the table kind's check.
 fn route(ctx: &ServerContext, table: TableId, key: &[u8]) -> Result<(), ErrorStatus> {
     let Some(node) = &ctx.cluster else {
         return Ok(());
     };
-    match node.route(table, key_hash(table, key)) {
+    routed(node, table, node.route(table, key_hash(table, key)))
+}
+
+/// The answer to a request routed to `route`.
+fn routed(node: &crate::cluster::ClusterNode, table: TableId, route: Route) -> Result<(), ErrorStatus> {
+    match route {
         Route::Local => Ok(()),
         Route::Remote { .. } => Err(ErrorStatus::UnknownTablet),
-        Route::Recovering => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
+        // Being recovered, or moving to another server (`docs/migration.md`).
+        Route::Recovering | Route::Moving => Err(ErrorStatus::Retry { after_us: RECOVERING_RETRY_US }),
         // This server's lease lapsed: renewed within a few tenths of a
         // second if the coordinator answers; if this server was declared
         // dead instead, the client's map refresh sends it elsewhere.

@@ -41,6 +41,8 @@ pub const NO_TABLET_PATIENCE: Duration = Duration::from_secs(1);
 pub const NO_TABLET_RETRY: Duration = Duration::from_millis(25);
 
 pub const RECOVERING: ErrorReply = ErrorReply::new("TRYAGAIN tablet is being recovered");
+/// The key's tablet is moving to another server (`docs/migration.md`).
+pub const MOVING: ErrorReply = ErrorReply::new("TRYAGAIN tablet is moving to another server");
 pub const CROSSSLOT: ErrorReply = ErrorReply::new("CROSSSLOT Keys in request don't hash to the same slot");
 pub const NOT_HERE: ErrorReply =
     ErrorReply::new("TRYAGAIN the key's tablet is not served by this server (cluster map changing)");
@@ -74,6 +76,7 @@ pub enum Owner {
 /// Why a key has no owner to run on now.
 enum Unserved {
     Recovering,
+    Moving,
     NoTablet,
     NoLease,
 }
@@ -268,6 +271,7 @@ fn owner_of_hash(node: &ClusterNode, table: TableId, hash: KeyHash) -> Result<Ow
         Route::Local => Ok(Owner::Here),
         Route::Remote { resp, .. } => Ok(Owner::There(resp)),
         Route::Recovering => Err(Unserved::Recovering),
+        Route::Moving => Err(Unserved::Moving),
         Route::NoTablet => Err(Unserved::NoTablet),
         Route::NoLease => Err(Unserved::NoLease),
     }
@@ -276,6 +280,7 @@ fn owner_of_hash(node: &ClusterNode, table: TableId, hash: KeyHash) -> Result<Ow
 fn unserved(s: &mut Session, why: Unserved) -> Routed {
     match why {
         Unserved::Recovering => Routed::Error(RECOVERING),
+        Unserved::Moving => Routed::Error(MOVING),
         Unserved::NoTablet => wait_or(s, NO_TABLET_PATIENCE, NO_TABLET),
         Unserved::NoLease => wait_or(s, NO_LEASE_PATIENCE, NO_LEASE),
     }

@@ -282,6 +282,9 @@ impl Session {
                 return Step::Done;
             }
         }
+        // From routing to the end of the command (`ClusterNode::serving`).
+        let node = self.ctx.cluster.clone();
+        let _serving = node.as_ref().map(|n| n.serving());
         if self.clustered || self.cluster_mode {
             match routing::route(self, entry, args) {
                 Routed::Local => {}

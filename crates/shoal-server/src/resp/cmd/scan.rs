@@ -115,6 +115,7 @@ fn tablet_end(session: &Session, cursor: u64) -> Result<u64, ErrorReply> {
     match node.local_tablet_end(table, KeyHash(cursor)) {
         Ok(end) => Ok(end),
         Err(Route::Recovering) => Err(routing::RECOVERING),
+        Err(Route::Moving) => Err(routing::MOVING),
         Err(_) => Err(routing::NOT_HERE),
     }
 }

@@ -1,0 +1,652 @@
+//! Live tablet migration, a server's side (`docs/migration.md`).
+//!
+//! The coordinator records a move in `map.migrations`; the tablet's master
+//! (the *source*) drives it:
+//! 1. it *freezes* the tablet: from then on its front ends answer every
+//!    request for the tablet's keys that may write with the retryable
+//!    status they give during a recovery ([`crate::cluster::Route::Moving`]);
+//!    requests routed as reads only ([`ClusterNode::route_read`]) are
+//!    still served. The freeze waits for the requests already past routing
+//!    to finish (`Migrations::gate`), so no write lands after the copy
+//!    read it;
+//! 2. it streams the tablet's live object entries to the *target* over an
+//!    authenticated connection to the target's replication port
+//!    (`wire::Mode::Migrate`). The target replays them into its own log
+//!    (so they are replicated to its backups like any write), with its
+//!    safe version raised to the source's, and answers the last batch
+//!    only once all of them are durable;
+//! 3. it stops serving reads of the tablet too (waiting for those routed),
+//!    then asks the coordinator to commit (`FinishMigration`): one state
+//!    change makes the target the master and drops the record.
+//!
+//! A freeze is lifted only by a map in which its migration is gone: then
+//! the tablet is either the target's (the source forgets its copy, without
+//! tombstones) or still the source's (aborted: it serves it again). A move
+//! that fails (the target is unreachable or refuses, or either server is
+//! declared dead) is aborted at the coordinator, which never commits an
+//! aborted move.
+//!
+//! Who may call what: front ends take [`ClusterNode::serving`] around
+//! their routing decision and store operation; the map watcher calls
+//! [`Migrations::on_map`]; the backup port hands `Mode::Migrate`
+//! connections to [`TargetHandler`].
+
+use crate::cluster::ClusterNode;
+use parking_lot::{Mutex, RwLock};
+use shoal_cluster::map::Migration;
+use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
+use shoal_common::{key_hash, KeyHash, TableId, Version};
+use shoal_engine::format::{self, Entry};
+use shoal_engine::{EnumCursor, Replay, Store};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::{info, warn};
+
+/// Bytes of entries the source gathers before it sends a batch.
+const BATCH_BYTES: usize = 1 << 20;
+/// Objects per enumeration step at the source (a step holds the store's
+/// epoch; a few more may come with a bucket).
+const STEP_OBJECTS: usize = 16;
+/// Largest frame body the target accepts: a batch is about
+/// [`BATCH_BYTES`] plus the objects of one enumeration step, each at most
+/// a key and a value of the largest sizes.
+pub const MAX_FRAME: usize = 64 << 20;
+/// How long the target waits for its map to show a migration the source
+/// names (the source saw it first).
+const MAP_PATIENCE: Duration = Duration::from_secs(5);
+/// How long one step of the copy (a frame and its answer) may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between attempts to reach the coordinator about a move's outcome.
+const RESOLVE_PAUSE: Duration = Duration::from_millis(200);
+/// How long the source keeps asking to commit before it tries to abort.
+const COMMIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Frame kinds of the migration protocol (`docs/wire-format.md`,
+/// "Tablet migration"). Requests from the source:
+const BEGIN: u8 = 1;
+const ENTRIES: u8 = 2;
+const DONE: u8 = 3;
+const ABORT: u8 = 4;
+/// Answers from the target:
+const OK: u8 = 0x80;
+const ERR: u8 = 0x81;
+/// BEGIN's body: migration id, table, first hash, last hash, safe version.
+const BEGIN_LEN: usize = 40;
+
+/// A tablet this server, as a source, does not serve while it moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Freeze {
+    id: u64,
+    table: TableId,
+    start: u64,
+    end: u64,
+    /// Reads refused too (the last step, before the commit); until then
+    /// requests that only read are served.
+    reads: bool,
+}
+
+/// This server's migrations, as source and as target.
+#[derive(Default)]
+pub struct Migrations {
+    /// The node and its store, set once the server's context exists.
+    attached: OnceLock<(Weak<ClusterNode>, Arc<Store>)>,
+    frozen: RwLock<Vec<Freeze>>,
+    /// Taken for reading (recursively, so never a deadlock) by every front
+    /// end from its routing decision to the end of its store operation;
+    /// a freeze takes it for writing, so it waits for those in flight.
+    gate: RwLock<()>,
+    /// Migrations this server has driven or drives now, by id: a map
+    /// that still shows a finished one (it was received before the
+    /// outcome) must not start it again.
+    driving: Mutex<HashSet<u64>>,
+    /// Statistics.
+    pub objects_sent: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub objects_received: AtomicU64,
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+}
+
+impl Migrations {
+    /// Gives the migration machinery its node and store (once).
+    pub fn attach(&self, node: &Arc<ClusterNode>, store: Arc<Store>) {
+        let _ = self.attached.set((Arc::downgrade(node), store));
+    }
+
+    fn attached(&self) -> Option<(Arc<ClusterNode>, Arc<Store>)> {
+        let (node, store) = self.attached.get()?;
+        Some((node.upgrade()?, store.clone()))
+    }
+
+    /// Whether `(table, hash)` is in a tablet frozen here, for a request
+    /// that only reads (`read_only`) or any.
+    pub fn is_frozen(&self, table: TableId, hash: KeyHash, read_only: bool) -> bool {
+        let frozen = self.frozen.read();
+        !frozen.is_empty()
+            && frozen
+                .iter()
+                .any(|f| f.table == table && f.start <= hash.0 && hash.0 <= f.end && (f.reads || !read_only))
+    }
+
+    /// See [`Migrations::gate`]'s field comment.
+    pub fn serving(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.gate.read_recursive()
+    }
+
+    /// Freezes `m`'s tablet for writes and waits for the requests past
+    /// routing.
+    fn freeze(&self, m: &Migration) {
+        let _all = self.gate.write();
+        let mut frozen = self.frozen.write();
+        if !frozen.iter().any(|f| f.id == m.id) {
+            frozen.push(Freeze { id: m.id, table: m.table, start: m.start_hash, end: m.end_hash, reads: false });
+        }
+    }
+
+    /// Freezes `m`'s tablet for reads too and waits for the requests past
+    /// routing: after this, nothing of the tablet is served here.
+    fn freeze_reads(&self, m: &Migration) {
+        let _all = self.gate.write();
+        for f in self.frozen.write().iter_mut().filter(|f| f.id == m.id) {
+            f.reads = true;
+        }
+    }
+
+    /// Acts on a map just installed: starts driving the moves this server
+    /// is the source of, and lifts the freezes whose move is over
+    /// (forgetting the tablet's objects when it went to the target).
+    pub fn on_map(&self, node: &Arc<ClusterNode>, map: &ClusterMap) {
+        let Some((_, store)) = self.attached() else { return };
+        let over: Vec<Freeze> = {
+            let frozen = self.frozen.read();
+            frozen.iter().filter(|f| !map.migrations.iter().any(|m| m.id == f.id)).copied().collect()
+        };
+        for f in over {
+            let moved = map
+                .tablet(f.table, KeyHash(f.start))
+                .is_some_and(|t| t.master != node.id && t.start_hash == f.start && t.end_hash == f.end);
+            self.frozen.write().retain(|x| x.id != f.id);
+            if moved {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || match store.forget_range(f.table, f.start, f.end) {
+                    Ok(n) => info!("migration {}: forgot the {n} objects of the tablet that moved away", f.id),
+                    Err(e) => warn!("migration {}: cannot forget the moved tablet's objects: {e}", f.id),
+                });
+            } else {
+                info!("migration {}: aborted; serving table {} from {:#018x} again", f.id, f.table.0, f.start);
+            }
+        }
+        for m in map.migrations.iter().filter(|m| m.from == node.id) {
+            if !self.driving.lock().insert(m.id) {
+                continue;
+            }
+            let (node, store, m) = (node.clone(), store.clone(), m.clone());
+            tokio::spawn(async move { drive(&node, &store, &m).await });
+        }
+    }
+}
+
+/// What a finished copy moved.
+struct Copied {
+    objects: u64,
+    bytes: u64,
+}
+
+/// The source's whole part in migration `m`: freeze, copy, commit (or
+/// abort). Returns once the coordinator has decided the outcome (or the
+/// server is dead or stopping).
+async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
+    let started = Instant::now();
+    node.migrations.freeze(m);
+    // A map without the move may have been installed (and its freezes
+    // lifted) just before this freeze: then it is over already.
+    if !node.map().migrations.iter().any(|x| x.id == m.id) {
+        node.migrations.frozen.write().retain(|f| f.id != m.id);
+        return;
+    }
+    info!(
+        "migration {}: moving table {} [{:#018x}, {:#018x}] to server {}; the tablet is frozen here",
+        m.id, m.table.0, m.start_hash, m.end_hash, m.to
+    );
+    match copy(node, store, m).await {
+        Ok(c) => {
+            let secs = started.elapsed().as_secs_f64();
+            info!(
+                "migration {}: {} objects, {} bytes copied to server {} in {:.3} s ({:.1} MB/s); committing",
+                m.id,
+                c.objects,
+                c.bytes,
+                m.to,
+                secs,
+                c.bytes as f64 / 1e6 / secs.max(1e-9)
+            );
+            // No read may be served here once the target may serve.
+            node.migrations.freeze_reads(m);
+            if resolve(node, m, true, "").await {
+                node.migrations.committed.fetch_add(1, Ordering::Relaxed);
+                info!("migration {}: committed after {} ms", m.id, started.elapsed().as_millis());
+            } else {
+                node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(why) => {
+            warn!("migration {}: {why}; aborting", m.id);
+            tell_target_abort(node, m).await;
+            resolve(node, m, false, &why).await;
+            node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Asks the coordinator to commit (`commit`) or abort `m` until it has
+/// decided, and returns whether the move committed. A commit that the
+/// coordinator cannot be reached for within [`COMMIT_PATIENCE`] turns
+/// into an abort, which it refuses if the commit got through after all.
+async fn resolve(node: &Arc<ClusterNode>, m: &Migration, commit: bool, why: &str) -> bool {
+    let mut client = node.control_client();
+    let deadline = Instant::now() + COMMIT_PATIENCE;
+    let mut commit = commit;
+    loop {
+        if node.is_dead() {
+            return false;
+        }
+        let req = match commit {
+            true => ControlRequest::FinishMigration { id: m.id, server: node.id },
+            false => ControlRequest::AbortMigration {
+                id: m.id,
+                server: node.id,
+                reason: if why.is_empty() { "the commit could not be sent".into() } else { why.into() },
+            },
+        };
+        match client.call(&req).await {
+            Ok(ControlResponse::Ok) => return commit,
+            Ok(ControlResponse::Error { code: ControlErrorCode::InvalidRequest, message })
+            | Err(ControlError::Refused { code: ControlErrorCode::InvalidRequest, message }) => {
+                // A commit refused: the move was aborted (a server was
+                // declared dead). An abort refused: it committed.
+                warn!("migration {}: the coordinator says: {message}", m.id);
+                return !commit;
+            }
+            Ok(other) => warn!("migration {}: unexpected answer {other:?}", m.id),
+            Err(e) => warn!("migration {}: cannot reach the coordinator ({e}); retrying", m.id),
+        }
+        if commit && Instant::now() >= deadline {
+            commit = false;
+        }
+        tokio::time::sleep(RESOLVE_PAUSE).await;
+    }
+}
+
+/// Best effort: tells the target to drop what it received.
+async fn tell_target_abort(node: &Arc<ClusterNode>, m: &Migration) {
+    let Some(addr) = node.map().server(m.to).map(|s| s.backup) else { return };
+    let abort = async {
+        let mut s = shoal_replication::dial::connect_migration(addr, node.id).await.map_err(|e| e.to_string())?;
+        let mut body = Vec::with_capacity(BEGIN_LEN);
+        encode_begin(&mut body, m, Version(0));
+        call(&mut s, ABORT, &body).await
+    };
+    if let Ok(Err(e)) | Err(e) =
+        tokio::time::timeout(Duration::from_secs(2), abort).await.map_err(|_| "timed out".to_string())
+    {
+        warn!("migration {}: could not tell server {} to drop its copy: {e}", m.id, m.to);
+    }
+}
+
+fn encode_begin(out: &mut Vec<u8>, m: &Migration, safe: Version) {
+    out.extend_from_slice(&m.id.to_le_bytes());
+    out.extend_from_slice(&m.table.0.to_le_bytes());
+    out.extend_from_slice(&m.start_hash.to_le_bytes());
+    out.extend_from_slice(&m.end_hash.to_le_bytes());
+    out.extend_from_slice(&safe.0.to_le_bytes());
+}
+
+/// Streams `m`'s tablet to the target; `Ok` once the target holds all of
+/// it durably.
+async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Result<Copied, String> {
+    let addr = node.map().server(m.to).map(|s| s.backup).ok_or_else(|| format!("no server {} in the map", m.to))?;
+    let mut s = shoal_replication::dial::connect_migration(addr, node.id)
+        .await
+        .map_err(|e| format!("cannot reach server {}: {e}", m.to))?;
+    // The tablet is frozen: no version is handed out for it from here on.
+    let safe = store.safe_version();
+    let mut body = Vec::with_capacity(BATCH_BYTES + (2 << 20));
+    encode_begin(&mut body, m, safe);
+    call(&mut s, BEGIN, &body).await?;
+    let mut copied = Copied { objects: 0, bytes: 0 };
+    let mut cursor = Some(EnumCursor(m.start_hash));
+    loop {
+        body.clear();
+        let mut n = 0u64;
+        while let Some(c) = cursor {
+            cursor = store
+                .enumerate_entries_range(m.table, c, m.end_hash, STEP_OBJECTS, |e| {
+                    body.extend_from_slice(e);
+                    n += 1;
+                })
+                .map_err(|e| format!("cannot read the tablet: {e}"))?;
+            if body.len() >= BATCH_BYTES {
+                break;
+            }
+        }
+        if !body.is_empty() {
+            call(&mut s, ENTRIES, &body).await?;
+            copied.objects += n;
+            copied.bytes += body.len() as u64;
+            node.migrations.objects_sent.fetch_add(n, Ordering::Relaxed);
+            node.migrations.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+        }
+        if cursor.is_none() {
+            break;
+        }
+        if !node.map().migrations.iter().any(|x| x.id == m.id) {
+            return Err("the coordinator dropped the migration".into());
+        }
+    }
+    call(&mut s, DONE, &[]).await?;
+    Ok(copied)
+}
+
+/// Sends one frame and waits for its answer: `Ok` or the target's reason.
+async fn call<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, kind: u8, body: &[u8]) -> Result<(), String> {
+    let step = async {
+        write_frame(s, kind, body).await.map_err(|e| format!("cannot send to the target: {e}"))?;
+        let (kind, body) = read_frame(s).await.map_err(|e| format!("no answer from the target: {e}"))?;
+        match kind {
+            OK => Ok(()),
+            ERR => Err(format!("the target refused: {}", String::from_utf8_lossy(&body))),
+            k => Err(format!("the target answered with frame kind {k}")),
+        }
+    };
+    tokio::time::timeout(STEP_TIMEOUT, step).await.map_err(|_| "the target did not answer in time".to_string())?
+}
+
+/// A frame: body length (u32 LE, kind included), kind (u8), body.
+async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len() + 1).map_err(|_| std::io::Error::other("frame too large"))?;
+    s.write_all(&len.to_le_bytes()).await?;
+    s.write_all(&[kind]).await?;
+    s.write_all(body).await?;
+    s.flush().await
+}
+
+/// Reads one frame, refusing bodies over [`MAX_FRAME`] before reading them.
+async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME + 1 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes")));
+    }
+    let mut kind = [0u8; 1];
+    s.read_exact(&mut kind).await?;
+    let mut body = vec![0u8; len - 1];
+    s.read_exact(&mut body).await?;
+    Ok((kind[0], body))
+}
+
+/// Takes the backup port's `Mode::Migrate` connections: this server as a
+/// migration's target.
+pub struct TargetHandler(pub Arc<Migrations>);
+
+impl shoal_replication::backup::PeerHandler for TargetHandler {
+    fn serve(
+        &self,
+        server: Option<ServerId>,
+        addr: std::net::SocketAddr,
+        mut stream: shoal_cluster::tls::InternalStream,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let migrations = self.0.clone();
+        Box::pin(async move {
+            let Some(from) = server else {
+                warn!("migration: a source at {addr} named no server id; closing");
+                return;
+            };
+            let mut target = Target { migrations, from, begun: None, replay: None };
+            loop {
+                let (kind, body) = match read_frame(&mut stream).await {
+                    Ok(f) => f,
+                    Err(_) => return,
+                };
+                let (answer, close) = match target.step(kind, body).await {
+                    Ok(()) => ((OK, String::new()), false),
+                    Err(why) => {
+                        warn!("migration: refusing server {from} at {addr}: {why}");
+                        ((ERR, why), true)
+                    }
+                };
+                if write_frame(&mut stream, answer.0, answer.1.as_bytes()).await.is_err() || close {
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// One source connection's state at the target.
+struct Target {
+    migrations: Arc<Migrations>,
+    from: ServerId,
+    /// The migration BEGIN named, once checked against the map.
+    begun: Option<(Migration, Version)>,
+    replay: Option<Replay>,
+}
+
+impl Target {
+    async fn step(&mut self, kind: u8, body: Vec<u8>) -> Result<(), String> {
+        let (node, store) = self.migrations.attached().ok_or("this server is not serving yet")?;
+        match kind {
+            BEGIN | ABORT => {
+                if body.len() != BEGIN_LEN {
+                    return Err(format!("a BEGIN or ABORT body is {BEGIN_LEN} bytes, not {}", body.len()));
+                }
+                let u = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                let (id, table, start, end, safe) = (u(0), TableId(u(1)), u(2), u(3), Version(u(4)));
+                let Some(m) = self.expect(&node, id, table, start, end, kind == BEGIN).await? else {
+                    // An ABORT of a move already gone: the objects stay
+                    // until the next BEGIN of the range (this server may
+                    // be recovering that tablet now).
+                    return Ok(());
+                };
+                // Objects of the range held here are left over from an
+                // earlier move that did not finish: not this server's
+                // tablet, so forgotten (without tombstones) before the copy.
+                let gone = tokio::task::spawn_blocking({
+                    let store = store.clone();
+                    move || store.forget_range(table, start, end)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+                if gone > 0 {
+                    info!("migration {id}: dropped {gone} objects left here by an unfinished move");
+                }
+                if kind == BEGIN {
+                    info!(
+                        "migration {id}: receiving table {} [{start:#018x}, {end:#018x}] from server {}",
+                        table.0, self.from
+                    );
+                    store.create_table(table);
+                    self.begun = Some((m, safe));
+                    self.replay = Some(Replay::default());
+                }
+                Ok(())
+            }
+            ENTRIES => {
+                let (m, safe) = self.begun.clone().ok_or("ENTRIES before BEGIN")?;
+                if !node.map().migrations.iter().any(|x| x.id == m.id) {
+                    return Err(format!("migration {} is no longer in progress", m.id));
+                }
+                check_entries(&body, &m)?;
+                let n = count_entries(&body);
+                let mut replay = self.replay.take().ok_or("ENTRIES before BEGIN")?;
+                let (replay, result) = tokio::task::spawn_blocking(move || {
+                    let r = store.replay_entries(&mut replay, &body, safe);
+                    (replay, r)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                self.replay = Some(replay);
+                result.map_err(|e| format!("cannot install the objects: {e}"))?;
+                self.migrations.objects_received.fetch_add(n, Ordering::Relaxed);
+                Ok(())
+            }
+            DONE => {
+                let (m, _) = self.begun.clone().ok_or("DONE before BEGIN")?;
+                let replay = self.replay.take().ok_or("DONE before BEGIN")?;
+                let report = tokio::task::spawn_blocking(move || store.finish_replay(replay))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("cannot install the objects: {e}"))?;
+                // Durable on this server's backups before the source may commit.
+                if !node.wait_durable(node.position()).await {
+                    return Err("the copy could not be made durable here".into());
+                }
+                info!(
+                    "migration {}: holding {} objects of table {} from server {} durably",
+                    m.id, report.objects_replayed, m.table.0, self.from
+                );
+                self.begun = None;
+                Ok(())
+            }
+            k => Err(format!("unknown frame kind {k}")),
+        }
+    }
+
+    /// The migration `id` of the map, checked to be from this connection's
+    /// source to this server over exactly this range; waits a little for a
+    /// map that lags. For an ABORT, a migration that is gone is fine
+    /// (`None`), but one that committed here is not.
+    async fn expect(
+        &self,
+        node: &Arc<ClusterNode>,
+        id: u64,
+        table: TableId,
+        start: u64,
+        end: u64,
+        begin: bool,
+    ) -> Result<Option<Migration>, String> {
+        let deadline = Instant::now() + MAP_PATIENCE;
+        loop {
+            let map = node.map();
+            if let Some(m) = map.migrations.iter().find(|m| m.id == id) {
+                if m.from != self.from
+                    || m.to != node.id
+                    || m.table != table
+                    || m.start_hash != start
+                    || m.end_hash != end
+                {
+                    return Err(format!(
+                        "migration {id} is not a move of that tablet from server {} to here",
+                        self.from
+                    ));
+                }
+                return Ok(Some(m.clone()));
+            }
+            if !begin {
+                if map.tablet(table, KeyHash(start)).is_some_and(|t| t.master == node.id) {
+                    return Err("that tablet is this server's now".into());
+                }
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("no migration {id} in this server's map (version {})", map.version));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Checks that `body` is whole object entries, each with a valid CRC, of
+/// `m`'s table and key-hash range: nothing else is installed.
+fn check_entries(body: &[u8], m: &Migration) -> Result<(), String> {
+    let mut pos = 0;
+    while pos < body.len() {
+        let (e, len) = format::decode(&body[pos..]).map_err(|e| format!("entry at byte {pos}: {e}"))?;
+        match e {
+            Entry::Object(o) => {
+                let h = key_hash(o.table, o.key);
+                if !m.contains(o.table, h) {
+                    return Err(format!("entry at byte {pos} is outside the moving tablet"));
+                }
+            }
+            _ => return Err(format!("entry at byte {pos} is not an object")),
+        }
+        pos += len;
+    }
+    Ok(())
+}
+
+fn count_entries(body: &[u8]) -> u64 {
+    let mut pos = 0;
+    let mut n = 0;
+    while let Ok((_, len)) = format::decode_trusted(&body[pos..]) {
+        pos += len;
+        n += 1;
+        if pos >= body.len() {
+            break;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moving(table: u64, start: u64, end: u64) -> Migration {
+        Migration {
+            id: 1,
+            table: TableId(table),
+            start_hash: start,
+            end_hash: end,
+            from: ServerId(1),
+            to: ServerId(2),
+            started_unix_ms: 0,
+        }
+    }
+
+    #[test]
+    fn check_entries_takes_objects_of_the_range_only() {
+        let store =
+            Store::new(shoal_engine::StoreConfig { cleaner_thread: false, ..shoal_engine::StoreConfig::default() })
+                .unwrap();
+        let t = TableId(3);
+        store.create_table(t);
+        for i in 0..200u32 {
+            store.write(t, format!("k{i}").as_bytes(), b"v", shoal_engine::RejectRules::default()).unwrap();
+        }
+        let half = u64::MAX / 2;
+        let mut low = Vec::new();
+        store.enumerate_entries_range(t, EnumCursor(0), half, 1000, |e| low.extend_from_slice(e)).unwrap();
+        let mut high = Vec::new();
+        store.enumerate_entries_range(t, EnumCursor(half + 1), u64::MAX, 1000, |e| high.extend_from_slice(e)).unwrap();
+        assert!(!low.is_empty() && !high.is_empty());
+        check_entries(&low, &moving(3, 0, half)).unwrap();
+        assert!(count_entries(&low) > 0);
+        assert!(check_entries(&high, &moving(3, 0, half)).unwrap_err().contains("outside"));
+        assert!(check_entries(&low, &moving(4, 0, u64::MAX)).unwrap_err().contains("outside"));
+        let mut torn = low.clone();
+        torn.truncate(low.len() - 1);
+        assert!(check_entries(&torn, &moving(3, 0, half)).is_err(), "a torn entry is refused");
+        let mut flipped = low.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x55;
+        assert!(check_entries(&flipped, &moving(3, 0, half)).is_err(), "a bad CRC is refused");
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversized_lengths_are_refused_before_reading() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, ENTRIES, b"abc").await.unwrap();
+        assert_eq!(read_frame(&mut b).await.unwrap(), (ENTRIES, b"abc".to_vec()));
+        a.write_all(&((MAX_FRAME as u32) + 2).to_le_bytes()).await.unwrap();
+        assert!(read_frame(&mut b).await.is_err());
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&0u32.to_le_bytes()).await.unwrap();
+        assert!(read_frame(&mut b).await.is_err(), "a frame needs its kind byte");
+    }
+}

@@ -1,0 +1,428 @@
+//! Live tablet migration on real processes (`docs/migration.md`): a tablet
+//! moved with `shoal migrate` under a write and read load keeps every
+//! acknowledged write, and versions keep growing; a move whose target is
+//! SIGKILLed in the middle loses nothing either.
+
+mod common;
+
+use common::{Cluster, Root, SHOAL};
+use shoal_client::blocking::Client;
+use shoal_client::{ClientConfig, TableId};
+use shoal_cluster::{ClusterMap, CoordinatorAddrs, ServerId, ServerState, TabletInfo};
+use std::collections::HashMap;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Per key, the last acknowledged value and version.
+type Acked = HashMap<Vec<u8>, (Vec<u8>, u64)>;
+/// Acknowledged writes, shared by the writers.
+type Ledger = Arc<Mutex<Acked>>;
+
+/// What a [`Load`] did.
+struct Outcome {
+    ledger: Acked,
+    acks: u64,
+    reads: u64,
+    /// The longest single request (retries included) any client saw.
+    longest: Duration,
+    /// The longest read any reader saw.
+    longest_read: Duration,
+    failures: u64,
+}
+
+/// Writers and readers of one table; each op's latency (retries included)
+/// is the longest pause its client saw.
+struct Load {
+    stop: Arc<AtomicBool>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    ledger: Ledger,
+    acks: Arc<AtomicU64>,
+    reads: Arc<AtomicU64>,
+    longest_us: Arc<AtomicU64>,
+    longest_read_us: Arc<AtomicU64>,
+    failures: Arc<AtomicU64>,
+}
+
+impl Load {
+    fn start(
+        coordinator: CoordinatorAddrs,
+        config: ClientConfig,
+        table: TableId,
+        writers: usize,
+        readers: usize,
+    ) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ledger: Ledger = Arc::default();
+        let (acks, reads, longest_us, failures): (Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>, Arc<AtomicU64>) =
+            Default::default();
+        let longest_read_us: Arc<AtomicU64> = Arc::default();
+        let mut handles = Vec::new();
+        for t in 0..writers + readers {
+            let (stop, ledger, acks, reads, longest, failures) = (
+                stop.clone(),
+                ledger.clone(),
+                Arc::clone(&acks),
+                Arc::clone(&reads),
+                Arc::clone(&longest_us),
+                Arc::clone(&failures),
+            );
+            let (coordinator, config) = (coordinator.clone(), config.clone());
+            let longest_read = longest_read_us.clone();
+            let writer = t < writers;
+            handles.push(std::thread::spawn(move || {
+                let mut c = Client::connect_cluster(coordinator.clone(), config.clone()).unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let started = Instant::now();
+                    if writer {
+                        let key = format!("w{t}-{}", n % 400).into_bytes();
+                        let value = format!("t{t}-n{n}").into_bytes();
+                        match c.write(table, &key, &value) {
+                            Ok(v) => {
+                                ledger.lock().unwrap().insert(key, (value, v.0));
+                                acks.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                failures.fetch_add(1, Ordering::Relaxed);
+                                eprintln!("writer {t}: {e}");
+                                c = Client::connect_cluster(coordinator.clone(), config.clone()).unwrap();
+                            }
+                        }
+                    } else {
+                        let key = format!("pre-{}", n % 2000).into_bytes();
+                        match c.read(table, &key) {
+                            Ok(got) => {
+                                assert_eq!(
+                                    got.0,
+                                    format!("value-{}", n % 2000).into_bytes(),
+                                    "a preloaded key read back wrong"
+                                );
+                                reads.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                failures.fetch_add(1, Ordering::Relaxed);
+                                eprintln!("reader {t}: {e}");
+                                c = Client::connect_cluster(coordinator.clone(), config.clone()).unwrap();
+                            }
+                        }
+                    }
+                    longest.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    if !writer {
+                        longest_read.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        Load { stop, handles, ledger, acks, reads, longest_us, longest_read_us, failures }
+    }
+
+    fn finish(self) -> Outcome {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+        let ledger = self.ledger.lock().unwrap().clone();
+        Outcome {
+            ledger,
+            acks: self.acks.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            longest: Duration::from_micros(self.longest_us.load(Ordering::Relaxed)),
+            longest_read: Duration::from_micros(self.longest_read_us.load(Ordering::Relaxed)),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Runs `shoal migrate` against `cluster` with `args`.
+fn migrate(cluster: &Cluster, args: &[&str]) -> Output {
+    Command::new(SHOAL)
+        .args(["migrate", "--coordinator", &cluster.coordinator.to_string(), "--json"])
+        .arg("--cluster-secret-file")
+        .arg(cluster.secret_file())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The first tablet of `table` and a server (up) that is not its master.
+fn tablet_and_target(map: &ClusterMap, table: TableId) -> (TabletInfo, ServerId) {
+    let t = map.tablets.iter().filter(|t| t.table == table).min_by_key(|t| t.start_hash).unwrap().clone();
+    let to = map.servers.iter().find(|s| s.id != t.master && s.state == ServerState::Up).unwrap().id;
+    (t, to)
+}
+
+/// Checks every ledger entry reads back with its value, at a version at
+/// least the acknowledged one.
+fn check_ledger(c: &mut Client, table: TableId, ledger: &Acked) {
+    let mut lost = 0;
+    for (k, (v, version)) in ledger {
+        match c.read(table, k) {
+            Ok(got) if &got.0 == v => assert!(got.1 .0 >= *version, "key {k:?}: version went back"),
+            Ok(got) => {
+                // A later write, sent but not acknowledged, may have landed.
+                let n = |s: &[u8]| String::from_utf8_lossy(s).rsplit('n').next().unwrap().parse::<u64>().unwrap();
+                assert!(n(&got.0) > n(v), "key {k:?}: acknowledged {v:?}, found {:?}", got.0);
+            }
+            Err(e) => {
+                lost += 1;
+                eprintln!("key {:?}: {e}", String::from_utf8_lossy(k));
+            }
+        }
+    }
+    assert_eq!(lost, 0, "{lost} of {} acknowledged writes lost", ledger.len());
+}
+
+/// Preloads 2000 keys `pre-i` = `value-i` (each `pad` bytes longer) and a
+/// key written then removed; returns that removed key's last version.
+fn preload(c: &mut Client, table: TableId, pad: usize) -> u64 {
+    let filler = "x".repeat(pad);
+    for i in 0..2000 {
+        let value = format!("value-{i}");
+        c.write(table, format!("pre-{i}").as_bytes(), value.as_bytes()).unwrap();
+        if pad > 0 {
+            c.write(table, format!("big-{i}").as_bytes(), format!("{value}{filler}").as_bytes()).unwrap();
+        }
+    }
+    let mut last = 0;
+    for i in 0..5 {
+        last = c.write(table, b"gone", format!("g{i}").as_bytes()).unwrap().0;
+    }
+    c.remove(table, b"gone").unwrap();
+    last
+}
+
+#[test]
+fn migrate_under_load_keeps_every_acknowledged_write_and_versions_grow() {
+    let root = Root::new("migrate-load");
+    let cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    let gone_version = preload(&mut c, table, 0);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 3, 2);
+    std::thread::sleep(Duration::from_millis(700));
+    let before = load.acks.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let out = migrate(
+        &cluster,
+        &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "shoal migrate failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["state"], "committed", "{line}");
+    std::thread::sleep(Duration::from_millis(700));
+    let Outcome { ledger, acks, reads, longest, longest_read, failures } = load.finish();
+    eprintln!(
+        "moved in {took:?}; {acks} writes acknowledged ({before} before the move), {reads} reads; \
+         longest pause a client saw: {longest:?} (a reader: {longest_read:?}); {failures} failed requests"
+    );
+    assert!(acks > before, "writes went on after the move");
+    assert_eq!(failures, 0, "clients retry a moving tablet transparently");
+
+    let map = cluster.map().unwrap();
+    assert!(map.migrations.is_empty());
+    let now = map.tablets.iter().find(|t| t.table == table && t.start_hash == tablet.start_hash).unwrap();
+    assert_eq!((now.master, now.end_hash), (to, tablet.end_hash), "the tablet is the target's");
+
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+    // Versions keep growing: past every version the source gave the key,
+    // also for a key it had removed.
+    for (k, (_, version)) in ledger.iter().take(200) {
+        let v = c.write(table, k, b"after").unwrap();
+        assert!(v.0 > *version, "key {k:?}: version {} after the move, {version} before", v.0);
+    }
+    let v = c.write(table, b"gone", b"back").unwrap();
+    assert!(v.0 > gone_version, "a removed key comes back at version {} <= {gone_version}", v.0);
+
+    // Bad requests get clear errors.
+    let bad = migrate(&cluster, &["--table", "nope", "--start", "0", "--to", &to.0.to_string()]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("no table named 'nope'"), "{bad:?}");
+    let bad = migrate(&cluster, &["--table", "moving", "--start", "0x1234", "--to", &to.0.to_string()]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("no tablet starting at"), "{bad:?}");
+    let bad = migrate(&cluster, &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", "99"]);
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("no server 99"), "{bad:?}");
+    let bad = migrate(
+        &cluster,
+        &["--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("masters that tablet already"), "{bad:?}");
+}
+
+#[test]
+fn migrate_to_a_target_killed_mid_move_loses_nothing() {
+    let root = Root::new("migrate-kill");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    // About 16 MB, so that the copy takes a while.
+    preload(&mut c, table, 8 << 10);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = migrate(
+        &cluster,
+        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let victim = cluster.process_of(to);
+    // Killed as soon as its log says it is receiving: the copy has begun
+    // and has megabytes to go.
+    let log = root.0.join(format!("server-{victim}/log"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let moving = cluster.map().unwrap().migrations.len();
+    let _ = cluster.servers[victim].kill();
+    let _ = cluster.servers[victim].wait();
+    let map = cluster.wait_for_map("the target declared dead and the move over", 30, |m| {
+        m.server(to).is_some_and(|s| s.state == ServerState::Down) && m.migrations.is_empty() && m.recoveries.is_empty()
+    });
+    let owner = map.tablets.iter().find(|t| t.table == table && t.start_hash == tablet.start_hash).unwrap().master;
+    eprintln!("target killed with {moving} move(s) in progress; the tablet is now server {owner}'s");
+    std::thread::sleep(Duration::from_millis(500));
+    let Outcome { ledger, acks, longest, failures, .. } = load.finish();
+    eprintln!("{acks} writes acknowledged; longest pause a client saw: {longest:?}; {failures} failed requests");
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+    assert_eq!(moving, 1, "the target was killed while the move was in progress");
+    assert_eq!(owner, tablet.master, "the aborted move left the tablet at its source");
+}
+
+#[test]
+fn migrate_from_a_source_killed_mid_move_loses_nothing() {
+    let root = Root::new("migrate-kill-source");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    preload(&mut c, table, 8 << 10);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = migrate(
+        &cluster,
+        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // Killed as soon as the target's log says it is receiving.
+    let log = root.0.join(format!("server-{}/log", cluster.process_of(to)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let moving = cluster.map().unwrap().migrations.len();
+    let victim = cluster.process_of(tablet.master);
+    let _ = cluster.servers[victim].kill();
+    let _ = cluster.servers[victim].wait();
+    let map = cluster.wait_for_map("the source declared dead and recovered", 30, |m| {
+        m.server(tablet.master).is_some_and(|s| s.state == ServerState::Down)
+            && m.migrations.is_empty()
+            && m.recoveries.is_empty()
+    });
+    assert!(map.tablets.iter().filter(|t| t.table == table).all(|t| t.master != tablet.master));
+    std::thread::sleep(Duration::from_millis(500));
+    let Outcome { ledger, acks, longest, .. } = load.finish();
+    eprintln!("source killed with {moving} move(s) in progress; {acks} writes acknowledged; longest pause {longest:?}");
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+    assert_eq!(moving, 1, "the source was killed while the move was in progress");
+}
+
+/// Runs `shoal tablet` against `cluster` with `args`.
+fn tablet_cmd(cluster: &Cluster, args: &[&str]) -> Output {
+    Command::new(SHOAL)
+        .arg("tablet")
+        .args(args)
+        .args(["--coordinator", &cluster.coordinator.to_string(), "--json"])
+        .arg("--cluster-secret-file")
+        .arg(cluster.secret_file())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn split_move_back_and_merge_under_load_keep_every_acknowledged_write() {
+    let root = Root::new("migrate-split");
+    let cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("parts").unwrap();
+    preload(&mut c, table, 0);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+    let of_table = |m: &ClusterMap| {
+        let mut v: Vec<(u64, u64, ServerId)> =
+            m.tablets.iter().filter(|t| t.table == table).map(|t| (t.start_hash, t.end_hash, t.master)).collect();
+        v.sort();
+        v
+    };
+    let original = of_table(&map);
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mid = tablet.start_hash + (tablet.end_hash - tablet.start_hash) / 2 + 1;
+    let at = format!("{mid:#x}");
+    let out = tablet_cmd(&cluster, &["split", "--table", "parts", "--at", &at]);
+    assert!(out.status.success(), "{out:?}");
+    let split = of_table(&cluster.map().unwrap());
+    assert!(
+        split.contains(&(tablet.start_hash, mid - 1, tablet.master))
+            && split.contains(&(mid, tablet.end_hash, tablet.master))
+    );
+    assert_eq!(split.len(), original.len() + 1);
+
+    let out = migrate(&cluster, &["--table", "parts", "--start", &at, "--to", &to.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = tablet_cmd(&cluster, &["merge", "--table", "parts", "--at", &at]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("move one first"), "{refused:?}");
+    let out = migrate(&cluster, &["--table", "parts", "--start", &at, "--to", &tablet.master.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let out = tablet_cmd(&cluster, &["merge", "--table", "parts", "--at", &at]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(of_table(&cluster.map().unwrap()), original, "split and merged back");
+    let listed = tablet_cmd(&cluster, &["list", "--table", "parts"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), original.len());
+
+    std::thread::sleep(Duration::from_millis(300));
+    let Outcome { ledger, acks, longest, failures, .. } = load.finish();
+    eprintln!("{acks} writes acknowledged; longest pause {longest:?}; {failures} failed requests");
+    assert_eq!(failures, 0);
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+}
