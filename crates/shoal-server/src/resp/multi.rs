@@ -185,6 +185,12 @@ pub fn intercept(s: &mut Session, entry: &'static Entry, args: Args<'_>, reply: 
         return None;
     }
     if std::ptr::eq(entry.spec, &cmd::multi::EXEC) && s.multi.is_some() {
+        // From routing to the end of the transaction, as every other
+        // command (`ClusterNode::serving`): a tablet's freeze for a move
+        // waits for it, so no write of a transaction routed here lands
+        // after the move's copy has read its keys.
+        let node = s.ctx.cluster.clone();
+        let _serving = node.as_ref().map(|n| n.serving());
         return Some(exec_routed(s, reply));
     }
     if std::ptr::eq(entry.spec, &cmd::multi::WATCH) {
