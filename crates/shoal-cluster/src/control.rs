@@ -15,7 +15,7 @@ use crate::auth::{self, AuthError, ClusterSecret, Credential, Identity, Port, Se
 use crate::map::{ClusterMap, ReplicaFloor, ServerId, TableInfo};
 use crate::tls::{InternalStream, InternalTls};
 use serde::{Deserialize, Serialize};
-use shoal_common::LogId;
+use shoal_common::{LogId, SegmentId};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -80,8 +80,19 @@ pub enum ControlRequest {
     Suspect { reporter: ServerId, suspect: ServerId },
     /// A recovery master finished its partition: its objects are replayed and
     /// durable in its own log. The coordinator gives it the partition's
-    /// tablets. Answered by `Ok`.
-    RecoveryDone { recovery: u64, partition: u32, server: ServerId, objects: u64, bytes: u64, replay_ms: u64 },
+    /// tablets. Answered by `Ok`. `since`: the first segment of its log
+    /// holding the replayed entries (it rolled its head before the replay),
+    /// recorded in `map.owned_since` for the partition's pieces.
+    RecoveryDone {
+        recovery: u64,
+        partition: u32,
+        server: ServerId,
+        objects: u64,
+        bytes: u64,
+        replay_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<SegmentId>,
+    },
     /// `server` re-opened replicas of segments of its current log, and the
     /// new replicas caught up: the replicas of each `(log, segment)` below
     /// `epoch` are stale. Floors only grow. Answered by `Ok` once saved;
@@ -107,8 +118,15 @@ pub enum ControlRequest {
     /// the tablet to the target, which holds them durably: the coordinator
     /// makes the target the tablet's master and drops the record, in one
     /// change. Answered by `Ok` (also when this already happened); refused
-    /// (`invalid_request`) if the migration is gone (aborted).
-    FinishMigration { id: u64, server: ServerId },
+    /// (`invalid_request`) if the migration is gone (aborted). `since`:
+    /// the first segment of the target's log holding the copy (the target
+    /// rolled its head before it), recorded in `map.owned_since`.
+    FinishMigration {
+        id: u64,
+        server: ServerId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<SegmentId>,
+    },
     /// `server` (the source or target of migration `id`) gives it up: the
     /// record is dropped and the tablet stays where it is. Answered by
     /// `Ok` (also if the record is gone); refused (`invalid_request`) if

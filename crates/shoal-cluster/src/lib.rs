@@ -22,6 +22,6 @@ pub use control::{
     ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, CoordinatorAddrs,
 };
 pub use map::{
-    split_hash_space, ClusterMap, FencedLog, Migration, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo,
-    ServerState, TableInfo, TabletInfo,
+    split_hash_space, ClusterMap, FencedLog, Migration, OwnedPiece, OwnedSince, Partition, Recovery, ReplicaFloor,
+    ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };

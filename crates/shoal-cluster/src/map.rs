@@ -115,6 +115,39 @@ pub struct ClusterMap {
     /// same change that makes `to` the tablet's master) or aborts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<Migration>,
+    /// Where each server's ownership of a key range began in its log, for
+    /// ranges it gained by a migration or a recovery (`docs/migration.md`,
+    /// "Log positions"): that server's log may still hold entries of the
+    /// range from an earlier time it owned it, which a recovery or restart
+    /// must not replay. At most one record covers a key of a table per
+    /// server; a record goes when its server loses the range or its log is
+    /// freed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_since: Vec<OwnedSince>,
+}
+
+/// Entries of `table`'s keys with hashes in `start_hash..=end_hash` are
+/// `server`'s only from segment `segment` of its log `log` on: those in
+/// lower segments of `log`, and any in an older log of the server, were
+/// written while the range was someone else's or before it left this
+/// server (RAMCloud's log position per tablet assignment).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedSince {
+    pub server: ServerId,
+    pub log: LogId,
+    pub table: TableId,
+    pub start_hash: u64,
+    pub end_hash: u64,
+    pub segment: SegmentId,
+}
+
+/// A piece of a key range and the first segment of one log whose entries
+/// of it count ([`ClusterMap::owned_pieces`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnedPiece {
+    pub start_hash: u64,
+    pub end_hash: u64,
+    pub from: SegmentId,
 }
 
 /// A tablet moving from its master `from` to `to` (`docs/migration.md`).
@@ -269,6 +302,46 @@ impl ClusterMap {
         self.sc_groups.iter().find(|g| g.members.contains(&server))
     }
 
+    /// Which entries of `log` (a log of `server`) belong to `server`'s
+    /// ownership of `table`'s hashes `start..=end`: the range cut into
+    /// pieces, each with the first segment whose entries of it count. A
+    /// piece that `server` gained in a later log is left out (none of
+    /// `log`'s entries of it count); one gained earlier, or never gained
+    /// (the server has owned it since the table was made), counts from
+    /// segment 0.
+    pub fn owned_pieces(&self, server: ServerId, log: LogId, table: TableId, start: u64, end: u64) -> Vec<OwnedPiece> {
+        let mut records: Vec<&OwnedSince> = self
+            .owned_since
+            .iter()
+            .filter(|o| o.server == server && o.table == table && o.start_hash <= end && start <= o.end_hash)
+            .collect();
+        records.sort_by_key(|o| o.start_hash);
+        let mut pieces = Vec::new();
+        let mut piece = |a: u128, b: u128, from: SegmentId| {
+            pieces.push(OwnedPiece { start_hash: a as u64, end_hash: b as u64, from });
+        };
+        let mut at = start as u128;
+        for o in records {
+            let (a, b) = ((o.start_hash as u128).max(at), (o.end_hash as u128).min(end as u128));
+            if a > b {
+                continue;
+            }
+            if a > at {
+                piece(at, a - 1, SegmentId(0));
+            }
+            match o.log.cmp(&log) {
+                std::cmp::Ordering::Equal => piece(a, b, o.segment),
+                std::cmp::Ordering::Less => piece(a, b, SegmentId(0)),
+                std::cmp::Ordering::Greater => {}
+            }
+            at = b + 1;
+        }
+        if at <= end as u128 {
+            piece(at, end as u128, SegmentId(0));
+        }
+        pieces
+    }
+
     /// The replica floors of `log`: (segment, epoch) pairs.
     pub fn replica_floors_of(&self, log: LogId) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
         self.replica_floors.iter().filter(move |f| f.log == log).map(|f| (f.segment, f.epoch))
@@ -291,6 +364,35 @@ pub fn split_hash_space(n: u32) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owned_pieces_cut_a_range_at_the_records_of_its_server() {
+        let rec = |server, log, start, end, segment| OwnedSince {
+            server: ServerId(server),
+            log: LogId(log),
+            table: TableId(1),
+            start_hash: start,
+            end_hash: end,
+            segment: SegmentId(segment),
+        };
+        let map = ClusterMap {
+            owned_since: vec![rec(1, 5, 10, 19, 7), rec(1, 6, 30, 39, 2), rec(1, 4, 40, 49, 9), rec(2, 5, 0, 99, 3)],
+            ..ClusterMap::default()
+        };
+        let pieces = |log, start, end| -> Vec<(u64, u64, u64)> {
+            map.owned_pieces(ServerId(1), LogId(log), TableId(1), start, end)
+                .iter()
+                .map(|p| (p.start_hash, p.end_hash, p.from.0))
+                .collect()
+        };
+        // Log 5: from segment 7 where recorded in log 5; nothing where
+        // gained in the later log 6; all of it where gained in log 4.
+        assert_eq!(pieces(5, 0, 99), vec![(0, 9, 0), (10, 19, 7), (20, 29, 0), (40, 49, 0), (50, 99, 0)]);
+        assert_eq!(pieces(6, 15, 35), vec![(15, 19, 0), (20, 29, 0), (30, 35, 2)]);
+        assert_eq!(pieces(3, 12, 45), vec![(20, 29, 0)], "log 3 predates every record");
+        assert_eq!(pieces(5, 0, u64::MAX).last(), Some(&(50, u64::MAX, 0)));
+        assert_eq!(map.owned_pieces(ServerId(3), LogId(5), TableId(1), 0, 9).len(), 1, "no records: whole");
+    }
 
     #[test]
     fn split_hash_space_covers_everything_once() {
@@ -337,6 +439,7 @@ mod tests {
             replica_floors: Vec::new(),
             sc_groups: Vec::new(),
             migrations: Vec::new(),
+            owned_since: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

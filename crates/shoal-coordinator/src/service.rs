@@ -958,7 +958,7 @@ impl Service {
                 );
             }
             (
-                ControlRequest::RecoveryDone { recovery, partition, server, objects, bytes, replay_ms },
+                ControlRequest::RecoveryDone { recovery, partition, server, objects, bytes, replay_ms, .. },
                 ControlResponse::Ok,
             ) if out.changed => {
                 info!(
@@ -994,7 +994,7 @@ impl Service {
                     map.version
                 );
             }
-            (ControlRequest::FinishMigration { id, server }, ControlResponse::Ok) if out.changed => {
+            (ControlRequest::FinishMigration { id, server, .. }, ControlResponse::Ok) if out.changed => {
                 info!("migration {id} from server {server} committed (map version {})", state.map().version);
             }
             (ControlRequest::AbortMigration { id, server, reason }, ControlResponse::Ok) if out.changed => {

@@ -39,12 +39,12 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, Partition, Recovery, ReplicaFloor, ServerId,
-    ServerInfo, ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, OwnedSince, Partition, Recovery, ReplicaFloor,
+    ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
-use shoal_common::{LogId, StreamShape, TableId};
+use shoal_common::{LogId, SegmentId, StreamShape, TableId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
@@ -164,6 +164,7 @@ impl ClusterState {
                 replica_floors: Vec::new(),
                 sc_groups: Vec::new(),
                 migrations: Vec::new(),
+                owned_since: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -266,8 +267,8 @@ impl ClusterState {
             ControlRequest::Recovered { server, logs } => self.recovered(*server, logs),
             ControlRequest::Stats => Outcome::unchanged(ControlResponse::Stats { stats: self.stats() }),
             ControlRequest::Suspect { .. } => Outcome::unchanged(ControlResponse::Ok),
-            ControlRequest::RecoveryDone { recovery, partition, server, .. } => {
-                self.recovery_done(*recovery, *partition, *server)
+            ControlRequest::RecoveryDone { recovery, partition, server, since, .. } => {
+                self.recovery_done(*recovery, *partition, *server, *since)
             }
             ControlRequest::RaiseReplicaFloors { server, floors } => self.raise_replica_floors(*server, floors),
             // Leases are timing, not durable state: the service grants them
@@ -278,7 +279,7 @@ impl ClusterState {
             ControlRequest::StartMigration { table, start_hash, to } => {
                 self.start_migration(table, *start_hash, *to, now_unix_ms)
             }
-            ControlRequest::FinishMigration { id, server } => self.finish_migration(*id, *server),
+            ControlRequest::FinishMigration { id, server, since } => self.finish_migration(*id, *server, *since),
             ControlRequest::AbortMigration { id, server, .. } => self.abort_migration(*id, *server),
             ControlRequest::SplitTablet { table, at } => self.split_or_merge(table, *at, true),
             ControlRequest::MergeTablets { table, at } => self.split_or_merge(table, *at, false),
@@ -418,7 +419,9 @@ impl ClusterState {
 
     /// The source of migration `id` reports the target holds the tablet:
     /// the target becomes its master and the record goes, in one change.
-    fn finish_migration(&mut self, id: u64, server: ServerId) -> Outcome {
+    /// `since`: where the copy begins in the target's log (none from a
+    /// source that does not say: nothing is recorded).
+    fn finish_migration(&mut self, id: u64, server: ServerId, since: Option<SegmentId>) -> Outcome {
         let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
             if self.committed_migrations.contains(&id) {
                 return Outcome::unchanged(ControlResponse::Ok);
@@ -439,6 +442,10 @@ impl ClusterState {
             .find(|t| t.table == m.table && t.start_hash == m.start_hash && t.end_hash == m.end_hash)
             .expect("a migration names a tablet of the map (invariant)");
         t.master = m.to;
+        self.disown(m.from, m.table, m.start_hash, m.end_hash);
+        if let Some(segment) = since {
+            self.owned_from(m.to, m.table, m.start_hash, m.end_hash, segment);
+        }
         self.committed_migrations.push(id);
         if self.committed_migrations.len() > MAX_COMMITTED {
             self.committed_migrations.remove(0);
@@ -558,6 +565,36 @@ impl ClusterState {
     /// Drops the replica floors of `logs` (their replicas are no longer read).
     fn forget_floors(&mut self, logs: &[LogId]) {
         self.map.replica_floors.retain(|f| !logs.contains(&f.log));
+        self.map.owned_since.retain(|o| !logs.contains(&o.log));
+    }
+
+    /// Records that `server` owns `table`'s hashes `start..=end` from
+    /// `segment` of its current log on, replacing what was recorded of
+    /// that range for it.
+    fn owned_from(&mut self, server: ServerId, table: TableId, start: u64, end: u64, segment: SegmentId) {
+        let Some(log) = self.map.server(server).map(|s| s.log) else { return };
+        self.disown(server, table, start, end);
+        self.map.owned_since.push(OwnedSince { server, log, table, start_hash: start, end_hash: end, segment });
+    }
+
+    /// Drops what `map.owned_since` records of `table`'s hashes
+    /// `start..=end` for `server` (it no longer owns them), cutting the
+    /// records that reach outside the range.
+    fn disown(&mut self, server: ServerId, table: TableId, start: u64, end: u64) {
+        let mut kept = Vec::with_capacity(self.map.owned_since.len());
+        for o in self.map.owned_since.drain(..) {
+            if o.server != server || o.table != table || o.end_hash < start || end < o.start_hash {
+                kept.push(o);
+                continue;
+            }
+            if o.start_hash < start {
+                kept.push(OwnedSince { end_hash: start - 1, ..o.clone() });
+            }
+            if end < o.end_hash {
+                kept.push(OwnedSince { start_hash: end + 1, ..o });
+            }
+        }
+        self.map.owned_since = kept;
     }
 
     /// The server a connection proved to be by presenting `credential` for
@@ -804,6 +841,7 @@ impl ClusterState {
         };
         let table = self.map.tables.remove(pos);
         self.map.tablets.retain(|t| t.table != table.id);
+        self.map.owned_since.retain(|o| o.table != table.id);
         // Recoveries no longer replay it (a partition may end up empty; its
         // master still reports it done).
         for r in self.map.recoveries.iter_mut() {
@@ -835,6 +873,7 @@ impl ClusterState {
                     self.log_versions.remove(l);
                 }
                 self.map.replica_floors.retain(|f| !done.contains(&f.log));
+                self.map.owned_since.retain(|o| !done.contains(&o.log));
                 *list = left;
             }
             if list.is_empty() {
@@ -1029,7 +1068,9 @@ impl ClusterState {
     /// `invalid_request` for a partition it does not have, that is
     /// assigned to another server (it was moved: `server` was declared
     /// dead or restarted), or when `server` was declared dead.
-    fn recovery_done(&mut self, recovery: u64, partition: u32, server: ServerId) -> Outcome {
+    /// `since`: where the replay begins in `server`'s log (recorded for
+    /// the pieces in `map.owned_since`).
+    fn recovery_done(&mut self, recovery: u64, partition: u32, server: ServerId, since: Option<SegmentId>) -> Outcome {
         let Some(ri) = self.map.recoveries.iter().position(|r| r.id == recovery) else {
             if recovery >= 1 && recovery < self.next_recovery {
                 return Outcome::unchanged(ControlResponse::Ok); // finished already
@@ -1063,6 +1104,11 @@ impl ClusterState {
         for t in self.map.tablets.iter_mut() {
             if t.master == dead && pieces.contains(&range_key(t)) {
                 t.master = server;
+            }
+        }
+        if let Some(segment) = since {
+            for &(table, start, end) in &pieces {
+                self.owned_from(server, table, start, end, segment);
             }
         }
         if self.map.recoveries[ri].partitions.iter().all(|p| p.done) {
@@ -1350,7 +1396,33 @@ impl ClusterState {
                 ));
             }
         }
-        self.check_migrations()
+        self.check_migrations()?;
+        self.check_owned_since()
+    }
+
+    /// `owned_since`: each record names a known server and table, a range
+    /// with start <= end, and a log below `next_log`; a server's records
+    /// of one table do not overlap.
+    fn check_owned_since(&self) -> Result<(), String> {
+        let mut sorted: Vec<&OwnedSince> = self.map.owned_since.iter().collect();
+        sorted.sort_by_key(|o| (o.server, o.table, o.start_hash));
+        for (i, o) in sorted.iter().enumerate() {
+            if self.map.server(o.server).is_none() || !self.map.tables.iter().any(|t| t.id == o.table) {
+                return Err(format!("owned_since names server {} and table {}, not both known", o.server, o.table.0));
+            }
+            if o.start_hash > o.end_hash || o.log.0 == 0 || o.log.0 >= self.next_log {
+                return Err(format!("owned_since of server {}: a bad range or log {}", o.server, o.log.0));
+            }
+            if let Some(n) = sorted.get(i + 1) {
+                if n.server == o.server && n.table == o.table && n.start_hash <= o.end_hash {
+                    return Err(format!(
+                        "owned_since of server {}: two records overlap at {:#x}",
+                        o.server, n.start_hash
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Migrations: ids below `next_migration` and unique; each names one
@@ -1947,7 +2019,15 @@ mod tests {
     }
 
     fn done(state: &mut ClusterState, recovery: u64, partition: u32, server: ServerId) -> ControlResponse {
-        let req = ControlRequest::RecoveryDone { recovery, partition, server, objects: 10, bytes: 1000, replay_ms: 5 };
+        let req = ControlRequest::RecoveryDone {
+            recovery,
+            partition,
+            server,
+            objects: 10,
+            bytes: 1000,
+            replay_ms: 5,
+            since: Some(SegmentId(7)),
+        };
         apply(state, req)
     }
 
@@ -2702,18 +2782,89 @@ mod tests {
         assert_eq!(s.map.tablets[0].master, t.master, "the source keeps the tablet while it moves");
         let before = s.map.version;
         // Only the source commits.
-        let refused = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(to) });
+        let refused = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(to), since: None });
         assert_eq!(error_code(refused), ControlErrorCode::InvalidRequest);
-        let ok = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+        let ok = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master, since: None });
         assert_eq!(ok, ControlResponse::Ok);
         assert_eq!(s.map.version, before + 1, "one change");
         assert_eq!(s.map.tablets[0].master, ServerId(to));
         assert!(s.map.migrations.is_empty());
         // Repeated (the answer was lost): Ok, nothing changes.
-        assert_eq!(apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master }), ControlResponse::Ok);
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master, since: None }),
+            ControlResponse::Ok
+        );
         // A late abort of a committed move is refused: the source must not serve again.
         let late = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: t.master, reason: "late".into() });
         assert_eq!(error_code(late), ControlErrorCode::InvalidRequest);
+    }
+
+    /// `(start, end, from)` of `map.owned_pieces` for `server`'s `log`.
+    fn pieces(s: &ClusterState, server: u64, log: LogId, start: u64, end: u64) -> Vec<(u64, u64, u64)> {
+        let table = s.map.tables[0].id;
+        s.map
+            .owned_pieces(ServerId(server), log, table, start, end)
+            .iter()
+            .map(|p| (p.start_hash, p.end_hash, p.from.0))
+            .collect()
+    }
+
+    #[test]
+    fn a_committed_move_records_where_the_target_owns_the_tablet_from() {
+        let mut s = cluster(2);
+        create(&mut s, "t", 2);
+        let t = s.map.tablets[0].clone();
+        let (a, b) = (t.master, if t.master == ServerId(1) { ServerId(2) } else { ServerId(1) });
+        let (log_a, log_b) = (s.map.server(a).unwrap().log, s.map.server(b).unwrap().log);
+        let m = started(start_move(&mut s, "t", t.start_hash, b.0));
+        let since = Some(SegmentId(40));
+        assert_eq!(apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: a, since }), ControlResponse::Ok);
+        s.check().unwrap();
+        let (lo, hi) = (t.start_hash, t.end_hash);
+        assert_eq!(pieces(&s, b.0, log_b, lo, hi), vec![(lo, hi, 40)], "the target's log counts from segment 40");
+        // A log of b older than the one it gained the tablet in holds none of it.
+        assert_eq!(pieces(&s, b.0, LogId(log_b.0 - 1), lo, hi), vec![]);
+        assert_eq!(pieces(&s, a.0, log_a, lo, hi), vec![(lo, hi, 0)], "nothing recorded for the source");
+
+        // Split at the target, move the upper half back: a's record covers
+        // that half only, and b keeps the lower half's.
+        let mid = lo + (hi - lo) / 2;
+        apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at: mid });
+        let m = started(start_move(&mut s, "t", mid, a.0));
+        let since = Some(SegmentId(9));
+        assert_eq!(apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: b, since }), ControlResponse::Ok);
+        s.check().unwrap();
+        assert_eq!(pieces(&s, a.0, log_a, lo, hi), vec![(lo, mid - 1, 0), (mid, hi, 9)]);
+        assert_eq!(pieces(&s, b.0, log_b, lo, mid - 1), vec![(lo, mid - 1, 40)]);
+        assert_eq!(s.map.owned_since.len(), 2);
+        // Kept while a restart replays the log, freed with it, and with the table.
+        let port = s.map.server(a).unwrap().native.port();
+        let (_, new_log, recover) = enlist(&mut s, Some(a.0), port);
+        assert_eq!(recover, vec![log_a]);
+        assert_eq!(pieces(&s, a.0, log_a, mid, hi), vec![(mid, hi, 9)], "the restart replays log_a from segment 9");
+        assert_eq!(pieces(&s, a.0, new_log, mid, hi), vec![(mid, hi, 0)], "what it replays into its new log counts");
+        apply(&mut s, ControlRequest::Recovered { server: a, logs: vec![log_a] });
+        assert_eq!(s.map.owned_since.len(), 1);
+        apply(&mut s, ControlRequest::DropTable { name: "t".into() });
+        assert!(s.map.owned_since.is_empty());
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn a_finished_partition_records_where_its_master_owns_the_pieces_from() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        assert!(s.declare_dead(ServerId(1), 0));
+        let r = recovery(&s, 1);
+        for (i, p) in r.partitions.iter().enumerate() {
+            assert_eq!(done(&mut s, r.id, i as u32, p.master), ControlResponse::Ok);
+            let log = s.map.server(p.master).unwrap().log;
+            for t in &p.tablets {
+                assert_eq!(pieces(&s, p.master.0, log, t.start_hash, t.end_hash), vec![(t.start_hash, t.end_hash, 7)]);
+            }
+        }
+        s.check().unwrap();
+        assert!(!s.map.owned_since.is_empty());
     }
 
     #[test]
@@ -2748,7 +2899,7 @@ mod tests {
         assert_eq!(ok, ControlResponse::Ok);
         assert!(s.map.migrations.is_empty());
         assert_eq!(s.map.tablets[0].master, t.master);
-        let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+        let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master, since: None });
         assert_eq!(error_code(late), ControlErrorCode::InvalidRequest, "an aborted move never commits");
         // Repeated abort: Ok, unchanged.
         let again = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: t.master, reason: "x".into() });
@@ -2768,7 +2919,7 @@ mod tests {
             let dead = if dead_is_source { t.master.0 } else { to };
             assert!(down(&mut s, dead));
             assert!(s.map.migrations.is_empty(), "declared dead: the move is gone");
-            let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master });
+            let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: t.master, since: None });
             assert_eq!(error_code(late), ControlErrorCode::InvalidRequest);
             if dead_is_source {
                 assert!(s.map.recoveries.iter().any(|r| r.dead == t.master), "the tablet is recovered from the source");
@@ -2841,7 +2992,7 @@ mod tests {
         let moving = apply(&mut s, ControlRequest::SplitTablet { table: "t".into(), at: 5 });
         assert_eq!(error_code(moving), ControlErrorCode::InvalidRequest);
         let m = s.map.migrations[0].clone();
-        apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: m.from });
+        apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: m.from, since: Some(SegmentId(3)) });
         // Now one master: they merge.
         let merged = apply(&mut s, ControlRequest::MergeTablets { table: "t".into(), at: tablets[1].0 });
         assert!(matches!(merged, ControlResponse::Map { .. }));

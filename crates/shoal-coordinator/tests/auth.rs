@@ -146,8 +146,15 @@ async fn members_cannot_impersonate_a_server() {
     let mut other = as_server(&coordinator, two, cred_two);
     let suspect = ControlRequest::Suspect { reporter: one, suspect: two };
     assert_eq!(code(other.call(&suspect).await), ControlErrorCode::Unauthorized);
-    let done =
-        ControlRequest::RecoveryDone { recovery: 1, partition: 0, server: one, objects: 0, bytes: 0, replay_ms: 0 };
+    let done = ControlRequest::RecoveryDone {
+        recovery: 1,
+        partition: 0,
+        server: one,
+        objects: 0,
+        bytes: 0,
+        replay_ms: 0,
+        since: None,
+    };
     assert_eq!(code(other.call(&done).await), ControlErrorCode::Unauthorized);
     assert_eq!(code(other.call(&enlist_req(Some(one), 7000)).await), ControlErrorCode::Unauthorized);
     // A wrong credential fails the handshake.

@@ -254,6 +254,7 @@ async fn recovery_done_hands_tablets_over_and_survives_a_coordinator_restart() {
         objects: 100,
         bytes: 10_000,
         replay_ms,
+        since: None,
     };
     assert_eq!(c.call(&report(0, r.partitions[0].master, 40)).await.unwrap(), ControlResponse::Ok);
     let wrong = c.call(&report(1, r.partitions[0].master, 40)).await;

@@ -404,6 +404,19 @@ impl Log {
         Ok(())
     }
 
+    /// Closes the head and opens a new one, whose id it returns: every entry
+    /// appended from now on lands in that segment or a later one, and
+    /// every segment opened from now on (a head or a cleaner's survivor)
+    /// has a higher id. `NoSpace` if no seglet can be had at `tier` (the
+    /// head stays).
+    pub fn roll_head(&self, tier: Tier) -> Result<SegmentId, NoSpace> {
+        let mut h = self.head.lock();
+        if !self.open_head(&mut h, &mut Vec::new(), tier) {
+            return Err(NoSpace);
+        }
+        Ok(h.w.id)
+    }
+
     /// Runs `f` with no append in progress and none starting until it
     /// returns (the head lock held): a head's published length and
     /// `next_expiry` stay still. `f` must be quick and must not append.

@@ -1673,6 +1673,17 @@ impl Store {
         Some(self.inner.segs.copy_segment(slot))
     }
 
+    /// Starts a new head segment and returns its id: every entry written
+    /// from now on is in that segment or a later one, and any segment
+    /// below it was opened before this call. A server that gains a key
+    /// range calls it after forgetting what it held of the range
+    /// ([`Store::forget_range`]) and before replaying the range's objects,
+    /// so that its log's entries of the range below the returned segment
+    /// are known to be from before (`docs/migration.md`, "Log positions").
+    pub fn roll_head(&self) -> Result<SegmentId, StoreError> {
+        self.inner.log.roll_head(Tier::Write).map_err(|_| StoreError::OutOfMemory)
+    }
+
     /// The current safe version: every new object gets at least this.
     pub fn safe_version(&self) -> Version {
         Version(self.inner.log.safe_version.load(Ordering::Acquire))
@@ -1687,28 +1698,26 @@ impl Store {
         &self,
         segments: impl IntoIterator<Item = &'a [u8]> + Clone,
     ) -> Result<ReplayReport, ReplayError> {
-        self.replay_filtered(segments, |_, _| true)
+        self.replay_filtered(segments.into_iter().map(|s| (SegmentId(0), s)), |_, _, _| true)
     }
 
-    /// [`Store::replay`] of only the objects and tombstones for which
-    /// `keep(table, key)` holds (a recovery master's partition of a crashed
-    /// master's tablets). The safe version is still raised above every
-    /// version in the segments.
+    /// [`Store::replay`] of only the entries for which `keep(segment,
+    /// table, key)` holds, with `segment` the id of the segment they are
+    /// in (a recovery master's partition of a crashed master's tablets; a
+    /// restarted server's own tablets, each from where it gained it). The
+    /// safe version is still raised above every version in the segments.
     pub fn replay_filtered<'a>(
         &self,
-        segments: impl IntoIterator<Item = &'a [u8]> + Clone,
-        mut keep: impl FnMut(TableId, &[u8]) -> bool,
+        segments: impl IntoIterator<Item = (SegmentId, &'a [u8])>,
+        mut keep: impl FnMut(SegmentId, TableId, &[u8]) -> bool,
     ) -> Result<ReplayReport, ReplayError> {
         let mut replay = Replay::default();
         let mut kept = Vec::new();
-        for (si, seg) in segments.into_iter().enumerate() {
+        for (si, (id, seg)) in segments.into_iter().enumerate() {
             let verified = &seg[..format::scan(seg).verified_len];
             kept.clear();
-            let f = format::filter_entries(verified, &mut keep, &mut kept).map_err(|reason| ReplayError::Corrupt {
-                segment: si,
-                offset: 0,
-                reason,
-            })?;
+            let f = format::filter_entries(verified, |table, key| keep(id, table, key), &mut kept)
+                .map_err(|reason| ReplayError::Corrupt { segment: si, offset: 0, reason })?;
             replay.report.segments += 1;
             replay.report.bytes_scanned += verified.len();
             self.replay_entries(&mut replay, &kept, Version(f.safe_version)).map_err(|e| e.in_segment(si))?;

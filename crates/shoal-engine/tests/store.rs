@@ -280,7 +280,7 @@ fn replay_filtered_keeps_only_its_partition_and_raises_the_safe_version() {
     let segs = store.log_segments();
     let mine = |key: &[u8]| shoal_engine::key_hash(T, key).0 < u64::MAX / 2;
     let rebuilt = Store::new(cfg).unwrap();
-    let report = rebuilt.replay_filtered(segs.iter().map(|s| s.1.as_slice()), |_, k| mine(k)).unwrap();
+    let report = rebuilt.replay_filtered(segs.iter().map(|s| (s.0, s.1.as_slice())), |_, _, k| mine(k)).unwrap();
     let mut kept = 0;
     for i in 0..200u32 {
         let key = format!("k{i}");

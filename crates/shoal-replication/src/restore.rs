@@ -584,6 +584,30 @@ pub struct PartitionRead {
     pub entry_bytes: u64,
 }
 
+/// A partition's key ranges in one log, each with the first segment whose
+/// entries of it count (`map.owned_since`, `docs/migration.md`): a
+/// segment is cut to the ranges that count from it or an earlier one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRanges(Vec<(KeyRange, SegmentId)>);
+
+impl PartitionRanges {
+    pub fn new(ranges: Vec<(KeyRange, SegmentId)>) -> PartitionRanges {
+        PartitionRanges(ranges)
+    }
+
+    /// The ranges whose entries in `segment` count.
+    pub fn at(&self, segment: SegmentId) -> Vec<KeyRange> {
+        self.0.iter().filter(|(_, from)| *from <= segment).map(|(r, _)| *r).collect()
+    }
+}
+
+impl From<Vec<KeyRange>> for PartitionRanges {
+    /// Ranges that count in every segment.
+    fn from(ranges: Vec<KeyRange>) -> PartitionRanges {
+        PartitionRanges(ranges.into_iter().map(|r| (r, SegmentId(0))).collect())
+    }
+}
+
 /// Reads the entries of one partition (`ranges`) of `log` from the
 /// backups and sends them, a segment at a time, to `sink` as they arrive,
 /// for a replay that runs meanwhile.
@@ -611,7 +635,7 @@ pub async fn read_partition(
     backups: &[SocketAddr],
     log: LogId,
     floors: &Floors,
-    ranges: Arc<Vec<KeyRange>>,
+    ranges: Arc<PartitionRanges>,
     spread: usize,
     opts: FindOptions,
     sink: tokio::sync::mpsc::Sender<PartSegment>,
@@ -648,7 +672,8 @@ pub async fn read_partition(
     for &segment in &members {
         let Some(bytes) = fetched.remove(&segment) else { continue };
         let mut entries = Vec::new();
-        let f = format::filter_entries_trusted(&bytes, |table, key| wire::in_ranges(&ranges, table, key), &mut entries)
+        let here = ranges.at(segment);
+        let f = format::filter_entries_trusted(&bytes, |table, key| wire::in_ranges(&here, table, key), &mut entries)
             .map_err(|e| RestoreError::Corrupt { segment, message: e.to_string() })?;
         read.replica_bytes += bytes.len() as u64;
         read.entry_bytes += entries.len() as u64;
@@ -670,7 +695,7 @@ pub async fn read_partition(
                         Some(r) => r,
                         None => Reader::connect(c.addr).await?,
                     };
-                    let (info, entries) = reader.read_part(log, segment, &ranges).await?;
+                    let (info, entries) = reader.read_part(log, segment, &ranges.at(segment)).await?;
                     Ok::<_, RestoreError>((reader, info, entries))
                 };
                 let (reader, info, entries) = match tokio::time::timeout(opts.read_timeout, attempt).await {

@@ -300,7 +300,7 @@ fn read_part_with(
             addrs,
             LOG,
             floors,
-            std::sync::Arc::new(ranges),
+            std::sync::Arc::new(ranges.into()),
             index,
             restore::FindOptions::default(),
             tx,

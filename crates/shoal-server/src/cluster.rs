@@ -598,12 +598,34 @@ impl ClusterNode {
             }
         };
         publish(&progress);
+        // This server may hold objects of the pieces from an earlier time
+        // it had them (a move that went away, or one given up): not its
+        // tablets, so forgotten. Then a new head: the replay's entries are
+        // all at or above it, so what this log holds of the pieces below it
+        // is from before, and the coordinator records that (`since`).
+        let forget = {
+            let (store, pieces) = (store.clone(), part.tablets.clone());
+            tokio::task::spawn_blocking(move || {
+                for t in &pieces {
+                    store.forget_range(t.table, t.start_hash, t.end_hash)?;
+                }
+                store.roll_head()
+            })
+        };
+        let since = match forget.await {
+            Ok(Ok(since)) => since,
+            Ok(Err(e)) => {
+                warn!("recovery {}: partition {index}: cannot start the replay: {e}", rec.id);
+                return;
+            }
+            Err(e) => {
+                warn!("recovery {}: partition {index}: cannot start the replay: {e}", rec.id);
+                return;
+            }
+        };
         // The replay runs on a thread of its own while the backups' answers
         // arrive (each a segment's share of this partition, cut by the
         // backup), so reading and replaying overlap.
-        let ranges: Arc<Vec<KeyRange>> = Arc::new(
-            part.tablets.iter().map(|t| KeyRange { table: t.table, start: t.start_hash, end: t.end_hash }).collect(),
-        );
         let (sink, mut arrivals) = tokio::sync::mpsc::channel::<restore::PartSegment>(PART_QUEUE);
         let s = store.clone();
         let replayer = shoal_replication::spawn_recovery_work("shoal-replay", move || {
@@ -632,6 +654,19 @@ impl ClusterNode {
                 // floors are all in this map: the coordinator takes none
                 // from a server it declared dead.
                 let floors: restore::Floors = map.replica_floors_of(log).collect();
+                // Each piece counts from where the dead master's ownership
+                // of it began in this log (`map.owned_since`).
+                let ranges = Arc::new(restore::PartitionRanges::new(
+                    part.tablets
+                        .iter()
+                        .flat_map(|t| {
+                            let pieces = map.owned_pieces(rec.dead, log, t.table, t.start_hash, t.end_hash);
+                            pieces
+                                .into_iter()
+                                .map(|p| (KeyRange { table: t.table, start: p.start_hash, end: p.end_hash }, p.from))
+                        })
+                        .collect(),
+                ));
                 // Fence first: from here on the dead master (if it still
                 // runs) cannot make another byte durable on these backups.
                 // All backups at once.
@@ -716,6 +751,7 @@ impl ClusterNode {
             objects: progress.objects,
             bytes: progress.bytes,
             replay_ms: progress.find_ms + progress.replay_ms + progress.durable_ms,
+            since: Some(since),
         };
         loop {
             match client.call(&done).await {
@@ -863,10 +899,14 @@ impl ClusterNode {
                 p.segments += segments;
                 p.bytes += found.bytes;
             }
+            // Only this server's tablets, each from where it gained it:
+            // the log may hold tablets that moved away since, and older
+            // entries of ones that came back.
+            let owned = OwnedRanges::of(&self.map(), self.id, log);
             let s = store.clone();
             let replayed = tokio::task::spawn_blocking(move || {
-                let views: Vec<&[u8]> = found.segments.iter().map(|(_, b)| b.as_slice()).collect();
-                s.replay(views.iter().copied())
+                let segments = found.segments.iter().map(|(id, b)| (*id, b.as_slice()));
+                s.replay_filtered(segments, |segment, table, key| owned.keeps(segment, table, key))
             })
             .await;
             match replayed {
@@ -928,6 +968,36 @@ impl ClusterNode {
         self.replicator.shutdown();
         if let Some(b) = self.backup.lock().take() {
             b.shutdown();
+        }
+    }
+}
+
+/// The key ranges a server owns, each with the first segment of one of its
+/// logs whose entries of it count (`ClusterMap::owned_pieces`), sorted
+/// for lookup by key hash.
+struct OwnedRanges(Vec<(TableId, u64, u64, SegmentId)>);
+
+impl OwnedRanges {
+    /// `server`'s tablets in `map`, as they count in its log `log`.
+    fn of(map: &ClusterMap, server: ServerId, log: LogId) -> OwnedRanges {
+        let mut v: Vec<(TableId, u64, u64, SegmentId)> = map
+            .tablets_of(server)
+            .flat_map(|t| {
+                let pieces = map.owned_pieces(server, log, t.table, t.start_hash, t.end_hash);
+                pieces.into_iter().map(|p| (t.table, p.start_hash, p.end_hash, p.from))
+            })
+            .collect();
+        v.sort();
+        OwnedRanges(v)
+    }
+
+    /// Whether an entry of `table`'s `key` in `segment` is the server's.
+    fn keeps(&self, segment: SegmentId, table: TableId, key: &[u8]) -> bool {
+        let hash = shoal_common::key_hash(table, key).0;
+        let i = self.0.partition_point(|r| (r.0, r.1) <= (table, hash));
+        i > 0 && {
+            let (t, _, end, from) = self.0[i - 1];
+            t == table && hash <= end && from <= segment
         }
     }
 }

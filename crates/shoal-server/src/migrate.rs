@@ -35,7 +35,7 @@ use crate::cluster::ClusterNode;
 use parking_lot::{Mutex, RwLock};
 use shoal_cluster::map::Migration;
 use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
-use shoal_common::{key_hash, KeyHash, TableId, Version};
+use shoal_common::{key_hash, KeyHash, SegmentId, TableId, Version};
 use shoal_engine::format::{self, Entry};
 use shoal_engine::{EnumCursor, Replay, Store};
 use std::collections::HashSet;
@@ -193,6 +193,8 @@ impl Migrations {
 struct Copied {
     objects: u64,
     bytes: u64,
+    /// The first segment of the target's log holding the copy.
+    since: SegmentId,
 }
 
 /// The source's whole part in migration `m`: freeze, copy, commit (or
@@ -225,7 +227,7 @@ async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
             );
             // No read may be served here once the target may serve.
             node.migrations.freeze_reads(m);
-            if resolve(node, m, true, "").await {
+            if resolve(node, m, Some(c.since), "").await {
                 node.migrations.committed.fetch_add(1, Ordering::Relaxed);
                 info!("migration {}: committed after {} ms", m.id, started.elapsed().as_millis());
             } else {
@@ -235,26 +237,27 @@ async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
         Err(why) => {
             warn!("migration {}: {why}; aborting", m.id);
             tell_target_abort(node, m).await;
-            resolve(node, m, false, &why).await;
+            resolve(node, m, None, &why).await;
             node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// Asks the coordinator to commit (`commit`) or abort `m` until it has
-/// decided, and returns whether the move committed. A commit that the
-/// coordinator cannot be reached for within [`COMMIT_PATIENCE`] turns
-/// into an abort, which it refuses if the commit got through after all.
-async fn resolve(node: &Arc<ClusterNode>, m: &Migration, commit: bool, why: &str) -> bool {
+/// Asks the coordinator to commit (`since`: where the copy begins in the
+/// target's log) or abort (`None`) `m` until it has decided, and returns
+/// whether the move committed. A commit that the coordinator cannot be
+/// reached for within [`COMMIT_PATIENCE`] turns into an abort, which it
+/// refuses if the commit got through after all.
+async fn resolve(node: &Arc<ClusterNode>, m: &Migration, since: Option<SegmentId>, why: &str) -> bool {
     let mut client = node.control_client();
     let deadline = Instant::now() + COMMIT_PATIENCE;
-    let mut commit = commit;
+    let mut commit = since.is_some();
     loop {
         if node.is_dead() {
             return false;
         }
         let req = match commit {
-            true => ControlRequest::FinishMigration { id: m.id, server: node.id },
+            true => ControlRequest::FinishMigration { id: m.id, server: node.id, since },
             false => ControlRequest::AbortMigration {
                 id: m.id,
                 server: node.id,
@@ -287,7 +290,7 @@ async fn tell_target_abort(node: &Arc<ClusterNode>, m: &Migration) {
         let mut s = shoal_replication::dial::connect_migration(addr, node.id).await.map_err(|e| e.to_string())?;
         let mut body = Vec::with_capacity(BEGIN_LEN);
         encode_begin(&mut body, m, Version(0));
-        call(&mut s, ABORT, &body).await
+        call(&mut s, ABORT, &body).await.map(|_| ())
     };
     if let Ok(Err(e)) | Err(e) =
         tokio::time::timeout(Duration::from_secs(2), abort).await.map_err(|_| "timed out".to_string())
@@ -315,8 +318,11 @@ async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Res
     let safe = store.safe_version();
     let mut body = Vec::with_capacity(BATCH_BYTES + (2 << 20));
     encode_begin(&mut body, m, safe);
-    call(&mut s, BEGIN, &body).await?;
-    let mut copied = Copied { objects: 0, bytes: 0 };
+    let begun = call(&mut s, BEGIN, &body).await?;
+    let since = <[u8; 8]>::try_from(begun.as_slice())
+        .map(|b| SegmentId(u64::from_le_bytes(b)))
+        .map_err(|_| format!("the target answered BEGIN with {} bytes, not a segment id", begun.len()))?;
+    let mut copied = Copied { objects: 0, bytes: 0, since };
     let mut cursor = Some(EnumCursor(m.start_hash));
     loop {
         body.clear();
@@ -350,13 +356,14 @@ async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Res
     Ok(copied)
 }
 
-/// Sends one frame and waits for its answer: `Ok` or the target's reason.
-async fn call<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, kind: u8, body: &[u8]) -> Result<(), String> {
+/// Sends one frame and waits for its answer: `Ok` with the answer's body,
+/// or the target's reason.
+async fn call<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, kind: u8, body: &[u8]) -> Result<Vec<u8>, String> {
     let step = async {
         write_frame(s, kind, body).await.map_err(|e| format!("cannot send to the target: {e}"))?;
         let (kind, body) = read_frame(s).await.map_err(|e| format!("no answer from the target: {e}"))?;
         match kind {
-            OK => Ok(()),
+            OK => Ok(body),
             ERR => Err(format!("the target refused: {}", String::from_utf8_lossy(&body))),
             k => Err(format!("the target answered with frame kind {k}")),
         }
@@ -412,13 +419,13 @@ impl shoal_replication::backup::PeerHandler for TargetHandler {
                     Err(_) => return,
                 };
                 let (answer, close) = match target.step(kind, body).await {
-                    Ok(()) => ((OK, String::new()), false),
+                    Ok(body) => ((OK, body), false),
                     Err(why) => {
                         warn!("migration: refusing server {from} at {addr}: {why}");
-                        ((ERR, why), true)
+                        ((ERR, why.into_bytes()), true)
                     }
                 };
-                if write_frame(&mut stream, answer.0, answer.1.as_bytes()).await.is_err() || close {
+                if write_frame(&mut stream, answer.0, &answer.1).await.is_err() || close {
                     return;
                 }
             }
@@ -436,7 +443,10 @@ struct Target {
 }
 
 impl Target {
-    async fn step(&mut self, kind: u8, body: Vec<u8>) -> Result<(), String> {
+    /// Acts on one frame from the source; returns the body of the OK
+    /// answer (BEGIN's: the first segment of this server's log that holds
+    /// the copy, 8 bytes; the others': empty).
+    async fn step(&mut self, kind: u8, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let (node, store) = self.migrations.attached().ok_or("this server is not serving yet")?;
         match kind {
             BEGIN | ABORT => {
@@ -449,7 +459,7 @@ impl Target {
                     // An ABORT of a move already gone: the objects stay
                     // until the next BEGIN of the range (this server may
                     // be recovering that tablet now).
-                    return Ok(());
+                    return Ok(Vec::new());
                 };
                 // Objects of the range held here are left over from an
                 // earlier move that did not finish: not this server's
@@ -464,16 +474,22 @@ impl Target {
                 if gone > 0 {
                     info!("migration {id}: dropped {gone} objects left here by an unfinished move");
                 }
-                if kind == BEGIN {
-                    info!(
-                        "migration {id}: receiving table {} [{start:#018x}, {end:#018x}] from server {}",
-                        table.0, self.from
-                    );
-                    store.create_table(table);
-                    self.begun = Some((m, safe));
-                    self.replay = Some(Replay::default());
+                if kind == ABORT {
+                    return Ok(Vec::new());
                 }
-                Ok(())
+                // Entries of the range already in this log (below the new
+                // head) are from before: the coordinator records that the
+                // tablet is this server's from that segment on, and its
+                // recovery and restart skip the older ones.
+                let since = store.roll_head().map_err(|e| format!("cannot start a head segment: {e}"))?;
+                info!(
+                    "migration {id}: receiving table {} [{start:#018x}, {end:#018x}] from server {} from segment {}",
+                    table.0, self.from, since.0
+                );
+                store.create_table(table);
+                self.begun = Some((m, safe));
+                self.replay = Some(Replay::default());
+                Ok(since.0.to_le_bytes().to_vec())
             }
             ENTRIES => {
                 let (m, safe) = self.begun.clone().ok_or("ENTRIES before BEGIN")?;
@@ -492,7 +508,7 @@ impl Target {
                 self.replay = Some(replay);
                 result.map_err(|e| format!("cannot install the objects: {e}"))?;
                 self.migrations.objects_received.fetch_add(n, Ordering::Relaxed);
-                Ok(())
+                Ok(Vec::new())
             }
             DONE => {
                 let (m, _) = self.begun.clone().ok_or("DONE before BEGIN")?;
@@ -510,7 +526,7 @@ impl Target {
                     m.id, report.objects_replayed, m.table.0, self.from
                 );
                 self.begun = None;
-                Ok(())
+                Ok(Vec::new())
             }
             k => Err(format!("unknown frame kind {k}")),
         }

@@ -18,6 +18,9 @@
 //! leaves the groups in the index; the replay of a recovery or a restart
 //! applies the point ([`Store::finish_replay`]).
 //!
+//! Only streamlets this server serves are looked at: one it is recovering
+//! is left alone until the recovery hands it over.
+//!
 //! [`Store::mark_stream_trimmed`]: shoal_engine::Store::mark_stream_trimmed
 //! [`Store::trim_stream`]: shoal_engine::Store::trim_stream
 //! [`Store::finish_replay`]: shoal_engine::Store::finish_replay
@@ -49,6 +52,13 @@ pub async fn run(ctx: Arc<ServerContext>) {
             continue;
         }
         for (table, streamlet, keep) in ctx.store.stream_retention_due(limits) {
+            if !serves(&ctx, table, streamlet) {
+                // A streamlet this server is recovering (its groups are
+                // being replayed, and the dead master's trim point may not
+                // be yet) is its dead master's until the recovery hands it
+                // over: a point written here now would outrank that one.
+                continue;
+            }
             if let Err(e) = ctx.store.mark_stream_trimmed(table, streamlet, keep) {
                 warn!("stream retention: cannot write the trim point of stream {table} streamlet {streamlet}: {e}");
                 continue;
@@ -69,4 +79,13 @@ pub async fn run(ctx: Arc<ServerContext>) {
             }
         }
     }
+}
+
+/// Whether this server serves `streamlet` of stream `table` now (always,
+/// outside a cluster).
+fn serves(ctx: &ServerContext, table: shoal_common::TableId, streamlet: u32) -> bool {
+    ctx.cluster.as_ref().is_none_or(|node| {
+        let hash = shoal_common::key_hash(table, &shoal_common::streamlet_key(streamlet));
+        matches!(node.route(table, hash), crate::cluster::Route::Local)
+    })
 }

@@ -426,3 +426,133 @@ fn split_move_back_and_merge_under_load_keep_every_acknowledged_write() {
         assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
     }
 }
+
+/// Writes 600 keys `back-i` = `old-i` and returns those of them in
+/// `tablet`.
+fn keys_in(c: &mut Client, table: TableId, tablet: &TabletInfo) -> Vec<Vec<u8>> {
+    let mut mine = Vec::new();
+    for i in 0..600 {
+        let key = format!("back-{i}").into_bytes();
+        c.write(table, &key, format!("old-{i}").as_bytes()).unwrap();
+        let h = shoal_client::key_hash(table, &key).0;
+        if tablet.start_hash <= h && h <= tablet.end_hash {
+            mine.push(key);
+        }
+    }
+    mine
+}
+
+/// Moves `tablet` of `name` away to `to`, removes every other key of
+/// `keys` and overwrites the rest there, and moves it back: its first
+/// master's log now holds old entries of the tablet from before it left.
+fn away_change_and_back(
+    cluster: &Cluster,
+    name: &str,
+    table: TableId,
+    tablet: &TabletInfo,
+    to: ServerId,
+    keys: &[Vec<u8>],
+) {
+    let start = format!("{:#x}", tablet.start_hash);
+    let out = migrate(cluster, &["--table", name, "--start", &start, "--to", &to.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    let mut c = cluster.client();
+    for (i, key) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            c.remove(table, key).unwrap();
+        } else {
+            c.write(table, key, b"new").unwrap();
+        }
+    }
+    let out = migrate(cluster, &["--table", name, "--start", &start, "--to", &tablet.master.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// What `away_change_and_back` left: removed keys absent, the others new.
+fn check_changed(c: &mut Client, table: TableId, keys: &[Vec<u8>]) {
+    let mut wrong = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let got = c.read(table, key);
+        let ok = match (i % 2 == 0, &got) {
+            (true, Err(shoal_client::ReadError::NotFound)) => true,
+            (false, Ok(v)) => v.0 == b"new",
+            _ => false,
+        };
+        if !ok {
+            wrong.push(format!("{}: {got:?}", String::from_utf8_lossy(key)));
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {} keys wrong, e.g. {:?}", wrong.len(), keys.len(), &wrong[..wrong.len().min(5)]);
+}
+
+/// RAMCloud's reason for a log position per tablet assignment: a tablet
+/// that leaves a master and comes back finds its old entries still in
+/// that master's log. A crash recovery of that master must not replay
+/// them, or a key removed while the tablet was away comes back.
+#[test]
+fn a_tablet_that_moved_away_and_back_recovers_without_its_old_entries() {
+    let root = Root::new("migrate-back-crash");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("back").unwrap();
+    let (tablet, to) = tablet_and_target(&cluster.map().unwrap(), table);
+    let keys = keys_in(&mut c, table, &tablet);
+    assert!(keys.len() > 50, "only {} keys in the tablet", keys.len());
+    away_change_and_back(&cluster, "back", table, &tablet, to, &keys);
+    check_changed(&mut c, table, &keys);
+
+    let victim = cluster.process_of(tablet.master);
+    let _ = cluster.servers[victim].kill();
+    let _ = cluster.servers[victim].wait();
+    cluster.wait_for_map("the tablet's master declared dead and recovered", 30, |m| {
+        m.server(tablet.master).is_some_and(|s| s.state == ServerState::Down) && m.recoveries.is_empty()
+    });
+    check_changed(&mut cluster.client(), table, &keys);
+}
+
+/// The same after a whole-cluster restart: each server replays its own
+/// earlier log, which must skip the entries of tablets it no longer
+/// masters and those from before it last became a tablet's master.
+#[test]
+fn a_tablet_that_moved_away_and_back_restarts_without_its_old_entries() {
+    let root = Root::new("migrate-back-restart");
+    let mut cluster = Cluster::start(&root.0, 3, 2, 0);
+    let port = cluster.coordinator.port();
+    let mut c = cluster.client();
+    let table = c.create_table("back").unwrap();
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+    let keys = keys_in(&mut c, table, &tablet);
+    // A second tablet goes away for good: its old master must not load it
+    // again at the restart.
+    let other = map.tablets.iter().filter(|t| t.table == table).max_by_key(|t| t.start_hash).unwrap().clone();
+    let elsewhere = map.servers.iter().find(|s| s.id != other.master).unwrap().id;
+    let out = migrate(
+        &cluster,
+        &["--table", "back", "--start", &format!("{:#x}", other.start_hash), "--to", &elsewhere.0.to_string()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    away_change_and_back(&cluster, "back", table, &tablet, to, &keys);
+    check_changed(&mut c, table, &keys);
+    let before: u64 = per_server_objects(&cluster).iter().sum();
+
+    let old_logs: Vec<_> = cluster.map().unwrap().servers.iter().map(|s| s.log).collect();
+    cluster.kill_all();
+    let again = Cluster::start(&root.0, 3, 2, port);
+    again.wait_for_map("every server back with a new log and up", 60, |m| {
+        m.servers.iter().all(|s| s.state == ServerState::Up && !old_logs.contains(&s.log))
+    });
+    check_changed(&mut again.client(), table, &keys);
+    let after = per_server_objects(&again);
+    assert_eq!(after.iter().sum::<u64>(), before, "objects per server after the restart: {after:?}");
+}
+
+/// The `objects` statistic of every server of the map.
+fn per_server_objects(cluster: &Cluster) -> Vec<u64> {
+    let map = cluster.map().unwrap();
+    map.servers
+        .iter()
+        .filter(|s| s.state == ServerState::Up)
+        .map(|s| common::stat(&Client::connect(s.native).unwrap().stats().unwrap(), "objects").unwrap())
+        .collect()
+}
