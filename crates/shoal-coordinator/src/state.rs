@@ -79,6 +79,18 @@ pub const DEFAULT_REPLICAS: u32 = 3;
 /// Committed migration ids remembered ([`ClusterState::apply`] of
 /// `AbortMigration`).
 pub const MAX_COMMITTED: usize = 256;
+/// Freed logs kept in `map.fenced` (the newest): enough for every backup
+/// watching the map to drop their replicas; older entries go.
+pub const MAX_FREED_LOGS: usize = 64;
+/// Servers declared dead that nothing names any more kept in the map (the
+/// newest), so that operators and the dashboard see them; older ones are
+/// retired from it.
+pub const MAX_DOWN_SERVERS: usize = 16;
+/// The smallest piece (in hashes) a crash recovery cuts a tablet into:
+/// 1/256 of the hash space. Pieces of repeated recoveries stop splitting
+/// there and are dealt whole, so a table never has more than 256 tablets
+/// from recoveries (`plan`).
+pub const MIN_RECOVERY_PIECE: u128 = 1 << 56;
 
 /// What [`ClusterState::apply`] decided.
 #[derive(Clone, Debug, PartialEq)]
@@ -1045,7 +1057,10 @@ impl ClusterState {
             // A chunk table's one tablet is recovered whole: its master
             // serves every chunk (`docs/chunks.md`).
             let chunks = self.map.tables.iter().any(|x| x.id == t.table && x.chunks);
-            let pieces = if chunks { 1 } else { per_tablet as u64 };
+            // Pieces of earlier recoveries are not cut below
+            // MIN_RECOVERY_PIECE: the tablets of a table stay bounded.
+            let room = ((t.end_hash - t.start_hash) as u128 + 1) / MIN_RECOVERY_PIECE;
+            let pieces = if chunks { 1 } else { (per_tablet as u64).min(room.max(1) as u64) };
             for (start_hash, end_hash) in split_tablet(t, pieces) {
                 let piece = TabletInfo { table: t.table, start_hash, end_hash, master: dead };
                 let p = &mut partitions[dealt % n];
@@ -1184,9 +1199,56 @@ impl ClusterState {
     /// takes the new version as its epoch).
     fn bump(&mut self) {
         self.drop_stale_migrations();
+        self.retire_dead_servers();
+        self.forget_old_freed_logs();
         self.map.replicas = self.effective_replicas();
         self.map.version += 1;
         self.regroup();
+    }
+
+    /// Removes from the map the oldest servers declared dead that nothing
+    /// names any more (no recovery of theirs or partition of another's, no
+    /// tablet, no migration, and their log freed), keeping the newest
+    /// [`MAX_DOWN_SERVERS`] of them. Their ids are never
+    /// reused (`next_server`), and their credentials go with them: a
+    /// process still running under such an id finds itself missing from
+    /// the map (it stops as if declared dead), has its leases refused and
+    /// can only enlist again as a new server.
+    fn retire_dead_servers(&mut self) {
+        let map = &self.map;
+        let retired: Vec<ServerId> = map
+            .servers
+            .iter()
+            .filter(|s| {
+                s.state == ServerState::Down
+                    && !map.recoveries.iter().any(|r| r.dead == s.id || r.partitions.iter().any(|p| p.master == s.id))
+                    && !map.tablets.iter().any(|t| t.master == s.id)
+                    && !map.migrations.iter().any(|m| m.from == s.id || m.to == s.id)
+                    && !map.fenced.iter().any(|f| f.log == s.log && !f.free)
+            })
+            .map(|s| s.id)
+            .collect();
+        // Ids grow with enlistment: the first are the oldest.
+        let retired = &retired[..retired.len().saturating_sub(MAX_DOWN_SERVERS)];
+        if retired.is_empty() {
+            return;
+        }
+        self.map.servers.retain(|s| !retired.contains(&s.id));
+        self.map.owned_since.retain(|o| !retired.contains(&o.server));
+        for id in retired {
+            self.credentials.remove(id);
+            self.recover.remove(id);
+        }
+    }
+
+    /// Keeps the newest [`MAX_FREED_LOGS`] freed logs in `map.fenced`.
+    fn forget_old_freed_logs(&mut self) {
+        let mut extra = self.map.fenced.iter().filter(|f| f.free).count().saturating_sub(MAX_FREED_LOGS);
+        self.map.fenced.retain(|f| {
+            let drop = f.free && extra > 0;
+            extra -= drop as usize;
+            !drop
+        });
     }
 
     fn regroup(&mut self) {
@@ -2848,6 +2910,58 @@ mod tests {
         apply(&mut s, ControlRequest::DropTable { name: "t".into() });
         assert!(s.map.owned_since.is_empty());
         s.check().unwrap();
+    }
+
+    /// Issue 20's bounded state: 100 cycles of a master declared dead, its
+    /// recovery finished, and the server back (as a new one) at its
+    /// address. The map's servers, fenced logs, tablets and `owned_since`,
+    /// and the state's credentials and log versions, stop growing.
+    #[test]
+    fn state_stays_bounded_across_100_kill_and_recover_cycles() {
+        let mut s = cluster(4);
+        create(&mut s, "t", 4);
+        create(&mut s, "u", 16);
+        let mut sizes = Vec::new();
+        for cycle in 0..100 {
+            // A server back as a new one holds nothing until tablets move
+            // to it: the victims are the servers that hold tablets.
+            let up: Vec<ServerInfo> = s
+                .map
+                .servers
+                .iter()
+                .filter(|x| x.state == ServerState::Up && s.map.tablets_of(x.id).next().is_some())
+                .cloned()
+                .collect();
+            let victim = &up[cycle % up.len()];
+            assert!(down(&mut s, victim.id.0));
+            let r = recovery(&s, victim.id.0);
+            for (i, p) in r.partitions.iter().enumerate() {
+                assert_eq!(done(&mut s, r.id, i as u32, p.master), ControlResponse::Ok);
+            }
+            assert!(s.map.recoveries.is_empty());
+            let (id, _, recover) = enlist(&mut s, Some(victim.id.0), victim.native.port());
+            assert!(id != victim.id && recover.is_empty(), "back as a new server");
+            s.check().unwrap();
+            sizes.push((s.map.servers.len(), s.map.fenced.len(), s.map.tablets.len(), s.encode().len()));
+        }
+        let last = *sizes.last().unwrap();
+        eprintln!(
+            "(servers, fenced logs, tablets, state bytes) after 10, 25, 50, 100 cycles: {:?} {:?} {:?} {last:?}",
+            sizes[9], sizes[24], sizes[49]
+        );
+        assert_eq!(s.map.servers.iter().filter(|x| x.state == ServerState::Up).count(), 4);
+        assert!(s.map.servers.len() <= 4 + MAX_DOWN_SERVERS, "{} servers", s.map.servers.len());
+        assert!(s.credentials.len() <= s.map.servers.len());
+        assert!(s.map.fenced.len() <= MAX_FREED_LOGS);
+        assert!(s.log_versions.len() <= 4, "{} log versions", s.log_versions.len());
+        let per_table = ((1u128 << 64) / MIN_RECOVERY_PIECE) as usize;
+        for t in &s.map.tables {
+            let n = s.map.tablets.iter().filter(|x| x.table == t.id).count();
+            assert!(n <= per_table, "table {}: {n} tablets", t.name);
+        }
+        assert!(s.map.owned_since.len() <= s.map.tablets.len());
+        // The last 20 cycles grew nothing.
+        assert!(sizes[80..].iter().all(|x| (x.0, x.1, x.2) == (last.0, last.1, last.2)), "{:?}", &sizes[80..]);
     }
 
     #[test]

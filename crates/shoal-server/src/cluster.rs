@@ -525,8 +525,10 @@ impl ClusterNode {
                 }
             }
         }
+        // Declared dead, or retired from the map since (the coordinator
+        // removes dead servers once nothing names them).
         let me = map.server(self.id);
-        if me.is_some_and(|s| s.state == ServerState::Down) && !self.dead.swap(true, Ordering::AcqRel) {
+        if me.is_none_or(|s| s.state == ServerState::Down) && !self.dead.swap(true, Ordering::AcqRel) {
             warn!("the coordinator declared this server ({}) dead: serving nothing more and stopping", self.id);
             self.lease.revoke();
             // Writes waiting for replication are never acknowledged.
