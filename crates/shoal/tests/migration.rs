@@ -358,6 +358,56 @@ fn migrate_from_a_source_killed_mid_move_loses_nothing() {
     assert_eq!(moving, 1, "the source was killed while the move was in progress");
 }
 
+/// The coordinator SIGKILLed in the middle of a copy and started again on
+/// its state: the move is in the saved state, so the source's commit (or,
+/// past its patience, its abort) reaches the new process; either way the
+/// tablet has one master and no acknowledged write is lost.
+#[test]
+fn migrate_with_the_coordinator_killed_mid_move_loses_nothing() {
+    let root = Root::new("migrate-kill-coordinator");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    preload(&mut c, table, 8 << 10);
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+
+    let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = migrate(
+        &cluster,
+        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let log = root.0.join(format!("server-{}/log", cluster.process_of(to)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut coordinator = cluster.coordinator_proc.take().unwrap();
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.start_coordinator();
+    let map = cluster.wait_for_map("the move over", 30, |m| m.migrations.is_empty());
+    let owner = map.tablets.iter().find(|t| t.table == table && t.start_hash == tablet.start_hash).unwrap().master;
+    assert!(owner == to || owner == tablet.master, "the tablet is server {owner}'s");
+    assert!(map.servers.iter().all(|s| s.state == ServerState::Up), "no server was declared dead: {map:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let Outcome { ledger, acks, longest, failures, .. } = load.finish();
+    eprintln!(
+        "coordinator killed mid-move; the tablet is server {owner}'s ({}); {acks} writes acknowledged; longest \
+         pause {longest:?}; {failures} failed requests",
+        if owner == to { "committed" } else { "aborted" }
+    );
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..2000 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+}
+
 /// Runs `shoal tablet` against `cluster` with `args`.
 fn tablet_cmd(cluster: &Cluster, args: &[&str]) -> Output {
     Command::new(SHOAL)
