@@ -77,6 +77,10 @@ pub enum Step {
     Forward(Job),
     /// Nothing was done: run the same request again after a short pause.
     Retry,
+    /// Nothing was done: run the same request again once this completes
+    /// (a blocked XREAD: new data, or its timeout). The connection runs
+    /// nothing else meanwhile, as a blocked Redis client.
+    Wait(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
 /// A request the connection cannot accept: `reply` is sent, then the
@@ -573,6 +577,13 @@ impl<P: Protocol> Conn<P> {
                 Step::Retry => {
                     self.forward = Some(Box::pin(async {
                         tokio::time::sleep(NO_TABLET_RETRY).await;
+                        BytesMut::new()
+                    }));
+                    break;
+                }
+                Step::Wait(until) => {
+                    self.forward = Some(Box::pin(async {
+                        until.await;
                         BytesMut::new()
                     }));
                     break;

@@ -64,6 +64,12 @@ pub struct Session {
     /// While EXEC runs the queued commands: their store transaction, which
     /// [`Db`] reads and writes through.
     pub txn: RefCell<Option<Txn>>,
+    /// A blocked XREAD's state, kept while it waits and runs again
+    /// (`cmd::xread`).
+    pub blocked_read: Option<crate::resp::cmd::BlockedRead>,
+    /// Set by a command that blocks instead of replying: the connection
+    /// runs the same request again once it completes ([`Step::Wait`]).
+    pub wait: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
     tables: TableCache,
 }
 
@@ -104,6 +110,8 @@ impl Session {
             watched_bytes: 0,
             pending_watch: None,
             txn: RefCell::new(None),
+            blocked_read: None,
+            wait: None,
             tables: TableCache::default(),
         }
     }
@@ -310,6 +318,11 @@ impl Session {
         let sub = cmd::sub_index(entry.spec, args);
         self.slot.record_command(index, sub, started);
         let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
+        if let Some(until) = self.wait.take() {
+            // Blocked (XREAD BLOCK): nothing was replied; the command is
+            // counted when it runs again and answers.
+            return Step::Wait(until);
+        }
         let took = started.elapsed();
         let usec = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.ctx.stats.resp_commands.ran(index, took, failed);

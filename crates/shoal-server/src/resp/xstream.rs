@@ -1,0 +1,914 @@
+//! Redis streams on Shoal's KerA streams (`docs/streams.md`, "Redis
+//! streams on the RESP port"). Commands (`cmd/x*.rs`) parse and reply;
+//! this module holds the model they share and is the only one that
+//! reads or writes a Redis stream's records.
+//!
+//! * **Mapping.** The Redis stream `key` of database `n` is the Shoal
+//!   stream named [`table_name`] (`redis.db{n}.stream.{key, escaped}`),
+//!   of [`SHAPE`]: one streamlet of one log, so the streamlet's records
+//!   are in one order, the order of their appends, which is ID order.
+//! * **Records.** Each XADD appends one record holding the entry's ID and
+//!   its field-value pairs ([`encode_entry`]); XDEL and exact trimming
+//!   append a *marker* record instead of rewriting anything (the log is
+//!   append-only): a deletion marker lists the IDs it removes, a trim
+//!   marker removes every entry appended before it below an ID. Markers
+//!   also carry the stream's last ID, so that the last ID survives the
+//!   removal of every entry. An XADD that trims appends its entry and its
+//!   marker as one batch (one log entry: both or neither).
+//! * **Index.** In memory, per open stream: its last ID and a `BTreeMap`
+//!   from each live entry's ID to its record's offset. Built on first use
+//!   by reading the streamlet from its first group ([`XStream::load`]),
+//!   so after a restart or a recovery the index is the replay of the
+//!   records in order.
+//! * **Reclaiming.** Groups (KerA's unit of retention) that hold no live
+//!   entry any more, below the first group holding one, are removed with
+//!   the store's trim point (`Store::mark_stream_trimmed`, `trim_stream`):
+//!   the cleaner then frees their memory. Approximate trimming (`~`)
+//!   removes whole groups only.
+//!
+//! Concurrency: one mutex per stream serialises its writers (ID
+//! assignment, append and index update happen under it, so ID order is
+//! append order) and its readers of the index; record bytes are read
+//! from the store outside no lock but the store's own.
+
+use crate::context::ServerContext;
+use crate::resp::reply::{ErrorReply, Reply};
+use crate::resp::session::Session;
+use parking_lot::Mutex;
+use shoal_common::{StreamOffset, StreamShape};
+use shoal_engine::{StreamError, TableId};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// The shape of every Redis stream: one streamlet of one log (one append
+/// order); groups of 4 segments of 256 KiB, so a group (the unit in which
+/// memory is given back) holds about 1 MiB of entries.
+pub const SHAPE: StreamShape =
+    StreamShape { streamlets: 1, logs: 1, segment_bytes: 256 << 10, group_segments: 4, group_timeout_ms: 0 };
+
+/// The one streamlet of a Redis stream.
+const STREAMLET: u32 = 0;
+
+/// Most bytes of a Shoal table name (the coordinator's limit).
+const MAX_TABLE_NAME: usize = 255;
+
+pub const WRONGTYPE: ErrorReply = ErrorReply::new("WRONGTYPE Operation against a key holding the wrong kind of value");
+pub const INVALID_ID: ErrorReply = ErrorReply::new("ERR Invalid stream ID specified as stream command argument");
+pub const NOT_GREATER: ErrorReply =
+    ErrorReply::new("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+
+/// A Redis stream entry ID: milliseconds and a sequence number, ordered
+/// as the pair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub const MIN: StreamId = StreamId { ms: 0, seq: 0 };
+    pub const MAX: StreamId = StreamId { ms: u64::MAX, seq: u64::MAX };
+
+    /// The next ID (Redis's `streamIncrID`); `None` past the last one.
+    pub fn next(self) -> Option<StreamId> {
+        match (self.ms, self.seq) {
+            (u64::MAX, u64::MAX) => None,
+            (ms, u64::MAX) => Some(StreamId { ms: ms + 1, seq: 0 }),
+            (ms, seq) => Some(StreamId { ms, seq: seq + 1 }),
+        }
+    }
+
+    /// The previous ID (Redis's `streamDecrID`); `None` before 0-0.
+    pub fn prev(self) -> Option<StreamId> {
+        match (self.ms, self.seq) {
+            (0, 0) => None,
+            (ms, 0) => Some(StreamId { ms: ms - 1, seq: u64::MAX }),
+            (ms, seq) => Some(StreamId { ms, seq: seq - 1 }),
+        }
+    }
+
+    /// The ID as Redis writes it: "ms-seq".
+    pub fn text(self) -> Vec<u8> {
+        format!("{}-{}", self.ms, self.seq).into_bytes()
+    }
+}
+
+/// An ID argument as Redis parses it (`streamGenericParseIDOrReply`):
+/// `-` and `+` (unless `strict`), `ms` (the sequence is `missing_seq`),
+/// `ms-seq`, and with `star` also `ms-*` (the sequence is chosen by
+/// XADD; `seq_given` false). Numbers are read as C's `string2ull`.
+pub struct ParsedId {
+    pub id: StreamId,
+    pub seq_given: bool,
+}
+
+pub fn parse_id(arg: &[u8], strict: bool, missing_seq: u64, star: bool) -> Result<ParsedId, ErrorReply> {
+    if arg.len() > 127 {
+        return Err(INVALID_ID);
+    }
+    // Redis reads the argument as a C string.
+    let s = arg.split(|&c| c == 0).next().unwrap_or(arg);
+    if strict && (s == b"-" || s == b"+") {
+        return Err(INVALID_ID);
+    }
+    match s {
+        b"-" => return Ok(ParsedId { id: StreamId::MIN, seq_given: true }),
+        b"+" => return Ok(ParsedId { id: StreamId::MAX, seq_given: true }),
+        _ => {}
+    }
+    let (ms, seq) = match s.iter().position(|&c| c == b'-') {
+        Some(dash) => (&s[..dash], Some(&s[dash + 1..])),
+        None => (s, None),
+    };
+    let ms = string2ull(ms).ok_or(INVALID_ID)?;
+    match seq {
+        None => Ok(ParsedId { id: StreamId { ms, seq: missing_seq }, seq_given: true }),
+        Some(b"*") if star => Ok(ParsedId { id: StreamId { ms, seq: 0 }, seq_given: false }),
+        Some(seq) => Ok(ParsedId { id: StreamId { ms, seq: string2ull(seq).ok_or(INVALID_ID)? }, seq_given: true }),
+    }
+}
+
+/// Redis's `string2ull`: a strict decimal `long long` that is not
+/// negative, or else whatever C's `strtoull` reads from the whole string
+/// (leading white space, a sign, a negative number wrapping around;
+/// refused on overflow or when nothing or not all of it is a number).
+fn string2ull(s: &[u8]) -> Option<u64> {
+    if let Some(v) = crate::resp::frame::parse_i64(s) {
+        return u64::try_from(v).ok();
+    }
+    let mut i = s.iter().take_while(|&&c| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')).count();
+    let negative = s.get(i) == Some(&b'-');
+    if matches!(s.get(i), Some(b'-' | b'+')) {
+        i += 1;
+    }
+    let digits = &s[i..];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if negative { v.wrapping_neg() } else { v })
+}
+
+/// The Shoal stream name of Redis stream `key` in database `db`: bytes
+/// other than printable ASCII, and `%`, are written `%XX`. `Err` when the
+/// name would pass [`MAX_TABLE_NAME`] (a documented limit on stream keys).
+pub fn table_name(db: usize, key: &[u8]) -> Result<String, ErrorReply> {
+    let mut name = format!("redis.db{db}.stream.");
+    for &c in key {
+        if (b' '..=b'~').contains(&c) && c != b'%' {
+            name.push(c as char);
+        } else {
+            name.push_str(&format!("%{c:02X}"));
+        }
+    }
+    if name.len() > MAX_TABLE_NAME {
+        return Err(ErrorReply::owned(format!(
+            "ERR stream key too long for Shoal: its stream name would have {} bytes, at most {MAX_TABLE_NAME} \
+             (printable ASCII counts 1 byte, other bytes 3)",
+            name.len()
+        )));
+    }
+    Ok(name)
+}
+
+/// The prefix of every Redis stream name of database `db`.
+pub fn db_prefix(db: usize) -> String {
+    format!("redis.db{db}.stream.")
+}
+
+// ---------------------------------------------------------------- records
+//
+// A record's first byte is its kind; integers are little-endian.
+//
+//   entry:  1 | ms u64 | seq u64 | pairs u32 | 2 x pairs x (len u32 | bytes)
+//   delete: 2 | last ms u64 | last seq u64 | n u32 | n x (ms u64 | seq u64)
+//   trim:   3 | last ms u64 | last seq u64 | all u8 | below ms u64 | below seq u64
+//
+// `last` is the stream's last ID when the marker was appended; a trim
+// removes the entries appended before it whose ID is below `below`, or
+// all of them if `all` is 1.
+
+const ENTRY: u8 = 1;
+const DELETE: u8 = 2;
+const TRIM: u8 = 3;
+
+/// Bytes of an entry record beyond its fields' bytes.
+pub const ENTRY_OVERHEAD: usize = 21;
+
+pub fn encode_entry<'a>(id: StreamId, fields: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let n = fields.len();
+    let mut r = Vec::with_capacity(ENTRY_OVERHEAD + 64);
+    r.push(ENTRY);
+    put_id(&mut r, id);
+    r.extend_from_slice(&((n / 2) as u32).to_le_bytes());
+    for f in fields {
+        r.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        r.extend_from_slice(f);
+    }
+    r
+}
+
+fn encode_delete(last: StreamId, ids: &[StreamId]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(21 + 16 * ids.len());
+    r.push(DELETE);
+    put_id(&mut r, last);
+    r.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+    for &id in ids {
+        put_id(&mut r, id);
+    }
+    r
+}
+
+fn encode_trim(last: StreamId, below: Option<StreamId>) -> Vec<u8> {
+    let mut r = Vec::with_capacity(34);
+    r.push(TRIM);
+    put_id(&mut r, last);
+    r.push(below.is_none() as u8);
+    put_id(&mut r, below.unwrap_or_default());
+    r
+}
+
+fn put_id(r: &mut Vec<u8>, id: StreamId) {
+    r.extend_from_slice(&id.ms.to_le_bytes());
+    r.extend_from_slice(&id.seq.to_le_bytes());
+}
+
+/// A decoding cursor; every read is bounds-checked.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+    fn id(&mut self) -> Option<StreamId> {
+        Some(StreamId { ms: self.u64()?, seq: self.u64()? })
+    }
+}
+
+/// What a record does to the index.
+#[derive(Debug, PartialEq, Eq)]
+enum Record {
+    Entry(StreamId),
+    Delete { last: StreamId, ids: Vec<StreamId> },
+    Trim { last: StreamId, below: Option<StreamId> },
+}
+
+/// The record's effect; `None` for bytes that are no record of a Redis
+/// stream (written to the same stream by a native producer): skipped.
+fn decode(rec: &[u8]) -> Option<Record> {
+    let mut c = Cursor(rec);
+    match c.u8()? {
+        ENTRY => Some(Record::Entry(c.id()?)),
+        DELETE => {
+            let last = c.id()?;
+            let n = c.u32()? as usize;
+            if c.0.len() != n.checked_mul(16)? {
+                return None;
+            }
+            let ids = (0..n).map(|_| c.id()).collect::<Option<Vec<_>>>()?;
+            Some(Record::Delete { last, ids })
+        }
+        TRIM => {
+            let last = c.id()?;
+            let all = c.u8()? != 0;
+            let below = c.id()?;
+            Some(Record::Trim { last, below: (!all).then_some(below) })
+        }
+        _ => None,
+    }
+}
+
+/// Writes an entry record as Redis replies with an entry: its ID, then
+/// the array of its fields and values. `false` (nothing written) if the
+/// record is not a well-formed entry.
+fn reply_entry(rec: &[u8], out: &mut Reply) -> bool {
+    let mut c = Cursor(rec);
+    let (Some(ENTRY), Some(id), Some(pairs)) = (c.u8(), c.id(), c.u32()) else { return false };
+    let mut fields = Vec::with_capacity((pairs as usize).min(c.0.len() / 4) * 2);
+    for _ in 0..pairs as usize * 2 {
+        let Some(f) = c.u32().and_then(|n| c.take(n as usize)) else { return false };
+        fields.push(f);
+    }
+    out.array(2);
+    out.bulk(&id.text());
+    out.array(fields.len());
+    for f in fields {
+        out.bulk(f);
+    }
+    true
+}
+
+// ---------------------------------------------------------------- streams
+
+/// The open Redis streams of a server: their indexes, loaded on first
+/// use, and a signal for blocked XREADs.
+pub struct XStreams {
+    open: Mutex<HashMap<TableId, Arc<Mutex<XStream>>>>,
+    /// Bumped after every append to any Redis stream: blocked XREADs run
+    /// again when it changes.
+    appended: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for XStreams {
+    fn default() -> XStreams {
+        XStreams { open: Mutex::new(HashMap::new()), appended: tokio::sync::watch::channel(0).0 }
+    }
+}
+
+impl XStreams {
+    /// A receiver whose `changed()` resolves after the next append to any
+    /// Redis stream (take it before looking for data, so none is missed).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.appended.subscribe()
+    }
+
+    fn signal(&self) {
+        self.appended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// One Redis stream's index.
+pub struct XStream {
+    table: TableId,
+    loaded: bool,
+    /// Its table was dropped (DEL): holders must look the key up again.
+    dropped: bool,
+    /// The greatest ID ever added (XADD's lower bound), kept when entries go.
+    pub last: StreamId,
+    /// The live entries, by ID: where each one's record is.
+    entries: BTreeMap<StreamId, StreamOffset>,
+}
+
+/// A trimming strategy (XTRIM, XADD's MAXLEN/MINID).
+#[derive(Clone, Copy, Debug)]
+pub struct Trim {
+    pub kind: TrimKind,
+    /// `~`: only whole groups go (see the module comment).
+    pub approx: bool,
+    /// With `~`: at most this many entries go (0: no limit).
+    pub limit: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum TrimKind {
+    MaxLen(u64),
+    MinId(StreamId),
+}
+
+fn stream_error(e: StreamError) -> ErrorReply {
+    match e {
+        StreamError::OutOfMemory => ErrorReply::new("OOM command not allowed when used memory > 'maxmemory'."),
+        e => ErrorReply::owned(format!("ERR stream store: {e}")),
+    }
+}
+
+/// Looks up the Redis stream `key` of database `db`: `None` if there is
+/// none. Loads its index on first use.
+pub fn find(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<Option<Arc<Mutex<XStream>>>, ErrorReply> {
+    if !ctx.tables.has_stream_tables() {
+        return Ok(None);
+    }
+    // A key too long to name a stream is none.
+    let Ok(name) = table_name(db, key) else { return Ok(None) };
+    let Some(table) = ctx.tables.lookup(&name).filter(|&t| ctx.tables.is_stream_table(t)) else { return Ok(None) };
+    let x = ctx
+        .xstreams
+        .open
+        .lock()
+        .entry(table)
+        .or_insert_with(|| {
+            Arc::new(Mutex::new(XStream {
+                table,
+                loaded: false,
+                dropped: false,
+                last: StreamId::MIN,
+                entries: BTreeMap::new(),
+            }))
+        })
+        .clone();
+    {
+        let mut s = x.lock();
+        if !s.loaded {
+            s.load(ctx)?;
+        }
+    }
+    Ok(Some(x))
+}
+
+/// [`find`], creating the stream if there is none.
+pub fn find_or_create(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<Arc<Mutex<XStream>>, ErrorReply> {
+    if let Some(x) = find(ctx, db, key)? {
+        return Ok(x);
+    }
+    let name = table_name(db, key)?;
+    ctx.tables
+        .create_stream(&name, SHAPE)
+        .map_err(|e| ErrorReply::owned(format!("ERR cannot create the stream: {e}")))?;
+    find(ctx, db, key)?.ok_or(ErrorReply::new("ERR the stream was removed while it was created"))
+}
+
+/// Whether `key` of database `db` is a Redis stream (without loading it).
+pub fn exists(ctx: &ServerContext, db: usize, key: &[u8]) -> bool {
+    if !ctx.tables.has_stream_tables() {
+        return false;
+    }
+    table_name(db, key).ok().and_then(|n| ctx.tables.lookup(&n)).is_some_and(|t| ctx.tables.is_stream_table(t))
+}
+
+/// Removes the Redis stream `key` of database `db` (DEL): whether it existed.
+pub fn remove(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<bool, ErrorReply> {
+    if !exists(ctx, db, key) {
+        return Ok(false);
+    }
+    let name = table_name(db, key)?;
+    remove_named(ctx, &name)
+}
+
+fn remove_named(ctx: &ServerContext, name: &str) -> Result<bool, ErrorReply> {
+    let Some(table) = ctx.tables.lookup(name) else { return Ok(false) };
+    let open = ctx.xstreams.open.lock().remove(&table);
+    // Under the stream's lock, so no writer of it is half-way.
+    let _held = open.as_ref().map(|x| {
+        let mut s = x.lock();
+        s.dropped = true;
+        s
+    });
+    ctx.tables.drop_table(name).map_err(|e| ErrorReply::owned(format!("ERR cannot remove the stream: {e}")))
+}
+
+/// Removes every Redis stream of database `db` (FLUSHDB); how many.
+pub fn remove_all(ctx: &ServerContext, db: usize) -> Result<usize, ErrorReply> {
+    if !ctx.tables.has_stream_tables() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for name in ctx.tables.names_with_prefix(&db_prefix(db)) {
+        n += remove_named(ctx, &name)? as usize;
+    }
+    Ok(n)
+}
+
+/// Redis streams are served by standalone servers only, for now
+/// (`docs/streams.md`): in a cluster a stream's streamlet is placed by
+/// the hash of its table, not by its key's slot, so it is not where
+/// routing sends its key.
+pub const CLUSTER_REFUSED: ErrorReply = ErrorReply::new(
+    "ERR Redis stream commands are not supported by a Shoal cluster yet, only by a standalone server \
+     (docs/streams.md)",
+);
+
+/// Refuses a stream command on a server that is part of a cluster.
+pub fn check_standalone(session: &Session) -> Result<(), ErrorReply> {
+    if session.clustered() || session.cluster_mode {
+        return Err(CLUSTER_REFUSED);
+    }
+    Ok(())
+}
+
+/// The stream at `key` of the session's database, for a command on a
+/// stream: `None` if the key does not exist, `WRONGTYPE` if it holds a
+/// string.
+pub fn lookup(session: &Session, key: &[u8]) -> Result<Option<Arc<Mutex<XStream>>>, ErrorReply> {
+    if let Some(x) = find(&session.ctx, session.db, key)? {
+        return Ok(Some(x));
+    }
+    if session.db().meta(key)?.is_some() {
+        return Err(WRONGTYPE);
+    }
+    Ok(None)
+}
+
+/// How an XADD chooses its entry's ID.
+#[derive(Clone, Copy, Debug)]
+pub enum NewId {
+    /// `*`: the time in ms, or the last ID's next.
+    Auto,
+    /// `ms-seq`.
+    Exact(StreamId),
+    /// `ms-*`.
+    Ms(u64),
+}
+
+/// Why an XADD added nothing.
+pub enum AddRefused {
+    /// The stream was removed meanwhile: look it up again.
+    Dropped,
+    Error(ErrorReply),
+}
+
+impl From<ErrorReply> for AddRefused {
+    fn from(e: ErrorReply) -> AddRefused {
+        AddRefused::Error(e)
+    }
+}
+
+impl XStream {
+    /// Number of live entries (XLEN).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The greatest live entry's ID, if any.
+    pub fn last_entry(&self) -> Option<StreamId> {
+        self.entries.keys().next_back().copied()
+    }
+
+    /// Builds the index by replaying the streamlet's records in order.
+    fn load(&mut self, ctx: &ServerContext) -> Result<(), ErrorReply> {
+        let store = &ctx.store;
+        let mut from_group = 0;
+        loop {
+            let groups = store.stream_groups(self.table, STREAMLET, from_group, 1_000).map_err(stream_error)?;
+            let Some(last) = groups.last() else { break };
+            from_group = last.id + 1;
+            for g in groups {
+                let mut at = StreamOffset { group: g.id, segment: 0, position: 0 };
+                loop {
+                    let mut records = Vec::new();
+                    let read = store.consume(self.table, STREAMLET, at, 1 << 20, |rec| records.push(decode(rec)));
+                    let c = match read {
+                        Ok(c) => c,
+                        // Removed by retention meanwhile: its entries are gone.
+                        Err(StreamError::Trimmed { .. }) => break,
+                        Err(e) => return Err(stream_error(e)),
+                    };
+                    if c.records == 0 {
+                        break;
+                    }
+                    let first = c.next.position - c.records;
+                    for (i, r) in records.into_iter().enumerate() {
+                        let offset =
+                            StreamOffset { group: c.next.group, segment: c.next.segment, position: first + i as u32 };
+                        match r {
+                            Some(r) => self.apply(r, offset),
+                            None => continue,
+                        }
+                    }
+                    at = c.next;
+                }
+            }
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    fn apply(&mut self, r: Record, offset: StreamOffset) {
+        match r {
+            Record::Entry(id) => {
+                self.entries.insert(id, offset);
+                self.last = self.last.max(id);
+            }
+            Record::Delete { last, ids } => {
+                for id in ids {
+                    self.entries.remove(&id);
+                }
+                self.last = self.last.max(last);
+            }
+            Record::Trim { last, below } => {
+                match below {
+                    Some(below) => self.entries = self.entries.split_off(&below),
+                    None => self.entries.clear(),
+                }
+                self.last = self.last.max(last);
+            }
+        }
+    }
+
+    /// XADD: appends an entry of `fields` (field, value, ...) under the ID
+    /// `new` makes, then trims by `trim`; the entry's ID. Nothing is
+    /// appended when the ID is refused.
+    pub fn add<'a>(
+        &mut self,
+        ctx: &ServerContext,
+        new: NewId,
+        fields: impl ExactSizeIterator<Item = &'a [u8]>,
+        trim: Option<Trim>,
+    ) -> Result<StreamId, AddRefused> {
+        if self.dropped {
+            return Err(AddRefused::Dropped);
+        }
+        if self.last == StreamId::MAX {
+            return Err(
+                ErrorReply::new("ERR The stream has exhausted the last possible ID, unable to add more items").into()
+            );
+        }
+        let id = match new {
+            NewId::Exact(id) => id,
+            NewId::Ms(ms) if ms == self.last.ms => self.last.next().filter(|n| n.ms == ms).ok_or(NOT_GREATER)?,
+            NewId::Ms(ms) => StreamId { ms, seq: 0 },
+            NewId::Auto => {
+                let now = ctx.store.now().0;
+                if now > self.last.ms {
+                    StreamId { ms: now, seq: 0 }
+                } else {
+                    self.last.next().ok_or(NOT_GREATER)?
+                }
+            }
+        };
+        if id <= self.last {
+            return Err(NOT_GREATER.into());
+        }
+        let entry = encode_entry(id, fields);
+        let max = ctx.store.config().max_value_bytes;
+        if entry.len() + 8 > max {
+            return Err(ErrorReply::owned(format!(
+                "ERR Elements are too large to be stored (an entry holds at most {} bytes of fields in Shoal)",
+                max - 8 - ENTRY_OVERHEAD
+            ))
+            .into());
+        }
+        // What the trim removes once the entry is in.
+        let (exact, groups) = trim.map_or((None, None), |t| self.plan_trim(t, Some(id)));
+        let mut records = vec![entry];
+        if let Some(below) = exact {
+            records.push(encode_trim(id, below));
+        }
+        let produced = ctx.store.produce(self.table, STREAMLET, 0, &records).map_err(|e| match e {
+            StreamError::UnknownStream(_) => AddRefused::Dropped,
+            e => AddRefused::Error(stream_error(e)),
+        })?;
+        self.entries.insert(id, produced.first);
+        self.last = id;
+        if let Some(below) = exact {
+            self.remove_below(below);
+        }
+        if let Some(keep) = groups {
+            self.remove_groups_below(keep);
+        }
+        self.reclaim(ctx);
+        ctx.xstreams.signal();
+        Ok(id)
+    }
+
+    /// What trim `t` removes, once XADD's `new` entry (the greatest ID)
+    /// is in: for an exact trim, the trim marker's bound (`Some(None)`:
+    /// every entry); for `~`, the first group kept.
+    fn plan_trim(&self, t: Trim, new: Option<StreamId>) -> (Option<Option<StreamId>>, Option<u64>) {
+        // The IDs in order, the new entry (if any) last: it is the greatest.
+        let len = self.entries.len() as u64 + new.is_some() as u64;
+        let nth = |i: u64| -> Option<StreamId> {
+            if i < self.entries.len() as u64 {
+                self.entries.keys().nth(i as usize).copied()
+            } else {
+                new
+            }
+        };
+        // How many of the oldest entries go by an exact trim.
+        let cut = match t.kind {
+            TrimKind::MaxLen(max) => len.saturating_sub(max),
+            TrimKind::MinId(min) => self.entries.range(..min).count() as u64 + new.is_some_and(|n| n < min) as u64,
+        };
+        if cut == 0 {
+            return (None, None);
+        }
+        if !t.approx {
+            return (Some(nth(cut)), None);
+        }
+        // Whole groups: those below the group of the first entry kept, and
+        // never the open group (the new entry's, or the last one's).
+        let keep_group = match nth(cut) {
+            Some(id) if Some(id) == new => return (None, self.whole_groups(u64::MAX, t.limit)),
+            Some(id) => self.entries[&id].group,
+            None => u64::MAX,
+        };
+        (None, self.whole_groups(keep_group, t.limit))
+    }
+
+    /// The first group to keep when whole groups below `keep_group` go,
+    /// at most `limit` entries (0: no limit) and never the last group of
+    /// the index; `None` if none goes.
+    fn whole_groups(&self, keep_group: u64, limit: u64) -> Option<u64> {
+        let last_group = self.entries.values().next_back()?.group;
+        let keep_group = keep_group.min(last_group);
+        let mut per_group: BTreeMap<u64, u64> = BTreeMap::new();
+        for o in self.entries.values() {
+            if o.group >= keep_group {
+                break;
+            }
+            *per_group.entry(o.group).or_default() += 1;
+        }
+        let mut removed = 0;
+        let mut keep = None;
+        for (&g, &n) in &per_group {
+            if limit > 0 && removed + n > limit {
+                break;
+            }
+            removed += n;
+            keep = Some(g + 1);
+        }
+        keep
+    }
+
+    /// Removes the entries below `below` (`None`: all); how many.
+    fn remove_below(&mut self, below: Option<StreamId>) -> usize {
+        let before = self.entries.len();
+        match below {
+            Some(b) => self.entries = self.entries.split_off(&b),
+            None => self.entries.clear(),
+        }
+        before - self.entries.len()
+    }
+
+    fn remove_groups_below(&mut self, keep: u64) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|_, o| o.group >= keep);
+        before - self.entries.len()
+    }
+
+    /// Gives back the groups below the first one holding a live entry
+    /// (closed ones only: the store stops at the open group).
+    fn reclaim(&mut self, ctx: &ServerContext) {
+        let keep = self.entries.values().next().map_or(u64::MAX, |o| o.group);
+        let store = &ctx.store;
+        let Ok(trimmed) = store.stream_trimmed(self.table, STREAMLET) else { return };
+        let Ok(groups) = store.stream_groups(self.table, STREAMLET, trimmed, 2) else { return };
+        // Groups below `keep` that are closed: at least the first must be.
+        let Some(first) = groups.first() else { return };
+        if first.id >= keep || !first.closed {
+            return;
+        }
+        let keep = match self.entries.is_empty() {
+            true => groups.iter().find(|g| !g.closed).map_or(first.id + 1, |g| g.id),
+            false => keep,
+        };
+        // Standalone: the trim point is durable as soon as it is written;
+        // in a cluster (where Redis streams are refused) it must be made
+        // durable before the groups go (`retention.rs`).
+        if store.mark_stream_trimmed(self.table, STREAMLET, keep).is_ok() {
+            let _ = store.trim_stream(self.table, STREAMLET, keep);
+        }
+    }
+
+    /// XTRIM: removes entries by `t`; how many.
+    pub fn trim(&mut self, ctx: &ServerContext, t: Trim) -> Result<usize, ErrorReply> {
+        let (exact, groups) = self.plan_trim(t, None);
+        let mut removed = 0;
+        if let Some(below) = exact {
+            let marker = encode_trim(self.last, below);
+            ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?;
+            removed += self.remove_below(below);
+        }
+        if let Some(keep) = groups {
+            removed += self.remove_groups_below(keep);
+        }
+        if removed > 0 {
+            self.reclaim(ctx);
+        }
+        Ok(removed)
+    }
+
+    /// XDEL: removes the entries of `ids` that exist; how many.
+    pub fn delete(&mut self, ctx: &ServerContext, ids: &[StreamId]) -> Result<usize, ErrorReply> {
+        let mut present: Vec<StreamId> = ids.iter().copied().filter(|id| self.entries.contains_key(id)).collect();
+        present.sort_unstable();
+        present.dedup();
+        if present.is_empty() {
+            return Ok(0);
+        }
+        let marker = encode_delete(self.last, &present);
+        if marker.len() + 8 > ctx.store.config().max_value_bytes {
+            return Err(ErrorReply::new("ERR too many IDs for one XDEL in Shoal"));
+        }
+        ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?;
+        for id in &present {
+            self.entries.remove(id);
+        }
+        self.reclaim(ctx);
+        Ok(present.len())
+    }
+
+    /// The IDs and offsets of the entries from `start` to `end` (both
+    /// included), at most `count` (0: all), backwards if `rev`.
+    pub fn range(&self, start: StreamId, end: StreamId, count: usize, rev: bool) -> Vec<(StreamId, StreamOffset)> {
+        if start > end {
+            return Vec::new();
+        }
+        let r = self.entries.range(start..=end).map(|(&id, &o)| (id, o));
+        let limit = if count == 0 { usize::MAX } else { count };
+        if rev {
+            r.rev().take(limit).collect()
+        } else {
+            r.take(limit).collect()
+        }
+    }
+
+    /// Replies with the entries `found` (from [`XStream::range`]) as an
+    /// array, reading each record from the store; stops early once the
+    /// reply passes `reply_limit` (the connection is then closed). An
+    /// entry the server's retention removed meanwhile is left out (and
+    /// out of the index).
+    pub fn reply_entries(
+        &mut self,
+        ctx: &ServerContext,
+        found: &[(StreamId, StreamOffset)],
+        reply_limit: usize,
+        out: &mut Reply,
+    ) {
+        let mut records: Vec<Vec<u8>> = Vec::with_capacity(found.len());
+        let mut lost = None;
+        for &(_, offset) in found {
+            let mut rec = Vec::new();
+            match ctx.store.consume(self.table, STREAMLET, offset, 1, |r| rec = r.to_vec()) {
+                Ok(_) if !rec.is_empty() => records.push(rec),
+                Err(StreamError::Trimmed { first, .. }) => lost = Some(first),
+                _ => {}
+            }
+            if records.iter().map(Vec::len).sum::<usize>() > reply_limit {
+                break;
+            }
+        }
+        if let Some(first) = lost {
+            self.remove_groups_below(first);
+        }
+        out.array(records.len());
+        for rec in &records {
+            if !reply_entry(rec, out) {
+                // Cannot be: only entry records are indexed as entries.
+                out.array(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_id_reads_numbers_as_redis() {
+        let id = |s: &str| parse_id(s.as_bytes(), true, 0, true).ok().map(|p| (p.id.ms, p.id.seq, p.seq_given));
+        assert_eq!(id("5"), Some((5, 0, true)));
+        assert_eq!(id("5-3"), Some((5, 3, true)));
+        assert_eq!(id("5-*"), Some((5, 0, false)));
+        assert_eq!(id("01-2"), Some((1, 2, true)), "strtoull reads leading zeros");
+        assert_eq!(id(" 5"), Some((5, 0, true)), "and leading white space");
+        assert_eq!(id("+5-1"), Some((5, 1, true)));
+        assert_eq!(id("18446744073709551615-0"), Some((u64::MAX, 0, true)));
+        assert_eq!(id("18446744073709551616"), None, "overflow");
+        assert_eq!(id("-"), None, "strict");
+        assert_eq!(id("+"), None);
+        assert_eq!(id("-5"), None);
+        assert_eq!(id("5-"), None);
+        assert_eq!(id("5-x"), None);
+        assert_eq!(id("5-1-2"), None);
+        assert_eq!(id(""), None);
+        assert_eq!(id(&"1".repeat(128)), None, "longer than Redis's buffer");
+        let loose = |s: &str| parse_id(s.as_bytes(), false, u64::MAX, false).ok().map(|p| p.id);
+        assert_eq!(loose("-"), Some(StreamId::MIN));
+        assert_eq!(loose("+"), Some(StreamId::MAX));
+        assert_eq!(loose("7"), Some(StreamId { ms: 7, seq: u64::MAX }));
+        assert_eq!(loose("7-*"), None, "ms-* is XADD's only");
+    }
+
+    #[test]
+    fn next_and_prev_carry_as_redis() {
+        assert_eq!(StreamId { ms: 1, seq: u64::MAX }.next(), Some(StreamId { ms: 2, seq: 0 }));
+        assert_eq!(StreamId::MAX.next(), None);
+        assert_eq!(StreamId { ms: 2, seq: 0 }.prev(), Some(StreamId { ms: 1, seq: u64::MAX }));
+        assert_eq!(StreamId::MIN.prev(), None);
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_skipped() {
+        let id = StreamId { ms: 9, seq: 4 };
+        let e = encode_entry(id, [&b"f"[..], b"v"].into_iter());
+        assert_eq!(e.len(), ENTRY_OVERHEAD + 2 + 8);
+        assert_eq!(decode(&e), Some(Record::Entry(id)));
+        let d = encode_delete(id, &[StreamId { ms: 1, seq: 1 }]);
+        assert_eq!(decode(&d), Some(Record::Delete { last: id, ids: vec![StreamId { ms: 1, seq: 1 }] }));
+        assert_eq!(decode(&encode_trim(id, None)), Some(Record::Trim { last: id, below: None }));
+        assert_eq!(decode(&encode_trim(id, Some(id))), Some(Record::Trim { last: id, below: Some(id) }));
+        for cut in 0..d.len() {
+            assert_eq!(decode(&d[..cut]), None, "a torn marker is not a record");
+        }
+        assert_eq!(decode(b"hello"), None);
+        let mut huge = d.clone();
+        huge[17..21].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode(&huge), None, "a count past the bytes present");
+    }
+
+    #[test]
+    fn table_names_escape_and_are_bounded() {
+        assert_eq!(table_name(0, b"s").unwrap(), "redis.db0.stream.s");
+        assert_eq!(table_name(3, b"a b%\x00\xff").unwrap(), "redis.db3.stream.a b%25%00%FF");
+        assert!(table_name(0, &[b'a'; 230]).is_ok());
+        assert!(table_name(0, &[b'a'; 240]).is_err());
+    }
+}
