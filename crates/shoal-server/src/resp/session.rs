@@ -11,6 +11,7 @@ use crate::resp::frame::Args;
 use crate::resp::multi::{self, Multi, Seen};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
 use crate::resp::routing::{self, Routed};
+use crate::resp::xstream::{self, OnStreamKey};
 use bytes::BytesMut;
 use shoal_engine::Txn;
 use std::cell::RefCell;
@@ -317,7 +318,26 @@ impl Session {
         // As Redis, the connection's last command is this one while it runs.
         let sub = cmd::sub_index(entry.spec, args);
         self.slot.record_command(index, sub, started);
-        let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
+        let failed = match xstream::string_command_on_streams(self, entry, args) {
+            OnStreamKey::Run => (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err(),
+            OnStreamKey::RunThenRemove(streams) => {
+                let result = (entry.run)(args, self, &mut reply)
+                    .and_then(|()| streams.iter().try_for_each(|k| xstream::remove(&self.ctx, self.db, k).map(|_| ())));
+                result.map_err(|e| reply.error(&e)).is_err()
+            }
+            OnStreamKey::WrongType => {
+                reply.error(&xstream::WRONGTYPE);
+                true
+            }
+            OnStreamKey::NotWritten => {
+                if entry.spec.name == "set" {
+                    reply.null();
+                } else {
+                    reply.int(0);
+                }
+                false
+            }
+        };
         if let Some(until) = self.wait.take() {
             // Blocked (XREAD BLOCK): nothing was replied; the command is
             // counted when it runs again and answers.

@@ -495,6 +495,56 @@ pub fn lookup(session: &Session, key: &[u8]) -> Result<Option<Arc<Mutex<XStream>
     Ok(None)
 }
 
+/// What a string command (group "string") does when some of its keys
+/// hold a stream, by Redis's type rules.
+pub enum OnStreamKey {
+    /// No key is a stream, or the command treats one as a missing string
+    /// (MGET): run it.
+    Run,
+    /// The command overwrites its keys whatever their type (SET without
+    /// GET or NX, SETEX, PSETEX, MSET): run it, then remove these streams
+    /// if it succeeded.
+    RunThenRemove(Vec<Vec<u8>>),
+    /// The command reads or changes a string: WRONGTYPE.
+    WrongType,
+    /// The command writes only keys that do not exist (SET NX: a null
+    /// reply; SETNX, MSETNX: 0).
+    NotWritten,
+}
+
+/// [`OnStreamKey`] for command `entry` with `args`.
+pub fn string_command_on_streams(
+    session: &Session,
+    entry: &crate::resp::cmd::Entry,
+    args: crate::resp::frame::Args<'_>,
+) -> OnStreamKey {
+    let ctx = &session.ctx;
+    if entry.spec.group != "string" || !ctx.tables.has_stream_tables() {
+        return OnStreamKey::Run;
+    }
+    let Some((first, last, step)) = crate::resp::routing::key_positions(entry, args.len()) else {
+        return OnStreamKey::Run;
+    };
+    let streams: Vec<Vec<u8>> = (first..=last)
+        .step_by(step)
+        .map(|i| args.get(i))
+        .filter(|k| exists(ctx, session.db, k))
+        .map(<[u8]>::to_vec)
+        .collect();
+    if streams.is_empty() {
+        return OnStreamKey::Run;
+    }
+    let option = |word: &str| args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(word.as_bytes()));
+    match entry.spec.name {
+        "mget" => OnStreamKey::Run,
+        "set" if option("get") => OnStreamKey::WrongType,
+        "set" if option("nx") => OnStreamKey::NotWritten,
+        "set" | "setex" | "psetex" | "mset" => OnStreamKey::RunThenRemove(streams),
+        "setnx" | "msetnx" => OnStreamKey::NotWritten,
+        _ => OnStreamKey::WrongType,
+    }
+}
+
 /// How an XADD chooses its entry's ID.
 #[derive(Clone, Copy, Debug)]
 pub enum NewId {
@@ -662,12 +712,13 @@ impl XStream {
     /// every entry); for `~`, the first group kept.
     fn plan_trim(&self, t: Trim, new: Option<StreamId>) -> (Option<Option<StreamId>>, Option<u64>) {
         // The IDs in order, the new entry (if any) last: it is the greatest.
-        let len = self.entries.len() as u64 + new.is_some() as u64;
+        let existing = self.entries.len() as u64;
+        let len = existing + new.is_some() as u64;
         let nth = |i: u64| -> Option<StreamId> {
-            if i < self.entries.len() as u64 {
-                self.entries.keys().nth(i as usize).copied()
-            } else {
-                new
+            match i.cmp(&existing) {
+                std::cmp::Ordering::Less => self.entries.keys().nth(i as usize).copied(),
+                std::cmp::Ordering::Equal => new,
+                std::cmp::Ordering::Greater => None,
             }
         };
         // How many of the oldest entries go by an exact trim.
@@ -678,17 +729,19 @@ impl XStream {
         if cut == 0 {
             return (None, None);
         }
+        let first_kept = nth(cut);
         if !t.approx {
-            return (Some(nth(cut)), None);
+            return (Some(first_kept), None);
         }
-        // Whole groups: those below the group of the first entry kept, and
-        // never the open group (the new entry's, or the last one's).
-        let keep_group = match nth(cut) {
-            Some(id) if Some(id) == new => return (None, self.whole_groups(u64::MAX, t.limit)),
-            Some(id) => self.entries[&id].group,
-            None => u64::MAX,
-        };
-        (None, self.whole_groups(keep_group, t.limit))
+        // Whole groups, as Redis removes whole nodes: those below the group
+        // of the first entry kept; all of them (by a marker, since the
+        // last one may be open) if no entry is kept.
+        match first_kept {
+            None if t.limit == 0 || len <= t.limit => (Some(None), None),
+            None => (None, self.whole_groups(u64::MAX, t.limit)),
+            Some(id) if Some(id) == new => (None, self.whole_groups(u64::MAX, t.limit)),
+            Some(id) => (None, self.whole_groups(self.entries[&id].group, t.limit)),
+        }
     }
 
     /// The first group to keep when whole groups below `keep_group` go,

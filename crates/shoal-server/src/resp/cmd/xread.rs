@@ -56,11 +56,6 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
             if ms < 0 {
                 return Err(ErrorReply::new("ERR timeout is negative"));
             }
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-            if ms > 0 && ms > i64::MAX - now {
-                return Err(ErrorReply::new("ERR timeout is out of range"));
-            }
             timeout = Some(ms as u64);
         } else if super::is(opt, "count") && more > 0 {
             i += 1;
@@ -69,7 +64,7 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
             streams_at = i + 1;
             if (args.len() - streams_at) % 2 != 0 {
                 return Err(ErrorReply::new(
-                    "ERR Unbalanced 'xread' list of streams: for each stream key an ID or '$' must be specified.",
+                    "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));
             }
             break;
