@@ -205,14 +205,16 @@ def random_id(rng, ids):
         i = rng.choice(ids)
         return b"%d-%d" % i
     if r < 0.6:
-        return b"%d" % rng.randrange(0, 60)
+        return b"%d" % rng.randrange(0, 300)
     if r < 0.9:
-        return b"%d-%d" % (rng.randrange(0, 60), rng.randrange(0, 4))
+        return b"%d-%d" % (rng.randrange(0, 300), rng.randrange(0, 4))
     return rng.choice([b"-", b"+", b"x", b"1-x", b"(5", b"(", b"5-*", b""])
 
 
-def gen_op(rng, lens, ids):
-    """One random op; `lens`: Redis's XLEN of each key so far, `ids` the IDs added."""
+def gen_op(rng, lens, ids, future, tops):
+    """One random op; `lens`: Redis's XLEN of each key so far, `ids` the IDs
+    added, `future`: the keys whose last ID lies in the future, `tops`: the
+    ms of each key's last ID."""
     key = rng.choice(KEYS)
     r = rng.random()
     if r < 0.35:
@@ -227,16 +229,17 @@ def gen_op(rng, lens, ids):
         elif t < 0.2 and lens.get(key, 0) < 80:
             op += [b"MAXLEN", b"~", b"%d" % rng.randrange(0, 6)]
         op = [a for a in op if a != b""]
+        top = tops.get(key, 0)
         u = rng.random()
-        if u < 0.5:
-            op.append(b"%d-%d" % (rng.randrange(0, 60), rng.randrange(0, 4)))
-        elif u < 0.7:
-            op.append(b"%d-*" % rng.randrange(0, 60))
-        elif u < 0.8:
-            op.append(b"*" if lens.get(key, 0) and key in (b"s3",) else b"%d" % rng.randrange(1, 60))
+        if u < 0.5:  # mostly past the stream's top: accepted
+            op.append(b"%d-%d" % (top + rng.choice([0, 1, 1, 2]), rng.randrange(0, 4)))
+        elif u < 0.65:
+            op.append(b"%d-*" % (top + rng.randrange(-1, 2)))
+        elif u < 0.75:
+            op.append(b"*" if key in future else b"%d" % (top + rng.randrange(-1, 3)))
         else:
             op.append(random_id(rng, ids))
-        for _ in range(rng.choice([1, 1, 2, 3, 0])):
+        for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 3, 0])):
             op += [rng.choice([b"f", b"g", b"", b"field\x00x"]), rng.choice([b"v", b"", b"1" * 50])]
         if rng.random() < 0.05:
             op.append(b"odd")
@@ -276,7 +279,7 @@ def gen_op(rng, lens, ids):
         return op
     if r < 0.95:
         return [rng.choice([b"TYPE", b"EXISTS", b"GET"]), key]
-    if r < 0.97:
+    if r < 0.955:
         return [b"DEL", key]
     if r < 0.985:
         return [b"SET", b"str", b"v"]
@@ -293,9 +296,9 @@ def run_raw(client, op):
 
 def compare_random(shoal, real, rng, n):
     mismatches = []
-    lens, ids = {}, []
+    lens, ids, future, tops = {}, [], set(), {}
     for i in range(n):
-        op = gen_op(rng, lens, ids)
+        op = gen_op(rng, lens, ids, future, tops)
         a, b = run_raw(shoal, op), run_raw(real, op)
         if a != b:
             mismatches.append(("random #%d" % i, op, a, b))
@@ -303,6 +306,13 @@ def compare_random(shoal, real, rng, n):
             ms, seq = b[1].split(b"-")
             ids.append((int(ms), int(seq)))
             del ids[:-200]
+            if int(ms) >= FUTURE:
+                future.add(op[1])
+            else:
+                tops[op[1]] = max(tops.get(op[1], 0), int(ms))
+        if op[0] == b"DEL":
+            future.discard(op[1])
+            tops.pop(op[1], None)
         if op[0] in (b"XADD", b"XDEL", b"XTRIM", b"DEL"):
             got = run_raw(real, [b"TYPE", op[1]])
             lens[op[1]] = real.xlen(op[1]) if got == ("ok", b"stream") or got == ("ok", "stream") else 0
