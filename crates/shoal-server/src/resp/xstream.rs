@@ -545,6 +545,21 @@ pub fn string_command_on_streams(
     }
 }
 
+/// Refuses an entry record of `bytes` that the store cannot hold in one
+/// batch (its largest value, less the batch's own bytes).
+pub fn check_entry_size(ctx: &ServerContext, bytes: usize) -> Result<(), ErrorReply> {
+    let max = ctx.store.config().max_value_bytes;
+    if bytes + 8 > max {
+        return Err(ErrorReply::owned(format!(
+            "ERR Elements are too large to be stored (an entry holds at most {} bytes of fields and their lengths \
+             in Shoal: --max-value-size less {})",
+            max.saturating_sub(8 + ENTRY_OVERHEAD),
+            8 + ENTRY_OVERHEAD
+        )));
+    }
+    Ok(())
+}
+
 /// How an XADD chooses its entry's ID.
 #[derive(Clone, Copy, Debug)]
 pub enum NewId {
@@ -676,14 +691,7 @@ impl XStream {
             return Err(NOT_GREATER.into());
         }
         let entry = encode_entry(id, fields);
-        let max = ctx.store.config().max_value_bytes;
-        if entry.len() + 8 > max {
-            return Err(ErrorReply::owned(format!(
-                "ERR Elements are too large to be stored (an entry holds at most {} bytes of fields in Shoal)",
-                max - 8 - ENTRY_OVERHEAD
-            ))
-            .into());
-        }
+        check_entry_size(ctx, entry.len())?;
         // What the trim removes once the entry is in.
         let (exact, groups) = trim.map_or((None, None), |t| self.plan_trim(t, Some(id)));
         let mut records = vec![entry];
@@ -955,6 +963,96 @@ mod tests {
         let mut huge = d.clone();
         huge[17..21].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode(&huge), None, "a count past the bytes present");
+    }
+
+    fn ctx() -> ServerContext {
+        use crate::config::{ByteSize, ServerConfig};
+        ServerContext::new(ServerConfig { memory: ByteSize(64 << 20), ..Default::default() }).unwrap()
+    }
+
+    fn ids(x: &XStream) -> Vec<StreamId> {
+        x.entries.keys().copied().collect()
+    }
+
+    fn id(ms: u64, seq: u64) -> StreamId {
+        StreamId { ms, seq }
+    }
+
+    /// Forgets every index, as a server that restarted or recovered the
+    /// streams' records has none: the next use rebuilds them.
+    fn forget(ctx: &ServerContext) {
+        ctx.xstreams.open.lock().clear();
+    }
+
+    fn add(ctx: &ServerContext, x: &Arc<Mutex<XStream>>, ms: u64, seq: u64, trim: Option<Trim>) {
+        let fields = [&b"f"[..], &[b'v'; 200][..]];
+        assert!(x.lock().add(ctx, NewId::Exact(id(ms, seq)), fields.into_iter(), trim).is_ok());
+    }
+
+    #[test]
+    fn the_index_is_rebuilt_from_the_records_alone() {
+        let ctx = ctx();
+        let x = find_or_create(&ctx, 0, b"s").unwrap();
+        for ms in 1..=3_000 {
+            add(&ctx, &x, ms, 0, None);
+        }
+        // An XADD that trims exactly, deletions, an exact trim, and a
+        // deletion of the last entry: the last ID must outlive it.
+        add(&ctx, &x, 3_001, 0, Some(Trim { kind: TrimKind::MaxLen(2_500), approx: false, limit: 0 }));
+        assert_eq!(x.lock().delete(&ctx, &[id(600, 0), id(601, 0), id(9_999, 0)]).unwrap(), 2);
+        assert_eq!(
+            x.lock().trim(&ctx, Trim { kind: TrimKind::MinId(id(700, 0)), approx: false, limit: 0 }).unwrap(),
+            196
+        );
+        assert_eq!(x.lock().delete(&ctx, &[id(3_001, 0)]).unwrap(), 1);
+        let (before, last) = (ids(&x.lock()), x.lock().last);
+        assert_eq!(before.len(), 2_301);
+        assert_eq!(last, id(3_001, 0));
+        forget(&ctx);
+        let y = find(&ctx, 0, b"s").unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&x, &y), "a new index");
+        assert_eq!(ids(&y.lock()), before);
+        assert_eq!(y.lock().last, last, "the last ID survives the removal of its entry");
+        let refused = y.lock().add(&ctx, NewId::Exact(id(3_001, 0)), [&b"f"[..], b"v"].into_iter(), None);
+        assert!(matches!(refused, Err(AddRefused::Error(e)) if e == NOT_GREATER));
+        // Every offset still reads its own entry.
+        let found = y.lock().range(StreamId::MIN, StreamId::MAX, 0, false);
+        for (want, offset) in found {
+            let mut got = None;
+            ctx.store.consume(y.lock().table, STREAMLET, offset, 1, |r| got = decode(r)).unwrap();
+            assert_eq!(got, Some(Record::Entry(want)));
+        }
+    }
+
+    #[test]
+    fn groups_without_live_entries_are_given_back() {
+        let ctx = ctx();
+        let x = find_or_create(&ctx, 0, b"s").unwrap();
+        let table = x.lock().table;
+        // About 230 B an entry: 20,000 make 4-5 groups of 1 MiB.
+        for ms in 1..=20_000 {
+            add(&ctx, &x, ms, 0, None);
+        }
+        let groups = |ctx: &ServerContext| ctx.store.stream_groups(table, STREAMLET, 0, 100).unwrap().len();
+        let all = groups(&ctx);
+        assert!(all >= 4, "{all} groups");
+        // `~` removes whole groups only, and the count it reports is theirs.
+        let approx = Trim { kind: TrimKind::MaxLen(10_000), approx: true, limit: 0 };
+        let removed = x.lock().trim(&ctx, approx).unwrap();
+        assert!(removed > 0 && removed <= 10_000, "{removed}");
+        assert_eq!(x.lock().len(), 20_000 - removed);
+        assert!(groups(&ctx) < all);
+        let first_kept = x.lock().entries.values().next().unwrap().group;
+        assert_eq!(ctx.store.stream_groups(table, STREAMLET, 0, 1).unwrap()[0].id, first_kept);
+        // An exact trim to 10 entries leaves the last group or two.
+        let exact = Trim { kind: TrimKind::MaxLen(10), approx: false, limit: 0 };
+        x.lock().trim(&ctx, exact).unwrap();
+        assert_eq!(ids(&x.lock()), (19_991..=20_000).map(|ms| id(ms, 0)).collect::<Vec<_>>());
+        assert!(groups(&ctx) <= 2, "{} groups left", groups(&ctx));
+        // The removal survives a rebuild (the store's trim point).
+        forget(&ctx);
+        let y = find(&ctx, 0, b"s").unwrap().unwrap();
+        assert_eq!(ids(&y.lock()), (19_991..=20_000).map(|ms| id(ms, 0)).collect::<Vec<_>>());
     }
 
     #[test]

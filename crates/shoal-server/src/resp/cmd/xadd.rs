@@ -52,7 +52,13 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
                 out.null();
                 return Ok(());
             }
-            None => xstream::find_or_create(&session.ctx, session.db, key)?,
+            None => {
+                // Checked before the stream is created, so that a refused
+                // entry leaves no empty stream behind.
+                let bytes = xstream::ENTRY_OVERHEAD + args.skip(fields).iter().map(|f| 4 + f.len()).sum::<usize>();
+                xstream::check_entry_size(&session.ctx, bytes)?;
+                xstream::find_or_create(&session.ctx, session.db, key)?
+            }
         };
         let added = x.lock().add(&session.ctx, new, args.skip(fields).iter(), parsed.trim);
         match added {
