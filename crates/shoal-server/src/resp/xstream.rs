@@ -198,6 +198,11 @@ const TRIM: u8 = 3;
 /// Bytes of an entry record beyond its fields' bytes.
 pub const ENTRY_OVERHEAD: usize = 21;
 
+/// Room an entry leaves in a batch (whose records may hold at most the
+/// store's largest value): the records' varint lengths and an XADD's
+/// trim marker (34 bytes).
+const BATCH_MARGIN: usize = 64;
+
 pub fn encode_entry<'a>(id: StreamId, fields: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
     let n = fields.len();
     let mut r = Vec::with_capacity(ENTRY_OVERHEAD + 64);
@@ -549,12 +554,12 @@ pub fn string_command_on_streams(
 /// batch (its largest value, less the batch's own bytes).
 pub fn check_entry_size(ctx: &ServerContext, bytes: usize) -> Result<(), ErrorReply> {
     let max = ctx.store.config().max_value_bytes;
-    if bytes + 8 > max {
+    if bytes + BATCH_MARGIN > max {
         return Err(ErrorReply::owned(format!(
             "ERR Elements are too large to be stored (an entry holds at most {} bytes of fields and their lengths \
              in Shoal: --max-value-size less {})",
-            max.saturating_sub(8 + ENTRY_OVERHEAD),
-            8 + ENTRY_OVERHEAD
+            max.saturating_sub(BATCH_MARGIN + ENTRY_OVERHEAD),
+            BATCH_MARGIN + ENTRY_OVERHEAD
         )));
     }
     Ok(())
@@ -844,7 +849,7 @@ impl XStream {
             return Ok(0);
         }
         let marker = encode_delete(self.last, &present);
-        if marker.len() + 8 > ctx.store.config().max_value_bytes {
+        if marker.len() + BATCH_MARGIN > ctx.store.config().max_value_bytes {
             return Err(ErrorReply::new("ERR too many IDs for one XDEL in Shoal"));
         }
         ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?;
@@ -1005,7 +1010,8 @@ mod tests {
             196
         );
         assert_eq!(x.lock().delete(&ctx, &[id(3_001, 0)]).unwrap(), 1);
-        let (before, last) = (ids(&x.lock()), x.lock().last);
+        let before = ids(&x.lock());
+        let last = x.lock().last;
         assert_eq!(before.len(), 2_301);
         assert_eq!(last, id(3_001, 0));
         forget(&ctx);
