@@ -62,7 +62,7 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
             count = parse_i64(args.get(i)).ok_or(super::NOT_AN_INTEGER)?.max(0) as usize;
         } else if super::is(opt, "streams") && more > 0 {
             streams_at = i + 1;
-            if (args.len() - streams_at) % 2 != 0 {
+            if !(args.len() - streams_at).is_multiple_of(2) {
                 return Err(ErrorReply::new(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));
