@@ -178,6 +178,9 @@ def edge_ops():
         [b"GETSET", b"e", b"x"], [b"GETDEL", b"e"], [b"SETRANGE", b"e", b"0", b"x"], [b"MGET", b"e", b"str"],
         [b"SETNX", b"e", b"x"], [b"MSETNX", b"e", b"x", b"other", b"y"], [b"EXISTS", b"other"],
         [b"SET", b"e", b"x", b"NX"], [b"SET", b"e", b"x", b"GET"], [b"XLEN", b"e"], [b"TYPE", b"e"],
+        [b"TTL", b"e"], [b"PTTL", b"e"], [b"EXPIRETIME", b"e"], [b"OBJECT", b"ENCODING", b"e"], [b"DBSIZE"],
+        [b"XADD", b"we\x00ird %41", b"1-1", b"a", b"b"], [b"KEYS-SORTED", b"*"], [b"KEYS-SORTED", b"e*"],
+        [b"KEYS-SORTED", b"we*"], [b"DBSIZE"], [b"DEL", b"we\x00ird %41"], [b"DBSIZE"],
         [b"SET", b"e", b"now a string"], [b"TYPE", b"e"], [b"GET", b"e"], [b"XLEN", b"e"],
         [b"XADD", b"e2", b"1-1", b"a", b"b"], [b"MSET", b"e2", b"v", b"x", b"y"], [b"GET", b"e2"], [b"TYPE", b"e2"],
         [b"XADD", b"e3", b"1-1", b"a", b"b"], [b"SETEX", b"e3", b"100", b"v"], [b"TYPE", b"e3"],
@@ -289,6 +292,8 @@ def gen_op(rng, lens, ids, future, tops):
 
 def run_raw(client, op):
     try:
+        if op[0] == b"KEYS-SORTED":
+            return ("ok", sorted(client.execute_command(b"KEYS", *op[1:])))
         return ("ok", client.execute_command(*op))
     except redis.exceptions.ResponseError as e:
         return ("err", str(e))

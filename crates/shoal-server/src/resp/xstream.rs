@@ -437,6 +437,40 @@ pub fn exists(ctx: &ServerContext, db: usize, key: &[u8]) -> bool {
     table_name(db, key).ok().and_then(|n| ctx.tables.lookup(&n)).is_some_and(|t| ctx.tables.is_stream_table(t))
 }
 
+/// The keys of database `db`'s Redis streams (KEYS, DBSIZE).
+pub fn keys(ctx: &ServerContext, db: usize) -> Vec<Vec<u8>> {
+    if !ctx.tables.has_stream_tables() {
+        return Vec::new();
+    }
+    let prefix = db_prefix(db);
+    let mut keys: Vec<Vec<u8>> = ctx
+        .tables
+        .names_with_prefix(&prefix)
+        .iter()
+        .filter(|n| ctx.tables.lookup(n).is_some_and(|t| ctx.tables.is_stream_table(t)))
+        .filter_map(|n| unescape(&n.as_bytes()[prefix.len()..]))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The key a [`table_name`] escaped; `None` if `name` is not an escape.
+fn unescape(name: &[u8]) -> Option<Vec<u8>> {
+    let mut key = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < name.len() {
+        if name[i] == b'%' {
+            let hex = std::str::from_utf8(name.get(i + 1..i + 3)?).ok()?;
+            key.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            key.push(name[i]);
+            i += 1;
+        }
+    }
+    Some(key)
+}
+
 /// Removes the Redis stream `key` of database `db` (DEL): whether it existed.
 pub fn remove(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<bool, ErrorReply> {
     if !exists(ctx, db, key) {
@@ -1065,6 +1099,8 @@ mod tests {
     fn table_names_escape_and_are_bounded() {
         assert_eq!(table_name(0, b"s").unwrap(), "redis.db0.stream.s");
         assert_eq!(table_name(3, b"a b%\x00\xff").unwrap(), "redis.db3.stream.a b%25%00%FF");
+        assert_eq!(unescape(b"a b%25%00%FF").unwrap(), b"a b%\x00\xff");
+        assert_eq!(unescape(b"x%4"), None);
         assert!(table_name(0, &[b'a'; 230]).is_ok());
         assert!(table_name(0, &[b'a'; 240]).is_err());
     }
