@@ -220,6 +220,10 @@ struct Conn<P> {
     /// A forwarded command's reply (or the pause before retrying a
     /// request); no request runs until it is in `output`.
     forward: Pending<BytesMut>,
+    /// `forward` is a blocked command's wait ([`Step::Wait`]): a peer that
+    /// closes meanwhile ends the connection at once, as Redis frees a
+    /// blocked client that disconnects (the wait may never end).
+    blocked: bool,
     /// The connection's entry in the client registry (see [`Protocol::client_slot`]).
     slot: Option<Arc<ClientSlot>>,
     _conn: Connection,
@@ -245,6 +249,7 @@ impl<P: Protocol> Conn<P> {
             held_bytes: 0,
             durable: None,
             forward: None,
+            blocked: false,
             ctx,
             _conn: conn,
         }
@@ -429,6 +434,7 @@ impl<P: Protocol> Conn<P> {
                     }
                     rd.read_buf(&mut (&mut self.input).limit(room)).await
                 }, if can_read => match r {
+                    Ok(0) if self.blocked => return End::Closed,
                     Ok(0) => closing = Some((End::Closed, Instant::now() + CLOSE_GRACE)),
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
@@ -492,6 +498,7 @@ impl<P: Protocol> Conn<P> {
                     }
                 }, if self.forward.is_some() => {
                     self.forward = None;
+                    self.blocked = false;
                     let reply = self.session.forwarded(reply);
                     let from = self.output.len();
                     self.output.extend_from_slice(&reply);
@@ -586,6 +593,7 @@ impl<P: Protocol> Conn<P> {
                         until.await;
                         BytesMut::new()
                     }));
+                    self.blocked = true;
                     break;
                 }
             }

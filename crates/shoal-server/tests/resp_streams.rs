@@ -138,3 +138,28 @@ fn stream_commands_are_refused_inside_a_transaction_and_apply_nothing() {
     assert_eq!(c.call(&["EXEC"]), "-EXECABORT Transaction discarded because of previous errors.\r\n");
     assert_eq!(c.call(&["EXISTS", "s", "k"]), ":0\r\n");
 }
+
+/// `connected_clients` from INFO clients.
+fn connected(c: &mut Client) -> usize {
+    let info = c.call(&["INFO", "clients"]);
+    let line = info.lines().find(|l| l.starts_with("connected_clients:")).expect("connected_clients");
+    line["connected_clients:".len()..].trim().parse().unwrap()
+}
+
+#[test]
+fn a_blocked_client_that_disconnects_is_freed() {
+    let server = start(config());
+    let mut c = Client::connect(server.resp_addr());
+    let mut blocked: Vec<Client> = (0..10).map(|_| Client::connect(server.resp_addr())).collect();
+    for b in &mut blocked {
+        b.send(&[b"XREAD", b"BLOCK", b"0", b"STREAMS", b"s", b"$"]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(connected(&mut c), 11);
+    drop(blocked);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while connected(&mut c) != 1 {
+        assert!(Instant::now() < deadline, "blocked connections kept after their clients closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
