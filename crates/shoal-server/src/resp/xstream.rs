@@ -38,7 +38,8 @@ use parking_lot::Mutex;
 use shoal_common::{StreamOffset, StreamShape};
 use shoal_engine::{StreamError, TableId};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use tokio::sync::Notify;
 
 /// The shape of every Redis stream: one streamlet of one log (one append
 /// order); groups of 4 segments of 256 KiB, so a group (the unit in which
@@ -323,29 +324,51 @@ fn reply_entry(rec: &[u8], out: &mut Reply) -> bool {
 // ---------------------------------------------------------------- streams
 
 /// The open Redis streams of a server: their indexes, loaded on first
-/// use, and a signal for blocked XREADs.
+/// use, and the blocked XREADs waiting on each key.
+#[derive(Default)]
 pub struct XStreams {
     open: Mutex<HashMap<TableId, Arc<Mutex<XStream>>>>,
-    /// Bumped after every append to any Redis stream: blocked XREADs run
-    /// again when it changes.
-    appended: tokio::sync::watch::Sender<u64>,
+    waiters: Mutex<Waiters>,
 }
 
-impl Default for XStreams {
-    fn default() -> XStreams {
-        XStreams { open: Mutex::new(HashMap::new()), appended: tokio::sync::watch::channel(0).0 }
-    }
+/// Blocked XREADs by (database, key): each one's `Notify`, held by its
+/// wait (a dead `Weak` is a wait that ended).
+#[derive(Default)]
+struct Waiters {
+    by_key: HashMap<(usize, Vec<u8>), Vec<Weak<Notify>>>,
+    /// `by_key`'s size after its last sweep of dead waits.
+    swept_len: usize,
 }
 
 impl XStreams {
-    /// A receiver whose `changed()` resolves after the next append to any
-    /// Redis stream (take it before looking for data, so none is missed).
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.appended.subscribe()
+    /// Registers `waiter` to be notified at the next XADD to each of
+    /// `keys` of database `db`. Register before looking for data: an XADD
+    /// after the look then leaves its permit in `waiter`.
+    pub fn wait_on<'a>(&self, db: usize, keys: impl Iterator<Item = &'a [u8]>, waiter: &Arc<Notify>) {
+        let mut w = self.waiters.lock();
+        for key in keys {
+            let list = w.by_key.entry((db, key.to_vec())).or_default();
+            list.retain(|n| n.strong_count() > 0);
+            list.push(Arc::downgrade(waiter));
+        }
+        // Keys waited on and never written keep dead waits: sweep them
+        // whenever the map doubled since the last sweep.
+        if w.by_key.len() > 2 * w.swept_len.max(512) {
+            w.by_key.retain(|_, list| {
+                list.retain(|n| n.strong_count() > 0);
+                !list.is_empty()
+            });
+            w.swept_len = w.by_key.len();
+        }
     }
 
-    fn signal(&self) {
-        self.appended.send_modify(|n| *n = n.wrapping_add(1));
+    /// Wakes the XREADs blocked on `key` of database `db` (after an XADD):
+    /// they run again, and register again if they still wait.
+    pub fn wake(&self, db: usize, key: &[u8]) {
+        let Some(list) = self.waiters.lock().by_key.remove(&(db, key.to_vec())) else { return };
+        for n in list.iter().filter_map(Weak::upgrade) {
+            n.notify_one();
+        }
     }
 }
 
@@ -750,7 +773,6 @@ impl XStream {
             self.remove_groups_below(keep);
         }
         self.reclaim(ctx);
-        ctx.xstreams.signal();
         Ok(id)
     }
 
@@ -1093,6 +1115,30 @@ mod tests {
         forget(&ctx);
         let y = find(&ctx, 0, b"s").unwrap().unwrap();
         assert_eq!(ids(&y.lock()), (19_991..=20_000).map(|ms| id(ms, 0)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn blocked_reads_are_woken_by_their_keys_only_and_ended_waits_are_swept() {
+        let x = XStreams::default();
+        let (a, b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        x.wait_on(0, [&b"k"[..], b"j"].into_iter(), &a);
+        x.wait_on(0, [&b"other"[..]].into_iter(), &b);
+        x.wake(1, b"k");
+        x.wake(0, b"k");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let wait = |n: &Arc<Notify>| {
+            rt.block_on(async { tokio::time::timeout(std::time::Duration::from_millis(20), n.notified()).await })
+        };
+        assert!(wait(&a).is_ok(), "an XADD to its key wakes it");
+        assert!(wait(&b).is_err(), "an XADD to another key or database does not");
+        assert!(!x.waiters.lock().by_key.contains_key(&(0, b"k".to_vec())), "woken waits re-register");
+        for i in 0..3_000 {
+            let ended = Arc::new(Notify::new());
+            x.wait_on(0, [format!("k{i}").as_bytes()].into_iter(), &ended);
+        }
+        let w = x.waiters.lock();
+        assert!(w.by_key.len() <= 1_025, "{} keys kept", w.by_key.len());
+        assert!(w.by_key.contains_key(&(0, b"other".to_vec())), "a live wait stays");
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
         let added = x.lock().add(&session.ctx, new, args.skip(fields).iter(), parsed.trim);
         match added {
             Ok(id) => {
+                session.ctx.xstreams.wake(session.db, key);
                 out.bulk(&id.text());
                 return Ok(());
             }

@@ -4,8 +4,8 @@
 //! for one when there is none yet.
 //!
 //! Blocking does not hold a worker thread: the command sets
-//! [`Session::wait`] to a future that completes at the next append to any
-//! Redis stream or at the timeout, and the connection runs the same
+//! [`Session::wait`] to a future that completes at the next XADD to one of
+//! its keys or at the timeout, and the connection runs the same
 //! request again then (with the IDs resolved the first time kept in
 //! [`BlockedRead`], so `$` still means the last ID when it started).
 
@@ -14,7 +14,9 @@ use crate::resp::frame::{parse_i64, Args};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
 use crate::resp::session::Session;
 use crate::resp::xstream::{self, StreamId};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 pub static SPEC: CommandSpec = CommandSpec {
     name: "xread",
@@ -85,8 +87,13 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
         return Err(super::SYNTAX_ERROR);
     }
     let n = (args.len() - streams_at) / 2;
-    // Subscribed before looking, so that no append after the look is missed.
-    let appended = timeout.map(|_| session.ctx.xstreams.subscribe());
+    // Registered before looking, so that no append after the look is missed.
+    let waiter = timeout.map(|_| {
+        let waiter = Arc::new(Notify::new());
+        let keys = (streams_at..streams_at + n).map(|i| args.get(i));
+        session.ctx.xstreams.wait_on(session.db, keys, &waiter);
+        waiter
+    });
     let mut streams = Vec::with_capacity(n);
     let mut ids = Vec::with_capacity(n);
     for k in 0..n {
@@ -144,16 +151,14 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
         out.null_array();
         return Ok(());
     }
-    let mut appended = appended.expect("subscribed when BLOCK is given");
+    let waiter = waiter.expect("registered when BLOCK is given");
     session.blocked_read = Some(BlockedRead { deadline, ids });
     session.wait = Some(Box::pin(async move {
         match deadline {
             Some(d) => {
-                let _ = tokio::time::timeout_at(d.into(), appended.changed()).await;
+                let _ = tokio::time::timeout_at(d.into(), waiter.notified()).await;
             }
-            None => {
-                let _ = appended.changed().await;
-            }
+            None => waiter.notified().await,
         }
     }));
     Ok(())
