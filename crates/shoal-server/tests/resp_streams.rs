@@ -163,3 +163,26 @@ fn a_blocked_client_that_disconnects_is_freed() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_range_over_the_reply_limit_closes_the_connection_as_mget_does() {
+    let mut cfg = config();
+    cfg.max_value_size = shoal_server::ByteSize(16 << 10);
+    cfg.reply_buffer_size = shoal_server::ByteSize(128 << 10);
+    let server = start(cfg);
+    let mut c = Client::connect(server.resp_addr());
+    let value = "v".repeat(100);
+    for i in 1..=2_000 {
+        assert_eq!(c.call(&["XADD", "s", &format!("{i}-0"), "f", &value]), bulk(&format!("{i}-0")));
+    }
+    let ten = c.call(&["XRANGE", "s", "-", "+", "COUNT", "10"]);
+    assert!(ten.starts_with("*10\r\n*2\r\n$3\r\n1-0\r\n"), "{ten}");
+    c.send(&[b"XRANGE", b"s", b"-", b"+"]);
+    assert!(c.closed_by_server(), "a reply of about 250 KiB over a 128 KiB limit");
+    let mut c = Client::connect(server.resp_addr());
+    assert_eq!(c.call(&["XLEN", "s"]), ":2000\r\n");
+}
+
+fn bulk(s: &str) -> String {
+    format!("${}\r\n{s}\r\n", s.len())
+}

@@ -917,13 +917,24 @@ impl XStream {
     }
 
     /// The IDs and offsets of the entries from `start` to `end` (both
-    /// included), at most `count` (0: all), backwards if `rev`.
-    pub fn range(&self, start: StreamId, end: StreamId, count: usize, rev: bool) -> Vec<(StreamId, StreamOffset)> {
+    /// included), at most `count` (0: all), backwards if `rev`; never
+    /// more than a reply of `reply_limit` bytes can hold (each entry
+    /// takes more than [`ENTRY_OVERHEAD`] bytes of it), so that a range
+    /// of a huge stream allocates no more than its reply may take.
+    pub fn range(
+        &self,
+        start: StreamId,
+        end: StreamId,
+        count: usize,
+        rev: bool,
+        reply_limit: usize,
+    ) -> Vec<(StreamId, StreamOffset)> {
         if start > end {
             return Vec::new();
         }
         let r = self.entries.range(start..=end).map(|(&id, &o)| (id, o));
-        let limit = if count == 0 { usize::MAX } else { count };
+        let most = reply_limit / ENTRY_OVERHEAD + 1;
+        let limit = if count == 0 { most } else { count.min(most) };
         if rev {
             r.rev().take(limit).collect()
         } else {
@@ -945,14 +956,18 @@ impl XStream {
     ) {
         let mut records: Vec<Vec<u8>> = Vec::with_capacity(found.len());
         let mut lost = None;
+        let mut bytes = 0;
         for &(_, offset) in found {
             let mut rec = Vec::new();
             match ctx.store.consume(self.table, STREAMLET, offset, 1, |r| rec = r.to_vec()) {
-                Ok(_) if !rec.is_empty() => records.push(rec),
+                Ok(_) if !rec.is_empty() => {
+                    bytes += rec.len();
+                    records.push(rec);
+                }
                 Err(StreamError::Trimmed { first, .. }) => lost = Some(first),
                 _ => {}
             }
-            if records.iter().map(Vec::len).sum::<usize>() > reply_limit {
+            if bytes > reply_limit {
                 break;
             }
         }
@@ -1078,7 +1093,7 @@ mod tests {
         let refused = y.lock().add(&ctx, NewId::Exact(id(3_001, 0)), [&b"f"[..], b"v"].into_iter(), None);
         assert!(matches!(refused, Err(AddRefused::Error(e)) if e == NOT_GREATER));
         // Every offset still reads its own entry.
-        let found = y.lock().range(StreamId::MIN, StreamId::MAX, 0, false);
+        let found = y.lock().range(StreamId::MIN, StreamId::MAX, 0, false, usize::MAX);
         for (want, offset) in found {
             let mut got = None;
             ctx.store.consume(y.lock().table, STREAMLET, offset, 1, |r| got = decode(r)).unwrap();

@@ -76,7 +76,7 @@ fn run_range(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>, rev: bo
         return Ok(());
     }
     let mut s = x.lock();
-    let found = s.range(start, end, count.max(0) as usize, rev);
+    let found = s.range(start, end, count.max(0) as usize, rev, session.reply_limit);
     s.reply_entries(&session.ctx, &found, session.reply_limit, out);
     Ok(())
 }

@@ -132,7 +132,7 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
             let x = streams[k].as_ref().expect("a ready stream exists");
             let mut s = x.lock();
             let from = ids[k].next().unwrap_or(StreamId::MAX);
-            let found = s.range(from, StreamId::MAX, count, false);
+            let found = s.range(from, StreamId::MAX, count, false, session.reply_limit);
             s.reply_entries(&session.ctx, &found, session.reply_limit, out);
         }
         return Ok(());
