@@ -380,6 +380,9 @@ pub struct XStream {
     dropped: bool,
     /// The greatest ID ever added (XADD's lower bound), kept when entries go.
     pub last: StreamId,
+    /// The group of the last record appended: it holds the record that
+    /// carries `last` (an entry or a marker), so it is never given back.
+    last_group: u64,
     /// The live entries, by ID: where each one's record is.
     entries: BTreeMap<StreamId, StreamOffset>,
 }
@@ -427,15 +430,28 @@ pub fn find(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<Option<Arc<Mut
                 loaded: false,
                 dropped: false,
                 last: StreamId::MIN,
+                last_group: 0,
                 entries: BTreeMap::new(),
             }))
         })
         .clone();
-    {
+    let loaded = {
         let mut s = x.lock();
-        if !s.loaded {
-            s.load(ctx)?;
+        if s.loaded {
+            Ok(())
+        } else {
+            s.load(ctx)
         }
+    };
+    if let Err(e) = loaded {
+        // Removed (DEL) between the lookup and the load: it is gone, and
+        // so is the entry made for it (the stream's lock is released
+        // first: `remove_named` takes the map's lock, then the stream's).
+        if !ctx.tables.is_stream_table(table) {
+            ctx.xstreams.open.lock().remove(&table);
+            return Ok(None);
+        }
+        return Err(e);
     }
     Ok(Some(x))
 }
@@ -697,6 +713,7 @@ impl XStream {
     }
 
     fn apply(&mut self, r: Record, offset: StreamOffset) {
+        self.last_group = self.last_group.max(offset.group);
         match r {
             Record::Entry(id) => {
                 self.entries.insert(id, offset);
@@ -766,6 +783,7 @@ impl XStream {
         })?;
         self.entries.insert(id, produced.first);
         self.last = id;
+        self.last_group = produced.first.group;
         if let Some(below) = exact {
             self.remove_below(below);
         }
@@ -854,22 +872,17 @@ impl XStream {
         before - self.entries.len()
     }
 
-    /// Gives back the groups below the first one holding a live entry
-    /// (closed ones only: the store stops at the open group).
+    /// Gives back the groups below the first one holding a live entry,
+    /// never the group of the last record (which carries the last ID:
+    /// after a replay every group is closed, so the store's rule of
+    /// stopping at the open group does not keep it).
     fn reclaim(&mut self, ctx: &ServerContext) {
-        let keep = self.entries.values().next().map_or(u64::MAX, |o| o.group);
+        let keep = self.entries.values().next().map_or(self.last_group, |o| o.group.min(self.last_group));
         let store = &ctx.store;
-        let Ok(trimmed) = store.stream_trimmed(self.table, STREAMLET) else { return };
-        let Ok(groups) = store.stream_groups(self.table, STREAMLET, trimmed, 2) else { return };
-        // Groups below `keep` that are closed: at least the first must be.
-        let Some(first) = groups.first() else { return };
-        if first.id >= keep || !first.closed {
+        let Ok(first) = store.stream_groups(self.table, STREAMLET, 0, 1) else { return };
+        if first.first().is_none_or(|g| g.id >= keep) {
             return;
         }
-        let keep = match self.entries.is_empty() {
-            true => groups.iter().find(|g| !g.closed).map_or(first.id + 1, |g| g.id),
-            false => keep,
-        };
         // Standalone: the trim point is durable as soon as it is written;
         // in a cluster (where Redis streams are refused) it must be made
         // durable before the groups go (`retention.rs`).
@@ -884,7 +897,7 @@ impl XStream {
         let mut removed = 0;
         if let Some(below) = exact {
             let marker = encode_trim(self.last, below);
-            ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?;
+            self.last_group = ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?.first.group;
             removed += self.remove_below(below);
         }
         if let Some(keep) = groups {
@@ -908,7 +921,7 @@ impl XStream {
         if marker.len() + BATCH_MARGIN > ctx.store.config().max_value_bytes {
             return Err(ErrorReply::new("ERR too many IDs for one XDEL in Shoal"));
         }
-        ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?;
+        self.last_group = ctx.store.produce(self.table, STREAMLET, 0, &[marker]).map_err(stream_error)?.first.group;
         for id in &present {
             self.entries.remove(id);
         }
@@ -1130,6 +1143,17 @@ mod tests {
         forget(&ctx);
         let y = find(&ctx, 0, b"s").unwrap().unwrap();
         assert_eq!(ids(&y.lock()), (19_991..=20_000).map(|ms| id(ms, 0)).collect::<Vec<_>>());
+        // Everything trimmed: every group but the last record's goes, and
+        // the last ID outlives a rebuild.
+        for ms in 20_001..=30_000 {
+            add(&ctx, &y, ms, 0, None);
+        }
+        y.lock().trim(&ctx, Trim { kind: TrimKind::MaxLen(0), approx: false, limit: 0 }).unwrap();
+        assert_eq!(groups(&ctx), 1);
+        forget(&ctx);
+        let z = find(&ctx, 0, b"s").unwrap().unwrap();
+        assert_eq!(z.lock().len(), 0);
+        assert_eq!(z.lock().last, id(30_000, 0));
     }
 
     #[test]
