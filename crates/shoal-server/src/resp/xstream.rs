@@ -28,8 +28,9 @@
 //!
 //! Concurrency: one mutex per stream serialises its writers (ID
 //! assignment, append and index update happen under it, so ID order is
-//! append order) and its readers of the index; record bytes are read
-//! from the store outside no lock but the store's own.
+//! append order) and its readers (a range is found in the index and its
+//! records read from the store under it). Lock order: the map of open
+//! streams, then a stream.
 
 use crate::context::ServerContext;
 use crate::resp::reply::{ErrorReply, Reply};
