@@ -88,8 +88,12 @@ impl Harness {
                     let args = Args::new(data, &self.spans);
                     if !args.is_empty() {
                         match session.execute(args, &mut self.replies) {
-                            // A blocked XREAD is dropped as a client that goes away.
-                            Step::Done | Step::Wait(_) => outcome.commands += 1,
+                            Step::Done => outcome.commands += 1,
+                            // A blocked XREAD is dropped, as by a client that goes away.
+                            Step::Wait(_) => {
+                                session.blocked_read = None;
+                                outcome.commands += 1;
+                            }
                             Step::Forward(_) | Step::Retry => unreachable!("a standalone server forwards nothing"),
                         }
                     }

@@ -87,6 +87,9 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
         return Err(super::SYNTAX_ERROR);
     }
     let n = (args.len() - streams_at) / 2;
+    // Only the same request runs again after a wait; anything else (it
+    // cannot be) starts afresh.
+    let blocked = blocked.filter(|b| b.ids.len() == n);
     // Registered before looking, so that no append after the look is missed.
     let waiter = timeout.map(|_| {
         let waiter = Arc::new(Notify::new());
