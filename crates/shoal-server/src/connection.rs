@@ -77,6 +77,10 @@ pub enum Step {
     Forward(Job),
     /// Nothing was done: run the same request again after a short pause.
     Retry,
+    /// Nothing was done: run the same request again once this completes
+    /// (a blocked XREAD: new data, or its timeout). The connection runs
+    /// nothing else meanwhile, as a blocked Redis client.
+    Wait(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
 /// A request the connection cannot accept: `reply` is sent, then the
@@ -216,6 +220,10 @@ struct Conn<P> {
     /// A forwarded command's reply (or the pause before retrying a
     /// request); no request runs until it is in `output`.
     forward: Pending<BytesMut>,
+    /// `forward` is a blocked command's wait ([`Step::Wait`]): a peer that
+    /// closes meanwhile ends the connection at once, as Redis frees a
+    /// blocked client that disconnects (the wait may never end).
+    blocked: bool,
     /// The connection's entry in the client registry (see [`Protocol::client_slot`]).
     slot: Option<Arc<ClientSlot>>,
     _conn: Connection,
@@ -241,6 +249,7 @@ impl<P: Protocol> Conn<P> {
             held_bytes: 0,
             durable: None,
             forward: None,
+            blocked: false,
             ctx,
             _conn: conn,
         }
@@ -425,6 +434,7 @@ impl<P: Protocol> Conn<P> {
                     }
                     rd.read_buf(&mut (&mut self.input).limit(room)).await
                 }, if can_read => match r {
+                    Ok(0) if self.blocked => return End::Closed,
                     Ok(0) => closing = Some((End::Closed, Instant::now() + CLOSE_GRACE)),
                     Ok(n) => {
                         ServerStats::add(&self.ctx.stats.bytes_in, n as u64);
@@ -488,6 +498,7 @@ impl<P: Protocol> Conn<P> {
                     }
                 }, if self.forward.is_some() => {
                     self.forward = None;
+                    self.blocked = false;
                     let reply = self.session.forwarded(reply);
                     let from = self.output.len();
                     self.output.extend_from_slice(&reply);
@@ -575,6 +586,14 @@ impl<P: Protocol> Conn<P> {
                         tokio::time::sleep(NO_TABLET_RETRY).await;
                         BytesMut::new()
                     }));
+                    break;
+                }
+                Step::Wait(until) => {
+                    self.forward = Some(Box::pin(async {
+                        until.await;
+                        BytesMut::new()
+                    }));
+                    self.blocked = true;
                     break;
                 }
             }

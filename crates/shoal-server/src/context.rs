@@ -44,6 +44,9 @@ pub struct ServerContext {
     /// The chunk locks of the chunk tables this server serves (not logged:
     /// a crash recovery releases them; `docs/chunks.md`, "Locks").
     pub locks: crate::chunklocks::LockTable,
+    /// The Redis streams of the RESP port: their indexes and the signal
+    /// blocked XREADs wait on (`resp::xstream`).
+    pub xstreams: crate::resp::xstream::XStreams,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -136,6 +139,7 @@ impl ServerContext {
         });
         Ok(ServerContext {
             locks,
+            xstreams: Default::default(),
             admin,
             config,
             store,
@@ -306,6 +310,16 @@ impl TableRegistry {
     pub fn create_stream(&self, name: &str, shape: StreamShape) -> Result<TableId, TableError> {
         shape.check().map_err(TableError::Stream)?;
         self.create_kind(name, false, TableKind::Stream(shape))
+    }
+
+    /// Whether any stream exists (one load).
+    pub fn has_stream_tables(&self) -> bool {
+        self.any_stream_tables.load(Ordering::Acquire)
+    }
+
+    /// The names of the tables that start with `prefix`.
+    pub fn names_with_prefix(&self, prefix: &str) -> Vec<String> {
+        self.inner.read().by_name.keys().filter(|n| n.starts_with(prefix)).cloned().collect()
     }
 
     /// Whether `table` is a stream.

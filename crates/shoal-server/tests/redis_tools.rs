@@ -1,7 +1,7 @@
 //! Real Redis clients against an in-process Shoal: redis-cli, a short
 //! redis-benchmark run, and redis-py compared reply by reply with a real
-//! redis-server (tests/resp_compat.py, and for transactions
-//! tests/resp_txn_compat.py). Each test fails in CI when a tool is
+//! redis-server (tests/resp_compat.py, for transactions
+//! tests/resp_txn_compat.py, for streams tests/resp_stream_compat.py). Each test fails in CI when a tool is
 //! missing, and skips with a loud message elsewhere.
 
 mod common;
@@ -134,6 +134,11 @@ fn redis_py_replies_match_a_real_redis_server() {
 #[test]
 fn redis_py_transactions_match_a_real_redis_server() {
     differential("resp_txn_compat.py", &["--rounds", "400"], Duration::from_secs(240), "transaction replies");
+}
+
+#[test]
+fn redis_py_stream_replies_match_a_real_redis_server() {
+    differential("resp_stream_compat.py", &["--ops", "3000"], Duration::from_secs(240), "stream replies");
 }
 
 #[test]

@@ -556,3 +556,25 @@ fn memcached_port_serves_any_key_in_a_cluster() {
         assert_eq!(int(&l.call(&["DBSIZE"])), 0, "flush_all reached every server");
     }
 }
+
+#[test]
+fn stream_commands_are_refused_in_a_cluster_and_apply_nothing() {
+    // docs/streams.md, "Redis streams on the RESP port": standalone only for now.
+    let cluster = Cluster::start("xstreams", 3);
+    let refused = "-ERR Redis stream commands are not supported by a Shoal cluster yet, only by a standalone \
+                   server (docs/streams.md)\r\n";
+    for server in 0..3 {
+        let mut c = Client::connect(cluster.addr(server));
+        for key in ["s", "t", "u", "v"] {
+            assert_eq!(c.call(&["XADD", key, "*", "f", "v"]), refused, "server {server} key {key}");
+            assert_eq!(c.call(&["XLEN", key]), refused);
+            assert_eq!(c.call(&["XREAD", "BLOCK", "10", "STREAMS", key, "$"]), refused);
+            assert_eq!(c.call(&["EXISTS", key]), ":0\r\n");
+            assert_eq!(c.call(&["TYPE", key]), "+none\r\n");
+        }
+    }
+    for server in 0..3 {
+        let ctx = cluster.servers[server].context();
+        assert!(ctx.tables.names_with_prefix("redis.").is_empty(), "no stream was created");
+    }
+}

@@ -89,6 +89,11 @@ impl Harness {
                     if !args.is_empty() {
                         match session.execute(args, &mut self.replies) {
                             Step::Done => outcome.commands += 1,
+                            // A blocked XREAD is dropped, as by a client that goes away.
+                            Step::Wait(_) => {
+                                session.blocked_read = None;
+                                outcome.commands += 1;
+                            }
                             Step::Forward(_) | Step::Retry => unreachable!("a standalone server forwards nothing"),
                         }
                     }

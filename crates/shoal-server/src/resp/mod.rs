@@ -23,6 +23,7 @@ mod reply;
 pub(crate) mod routing;
 mod session;
 pub(crate) mod stats;
+pub(crate) mod xstream;
 
 use crate::admin::clients::ClientSlot;
 use crate::connection::{self, Fatal, Protocol, Step};
@@ -136,6 +137,7 @@ impl Protocol for Resp {
         }
         match self.session.execute(args, out) {
             Step::Retry => Ok(Some((0, Step::Retry))),
+            Step::Wait(until) => Ok(Some((0, Step::Wait(until)))),
             step => Ok(Some((n, step))),
         }
     }

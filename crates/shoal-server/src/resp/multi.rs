@@ -133,7 +133,8 @@ fn runs_at_once(spec: &cmd::CommandSpec) -> bool {
 /// Whether the command may not be queued: it touches data without naming
 /// keys, or it is a transaction itself.
 fn refused_in_multi(spec: &cmd::CommandSpec) -> bool {
-    (cmd::touches_data(spec) && spec.first_key == 0) || spec.name == "shoal.exec"
+    // Redis streams are outside the store's transactions (`docs/streams.md`).
+    (cmd::touches_data(spec) && spec.first_key == 0) || spec.name == "shoal.exec" || spec.group == "stream"
 }
 
 /// Whether the command changes the connection rather than data, so that it

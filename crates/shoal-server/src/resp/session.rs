@@ -11,6 +11,7 @@ use crate::resp::frame::Args;
 use crate::resp::multi::{self, Multi, Seen};
 use crate::resp::reply::{ErrorReply, Protocol, Reply};
 use crate::resp::routing::{self, Routed};
+use crate::resp::xstream::{self, OnStreamKey};
 use bytes::BytesMut;
 use shoal_engine::Txn;
 use std::cell::RefCell;
@@ -64,6 +65,12 @@ pub struct Session {
     /// While EXEC runs the queued commands: their store transaction, which
     /// [`Db`] reads and writes through.
     pub txn: RefCell<Option<Txn>>,
+    /// A blocked XREAD's state, kept while it waits and runs again
+    /// (`cmd::xread`).
+    pub blocked_read: Option<crate::resp::cmd::BlockedRead>,
+    /// Set by a command that blocks instead of replying: the connection
+    /// runs the same request again once it completes ([`Step::Wait`]).
+    pub wait: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
     tables: TableCache,
 }
 
@@ -104,6 +111,8 @@ impl Session {
             watched_bytes: 0,
             pending_watch: None,
             txn: RefCell::new(None),
+            blocked_read: None,
+            wait: None,
             tables: TableCache::default(),
         }
     }
@@ -309,7 +318,31 @@ impl Session {
         // As Redis, the connection's last command is this one while it runs.
         let sub = cmd::sub_index(entry.spec, args);
         self.slot.record_command(index, sub, started);
-        let failed = (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err();
+        let failed = match xstream::string_command_on_streams(self, entry, args) {
+            OnStreamKey::Run => (entry.run)(args, self, &mut reply).map_err(|e| reply.error(&e)).is_err(),
+            OnStreamKey::RunThenRemove(streams) => {
+                let result = (entry.run)(args, self, &mut reply)
+                    .and_then(|()| streams.iter().try_for_each(|k| xstream::remove(&self.ctx, self.db, k).map(|_| ())));
+                result.map_err(|e| reply.error(&e)).is_err()
+            }
+            OnStreamKey::WrongType => {
+                reply.error(&xstream::WRONGTYPE);
+                true
+            }
+            OnStreamKey::NotWritten => {
+                if entry.spec.name == "set" {
+                    reply.null();
+                } else {
+                    reply.int(0);
+                }
+                false
+            }
+        };
+        if let Some(until) = self.wait.take() {
+            // Blocked (XREAD BLOCK): nothing was replied; the command is
+            // counted when it runs again and answers.
+            return Step::Wait(until);
+        }
         let took = started.elapsed();
         let usec = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.ctx.stats.resp_commands.ran(index, took, failed);

@@ -1,4 +1,4 @@
-//! DBSIZE: the number of keys in the selected database.
+//! DBSIZE: the number of keys in the selected database, streams included.
 
 use super::CommandSpec;
 use crate::resp::frame::Args;
@@ -17,6 +17,7 @@ pub static SPEC: CommandSpec = CommandSpec {
 };
 
 pub fn run(_: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
-    out.int(session.db().len()? as i64);
+    let streams = crate::resp::xstream::keys(&session.ctx, session.db).len();
+    out.int((session.db().len()? + streams as u64) as i64);
     Ok(())
 }

@@ -47,7 +47,9 @@ impl<'a> Del<'a> {
         let db = session.db();
         let mut removed = 0;
         for key in self.keys.iter() {
-            removed += db.remove(key)? as i64;
+            let string = db.remove(key)?;
+            let stream = crate::resp::xstream::remove(&session.ctx, session.db, key)?;
+            removed += (string || stream) as i64;
         }
         out.int(removed);
         Ok(())

@@ -38,7 +38,7 @@ impl<'a> Exists<'a> {
         let mut result = Ok(());
         for key in self.keys.iter() {
             match db.exists(key, &mut scratch) {
-                Ok(found) => n += found as i64,
+                Ok(found) => n += (found || crate::resp::xstream::exists(&session.ctx, session.db, key)) as i64,
                 Err(e) => {
                     result = Err(e);
                     break;

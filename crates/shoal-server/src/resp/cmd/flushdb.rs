@@ -43,6 +43,7 @@ impl Flushdb {
 
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
         session.db().clear()?;
+        crate::resp::xstream::remove_all(&session.ctx, session.db)?;
         out.ok();
         Ok(())
     }
@@ -56,6 +57,7 @@ pub fn run_flushall(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) 
     Flushdb::parse(args)?;
     for index in 0..DATABASES {
         Db::new(&session.ctx, index, session.table_cache(), &session.txn).clear()?;
+        crate::resp::xstream::remove_all(&session.ctx, index)?;
     }
     out.ok();
     Ok(())

@@ -44,6 +44,7 @@ pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result
         }
         cursor = next;
     }
+    keys.extend(crate::resp::xstream::keys(&session.ctx, session.db).into_iter().filter(|k| glob::matches(pattern, k)));
     out.array(keys.len());
     for k in &keys {
         out.bulk(k);

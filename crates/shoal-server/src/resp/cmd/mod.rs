@@ -59,6 +59,14 @@ mod time;
 mod ttl;
 mod type_of;
 mod wait;
+mod xadd;
+mod xdel;
+mod xlen;
+mod xrange;
+mod xread;
+mod xtrim;
+
+pub use xread::BlockedRead;
 
 pub use rename::copy_destination_db;
 pub use scan::parse_cursor as scan_cursor;
@@ -201,6 +209,13 @@ pub static COMMANDS: &[Entry] = &[
     Entry { spec: &slowlog::SPEC, run: slowlog::run },
     Entry { spec: &latency::SPEC, run: latency::run },
     Entry { spec: &monitor::SPEC, run: monitor::run },
+    Entry { spec: &xadd::SPEC, run: xadd::run },
+    Entry { spec: &xlen::SPEC, run: xlen::run },
+    Entry { spec: &xrange::XRANGE, run: xrange::run_xrange },
+    Entry { spec: &xrange::XREVRANGE, run: xrange::run_xrevrange },
+    Entry { spec: &xread::SPEC, run: xread::run },
+    Entry { spec: &xtrim::SPEC, run: xtrim::run },
+    Entry { spec: &xdel::SPEC, run: xdel::run },
 ];
 
 /// Whether the command may run on a connection that has not authenticated

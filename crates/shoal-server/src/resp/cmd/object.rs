@@ -159,13 +159,16 @@ pub fn run_object(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) ->
             let found = session.db().get_into(args.get(2), &mut value);
             let r = found.map(|f| match f {
                 Some(_) => out.bulk(encoding(&value).as_bytes()),
+                None if crate::resp::xstream::exists(&session.ctx, session.db, args.get(2)) => out.bulk(b"stream"),
                 None => out.null(),
             });
             session.scratch = value;
             r?;
         }
         "object|freq" => {
-            if session.db().meta(args.get(2))?.is_none() {
+            if session.db().meta(args.get(2))?.is_none()
+                && !crate::resp::xstream::exists(&session.ctx, session.db, args.get(2))
+            {
                 out.null();
                 return Ok(());
             }

@@ -6,8 +6,9 @@
 //! * `name` is an argument, of type `key` if it is called "key", else
 //!   `string`; `name#type` gives another type (`integer`, `double`,
 //!   `pattern`, `unix-time`, `key`);
-//! * an upper-case word (`NX`, `LIB-NAME`) is a token: alone, a
-//!   `pure-token`; followed by an argument or group, that one's token;
+//! * an upper-case word (`NX`, `LIB-NAME`), or one of punctuation only
+//!   (`*`, `~`, `=`), is a token: alone, a `pure-token`; followed by an
+//!   argument or group, that one's token;
 //! * `[...]` is optional, `(...)` groups; alternatives inside either are
 //!   separated by `|` (a `oneof`); several items in `[...]`, and any in
 //!   `(...)`, make a `block`;
@@ -155,8 +156,9 @@ impl Parser<'_> {
         if word.is_empty() {
             return Err(format!("an empty item at {start}"));
         }
-        let is_token = word.bytes().any(|c| c.is_ascii_uppercase())
-            && word.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'-');
+        let is_token = (word.bytes().any(|c| c.is_ascii_uppercase())
+            && word.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'-'))
+            || word.bytes().all(|c| c.is_ascii_punctuation() && c != b'#');
         if is_token {
             return Ok(Arg {
                 name: word.to_ascii_lowercase(),
@@ -222,6 +224,9 @@ mod tests {
         assert_eq!(list[0].token.as_deref(), Some("TYPE"));
         assert_eq!(names(&list[1..]), vec![("client-id", "integer", Some("ID"), true, true)]);
         assert_eq!(names(&parse("(parameter)...").unwrap()), vec![("parameter", "block", None, false, true)]);
+        let xadd = parse("key [operator=(=|~)] id_or_auto=(*|id)").unwrap();
+        assert_eq!(names(&xadd[1].args)[1], ("~", "pure-token", Some("~"), false, false));
+        assert_eq!(names(&xadd[2].args)[0], ("*", "pure-token", Some("*"), false, false));
     }
 
     #[test]

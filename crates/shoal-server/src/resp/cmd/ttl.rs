@@ -67,7 +67,9 @@ impl<'a> Ttl<'a> {
     fn apply(self, session: &mut Session, out: &mut Reply) -> Result<(), ErrorReply> {
         let db = session.db();
         let Some(meta) = db.meta(self.key)? else {
-            out.int(-2);
+            // A stream has no expiry (`docs/streams.md`).
+            let stream = crate::resp::xstream::exists(&session.ctx, session.db, self.key);
+            out.int(if stream { -1 } else { -2 });
             return Ok(());
         };
         let Some(at) = meta.expiry else {

@@ -1,5 +1,5 @@
-//! TYPE key: "+string" for a key that exists (every Shoal value is a
-//! string), "+none" otherwise.
+//! TYPE key: "+stream" for a Redis stream (`xstream`), "+string" for any
+//! other key that exists, "+none" otherwise.
 
 use super::CommandSpec;
 use crate::resp::frame::Args;
@@ -21,6 +21,10 @@ pub static SPEC: CommandSpec = CommandSpec {
 };
 
 pub fn run(args: Args<'_>, session: &mut Session, out: &mut Reply<'_>) -> Result<(), ErrorReply> {
+    if crate::resp::xstream::exists(&session.ctx, session.db, args.get(1)) {
+        out.simple("stream");
+        return Ok(());
+    }
     let mut value = std::mem::take(&mut session.scratch);
     let found = session.db().get_into(args.get(1), &mut value);
     session.scratch = value;
