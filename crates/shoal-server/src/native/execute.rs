@@ -866,6 +866,14 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         f("write_cost", write_cost),
         u("prefaulted_bytes", prefaulted_bytes),
     ];
+    // Per table: table_<id>_objects and table_<id>_bytes (its objects'
+    // log entries), which rebalancing weighs tablets by.
+    for (_, id) in ctx.tables.list() {
+        let (Ok(objects), Ok(bytes)) = (ctx.store.table_objects(id), ctx.store.table_bytes(id)) else { continue };
+        for (what, value) in [("objects", objects), ("bytes", bytes)] {
+            v.push(Stat { name: Cow::Owned(format!("table_{}_{what}", id.0)), value: StatValue::U64(value) });
+        }
+    }
     let l = ctx.locks.stats(Now::clock());
     v.extend([
         u("chunk_locks_held", l.held),
