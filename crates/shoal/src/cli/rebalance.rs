@@ -46,11 +46,15 @@ pub struct RebalanceArgs {
     pub job: JobArgs,
 }
 
+// `--server` here is the drained server's id: the shared flag of that
+// name (a server's address, unused with --coordinator) is renamed away.
 #[derive(Args, Debug)]
+#[command(mut_arg("server", |a| a.long("server-address").hide(true)))]
 pub struct DrainArgs {
-    /// The server to empty.
-    #[arg(long, value_name = "SERVER_ID")]
-    pub server: u64,
+    /// The id of the server to empty (as shoal tablet list and shoal stats
+    /// --coordinator show it).
+    #[arg(long = "server", value_name = "SERVER_ID")]
+    pub server_id: u64,
     /// Clear the server's draining mark instead: it may take tablets again
     /// (nothing moves back by itself; run shoal rebalance).
     #[arg(long, conflicts_with = "dry_run")]
@@ -67,8 +71,8 @@ pub(super) fn rebalance(a: &RebalanceArgs) -> Result<(), CliError> {
 
 /// Runs `shoal drain`.
 pub(super) fn drain(a: &DrainArgs) -> Result<(), CliError> {
-    let req = ControlRequest::Drain { server: ServerId(a.server), dry_run: a.job.dry_run, undo: a.undo };
-    run(&a.job, req, Some(ServerId(a.server)))
+    let req = ControlRequest::Drain { server: ServerId(a.server_id), dry_run: a.job.dry_run, undo: a.undo };
+    run(&a.job, req, Some(ServerId(a.server_id)))
 }
 
 fn run(a: &JobArgs, req: ControlRequest, drained: Option<ServerId>) -> Result<(), CliError> {
@@ -152,7 +156,9 @@ fn follow(
         if j["id"].as_u64() != Some(job) {
             return Err(CliError::refused(
                 "lost",
-                format!("the coordinator no longer knows job {job} (it restarted or failed over): run the command again"),
+                format!(
+                    "the coordinator no longer knows job {job} (it restarted or failed over): run the command again"
+                ),
             ));
         }
         let done = j["moves_done"].as_u64().unwrap_or(0) as usize;
@@ -246,7 +252,12 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
         }
     }
     for (b, a) in plan.before.iter().zip(&plan.after) {
-        out!("  server {:>3}: {:>11} -> {:>11}", b.server, HumanBytes(b.bytes).to_string(), HumanBytes(a.bytes).to_string());
+        out!(
+            "  server {:>3}: {:>11} -> {:>11}",
+            b.server,
+            HumanBytes(b.bytes).to_string(),
+            HumanBytes(a.bytes).to_string()
+        );
     }
     if let Some(job) = job {
         out!("job {job} runs the plan, one move at a time");
