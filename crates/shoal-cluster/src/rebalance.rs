@@ -28,7 +28,10 @@
 //! [`MAX_STEPS`] bounds it.
 //!
 //! **Drain**: every tablet of the drained server, heaviest first, goes to
-//! the least loaded eligible server at that point.
+//! the least loaded eligible server at that point; a tablet that would
+//! take that server more than the tolerance past the mean load of the
+//! servers that stay is split first, so that the part that moves fills it
+//! to the mean, and the rest is placed the same way.
 
 use crate::map::{ClusterMap, ServerId, ServerState, TabletInfo};
 use serde::{Deserialize, Serialize};
@@ -178,9 +181,30 @@ pub fn plan(map: &ClusterMap, usage: &BTreeMap<ServerId, ServerUsage>, opts: &Op
         mine.sort_by_key(|&i| {
             (std::cmp::Reverse(pieces[i].bytes), pieces[i].tablet.table, pieces[i].tablet.start_hash)
         });
-        for i in mine {
+        let mut queue: std::collections::VecDeque<usize> = mine.into();
+        let total: u64 = load.values().sum();
+        let mean = total / eligible.len() as u64;
+        let tolerance = (mean / 20).max(MIN_GAP);
+        while let Some(i) = queue.pop_front() {
             let to = *eligible.iter().min_by_key(|s| (load[s], **s)).expect("eligible servers");
-            steps.push(move_step(&mut pieces[i], to, &mut load, &name));
+            let room = mean.saturating_sub(load[&to]);
+            // A split costs two steps; the moves still queued must fit.
+            let budget = steps.len() + 2 + queue.len() + 1 <= MAX_STEPS;
+            let cut = (pieces[i].bytes > room + tolerance && room >= MIN_GAP && budget)
+                .then(|| split_point(&pieces[i], room))
+                .flatten();
+            match cut {
+                Some(at) => {
+                    let table = pieces[i].tablet.table;
+                    steps.push(Step::Split { table, name: name(table), at, master: d });
+                    let upper = split(&mut pieces[i], at);
+                    pieces.push(upper);
+                    let j = pieces.len() - 1;
+                    steps.push(move_step(&mut pieces[j], to, &mut load, &name));
+                    queue.push_front(i);
+                }
+                None => steps.push(move_step(&mut pieces[i], to, &mut load, &name)),
+            }
         }
     } else if eligible.len() >= 2 {
         let total: u64 = eligible.iter().map(|s| load[s]).sum();
@@ -481,6 +505,26 @@ mod tests {
         assert_eq!(map.tablets_of(ServerId(2)).count(), 0);
         assert_eq!(map.tablets_of(ServerId(1)).count(), 3);
         assert_eq!(map.tablets_of(ServerId(3)).count(), 3);
+    }
+
+    #[test]
+    fn drain_splits_a_big_tablet_so_the_others_stay_even() {
+        // Server 3's one tablet weighs as much as the others together.
+        let mut map = cluster(3, 3, 3);
+        let mut u = usage(&map, 10 << 20);
+        let three = u.get_mut(&ServerId(3)).unwrap();
+        three.bytes = 20 << 20;
+        three.tables.get_mut(&TableId(1)).unwrap().1 = 20 << 20;
+        let opts = Options { drain: Some(ServerId(3)), ..Options::default() };
+        let plan = plan(&map, &u, &opts).unwrap();
+        run(&mut map, &plan);
+        assert_eq!(map.tablets_of(ServerId(3)).count(), 0);
+        let after: BTreeMap<ServerId, u64> = plan.after.iter().map(|l| (l.server, l.bytes)).collect();
+        assert_eq!(
+            (after[&ServerId(1)], after[&ServerId(2)], after[&ServerId(3)]),
+            (20 << 20, 20 << 20, 0),
+            "{plan:?}"
+        );
     }
 
     #[test]

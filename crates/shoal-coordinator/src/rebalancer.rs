@@ -63,6 +63,8 @@ pub struct Job {
     /// Estimated bytes and objects of the finished moves.
     pub bytes_moved: u64,
     pub objects_moved: u64,
+    /// How long each finished move took (start to commit), in order.
+    pub move_ms: Vec<u64>,
     /// The move under way: its number (1-based, among the moves) and when
     /// it started.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -197,6 +199,7 @@ pub(crate) async fn start(service: &Arc<Service>, ask: Ask) -> ControlResponse {
         moves_done: 0,
         bytes_moved: 0,
         objects_moved: 0,
+        move_ms: Vec::new(),
         current: None,
         state: "running",
         error: None,
@@ -303,11 +306,10 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
                         owner.map_or("?".into(), |o| o.to_string())
                     ));
                 }
-                info!(
-                    "rebalance job {id}: move {number}/{total} (migration {mid}) committed in {} ms",
-                    started.elapsed().as_millis()
-                );
+                let ms = started.elapsed().as_millis() as u64;
+                info!("rebalance job {id}: move {number}/{total} (migration {mid}) committed in {ms} ms");
                 jobs.update(id, |j| {
+                    j.move_ms.push(ms);
                     j.moves_done += 1;
                     j.bytes_moved += bytes;
                     j.objects_moved += objects;
@@ -324,7 +326,7 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
             return failed(format!("server {d} still masters tablets: {}", left.join(", ")));
         }
     }
-    let after = gather(&map).await.ok().map(|u| {
+    let after = settled(&map).await.map(|u| {
         u.iter()
             .filter(|(s, _)| map.server(**s).is_some_and(|x| x.state == ServerState::Up))
             .map(|(s, x)| Load { server: *s, bytes: x.bytes })
@@ -361,6 +363,27 @@ async fn wait_for_move(service: &Service, id: u64) -> Result<Arc<ClusterMap>, St
             Err(_) => return Err(format!("still in progress after {} s (it goes on)", MOVE_TIMEOUT.as_secs())),
         }
     }
+}
+
+/// Every up server's figures once they have settled: a source drops a
+/// moved tablet's objects only after its map shows the commit, in the
+/// background, so the figures are read every 300 ms until their total
+/// changes by less than 1% (at most 5 s). `None` if a server cannot be
+/// read.
+async fn settled(map: &ClusterMap) -> Option<BTreeMap<ServerId, ServerUsage>> {
+    let total = |u: &BTreeMap<ServerId, ServerUsage>| u.values().map(|x| x.bytes).sum::<u64>();
+    let mut last = gather(map).await.ok()?;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = gather(map).await.ok()?;
+        let (a, b) = (total(&last), total(&now));
+        last = now;
+        if a.abs_diff(b) <= a / 100 {
+            break;
+        }
+    }
+    Some(last)
 }
 
 /// Every up server's figures ([`sampler::usage`]), asked in parallel.

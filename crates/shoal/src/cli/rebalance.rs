@@ -122,7 +122,7 @@ fn run(a: &JobArgs, req: ControlRequest, drained: Option<ServerId>) -> Result<()
         }
         return Ok(());
     }
-    follow(coordinator, &auth, timeout, job, &plan, a)
+    follow(coordinator, &auth, timeout, job, &plan, drained, a)
 }
 
 /// Follows job `job` in the coordinator's `stats` until it ends; a line
@@ -133,6 +133,7 @@ fn follow(
     timeout: Duration,
     job: u64,
     plan: &Plan,
+    drained: Option<ServerId>,
     a: &JobArgs,
 ) -> Result<(), CliError> {
     let json = a.common.json;
@@ -142,7 +143,6 @@ fn follow(
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(a.wait);
     let (mut shown_start, mut shown_done) = (0usize, 0usize);
-    let mut move_started = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(100));
         let stats = match control(coordinator, auth, &ControlRequest::Stats, timeout) {
@@ -163,40 +163,40 @@ fn follow(
         }
         let done = j["moves_done"].as_u64().unwrap_or(0) as usize;
         let current = j["current"]["number"].as_u64().map(|n| n as usize);
-        let line = |p: &Progress, s: String| p.println(&s);
+        let describe = |n: usize| {
+            match moves.get(n - 1) {
+            Some(Step::Move { name, start_hash, end_hash, from, to, bytes, objects, .. }) => format!(
+                "table {name} tablet {start_hash:#018x}..{end_hash:#018x}, server {from} -> {to} (about {}, {objects} objects)",
+                HumanBytes(*bytes)
+            ),
+            _ => String::new(),
+        }
+        };
         while shown_done < done {
             shown_done += 1;
-            if let (Some(p), Some(Step::Move { bytes, objects, .. })) = (&progress, moves.get(shown_done - 1)) {
-                line(
-                    p,
-                    format!(
-                        "move {shown_done}/{}: committed after {} ms (about {}, {objects} objects)",
-                        moves.len(),
-                        move_started.elapsed().as_millis(),
-                        HumanBytes(*bytes)
-                    ),
-                );
+            let ms = j["move_ms"][shown_done - 1].as_u64().unwrap_or(0);
+            if let Some(p) = &progress {
+                let what =
+                    if shown_start >= shown_done { String::new() } else { format!("{}: ", describe(shown_done)) };
+                p.println(&format!(
+                    "move {shown_done}/{}: {what}committed in {ms} ms, {:.1} s into the job",
+                    moves.len(),
+                    started.elapsed().as_secs_f64()
+                ));
             }
+            shown_start = shown_start.max(shown_done);
             if let Some(t) = &task {
+                t.set_message("");
                 t.set_position(shown_done as u64);
             }
         }
         if let Some(n) = current.filter(|n| *n > shown_start) {
             shown_start = n;
-            move_started = Instant::now();
-            if let (Some(p), Some(Step::Move { name, start_hash, end_hash, from, to, bytes, .. })) =
-                (&progress, moves.get(n - 1))
-            {
-                let text = format!(
-                    "move {n}/{}: table {name} tablet {start_hash:#018x}..{end_hash:#018x}, server {from} -> {to} (about {}), {:.1} s into the job",
-                    moves.len(),
-                    HumanBytes(*bytes),
-                    started.elapsed().as_secs_f64()
-                );
-                line(p, text.clone());
-                if let Some(t) = &task {
-                    t.set_message(format!("move {n}: server {from} -> {to}"));
-                }
+            if let Some(p) = &progress {
+                p.println(&format!("move {n}/{}: {} ...", moves.len(), describe(n)));
+            }
+            if let Some(t) = &task {
+                t.set_message(format!("moving {n}"));
             }
         }
         match j["state"].as_str() {
@@ -211,7 +211,7 @@ fn follow(
                 if let Some(t) = task {
                     t.finish("done");
                 }
-                return print_done(j, plan, json);
+                return print_done(j, plan, drained, json);
             }
             _ => {
                 if let Some(t) = task {
@@ -265,7 +265,7 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     Ok(())
 }
 
-fn print_done(j: &Value, plan: &Plan, json: bool) -> Result<(), CliError> {
+fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> Result<(), CliError> {
     let after: Option<Vec<Load>> = serde_json::from_value(j["after"].clone()).ok();
     let elapsed = j["elapsed_ms"].as_u64().unwrap_or(0);
     let before_spread = Plan::spread(&plan.before);
@@ -290,6 +290,13 @@ fn print_done(j: &Value, plan: &Plan, json: bool) -> Result<(), CliError> {
         HumanBytes(j["bytes_moved"].as_u64().unwrap_or(0)),
         j["objects_moved"]
     );
+    if let Some(d) = drained {
+        out!("server {d} masters nothing now: it can be stopped (it stays marked draining)");
+        for l in after.iter().flatten() {
+            out!("  server {:>3}: {:>11} (measured)", l.server, HumanBytes(l.bytes).to_string());
+        }
+        return Ok(());
+    }
     match after_spread {
         Some(s) => out!(
             "spread of memory across servers: {} before, {} after (measured)",
