@@ -243,9 +243,9 @@ pub(crate) async fn after_join(service: Arc<Service>, joined: ServerId) {
 }
 
 /// Whether a refusal is one that passes (another job, a move or a
-/// recovery in progress).
+/// recovery in progress, a server not answering STATS yet).
 fn busy(message: &str) -> bool {
-    message.contains("is running") || message.contains("in progress")
+    message.contains("is running") || message.contains("in progress") || message.contains("cannot read server")
 }
 
 /// Runs the steps of job `id`; stops at the first that fails.
