@@ -189,7 +189,7 @@ pub fn plan(map: &ClusterMap, usage: &BTreeMap<ServerId, ServerUsage>, opts: &Op
             let to = *eligible.iter().min_by_key(|s| (load[s], **s)).expect("eligible servers");
             let room = mean.saturating_sub(load[&to]);
             // A split costs two steps; the moves still queued must fit.
-            let budget = steps.len() + 2 + queue.len() + 1 <= MAX_STEPS;
+            let budget = steps.len() + 2 + queue.len() < MAX_STEPS;
             let cut = (pieces[i].bytes > room + tolerance && room >= MIN_GAP && budget)
                 .then(|| split_point(&pieces[i], room))
                 .flatten();
