@@ -135,6 +135,14 @@ fn drain_under_load_empties_a_server_that_then_dies_without_a_recovery() {
     let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 3, keys);
     std::thread::sleep(Duration::from_millis(300));
 
+    // Moving tablets needs the cluster secret.
+    let anonymous = Command::new(SHOAL)
+        .args(["drain", "--server", &victim.0.to_string(), "--coordinator", &cluster.coordinator.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(anonymous.status.code(), Some(1), "{anonymous:?}");
+    assert!(String::from_utf8_lossy(&anonymous.stderr).contains("cluster secret"), "{anonymous:?}");
     let refused = shoal(&cluster, &["drain", "--server", "99"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stdout).contains("no server 99"), "{refused:?}");
