@@ -3,15 +3,17 @@
 //! and follow the job that runs it (the coordinator's `stats`,
 //! `rebalance`) with a line or a bar per move until it ends.
 
-use super::migrate::control;
-use super::{CliError, Common, REFUSED, USAGE};
+use super::{CliError, Common, REFUSED, UNREACHABLE, USAGE};
 use crate::progress::{Progress, Stream, Unit};
 use clap::Args;
 use indicatif::HumanBytes;
 use serde_json::{json, Value};
 use shoal_cluster::auth::ClusterSecret;
+use shoal_cluster::control::call_blocking_any;
 use shoal_cluster::rebalance::{Load, Plan, Step};
-use shoal_cluster::{ControlAuth, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
+use shoal_cluster::{
+    ControlAuth, ControlError, ControlErrorCode, ControlRequest, ControlResponse, CoordinatorAddrs, ServerId,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -92,7 +94,7 @@ fn run(a: &JobArgs, req: ControlRequest, drained: Option<ServerId>) -> Result<()
     // Planning reads every server's STATS (up to 5 s each, in parallel).
     let timeout = Duration::from_secs_f64(common.timeout.max(15.0));
     let undo = matches!(req, ControlRequest::Drain { undo: true, .. });
-    let (plan, job) = match control(coordinator, &auth, &req, timeout).map_err(reword)? {
+    let (plan, job) = match call(coordinator, &auth, &req, timeout)? {
         ControlResponse::Plan { plan, job } => (plan, job),
         ControlResponse::Ok if undo => {
             let server = drained.expect("a drain");
@@ -128,7 +130,7 @@ fn run(a: &JobArgs, req: ControlRequest, drained: Option<ServerId>) -> Result<()
 /// Follows job `job` in the coordinator's `stats` until it ends; a line
 /// per move (a bar on a terminal), then the outcome.
 fn follow(
-    coordinator: &shoal_cluster::CoordinatorAddrs,
+    coordinator: &CoordinatorAddrs,
     auth: &ControlAuth,
     timeout: Duration,
     job: u64,
@@ -145,7 +147,7 @@ fn follow(
     let (mut shown_start, mut shown_done) = (0usize, 0usize);
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        let stats = match control(coordinator, auth, &ControlRequest::Stats, timeout) {
+        let stats = match call(coordinator, auth, &ControlRequest::Stats, timeout) {
             Ok(ControlResponse::Stats { stats }) => stats,
             // A coordinator failing over: its standby answers soon.
             _ if Instant::now() < deadline => continue,
@@ -317,10 +319,17 @@ fn refusal(code: ControlErrorCode, message: String) -> CliError {
     CliError { kind, message: format!("the coordinator refused: {message}"), code: REFUSED }
 }
 
-/// `control`'s refusals speak of "the move"; these are plans.
-fn reword(e: CliError) -> CliError {
-    match e.message.strip_prefix("the coordinator refused the move: ") {
-        Some(rest) => CliError { message: format!("the coordinator refused: {rest}"), ..e },
-        None => e,
+/// One control request; a refusal becomes [`refusal`]'s error, an
+/// unreachable coordinator exit code 3.
+fn call(
+    coordinator: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, CliError> {
+    match call_blocking_any(coordinator, auth, req, timeout) {
+        Ok(r) => Ok(r),
+        Err(ControlError::Refused { code, message }) => Err(refusal(code, message)),
+        Err(e) => Err(CliError { kind: "connection", message: e.to_string(), code: UNREACHABLE }),
     }
 }
