@@ -145,6 +145,34 @@ pub enum ControlRequest {
     /// by `Map`; refused (`not_found`) for an unknown table or no tablet
     /// starting at `at`, (`invalid_request`) otherwise.
     MergeTablets { table: String, at: u64 },
+    /// Plans tablet moves (and splits) that even the memory of the up
+    /// servers (`docs/migration.md`, "Rebalancing and drain"), from the
+    /// figures the coordinator reads from every up server, and, unless
+    /// `dry_run`, runs them one at a time in the background (progress in
+    /// `stats`, `rebalance`). With `table`, only that table's tablets move.
+    /// Answered by `Plan`. Refused (`invalid_request`) while a rebalance or
+    /// drain runs, a migration or recovery is in progress, or a server's
+    /// figures cannot be read; (`not_found`) for an unknown table.
+    Rebalance {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        table: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
+    },
+    /// Moves every tablet off `server` to the least loaded others, and
+    /// marks it draining (saved): no move, recovery or new table puts a
+    /// tablet on it until it is declared dead, enlists again or `undo`
+    /// clears the mark. Answered by `Plan`. Refused (`not_found`) for an
+    /// unknown server; (`invalid_request`) when it is not up, is the only
+    /// server that could take tablets, masters a chunk table or stream (the
+    /// message lists them), or as `Rebalance` is.
+    Drain {
+        server: ServerId,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        undo: bool,
+    },
 }
 
 /// Most floors one `RaiseReplicaFloors` may carry.
@@ -178,6 +206,13 @@ pub enum ControlResponse {
     Ok,
     Stats {
         stats: serde_json::Value,
+    },
+    /// The plan of a `Rebalance` or `Drain`; `job` is the id of the
+    /// background job running it (`None` for a dry run or an empty plan).
+    Plan {
+        plan: crate::rebalance::Plan,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<u64>,
     },
     /// A master lease of `ms` milliseconds, counted from when the request
     /// was sent.

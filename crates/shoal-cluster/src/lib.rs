@@ -10,12 +10,15 @@
 //!   protocol (`shoal-proto`) carries reads and writes.
 //! * [`auth`]: the cluster handshake that opens every internal connection
 //!   (control and replication) when the cluster has a secret.
+//! * [`rebalance`]: plans of tablet moves that even the servers' memory
+//!   or empty one server (`shoal rebalance`, `shoal drain`), without I/O.
 //! * [`tls`]: mutual TLS on the same connections, when the cluster has a
 //!   CA for them (`--internal-tls-*`); the handshake then runs inside it.
 
 pub mod auth;
 pub mod control;
 pub mod map;
+pub mod rebalance;
 pub mod tls;
 
 pub use control::{

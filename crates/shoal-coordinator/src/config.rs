@@ -88,6 +88,13 @@ pub struct CoordinatorArgs {
     #[arg(long, value_name = "MS", default_value_t = crate::lease::DEFAULT_LEASE_MS,
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub lease_ms: u64,
+
+    /// After a new server joins the cluster, move tablets (splitting big
+    /// ones) so that the up servers' memory becomes even, one move at a
+    /// time, as `shoal rebalance` does. Off by default: moving data is the
+    /// operator's call (docs/migration.md, "Rebalancing and drain").
+    #[arg(long)]
+    pub rebalance_on_join: bool,
     /// File holding the cluster's secret (16 to 4096 bytes, e.g. 64 hex
     /// digits; mode 0600, else it is refused). Every server and the
     /// coordinator need the same file: each control and replication
@@ -187,6 +194,8 @@ pub struct CoordinatorConfig {
     pub restart_grace: Duration,
     /// Length of master leases (`--lease-ms`).
     pub lease: Duration,
+    /// `--rebalance-on-join`: rebalance after a new server joins.
+    pub rebalance_on_join: bool,
     /// The cluster secret; `None`: no handshake, every request taken at its
     /// word (docs/security.md).
     pub secret: Option<ClusterSecret>,
@@ -219,6 +228,7 @@ impl Default for CoordinatorConfig {
             },
             restart_grace: Duration::from_millis(DEFAULT_RESTART_GRACE_MS),
             lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
+            rebalance_on_join: false,
             secret: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             metrics_listen: None,
@@ -254,6 +264,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             restart_grace: Duration::from_millis(args.restart_grace_ms),
             lease: Duration::from_millis(args.lease_ms),
+            rebalance_on_join: args.rebalance_on_join,
             secret,
             max_connections_per_ip: args.max_connections_per_ip,
             metrics_listen: args.metrics_port.map(|port| SocketAddr::new(args.listen.ip(), port)),

@@ -34,6 +34,7 @@ pub mod lease;
 pub mod local_etcd;
 mod metrics;
 pub mod probe;
+mod rebalancer;
 mod sampler;
 mod server;
 mod service;

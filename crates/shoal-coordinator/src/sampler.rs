@@ -15,6 +15,7 @@
 //! its PING round trip and why its statistics are missing.
 
 use shoal_cluster::map::{ClusterMap, ServerId, ServerState};
+use shoal_cluster::rebalance::ServerUsage;
 use shoal_proto::{check_frame, decode_response, ErrorStatus, Header, Request, Response, StatValue};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -306,6 +307,56 @@ fn partition_stat(name: &str) -> Option<(u64, u32, &str)> {
     let (recovery, rest) = rest.split_once("_partition_")?;
     let (partition, what) = rest.split_once('_')?;
     Some((recovery.parse().ok()?, partition.parse().ok()?, what))
+}
+
+/// What rebalancing weighs (`shoal_cluster::rebalance`): the server at
+/// `native`'s `live_bytes` + `stream_bytes`, and its `table_<id>_objects`
+/// and `table_<id>_bytes`, read with one STATS on a connection of its own
+/// within `timeout`. Errors say why (as for the dashboard: a server that
+/// needs a password or speaks TLS on its native port answers no STATS).
+pub(crate) async fn usage(native: SocketAddr, timeout: Duration) -> Result<ServerUsage, String> {
+    let ask = async {
+        let mut conn = TcpStream::connect(native).await.map_err(|e| format!("cannot connect: {e}"))?;
+        let _ = conn.set_nodelay(true);
+        let (header, body) = exchange(&mut conn, Request::Stats, 1).await?;
+        match decode_response(header.opcode, &body) {
+            Ok(Ok(Response::Stats(stats))) => Ok(stats
+                .iter()
+                .map(|s| {
+                    let v = match s.value {
+                        StatValue::U64(v) => v,
+                        StatValue::F64(v) => v as u64,
+                    };
+                    (s.name.to_string(), v)
+                })
+                .collect::<Vec<_>>()),
+            Ok(Ok(other)) => Err(format!("unexpected answer to STATS: {:?}", other.opcode())),
+            Ok(Err(status)) => Err(format!("STATS refused: {status}")),
+            Err(e) => Err(format!("malformed STATS answer: {e}")),
+        }
+    };
+    let stats = tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))??;
+    let mut u = ServerUsage::default();
+    for (name, v) in stats {
+        match name.as_str() {
+            "live_bytes" | "stream_bytes" => u.bytes += v,
+            _ => {
+                let Some((table, what)) = name.strip_prefix("table_").and_then(|r| r.split_once('_')) else {
+                    continue;
+                };
+                let Ok(table) = table.parse() else { continue };
+                let e = u.tables.entry(shoal_common::TableId(table)).or_default();
+                match what {
+                    "objects" => e.0 = v,
+                    "bytes" => e.1 = v,
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(u)
 }
 
 /// Sends one request and reads its answer (header and body), which must be

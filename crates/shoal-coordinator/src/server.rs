@@ -104,6 +104,7 @@ impl Coordinator {
                 .await?
                 .with_restart_grace(config.restart_grace)
                 .with_lease(config.lease)
+                .with_rebalance_on_join(config.rebalance_on_join)
                 .with_fence(fence),
         );
         let listener = TcpListener::bind(config.listen)

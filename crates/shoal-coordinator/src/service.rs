@@ -28,6 +28,7 @@ use crate::config::CoordinatorError;
 use crate::etcd::Fence;
 use crate::lease::{Leases, DEFAULT_LEASE_MS};
 use crate::probe::{probe, ProbeConfig};
+use crate::rebalancer::{self, Ask, Jobs, Trigger};
 use crate::state::{self, ClusterState, Enlister, Outcome};
 use crate::store::StateStore;
 use shoal_cluster::auth::Credential;
@@ -78,7 +79,9 @@ impl Caller {
             | ControlRequest::Enlist { .. }
             | ControlRequest::StartMigration { .. }
             | ControlRequest::SplitTablet { .. }
-            | ControlRequest::MergeTablets { .. } => None,
+            | ControlRequest::MergeTablets { .. }
+            | ControlRequest::Rebalance { .. }
+            | ControlRequest::Drain { .. } => None,
             ControlRequest::WatchMap { server: Some(s), .. }
             | ControlRequest::Recovered { server: s, .. }
             | ControlRequest::RecoveryDone { server: s, .. }
@@ -142,6 +145,10 @@ pub(crate) struct Service {
     /// With the state in etcd: whether this process still leads. No
     /// master lease is granted once it does not (`etcd.rs`).
     fence: Option<Fence>,
+    /// The rebalancing or drain job running or last run (`rebalancer.rs`).
+    pub(crate) jobs: Jobs,
+    /// `--rebalance-on-join`: a new server starts a rebalance.
+    rebalance_on_join: bool,
 }
 
 /// Suspects being checked, and when each was first reported.
@@ -281,6 +288,12 @@ impl Service {
         self
     }
 
+    /// Rebalances after every new server joins (`--rebalance-on-join`).
+    pub(crate) fn with_rebalance_on_join(mut self, on: bool) -> Service {
+        self.rebalance_on_join = on;
+        self
+    }
+
     /// Grants master leases only while `fence` holds (a leader elected in
     /// etcd).
     pub(crate) fn with_fence(mut self, fence: Option<Fence>) -> Service {
@@ -365,6 +378,8 @@ impl Service {
             enlisted: Default::default(),
             leases: parking_lot::Mutex::new(Leases::new(Duration::from_millis(DEFAULT_LEASE_MS), now)),
             fence: None,
+            jobs: Jobs::default(),
+            rebalance_on_join: false,
         })
     }
 
@@ -434,11 +449,29 @@ impl Service {
                 }
             }
             req @ ControlRequest::Enlist { .. } => {
+                let previous = match &req {
+                    ControlRequest::Enlist { previous, .. } => *previous,
+                    _ => None,
+                };
                 let answer = self.enlist(req, caller).await;
-                if let ControlResponse::Enlisted { server, .. } = &answer {
+                if let ControlResponse::Enlisted { server, map, .. } = &answer {
                     self.enlisted.lock().insert(*server);
+                    let joined =
+                        previous != Some(*server) && map.server(*server).is_some_and(|s| s.state == ServerState::Up);
+                    if joined && self.rebalance_on_join {
+                        tokio::spawn(rebalancer::after_join(self.clone(), *server));
+                    }
                 }
                 answer
+            }
+            ControlRequest::Rebalance { table, dry_run } => {
+                let ask = Ask { table, drain: None, dry_run, trigger: Trigger::Request };
+                rebalancer::start(self, ask).await
+            }
+            ControlRequest::Drain { server, undo: true, .. } => self.set_draining(server, false).await,
+            ControlRequest::Drain { server, dry_run, .. } => {
+                let ask = Ask { table: None, drain: Some(server), dry_run, trigger: Trigger::Request };
+                rebalancer::start(self, ask).await
             }
             req @ (ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
@@ -542,6 +575,7 @@ impl Service {
             }
         }
         stats["finished_recoveries"] = clock.finished.iter().cloned().collect::<Vec<_>>().into();
+        stats["rebalance"] = serde_json::to_value(self.jobs.last()).unwrap_or_default();
         ControlResponse::Stats { stats }
     }
 
@@ -755,8 +789,31 @@ impl Service {
         answer
     }
 
+    /// Marks `server` draining or not ([`ClusterState::set_draining`]),
+    /// saved and published like any change.
+    pub(crate) async fn set_draining(self: &Arc<Self>, server: ServerId, on: bool) -> ControlResponse {
+        self.commit(
+            "drain",
+            move |state, _| state.set_draining(server, on),
+            move |_, out, _| {
+                if out.changed {
+                    info!(
+                        "server {server} {}",
+                        if on { "is draining: it takes no new tablets" } else { "is no longer draining" }
+                    );
+                }
+            },
+        )
+        .await
+    }
+
+    /// The servers being drained.
+    pub(crate) async fn draining(&self) -> BTreeSet<ServerId> {
+        self.state.lock().await.draining().clone()
+    }
+
     /// Decides `req`, saves the result if it changed, then publishes it.
-    async fn change(self: &Arc<Self>, req: ControlRequest) -> ControlResponse {
+    pub(crate) async fn change(self: &Arc<Self>, req: ControlRequest) -> ControlResponse {
         let (name, logged) = (op_name(&req), req.clone());
         self.commit(
             name,
@@ -1097,7 +1154,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
 }
 
 /// The names of the control operations, for logs and metrics.
-pub(crate) const OPS: [&str; 17] = [
+pub(crate) const OPS: [&str; 19] = [
     "enlist",
     "get_map",
     "watch_map",
@@ -1115,6 +1172,8 @@ pub(crate) const OPS: [&str; 17] = [
     "abort_migration",
     "split_tablet",
     "merge_tablets",
+    "rebalance",
+    "drain",
 ];
 
 fn op_name(req: &ControlRequest) -> &'static str {
@@ -1141,6 +1200,8 @@ fn op_index(req: &ControlRequest) -> usize {
         ControlRequest::AbortMigration { .. } => 14,
         ControlRequest::SplitTablet { .. } => 15,
         ControlRequest::MergeTablets { .. } => 16,
+        ControlRequest::Rebalance { .. } => 17,
+        ControlRequest::Drain { .. } => 18,
     }
 }
 

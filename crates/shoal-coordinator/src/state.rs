@@ -31,6 +31,9 @@
 //! * symmetric-caching groups (`map.sc_groups`) hold up servers only, each
 //!   in one group at most, ascending, with an epoch in 1..=version; after
 //!   every change they are exactly [`sc_groups`] of the up servers;
+//! * draining servers (`draining`, `shoal drain`) are known and not down;
+//!   no tablet move, recovery partition or new table's tablet is given to
+//!   one while another server could take it;
 //! * server credentials (`credentials`) belong to known servers and are
 //!   SHA-256 digests (64 hex digits); a server's credential never changes
 //!   once issued.
@@ -147,6 +150,11 @@ pub struct ClusterState {
     /// Servers enlisted without a secret, or before format 2, have none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     credentials: BTreeMap<ServerId, String>,
+    /// Servers being drained (`ControlRequest::Drain`): they take no new
+    /// tablets. A server leaves the set when it is declared dead, enlists
+    /// again, or the drain is undone. Absent when empty.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    draining: BTreeSet<ServerId>,
     /// `--replicas`: configuration, not state, so not saved.
     #[serde(skip)]
     replicas_config: Option<u32>,
@@ -188,6 +196,7 @@ impl ClusterState {
             next_migration: 1,
             committed_migrations: Vec::new(),
             credentials: BTreeMap::new(),
+            draining: BTreeSet::new(),
             replicas_config,
             sc_group_size: 0,
         };
@@ -295,6 +304,44 @@ impl ClusterState {
             ControlRequest::AbortMigration { id, server, .. } => self.abort_migration(*id, *server),
             ControlRequest::SplitTablet { table, at } => self.split_or_merge(table, *at, true),
             ControlRequest::MergeTablets { table, at } => self.split_or_merge(table, *at, false),
+            // Plans need every server's figures (I/O): the service makes
+            // them, and marks a drained server through `set_draining`.
+            ControlRequest::Rebalance { .. } | ControlRequest::Drain { .. } => {
+                Outcome::unchanged(invalid("rebalancing is run by the coordinator's service, not its state"))
+            }
+        }
+    }
+
+    /// The servers being drained.
+    pub fn draining(&self) -> &BTreeSet<ServerId> {
+        &self.draining
+    }
+
+    /// Marks `server` draining (`on`) or not. Refused (`not_found`) for an
+    /// unknown server, (`invalid_request`) for marking one that is not up.
+    /// Unchanged (answered `Ok`) when it is already so.
+    pub fn set_draining(&mut self, server: ServerId, on: bool) -> Outcome {
+        let Some(s) = self.map.server(server) else {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        };
+        if on && s.state != ServerState::Up {
+            return Outcome::unchanged(invalid(format!("server {server} is not up ({:?})", s.state)));
+        }
+        let changed = if on { self.draining.insert(server) } else { self.draining.remove(&server) };
+        if !changed {
+            return Outcome::unchanged(ControlResponse::Ok);
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// `servers` without the draining ones, unless that leaves none.
+    fn undrained(&self, servers: Vec<ServerId>) -> Vec<ServerId> {
+        let kept: Vec<ServerId> = servers.iter().copied().filter(|s| !self.draining.contains(s)).collect();
+        if kept.is_empty() {
+            servers
+        } else {
+            kept
         }
     }
 
@@ -404,6 +451,11 @@ impl ClusterState {
         }
         if t.master == to {
             return Outcome::unchanged(invalid(format!("server {to} masters that tablet already")));
+        }
+        if self.draining.contains(&to) {
+            return Outcome::unchanged(invalid(format!(
+                "server {to} is being drained (shoal drain): it takes no tablets"
+            )));
         }
         if self.map.server(t.master).map(|s| s.state) != Some(ServerState::Up) {
             return Outcome::unchanged(invalid(format!(
@@ -731,6 +783,7 @@ impl ClusterState {
                     list.push(old);
                 }
                 server.state = ServerState::Recovering;
+                self.draining.remove(&id);
                 id
             }
             None => {
@@ -820,7 +873,7 @@ impl ClusterState {
         if span > MAX_SPAN {
             return Outcome::unchanged(invalid(format!("span {span} exceeds the limit of {MAX_SPAN} tablets")));
         }
-        let live: Vec<ServerId> = self.map.live_servers().map(|s| s.id).collect();
+        let live: Vec<ServerId> = self.undrained(self.map.live_servers().map(|s| s.id).collect());
         if live.is_empty() {
             return Outcome::unchanged(error(ControlErrorCode::NoServers, "no server is up to take tablets"));
         }
@@ -931,6 +984,7 @@ impl ClusterState {
         }
         s.state = ServerState::Down;
         let current = s.log;
+        self.draining.remove(&server);
         let mut logs = self.recover.remove(&server).unwrap_or_default();
         if !logs.contains(&current) {
             logs.push(current);
@@ -987,7 +1041,9 @@ impl ClusterState {
     /// each unfinished partition whose master is no longer up to the up
     /// server with the fewest unfinished partitions (lowest id on ties).
     fn assign_recoveries(&mut self) {
-        let up: Vec<ServerId> = self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        let all: Vec<ServerId> = self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        // A draining server keeps the partitions it has, and gets no new one.
+        let up = self.undrained(all.clone());
         if up.is_empty() {
             return;
         }
@@ -1006,7 +1062,7 @@ impl ClusterState {
         }
         for r in self.map.recoveries.iter_mut() {
             for (index, p) in r.partitions.iter_mut().enumerate() {
-                if p.done || load.contains_key(&p.master) {
+                if p.done || all.contains(&p.master) {
                     continue;
                 }
                 let (&to, n) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)).expect("some server is up");
@@ -1157,6 +1213,7 @@ impl ClusterState {
                     "log": s.log,
                     "tablets": self.map.tablets_of(s.id).count(),
                     "recover": self.recover_list(s.id),
+                    "draining": self.draining.contains(&s.id),
                 })
             })
             .collect();
@@ -1292,6 +1349,11 @@ impl ClusterState {
             // A down server's log is recovered (then forgotten) or being recovered.
             if s.state != ServerState::Down && !self.log_versions.contains_key(&s.log) {
                 return Err(format!("server {} writes log {} that has no replica version", s.id, s.log.0));
+            }
+        }
+        for d in &self.draining {
+            if self.map.server(*d).is_none_or(|s| s.state == ServerState::Down) {
+                return Err(format!("server {d} is draining but unknown or down"));
             }
         }
         let mut grouped = BTreeSet::new();
@@ -2819,6 +2881,45 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         v["credentials"]["1"] = "xyz".into();
         assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap_err().contains("credential"));
+    }
+
+    #[test]
+    fn a_draining_server_takes_no_moves_recoveries_or_new_tablets_and_leaves_the_set_when_dead() {
+        let mut s = cluster(3);
+        create(&mut s, "kv", 3);
+        let before = s.map().version;
+        assert!(s.set_draining(ServerId(3), true).changed);
+        assert_eq!(s.map().version, before + 1);
+        assert!(!s.set_draining(ServerId(3), true).changed, "already draining");
+        s.check().unwrap();
+        assert_eq!(s.stats()["servers"][2]["draining"], true);
+        let bytes = s.encode();
+        assert_eq!(ClusterState::decode(&bytes, None).unwrap().0.draining(), &BTreeSet::from([ServerId(3)]));
+
+        let t = s.map().tablets_of(ServerId(1)).next().unwrap().clone();
+        let refused = start_move(&mut s, "kv", t.start_hash, 3);
+        assert!(matches!(&refused, ControlResponse::Error { message, .. } if message.contains("being drained")));
+        let more = create(&mut s, "more", 6);
+        assert!(s.map().tablets.iter().filter(|t| t.table == more.id).all(|t| t.master != ServerId(3)));
+        assert!(down(&mut s, 1));
+        assert!(recovery(&s, 1).partitions.iter().all(|p| p.master != ServerId(3)), "no partition on server 3");
+
+        assert!(s.set_draining(ServerId(3), false).changed);
+        assert!(s.set_draining(ServerId(3), true).changed);
+        assert_eq!(error_code(s.set_draining(ServerId(9), true).response), ControlErrorCode::NotFound);
+        assert!(down(&mut s, 3));
+        assert!(s.draining().is_empty(), "a dead server is drained for good");
+        assert_eq!(error_code(s.set_draining(ServerId(3), true).response), ControlErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn the_only_server_left_takes_recoveries_even_when_draining() {
+        let mut s = cluster(2);
+        create(&mut s, "kv", 2);
+        assert!(s.set_draining(ServerId(2), true).changed);
+        assert!(down(&mut s, 1));
+        assert!(recovery(&s, 1).partitions.iter().all(|p| p.master == ServerId(2)));
+        assert!(!recovery(&s, 1).partitions.is_empty());
     }
 
     fn start_move(state: &mut ClusterState, table: &str, start_hash: u64, to: u64) -> ControlResponse {

@@ -418,6 +418,8 @@ pub(crate) struct Counters {
 #[derive(Default)]
 struct TableCounts {
     objects: AtomicU64,
+    /// Bytes of their log entries (as the global `live_bytes` counts them).
+    bytes: AtomicU64,
     /// Of those, objects with an expiry.
     expiring: AtomicU64,
 }
@@ -722,6 +724,8 @@ impl Inner {
     ) {
         self.stamp_write(hash);
         let c = &self.counters;
+        let counts = self.tables.read();
+        let per_table = counts.get(&table);
         let expiring_before = old.is_some_and(|f| f.expiry.is_some());
         match old {
             Some(f) => {
@@ -729,6 +733,9 @@ impl Inner {
                 self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
                 c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
                 c.live_kv_bytes.fetch_sub(f.kv_len as u64, Ordering::Relaxed);
+                if let Some(n) = per_table {
+                    n.bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                }
             }
             None => {
                 {
@@ -737,15 +744,16 @@ impl Inner {
                     self.ht.insert(hash, r);
                 }
                 c.objects.fetch_add(1, Ordering::Relaxed);
-                if let Some(n) = self.tables.read().get(&table) {
+                if let Some(n) = per_table {
                     n.objects.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
+        if let Some(n) = per_table {
+            n.bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        }
         if expiring_before != expiry.is_some() {
-            let counts = self.tables.read();
-            let per_table = counts.get(&table).map(|n| &n.expiring);
-            for n in [Some(&c.expiring), per_table].into_iter().flatten() {
+            for n in [Some(&c.expiring), per_table.map(|n| &n.expiring)].into_iter().flatten() {
                 if expiring_before {
                     n.fetch_sub(1, Ordering::Relaxed);
                 } else {
@@ -815,6 +823,7 @@ impl Inner {
         }
         if let Some(n) = self.tables.read().get(&table) {
             n.objects.fetch_sub(1, Ordering::Relaxed);
+            n.bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
             if f.expiry.is_some() {
                 n.expiring.fetch_sub(1, Ordering::Relaxed);
             }
@@ -1068,6 +1077,19 @@ impl Store {
             .read()
             .get(&table)
             .map(|n| n.objects.load(Ordering::Relaxed))
+            .ok_or(StoreError::UnknownTable(table))
+    }
+
+    /// Bytes of the log entries of `table`'s objects (what `live_bytes` in
+    /// [`StoreStats`] counts of them), from a counter (O(1)). Rebalancing
+    /// reads it to estimate what a tablet weighs (`docs/migration.md`,
+    /// "Rebalancing and drain").
+    pub fn table_bytes(&self, table: TableId) -> Result<u64, StoreError> {
+        self.inner
+            .tables
+            .read()
+            .get(&table)
+            .map(|n| n.bytes.load(Ordering::Relaxed))
             .ok_or(StoreError::UnknownTable(table))
     }
 
@@ -1899,6 +1921,7 @@ impl Store {
         let mut keys = HashSet::new();
         let (mut objects, mut live, mut kv) = (0u64, 0u64, 0u64);
         let mut expiring: HashMap<TableId, u64> = HashMap::new();
+        let mut bytes_per_table: HashMap<TableId, u64> = HashMap::new();
         let mut at: u128 = 0;
         while at < 1 << 64 {
             let mut err = None;
@@ -1920,6 +1943,7 @@ impl Store {
                         }
                         objects += 1;
                         live += len as u64;
+                        *bytes_per_table.entry(o.table).or_default() += len as u64;
                         kv += (o.key.len() + o.value.len()) as u64;
                         *live_per_slot.entry(r.slot()).or_default() += len as u64;
                         if let Some(at) = o.expiry {
@@ -1957,6 +1981,10 @@ impl Store {
             let (have, want) = (n.objects.load(Ordering::Relaxed), per_table.get(t).copied().unwrap_or(0));
             if have != want {
                 return Err(format!("table {t}: object count {have} != recount {want}"));
+            }
+            let (have, want) = (n.bytes.load(Ordering::Relaxed), bytes_per_table.get(t).copied().unwrap_or(0));
+            if have != want {
+                return Err(format!("table {t}: object bytes {have} != recount {want}"));
             }
             let (have, want) = (n.expiring.load(Ordering::Relaxed), expiring.get(t).copied().unwrap_or(0));
             if have != want {

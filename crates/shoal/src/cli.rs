@@ -36,6 +36,7 @@ macro_rules! out {
 
 mod load;
 mod migrate;
+mod rebalance;
 mod stats;
 mod stream;
 mod tablet;
@@ -264,6 +265,37 @@ pub enum ClientCommand {
     /// hash that is not a slot's first).
     #[command(subcommand)]
     Tablet(tablet::TabletCommand),
+    /// Moves tablets so that the memory of the up servers becomes even
+    /// (docs/migration.md, "Rebalancing and drain").
+    ///
+    /// `shoal rebalance --coordinator ADDR [--dry-run] [--table NAME]`:
+    /// the coordinator reads every up server's figures (live bytes, and
+    /// bytes per table, which it shares among a server's tablets of the
+    /// table by their hash widths), plans moves from the most to the least
+    /// loaded servers (splitting a tablet too big to move whole), and runs
+    /// them one at a time through the migration path of shoal migrate,
+    /// while clients keep working. Prints the plan (each move's estimated
+    /// bytes and objects, each server's memory before and after), then a
+    /// line per move (a bar on a terminal) with its time, then the
+    /// measured spread. --dry-run prints the plan only. Servers being
+    /// drained take nothing. Exits 1 when refused (another rebalance or
+    /// drain running, a migration or recovery in progress, a server whose
+    /// STATS cannot be read) or when a move aborts (the rest is dropped);
+    /// 3 if the coordinator cannot be reached.
+    Rebalance(rebalance::RebalanceArgs),
+    /// Moves every tablet off one server, so that it can be stopped with
+    /// no crash recovery (docs/migration.md, "Rebalancing and drain").
+    ///
+    /// `shoal drain --coordinator ADDR --server ID`: marks the server
+    /// draining (no move, recovery partition or new table puts a tablet on
+    /// it from then on), moves each of its tablets, heaviest first, to the
+    /// least loaded other server, and follows the moves as shoal rebalance
+    /// does. When it ends the server masters nothing: stop it. The mark
+    /// stays until the server is declared dead or enlists again, or
+    /// --undo clears it. Refused (exit 1) when the server is the only one
+    /// that could take tablets, or masters chunk tables or streams (they
+    /// cannot move: the message names them).
+    Drain(rebalance::DrainArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -746,11 +778,15 @@ pub fn run(cmd: &ClientCommand) -> ExitCode {
         ClientCommand::Load(a) => &a.common,
         ClientCommand::Migrate(a) => &a.common,
         ClientCommand::Tablet(t) => t.common(),
+        ClientCommand::Rebalance(a) => &a.job.common,
+        ClientCommand::Drain(a) => &a.job.common,
     };
     let outcome = match cmd {
         ClientCommand::Load(a) => load::run(a),
         ClientCommand::Migrate(a) => migrate::run(a),
         ClientCommand::Tablet(t) => tablet::run(t),
+        ClientCommand::Rebalance(a) => rebalance::rebalance(a),
+        ClientCommand::Drain(a) => rebalance::drain(a),
         ClientCommand::Stats(StatsArgs { common: Common { coordinator: Some(c), .. } }) => stats::cluster(c, common),
         _ => connect(common).and_then(|mut client| execute(&mut client, cmd, common)),
     };
@@ -922,6 +958,7 @@ fn execute(c: &mut Client, cmd: &ClientCommand, common: &Common) -> Result<(), C
         ClientCommand::Load(_) => unreachable!("run() hands load to load::run"),
         ClientCommand::Migrate(_) => unreachable!("run() hands migrate to migrate::run"),
         ClientCommand::Tablet(_) => unreachable!("run() hands tablet to tablet::run"),
+        ClientCommand::Rebalance(_) | ClientCommand::Drain(_) => unreachable!("run() hands these to rebalance.rs"),
     }
     Ok(())
 }

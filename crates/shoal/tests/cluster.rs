@@ -111,6 +111,7 @@ fn a_slow_whole_cluster_restart_with_servers_declared_dead_loses_nothing() {
         replicas: 2,
         server_args: Vec::new(),
         internal: None,
+        coordinator_args: Vec::new(),
     };
     again.start_coordinator_with(&["--restart-grace-ms", "0"]);
     for i in 0..4 {

@@ -61,6 +61,9 @@ pub struct Cluster {
     /// With internal TLS: the cluster CA in `<root>/internal-tls`, which
     /// signs each process's certificate (and the test's, `client`).
     pub internal: Option<InternalPki>,
+    /// Flags the coordinator is started with besides the defaults of
+    /// [`Cluster::start_coordinator_with`].
+    pub coordinator_args: Vec<String>,
 }
 
 pub fn log_file(dir: &Path) -> std::fs::File {
@@ -77,16 +80,30 @@ impl Cluster {
     /// [`Cluster::start`] with `server_args` given to every server (later
     /// flags override the defaults, e.g. `--memory`).
     pub fn start_with(root: &Path, n: usize, replicas: u32, port: u16, server_args: &[&str]) -> Cluster {
-        Cluster::launch(root, n, replicas, port, server_args, false)
+        Cluster::launch(root, n, replicas, port, server_args, &[], false)
+    }
+
+    /// [`Cluster::start`] with `coordinator_args` given to the coordinator
+    /// (each time it is started).
+    pub fn start_with_coordinator(root: &Path, n: usize, replicas: u32, coordinator_args: &[&str]) -> Cluster {
+        Cluster::launch(root, n, replicas, 0, &[], coordinator_args, false)
     }
 
     /// [`Cluster::start`] with mutual TLS on every internal connection
     /// (`--internal-tls-*`, certificates of a throwaway CA).
     pub fn start_internal_tls(root: &Path, n: usize, replicas: u32) -> Cluster {
-        Cluster::launch(root, n, replicas, 0, &[], true)
+        Cluster::launch(root, n, replicas, 0, &[], &[], true)
     }
 
-    fn launch(root: &Path, n: usize, replicas: u32, port: u16, server_args: &[&str], internal_tls: bool) -> Cluster {
+    fn launch(
+        root: &Path,
+        n: usize,
+        replicas: u32,
+        port: u16,
+        server_args: &[&str],
+        coordinator_args: &[&str],
+        internal_tls: bool,
+    ) -> Cluster {
         let port = if port == 0 { free_port() } else { port };
         let coordinator: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let internal = internal_tls.then(|| InternalPki::create_or_load(&root.join("internal-tls")).unwrap());
@@ -98,6 +115,7 @@ impl Cluster {
             replicas,
             server_args: server_args.iter().map(|s| s.to_string()).collect(),
             internal,
+            coordinator_args: coordinator_args.iter().map(|s| s.to_string()).collect(),
         };
         std::fs::create_dir_all(root).unwrap();
         shoal_cluster::auth::ClusterSecret::create_or_load(&c.secret_file()).unwrap();
@@ -157,6 +175,7 @@ impl Cluster {
             .arg("--cluster-secret-file")
             .arg(self.secret_file())
             .args(extra)
+            .args(&self.coordinator_args)
             .args(self.internal_flags("coordinator"))
             .args(["--replicas", &self.replicas.to_string()])
             .arg("--data-dir")

@@ -1,0 +1,578 @@
+//! Rebalancing and drain plans (`docs/migration.md`, "Rebalancing and
+//! drain"): which tablets to split and move so that the memory of the up
+//! servers becomes even, or so that one server masters nothing. No I/O:
+//! [`plan`] takes the map and what each server reported, and returns the
+//! steps; the coordinator runs them one at a time through the ordinary
+//! split and migration requests.
+//!
+//! **Weights.** A server reports its live bytes and, per table, the bytes
+//! and objects of its objects (native STATS `live_bytes`, `stream_bytes`,
+//! `table_<id>_bytes`, `table_<id>_objects`). A tablet's weight is its
+//! table's figure on its master times its share of the hash width of that
+//! table's tablets there: keys hash uniformly, so a tablet holds its
+//! width's share of them. (A slot-hashed table whose keys share a few hash
+//! tags is the exception: its estimate can be far off; the plan is then
+//! less even, never wrong.) A server's load is its live bytes, so what
+//! cannot move (chunks, streams) still counts.
+//!
+//! **Balancing** (greedy): while the most and least loaded eligible servers
+//! differ by more than the tolerance (a twentieth of the mean load, at
+//! least [`MIN_GAP`]), move from the first to the second about `want`
+//! bytes: the first's excess over the mean or the second's shortfall,
+//! whichever is smaller, so that no byte moves twice. The tablet of the
+//! first closest to `want` moves if it is within half the tolerance of it;
+//! otherwise the smallest tablet bigger than `want` is split so that its
+//! upper part weighs `want`, and the part moves; failing both, the closest
+//! tablet moves if that brings the two closer at all. Each step lowers the
+//! sum of squared differences from the mean, so the loop ends;
+//! [`MAX_STEPS`] bounds it.
+//!
+//! **Drain**: every tablet of the drained server, heaviest first, goes to
+//! the least loaded eligible server at that point; a tablet that would
+//! take that server more than the tolerance past the mean load of the
+//! servers that stay is split first, so that the part that moves fills it
+//! to the mean, and the rest is placed the same way.
+
+use crate::map::{ClusterMap, ServerId, ServerState, TabletInfo};
+use serde::{Deserialize, Serialize};
+use shoal_common::TableId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Below this difference (bytes) between two servers nothing moves.
+pub const MIN_GAP: u64 = 256 << 10;
+/// Most steps (splits and moves) one plan holds.
+pub const MAX_STEPS: usize = 256;
+/// Bits of a slot-hashed key hash below its slot (`shoal_common::slots`):
+/// such a table is split only at a slot's first hash.
+const SLOT_LOW: u64 = (1 << 50) - 1;
+
+/// What one server reported (its native STATS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerUsage {
+    /// `live_bytes` + `stream_bytes`: the memory its data holds.
+    pub bytes: u64,
+    /// Per table: (objects, bytes of their log entries).
+    pub tables: BTreeMap<TableId, (u64, u64)>,
+}
+
+/// What the plan is for.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Move only tablets of this table (loads still count every table).
+    pub table: Option<TableId>,
+    /// Move every tablet off this server instead of balancing.
+    pub drain: Option<ServerId>,
+    /// Servers that take no tablet (being drained).
+    pub excluded: BTreeSet<ServerId>,
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// Split the tablet of `table` holding `at` at `at` (both parts stay
+    /// on its master).
+    Split { table: TableId, name: String, at: u64, master: ServerId },
+    /// Move the tablet `start_hash..=end_hash` of `table` from `from` to
+    /// `to`; `bytes` and `objects` are its estimated weight.
+    Move {
+        table: TableId,
+        name: String,
+        start_hash: u64,
+        end_hash: u64,
+        from: ServerId,
+        to: ServerId,
+        bytes: u64,
+        objects: u64,
+    },
+}
+
+/// A server's load (bytes), before or after a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Load {
+    pub server: ServerId,
+    pub bytes: u64,
+}
+
+/// The steps, and the loads of the up servers before and (estimated)
+/// after them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub before: Vec<Load>,
+    pub after: Vec<Load>,
+}
+
+impl Plan {
+    /// Most loaded minus least loaded server, of `loads` (0 if none).
+    pub fn spread(loads: &[Load]) -> u64 {
+        let max = loads.iter().map(|l| l.bytes).max().unwrap_or(0);
+        let min = loads.iter().map(|l| l.bytes).min().unwrap_or(0);
+        max - min
+    }
+
+    /// Number of moves.
+    pub fn moves(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s, Step::Move { .. })).count()
+    }
+}
+
+/// A tablet with its estimated weight.
+#[derive(Clone, Debug)]
+struct Piece {
+    tablet: TabletInfo,
+    bytes: u64,
+    objects: u64,
+}
+
+/// Computes the plan. Errors (a message for the operator) when it cannot
+/// be made: a migration or recovery in progress, no usage for an up
+/// server, a drained server that is unknown or not up, the only eligible
+/// server, or holding tablets that cannot move (chunk tables, streams:
+/// listed).
+pub fn plan(map: &ClusterMap, usage: &BTreeMap<ServerId, ServerUsage>, opts: &Options) -> Result<Plan, String> {
+    if let Some(m) = map.migrations.first() {
+        return Err(format!("migration {} is in progress: wait for it to end", m.id));
+    }
+    if let Some(r) = map.recoveries.first() {
+        return Err(format!("the recovery of server {} is in progress: wait for it to end", r.dead));
+    }
+    let up: Vec<ServerId> = map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+    if let Some(missing) = up.iter().find(|s| !usage.contains_key(s)) {
+        return Err(format!("no figures from server {missing}"));
+    }
+    let mut load: BTreeMap<ServerId, u64> = up.iter().map(|s| (*s, usage[s].bytes)).collect();
+    let before: Vec<Load> = load.iter().map(|(s, b)| Load { server: *s, bytes: *b }).collect();
+    let eligible: BTreeSet<ServerId> =
+        up.iter().copied().filter(|s| !opts.excluded.contains(s) && Some(*s) != opts.drain).collect();
+    let mut pieces = weigh(map, usage);
+    let movable = |t: &TabletInfo| {
+        map.tables.iter().any(|x| x.id == t.table && !x.chunks && x.stream.is_none())
+            && opts.table.is_none_or(|only| only == t.table)
+    };
+    let name = |t: TableId| map.tables.iter().find(|x| x.id == t).map_or_else(String::new, |x| x.name.clone());
+    let mut steps = Vec::new();
+    if let Some(d) = opts.drain {
+        match map.server(d).map(|s| s.state) {
+            None => return Err(format!("no server {d}")),
+            Some(ServerState::Up) => {}
+            Some(other) => return Err(format!("server {d} is not up ({other:?})")),
+        }
+        if eligible.is_empty() {
+            return Err(format!(
+                "server {d} is the only server up (or the others are being drained): nowhere to move its tablets"
+            ));
+        }
+        let fixed: Vec<String> = map
+            .tablets_of(d)
+            .filter(|t| map.tables.iter().any(|x| x.id == t.table && (x.chunks || x.stream.is_some())))
+            .map(|t| {
+                let x = map.tables.iter().find(|x| x.id == t.table).expect("known table");
+                format!("{} '{}'", if x.chunks { "chunk table" } else { "stream" }, x.name)
+            })
+            .collect();
+        if !fixed.is_empty() {
+            return Err(format!(
+                "server {d} masters tablets that cannot move (only key-value tablets move): {}",
+                fixed.join(", ")
+            ));
+        }
+        let mut mine: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].tablet.master == d).collect();
+        mine.sort_by_key(|&i| {
+            (std::cmp::Reverse(pieces[i].bytes), pieces[i].tablet.table, pieces[i].tablet.start_hash)
+        });
+        let mut queue: std::collections::VecDeque<usize> = mine.into();
+        let total: u64 = load.values().sum();
+        let mean = total / eligible.len() as u64;
+        let tolerance = (mean / 20).max(MIN_GAP);
+        while let Some(i) = queue.pop_front() {
+            let to = *eligible.iter().min_by_key(|s| (load[s], **s)).expect("eligible servers");
+            let room = mean.saturating_sub(load[&to]);
+            // A split costs two steps; the moves still queued must fit.
+            let budget = steps.len() + 2 + queue.len() < MAX_STEPS;
+            let cut = (pieces[i].bytes > room + tolerance && room >= MIN_GAP && budget)
+                .then(|| split_point(&pieces[i], room))
+                .flatten();
+            match cut {
+                Some(at) => {
+                    let table = pieces[i].tablet.table;
+                    steps.push(Step::Split { table, name: name(table), at, master: d });
+                    let upper = split(&mut pieces[i], at);
+                    pieces.push(upper);
+                    let j = pieces.len() - 1;
+                    steps.push(move_step(&mut pieces[j], to, &mut load, &name));
+                    queue.push_front(i);
+                }
+                None => steps.push(move_step(&mut pieces[i], to, &mut load, &name)),
+            }
+        }
+    } else if eligible.len() >= 2 {
+        let total: u64 = eligible.iter().map(|s| load[s]).sum();
+        let mean = total / eligible.len() as u64;
+        let tolerance = (mean / 20).max(MIN_GAP);
+        while steps.len() + 2 <= MAX_STEPS {
+            let from = *eligible.iter().max_by_key(|s| (load[s], std::cmp::Reverse(**s))).expect("two servers");
+            let to = *eligible.iter().min_by_key(|s| (load[s], **s)).expect("two servers");
+            let gap = load[&from] - load[&to];
+            let want = load[&from].saturating_sub(mean).min(mean.saturating_sub(load[&to]));
+            if gap <= tolerance || want < MIN_GAP / 4 {
+                break;
+            }
+            let theirs: Vec<usize> = (0..pieces.len())
+                .filter(|&i| pieces[i].tablet.master == from && pieces[i].bytes > 0 && movable(&pieces[i].tablet))
+                .collect();
+            // Moving s brings the two closer iff s < gap.
+            let off = |i: usize| want.abs_diff(pieces[i].bytes);
+            let whole = theirs.iter().copied().filter(|&i| pieces[i].bytes < gap).min_by_key(|&i| off(i));
+            let splittable = theirs
+                .iter()
+                .copied()
+                .filter(|&i| pieces[i].bytes > want && split_point(&pieces[i], want).is_some())
+                .min_by_key(|&i| pieces[i].bytes);
+            let i = match (whole, splittable) {
+                (Some(w), _) if off(w) <= tolerance / 2 => w,
+                (_, Some(s)) => {
+                    let at = split_point(&pieces[s], want).expect("checked");
+                    steps.push(Step::Split {
+                        table: pieces[s].tablet.table,
+                        name: name(pieces[s].tablet.table),
+                        at,
+                        master: from,
+                    });
+                    let upper = split(&mut pieces[s], at);
+                    pieces.push(upper);
+                    pieces.len() - 1
+                }
+                (Some(w), None) => w,
+                (None, None) => break,
+            };
+            steps.push(move_step(&mut pieces[i], to, &mut load, &name));
+        }
+    }
+    let after = load.iter().map(|(s, b)| Load { server: *s, bytes: *b }).collect();
+    Ok(Plan { steps, before, after })
+}
+
+/// Each tablet of an up master with its estimated weight (see the module
+/// comment).
+fn weigh(map: &ClusterMap, usage: &BTreeMap<ServerId, ServerUsage>) -> Vec<Piece> {
+    let width = |t: &TabletInfo| u128::from(t.end_hash - t.start_hash) + 1;
+    let mut total: BTreeMap<(ServerId, TableId), u128> = BTreeMap::new();
+    for t in &map.tablets {
+        *total.entry((t.master, t.table)).or_default() += width(t);
+    }
+    map.tablets
+        .iter()
+        .filter_map(|t| {
+            let u = usage.get(&t.master)?;
+            let (objects, bytes) = u.tables.get(&t.table).copied().unwrap_or((0, 0));
+            let share = |v: u64| (u128::from(v) * width(t) / total[&(t.master, t.table)]) as u64;
+            Some(Piece { tablet: t.clone(), bytes: share(bytes), objects: share(objects) })
+        })
+        .collect()
+}
+
+/// The hash at which to cut `p` so that its upper part `[at, end]` weighs
+/// about `want` bytes; `None` if no such cut exists (a one-hash tablet, a
+/// slot-hashed tablet of one slot).
+fn split_point(p: &Piece, want: u64) -> Option<u64> {
+    let t = &p.tablet;
+    let width = u128::from(t.end_hash - t.start_hash) + 1;
+    let upper = (width * u128::from(want) / u128::from(p.bytes.max(1))).max(1);
+    let mut at = (u128::from(t.end_hash) + 1 - upper) as u64;
+    if t.table.is_slot_hashed() {
+        at &= !SLOT_LOW;
+    }
+    (at > t.start_hash && at <= t.end_hash).then_some(at)
+}
+
+/// Cuts `p` at `at`: `p` keeps `[start, at - 1]`, the returned piece is
+/// `[at, end]`; weights are shared by width.
+fn split(p: &mut Piece, at: u64) -> Piece {
+    let width = u128::from(p.tablet.end_hash - p.tablet.start_hash) + 1;
+    let upper_width = u128::from(p.tablet.end_hash - at) + 1;
+    let share = |v: u64| (u128::from(v) * upper_width / width) as u64;
+    let upper = Piece {
+        tablet: TabletInfo { start_hash: at, ..p.tablet.clone() },
+        bytes: share(p.bytes),
+        objects: share(p.objects),
+    };
+    p.tablet.end_hash = at - 1;
+    p.bytes -= upper.bytes;
+    p.objects -= upper.objects;
+    upper
+}
+
+/// Records the move of `p` to `to` in `p` and the loads.
+fn move_step(
+    p: &mut Piece,
+    to: ServerId,
+    load: &mut BTreeMap<ServerId, u64>,
+    name: &impl Fn(TableId) -> String,
+) -> Step {
+    let from = p.tablet.master;
+    if let Some(l) = load.get_mut(&from) {
+        *l = l.saturating_sub(p.bytes);
+    }
+    *load.entry(to).or_default() += p.bytes;
+    p.tablet.master = to;
+    Step::Move {
+        table: p.tablet.table,
+        name: name(p.tablet.table),
+        start_hash: p.tablet.start_hash,
+        end_hash: p.tablet.end_hash,
+        from,
+        to,
+        bytes: p.bytes,
+        objects: p.objects,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::{Migration, ServerInfo, TableInfo};
+    use shoal_common::LogId;
+
+    fn server(id: u64, state: ServerState) -> ServerInfo {
+        let addr = format!("127.0.0.1:{}", 7000 + id).parse().unwrap();
+        ServerInfo { id: ServerId(id), native: addr, resp: addr, backup: addr, log: LogId(id), state }
+    }
+
+    /// `servers` up servers; table 1 "kv" with `span` equal tablets dealt
+    /// round-robin over the first `holders` of them.
+    fn cluster(servers: u64, holders: u64, span: u32) -> ClusterMap {
+        let tablets = crate::split_hash_space(span)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (start_hash, end_hash))| TabletInfo {
+                table: TableId(1),
+                start_hash,
+                end_hash,
+                master: ServerId(1 + i as u64 % holders),
+            })
+            .collect();
+        ClusterMap {
+            version: 5,
+            replicas: 1,
+            servers: (1..=servers).map(|i| server(i, ServerState::Up)).collect(),
+            tables: vec![TableInfo { id: TableId(1), name: "kv".into(), chunks: false, stream: None }],
+            tablets,
+            ..ClusterMap::default()
+        }
+    }
+
+    /// Usage as if every tablet of table 1 held `per_tablet` bytes.
+    fn usage(map: &ClusterMap, per_tablet: u64) -> BTreeMap<ServerId, ServerUsage> {
+        let mut u: BTreeMap<ServerId, ServerUsage> =
+            map.servers.iter().map(|s| (s.id, ServerUsage::default())).collect();
+        for t in &map.tablets {
+            let e = u.get_mut(&t.master).unwrap();
+            e.bytes += per_tablet;
+            let x = e.tables.entry(t.table).or_default();
+            x.0 += per_tablet / 100;
+            x.1 += per_tablet;
+        }
+        u
+    }
+
+    /// Applies `plan` to `map` as the coordinator would, checking each
+    /// step is one the coordinator takes.
+    fn run(map: &mut ClusterMap, plan: &Plan) {
+        for s in &plan.steps {
+            match s {
+                Step::Split { table, at, master, .. } => {
+                    let i = map
+                        .tablets
+                        .iter()
+                        .position(|t| t.table == *table && t.start_hash < *at && *at <= t.end_hash)
+                        .expect("a tablet to split");
+                    assert_eq!(map.tablets[i].master, *master);
+                    let upper = TabletInfo { start_hash: *at, ..map.tablets[i].clone() };
+                    map.tablets[i].end_hash = at - 1;
+                    map.tablets.push(upper);
+                }
+                Step::Move { table, start_hash, end_hash, from, to, .. } => {
+                    let t = map
+                        .tablets
+                        .iter_mut()
+                        .find(|t| t.table == *table && t.start_hash == *start_hash)
+                        .expect("a tablet to move");
+                    assert_eq!((t.end_hash, t.master), (*end_hash, *from));
+                    assert_ne!(from, to);
+                    t.master = *to;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plan_after_a_server_joins_splits_and_evens_the_memory() {
+        // Three servers with one big tablet each, and a fourth, empty.
+        let mut map = cluster(4, 3, 3);
+        let u = usage(&map, 90 << 20);
+        let plan = plan(&map, &u, &Options::default()).unwrap();
+        assert!(plan.steps.iter().any(|s| matches!(s, Step::Split { .. })), "{plan:?}");
+        assert_eq!(Plan::spread(&plan.before), 90 << 20);
+        let mean = (270u64 << 20) / 4;
+        assert!(Plan::spread(&plan.after) <= mean / 10, "{:?}", plan.after);
+        run(&mut map, &plan);
+        assert!(map.tablets_of(ServerId(4)).count() > 0);
+        assert_eq!(plan.after.iter().map(|l| l.bytes).sum::<u64>(), 270 << 20, "moves keep the total");
+        // No byte moves twice: what moves is what the new server ends with.
+        let moved: u64 = plan.steps.iter().map(|s| if let Step::Move { bytes, .. } = s { *bytes } else { 0 }).sum();
+        assert_eq!(moved, plan.after.iter().find(|l| l.server == ServerId(4)).unwrap().bytes);
+        assert_eq!(plan.moves(), 3, "{plan:?}");
+    }
+
+    #[test]
+    fn random_clusters_get_valid_plans_that_never_widen_the_spread() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..300 {
+            let servers = 2 + next() % 6;
+            let mut map = cluster(servers, 1 + next() % servers, 1 + (next() % 12) as u32);
+            let mut u = BTreeMap::new();
+            for s in &map.servers {
+                u.insert(s.id, ServerUsage::default());
+            }
+            for t in &map.tablets {
+                let bytes = next() % (64 << 20);
+                let e = u.get_mut(&t.master).unwrap();
+                e.bytes += bytes;
+                let x = e.tables.entry(t.table).or_default();
+                x.0 += bytes / 1000;
+                x.1 += bytes;
+            }
+            let drain = (next() % 4 == 0).then(|| ServerId(1 + next() % servers));
+            let opts = Options { drain, ..Options::default() };
+            let plan = plan(&map, &u, &opts).unwrap();
+            assert!(plan.steps.len() <= MAX_STEPS);
+            let sum = |l: &[Load]| l.iter().map(|x| x.bytes).sum::<u64>();
+            assert_eq!(sum(&plan.before), sum(&plan.after));
+            run(&mut map, &plan);
+            match drain {
+                Some(d) => assert_eq!(map.tablets_of(d).count(), 0),
+                None => assert!(Plan::spread(&plan.after) <= Plan::spread(&plan.before), "{plan:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_of_a_balanced_cluster_is_empty() {
+        let map = cluster(3, 3, 6);
+        let plan = plan(&map, &usage(&map, 10 << 20), &Options::default()).unwrap();
+        assert!(plan.steps.is_empty(), "{plan:?}");
+        assert_eq!(plan.before, plan.after);
+    }
+
+    #[test]
+    fn plan_moves_whole_tablets_when_they_fit() {
+        // Server 1 holds four tablets, server 2 none: two move, none splits.
+        let map = cluster(2, 1, 4);
+        let plan = plan(&map, &usage(&map, 10 << 20), &Options::default()).unwrap();
+        assert_eq!(plan.moves(), 2, "{plan:?}");
+        assert_eq!(plan.steps.len(), 2);
+        assert_eq!(Plan::spread(&plan.after), 0);
+    }
+
+    #[test]
+    fn plan_keeps_to_the_table_asked_for_and_off_excluded_servers() {
+        let mut map = cluster(3, 1, 4);
+        map.tables.push(TableInfo { id: TableId(2), name: "other".into(), chunks: false, stream: None });
+        let opts = Options { table: Some(TableId(2)), ..Options::default() };
+        let plan = plan(&map, &usage(&map, 10 << 20), &opts).unwrap();
+        assert!(plan.steps.is_empty(), "table 2 has no tablets: {plan:?}");
+        let opts = Options { excluded: [ServerId(3)].into(), ..Options::default() };
+        let plan = super::plan(&map, &usage(&map, 10 << 20), &opts).unwrap();
+        assert!(plan.moves() > 0);
+        assert!(plan.steps.iter().all(|s| !matches!(s, Step::Move { to: ServerId(3), .. })), "{plan:?}");
+    }
+
+    #[test]
+    fn drain_moves_every_tablet_to_the_least_loaded_others() {
+        let mut map = cluster(3, 3, 6);
+        let u = usage(&map, 10 << 20);
+        let opts = Options { drain: Some(ServerId(2)), ..Options::default() };
+        let plan = plan(&map, &u, &opts).unwrap();
+        assert_eq!(plan.moves(), 2);
+        run(&mut map, &plan);
+        assert_eq!(map.tablets_of(ServerId(2)).count(), 0);
+        assert_eq!(map.tablets_of(ServerId(1)).count(), 3);
+        assert_eq!(map.tablets_of(ServerId(3)).count(), 3);
+    }
+
+    #[test]
+    fn drain_splits_a_big_tablet_so_the_others_stay_even() {
+        // Server 3's one tablet weighs as much as the others together.
+        let mut map = cluster(3, 3, 3);
+        let mut u = usage(&map, 10 << 20);
+        let three = u.get_mut(&ServerId(3)).unwrap();
+        three.bytes = 20 << 20;
+        three.tables.get_mut(&TableId(1)).unwrap().1 = 20 << 20;
+        let opts = Options { drain: Some(ServerId(3)), ..Options::default() };
+        let plan = plan(&map, &u, &opts).unwrap();
+        run(&mut map, &plan);
+        assert_eq!(map.tablets_of(ServerId(3)).count(), 0);
+        let after: BTreeMap<ServerId, u64> = plan.after.iter().map(|l| (l.server, l.bytes)).collect();
+        assert_eq!(
+            (after[&ServerId(1)], after[&ServerId(2)], after[&ServerId(3)]),
+            (20 << 20, 20 << 20, 0),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn drain_is_refused_when_impossible() {
+        let map = cluster(1, 1, 2);
+        let opts = Options { drain: Some(ServerId(1)), ..Options::default() };
+        let e = plan(&map, &usage(&map, 1 << 20), &opts).unwrap_err();
+        assert!(e.contains("only server up"), "{e}");
+
+        let mut map = cluster(2, 2, 2);
+        map.tables.push(TableInfo { id: TableId(2), name: "blobs".into(), chunks: true, stream: None });
+        map.tablets.push(TabletInfo { table: TableId(2), start_hash: 0, end_hash: u64::MAX, master: ServerId(2) });
+        let opts = Options { drain: Some(ServerId(2)), ..Options::default() };
+        let e = plan(&map, &usage(&map, 1 << 20), &opts).unwrap_err();
+        assert!(e.contains("cannot move") && e.contains("chunk table 'blobs'"), "{e}");
+
+        let e =
+            plan(&map, &usage(&map, 1 << 20), &Options { drain: Some(ServerId(9)), ..Options::default() }).unwrap_err();
+        assert!(e.contains("no server 9"), "{e}");
+    }
+
+    #[test]
+    fn plan_is_refused_during_a_migration_or_without_figures() {
+        let mut map = cluster(2, 1, 2);
+        let mut u = usage(&map, 1 << 20);
+        u.remove(&ServerId(2));
+        assert!(plan(&map, &u, &Options::default()).unwrap_err().contains("no figures from server 2"));
+        map.migrations.push(Migration {
+            id: 7,
+            table: TableId(1),
+            start_hash: 0,
+            end_hash: u64::MAX / 2,
+            from: ServerId(1),
+            to: ServerId(2),
+            started_unix_ms: 0,
+        });
+        assert!(plan(&map, &usage(&map, 1 << 20), &Options::default()).unwrap_err().contains("migration 7"));
+    }
+
+    #[test]
+    fn slot_hashed_tables_are_split_at_slot_boundaries() {
+        let mut map = cluster(2, 1, 1);
+        let slotted = shoal_common::slots::table_id(1, true);
+        map.tables[0].id = slotted;
+        map.tablets[0].table = slotted;
+        let plan = plan(&map, &usage(&map, 64 << 20), &Options::default()).unwrap();
+        let Some(Step::Split { at, .. }) = plan.steps.first() else { panic!("{plan:?}") };
+        assert_eq!(at & SLOT_LOW, 0, "{at:#x} is a slot's first hash");
+        assert!(Plan::spread(&plan.after) < Plan::spread(&plan.before));
+    }
+}

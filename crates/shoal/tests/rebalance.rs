@@ -1,0 +1,241 @@
+//! Rebalancing and drain on real processes (`docs/migration.md`,
+//! "Rebalancing and drain"): `shoal rebalance` after a server joins, under
+//! a write load, keeps every acknowledged write and narrows the spread of
+//! memory; `shoal drain` under load empties a server, which can then be
+//! SIGKILLed without any recovery; `--rebalance-on-join` does the first by
+//! itself.
+
+mod common;
+
+use common::{check_ledger, stat, Cluster, Root, WriteLoad, SHOAL};
+use shoal_client::blocking::Client;
+use shoal_client::TableId;
+use shoal_cluster::{ClusterMap, ServerId, ServerState};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `shoal <args> --coordinator ... --cluster-secret-file ... --json`.
+fn shoal(cluster: &Cluster, args: &[&str]) -> Output {
+    Command::new(SHOAL)
+        .args(args)
+        .args(["--coordinator", &cluster.coordinator.to_string(), "--json"])
+        .arg("--cluster-secret-file")
+        .arg(cluster.secret_file())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The JSON of the last line `out` printed.
+fn last_line(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_else(|| panic!("no output: {out:?}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// Each up server's `live_bytes`, from its own STATS.
+fn memory(map: &ClusterMap) -> Vec<(ServerId, u64)> {
+    map.servers
+        .iter()
+        .filter(|s| s.state == ServerState::Up)
+        .map(|s| (s.id, stat(&Client::connect(s.native).unwrap().stats().unwrap(), "live_bytes").unwrap()))
+        .collect()
+}
+
+fn spread(m: &[(ServerId, u64)]) -> u64 {
+    m.iter().map(|x| x.1).max().unwrap() - m.iter().map(|x| x.1).min().unwrap()
+}
+
+/// Writes `n` keys `pre-i` of about 2 KiB each.
+fn preload(c: &mut Client, table: TableId, n: usize) {
+    let filler = "p".repeat(2000);
+    for i in 0..n {
+        c.write(table, format!("pre-{i}").as_bytes(), format!("value-{i}-{filler}").as_bytes()).unwrap();
+    }
+}
+
+fn check_preload(c: &mut Client, table: TableId, n: usize) {
+    let filler = "p".repeat(2000);
+    for i in 0..n {
+        let got = c.read(table, format!("pre-{i}").as_bytes()).unwrap().0;
+        assert_eq!(got, format!("value-{i}-{filler}").into_bytes(), "pre-{i}");
+    }
+}
+
+/// Keys the write load writes: 300 per thread, over and over.
+fn keys(t: usize, n: u64) -> Option<Vec<u8>> {
+    Some(format!("w{t}-{}", n % 300).into_bytes())
+}
+
+#[test]
+fn rebalance_after_a_server_joins_under_load_keeps_every_acknowledged_write_and_narrows_the_spread() {
+    let root = Root::new("rebalance-join");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("kv").unwrap();
+    preload(&mut c, table, 3000);
+    let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 3, keys);
+
+    let new = cluster.spawn_server(3);
+    cluster.servers.push(new);
+    let map = cluster.wait_up(4);
+    let before = memory(&map);
+    eprintln!("memory per server before: {before:?}");
+
+    // A dry run plans and moves nothing.
+    let out = shoal(&cluster, &["rebalance", "--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let dry = last_line(&out);
+    let steps = dry["plan"]["steps"].as_array().unwrap().len();
+    assert!(steps > 0 && dry["job"].is_null(), "{dry}");
+    assert_eq!(cluster.map().unwrap().tablets, map.tablets, "a dry run changes nothing");
+
+    let started = Instant::now();
+    let out = shoal(&cluster, &["rebalance"]);
+    let took = started.elapsed();
+    assert!(out.status.success(), "shoal rebalance failed: {out:?}");
+    let done = last_line(&out);
+    assert_eq!(done["state"], "done", "{done}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (ledger, acks) = load.finish();
+
+    let map = cluster.map().unwrap();
+    assert!(map.migrations.is_empty());
+    let after = memory(&map);
+    let added = map.servers.iter().map(|s| s.id).max().unwrap();
+    eprintln!(
+        "rebalanced in {took:?} ({} moves); memory per server after: {after:?}; spread {} -> {} bytes; \
+         {acks} writes acknowledged",
+        done["moves"],
+        spread(&before),
+        spread(&after)
+    );
+    assert!(map.tablets_of(added).count() > 0, "the new server masters tablets");
+    assert!(spread(&after) < spread(&before) / 2, "spread {} -> {}", spread(&before), spread(&after));
+    assert!(acks > 0);
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    check_preload(&mut c, table, 3000);
+
+    // Balanced now: a second rebalance has nothing to do.
+    let out = shoal(&cluster, &["rebalance"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(last_line(&out)["job"].is_null(), "{out:?}");
+}
+
+#[test]
+fn drain_under_load_empties_a_server_that_then_dies_without_a_recovery() {
+    let root = Root::new("rebalance-drain");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("kv").unwrap();
+    preload(&mut c, table, 2000);
+    let map = cluster.map().unwrap();
+    let victim = map.tablets.iter().find(|t| t.table == table).unwrap().master;
+    let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 3, keys);
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Moving tablets needs the cluster secret.
+    let anonymous = Command::new(SHOAL)
+        .args(["drain", "--server", &victim.0.to_string(), "--coordinator", &cluster.coordinator.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(anonymous.status.code(), Some(1), "{anonymous:?}");
+    assert!(String::from_utf8_lossy(&anonymous.stderr).contains("cluster secret"), "{anonymous:?}");
+    let refused = shoal(&cluster, &["drain", "--server", "99"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("no server 99"), "{refused:?}");
+
+    let out = shoal(&cluster, &["drain", "--server", &victim.0.to_string()]);
+    assert!(out.status.success(), "shoal drain failed: {out:?}");
+    assert_eq!(last_line(&out)["state"], "done", "{out:?}");
+    let map = cluster.map().unwrap();
+    assert_eq!(map.tablets_of(victim).count(), 0, "the drained server masters nothing");
+    // It takes no tablet while draining.
+    let other = map.tablets.iter().find(|t| t.table == table).unwrap();
+    let refused = shoal(
+        &cluster,
+        &["migrate", "--table", "kv", "--start", &format!("{:#x}", other.start_hash), "--to", &victim.0.to_string()],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("being drained"), "{refused:?}");
+
+    let process = cluster.process_of(victim);
+    let _ = cluster.servers[process].kill();
+    let _ = cluster.servers[process].wait();
+    // Its backups' masters report it; it is declared dead with nothing to
+    // recover.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = cluster.map().unwrap();
+        assert!(m.recoveries.iter().all(|r| r.dead != victim), "a recovery was started for the drained server");
+        if m.server(victim).is_some_and(|s| s.state == ServerState::Down) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed server was never declared dead");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (ledger, acks) = load.finish();
+    eprintln!("{acks} writes acknowledged");
+    let stats = cluster_stats(&cluster);
+    assert_eq!(stats["finished_recoveries"].as_array().map(Vec::len), Some(0), "{stats}");
+    assert!(cluster.map().unwrap().recoveries.is_empty());
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    check_preload(&mut c, table, 2000);
+
+    // What cannot move is named: a chunk table's tablet.
+    let chunks = c.create_chunk_table("blobs").unwrap();
+    let master = cluster.map().unwrap().tablets.iter().find(|t| t.table == chunks).unwrap().master;
+    let refused = shoal(&cluster, &["drain", "--server", &master.0.to_string()]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let text = String::from_utf8_lossy(&refused.stdout);
+    assert!(text.contains("cannot move") && text.contains("chunk table 'blobs'"), "{text}");
+}
+
+#[test]
+fn rebalance_on_join_moves_tablets_to_a_new_server_by_itself() {
+    let root = Root::new("rebalance-auto");
+    let mut cluster = Cluster::start_with_coordinator(&root.0, 2, 1, &["--rebalance-on-join"]);
+    let mut c = cluster.client();
+    let table = c.create_table("kv").unwrap();
+    preload(&mut c, table, 1500);
+    let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 2, keys);
+
+    let new = cluster.spawn_server(2);
+    cluster.servers.push(new);
+    cluster.wait_up(3);
+    let map = cluster.wait_for_map("the new server mastering tablets", 45, |m| {
+        let newest = m.servers.iter().map(|s| s.id).max().unwrap();
+        m.tablets_of(newest).count() > 0 && m.migrations.is_empty()
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let s = cluster_stats(&cluster);
+        if s["rebalance"]["state"] != "running" {
+            break s["rebalance"].clone();
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(job["state"], "done", "{job}");
+    assert!(job["trigger"]["join"].as_u64().is_some(), "{job}");
+    let (ledger, _) = load.finish();
+    eprintln!("automatic rebalance: {} moves in {} ms", job["moves_done"], job["elapsed_ms"]);
+    assert!(map.servers.iter().filter(|s| s.state == ServerState::Up).count() == 3);
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    check_preload(&mut c, table, 1500);
+}
+
+/// The coordinator's `stats`, through `shoal stats`'s request.
+fn cluster_stats(cluster: &Cluster) -> serde_json::Value {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut client = shoal_cluster::ControlClient::new(cluster.coordinator).with_timeout(Duration::from_secs(5));
+    match rt.block_on(client.call(&shoal_cluster::ControlRequest::Stats)).unwrap() {
+        shoal_cluster::ControlResponse::Stats { stats } => stats,
+        other => panic!("{other:?}"),
+    }
+}
