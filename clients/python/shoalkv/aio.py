@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import _ops
 from . import protocol as p
-from .client import Options, PipelineBase, address, check_login, unwrap
+from .client import Coordinators, Options, PipelineBase, address, check_login, coordinator_list, coordinator_order, unwrap
 from .errors import ClusterError, ObjectDoesntExist, ProtocolError, RequestTooLarge, ShoalConnectionError, ShoalError
 from .protocol import NO_RULES, Bytes, IncrementResult, Object, Page, ReadResult, RejectRules, RemoveItem, Ttl
 from .protocol import WriteItem
@@ -133,7 +133,7 @@ class AsyncClient:
     ``await AsyncClient.connect_cluster(coordinator)``; each server gets
     ``connections`` multiplexed connections, used in turn."""
 
-    def __init__(self, address_: Union[str, Address, None] = None, *, coordinator: Union[str, Address, None] = None,
+    def __init__(self, address_: Union[str, Address, None] = None, *, coordinator: Optional[Coordinators] = None,
                  password: Optional[Union[str, bytes]] = None, user: Union[str, bytes] = "default",
                  ssl_context: Optional[ssl.SSLContext] = None, server_hostname: Optional[str] = None,
                  timeout: Optional[float] = 10.0, connections: int = 1, max_body: int = p.DEFAULT_MAX_BODY,
@@ -144,7 +144,10 @@ class AsyncClient:
                             password=password, max_body=max_body)
         self.connections = max(1, connections)
         self.multi_budget = multi_budget
-        self.coordinator = None if coordinator is None else address(coordinator)
+        #: Every coordinator address given; ``coordinator`` is the one that
+        #: answered last.
+        self.coordinators = [] if coordinator is None else coordinator_list(coordinator)
+        self.coordinator: Optional[Address] = self.coordinators[0] if self.coordinators else None
         self._map = TabletMap.single(address(address_)) if address_ is not None else None
         self._conns: Dict[Address, List[Optional[AsyncConnection]]] = {}
         self._turn: Dict[Address, int] = {}
@@ -158,8 +161,9 @@ class AsyncClient:
         return c
 
     @classmethod
-    async def connect_cluster(cls, coordinator: Union[str, Address], **kwargs: Any) -> "AsyncClient":
-        """A client of the cluster of ``coordinator`` (its map fetched)."""
+    async def connect_cluster(cls, coordinator: Coordinators, **kwargs: Any) -> "AsyncClient":
+        """A client of the cluster of ``coordinator`` (one address, or a
+        leader and its standbys; its map fetched)."""
         c = cls(coordinator=coordinator, **kwargs)
         c._map = await c.fetch_map()
         return c
@@ -186,19 +190,26 @@ class AsyncClient:
         return self._map
 
     async def fetch_map(self) -> TabletMap:
+        """The map, from the first coordinator address that answers (see
+        :meth:`shoalkv.Client.fetch_map`)."""
         assert self.coordinator is not None
-        host, port = self.coordinator
-        try:
-            r, w = await asyncio.wait_for(asyncio.open_connection(host, port), self.opts.timeout or 10.0)
+        wait = self.opts.timeout or 10.0
+        failed = []
+        for host, port in coordinator_order(self.coordinators, self.coordinator):
             try:
-                w.write(GET_MAP)
-                head = await asyncio.wait_for(r.readexactly(4), self.opts.timeout or 10.0)
-                body = await asyncio.wait_for(r.readexactly(control_length(head)), self.opts.timeout or 10.0)
-            finally:
-                w.close()
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
-            raise ClusterError(f"cannot reach the coordinator at {host}:{port}: {e!r}") from None
-        return map_from_reply(body)
+                r, w = await asyncio.wait_for(asyncio.open_connection(host, port), wait)
+                try:
+                    w.write(GET_MAP)
+                    head = await asyncio.wait_for(r.readexactly(4), wait)
+                    body = await asyncio.wait_for(r.readexactly(control_length(head)), wait)
+                finally:
+                    w.close()
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                failed.append(f"{host}:{port}: {e!r}")
+                continue
+            self.coordinator = (host, port)
+            return map_from_reply(body)
+        raise ClusterError("cannot reach the coordinator at " + "; ".join(failed))
 
     async def refresh_map(self) -> None:
         if self.coordinator is None:

@@ -35,6 +35,31 @@ def address(a: Union[str, Address]) -> Address:
     return parse_address(a) if isinstance(a, str) else (a[0], int(a[1]))
 
 
+#: One coordinator address, several separated by commas, or a list of them.
+Coordinators = Union[str, Address, Sequence[Union[str, Address]]]
+
+
+def coordinator_list(c: Coordinators) -> List[Address]:
+    """The coordinator addresses ``c`` names: a leader and its standbys
+    (``"10.0.0.1:7600,10.0.0.2:7600"``, or a list). Only the leader
+    listens, so a client tries them in turn and keeps the one that answered."""
+    if isinstance(c, str):
+        parts: List[Union[str, Address]] = [x.strip() for x in c.split(",") if x.strip()]
+    elif isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], int):
+        parts = [c]
+    else:
+        parts = list(c)  # type: ignore[arg-type]
+    if not parts:
+        raise ValueError("no coordinator address")
+    return [address(x) for x in parts]
+
+
+def coordinator_order(addrs: List[Address], last: Optional[Address]) -> List[Address]:
+    """``addrs`` starting from ``last`` (the one that answered last)."""
+    i = addrs.index(last) if last in addrs else 0
+    return addrs[i:] + addrs[:i]
+
+
 def tls_context(ca: Optional[str] = None, cert: Optional[str] = None, key: Optional[str] = None) -> ssl.SSLContext:
     """A client TLS context trusting ``ca`` (PEM; the system's CAs if None),
     presenting ``cert``/``key`` if given (mutual TLS)."""
@@ -262,7 +287,7 @@ class Client:
     failure; multi-ops and pipelines return exceptions as values instead.
     """
 
-    def __init__(self, address_: Union[str, Address, None] = None, *, coordinator: Union[str, Address, None] = None,
+    def __init__(self, address_: Union[str, Address, None] = None, *, coordinator: Optional[Coordinators] = None,
                  password: Optional[Union[str, bytes]] = None, user: Union[str, bytes] = "default",
                  ssl_context: Optional[ssl.SSLContext] = None, server_hostname: Optional[str] = None,
                  timeout: Optional[float] = 10.0, pool_size: int = 8, max_body: int = p.DEFAULT_MAX_BODY,
@@ -275,15 +300,20 @@ class Client:
         self.multi_budget = multi_budget
         self._pools: Dict[Address, ConnectionPool] = {}
         self._lock = threading.Lock()
-        self.coordinator = None if coordinator is None else address(coordinator)
+        #: Every coordinator address given; ``coordinator`` is the one that
+        #: answered last (the leader, as far as this client knows).
+        self.coordinators = [] if coordinator is None else coordinator_list(coordinator)
+        self.coordinator: Optional[Address] = self.coordinators[0] if self.coordinators else None
         if self.coordinator is None:
             self._map = TabletMap.single(address(address_))  # type: ignore[arg-type]
         else:
             self._map = self.fetch_map()
 
     @classmethod
-    def cluster(cls, coordinator: Union[str, Address], **kwargs: Any) -> "Client":
-        """A client of the cluster whose coordinator is at ``coordinator``."""
+    def cluster(cls, coordinator: Coordinators, **kwargs: Any) -> "Client":
+        """A client of the cluster whose coordinator is at ``coordinator``
+        (one address, or a leader and its standbys: see
+        :func:`coordinator_list`)."""
         return cls(coordinator=coordinator, **kwargs)
 
     def __enter__(self) -> "Client":
@@ -306,19 +336,27 @@ class Client:
 
     def fetch_map(self) -> TabletMap:
         """The coordinator's current map (:class:`ClusterError` if it cannot
-        be had)."""
+        be had), from the first coordinator address that answers, starting
+        with the one that answered last: only the leader listens, so this
+        follows the leader across a fail-over."""
         assert self.coordinator is not None
-        try:
-            with socket.create_connection(self.coordinator, timeout=self.opts.timeout or 10.0) as s:
-                s.sendall(GET_MAP)
-                f = s.makefile("rb")
-                head = f.read(4)
-                body = f.read(control_length(head)) if len(head) == 4 else b""
-        except OSError as e:
-            raise ClusterError(f"cannot reach the coordinator at {self.coordinator}: {e}") from None
-        if len(head) != 4:
-            raise ClusterError("the coordinator closed the connection")
-        return map_from_reply(body)
+        failed = []
+        for addr in coordinator_order(self.coordinators, self.coordinator):
+            try:
+                with socket.create_connection(addr, timeout=self.opts.timeout or 10.0) as s:
+                    s.sendall(GET_MAP)
+                    f = s.makefile("rb")
+                    head = f.read(4)
+                    body = f.read(control_length(head)) if len(head) == 4 else b""
+            except OSError as e:
+                failed.append(f"{addr[0]}:{addr[1]}: {e}")
+                continue
+            if len(head) != 4:
+                failed.append(f"{addr[0]}:{addr[1]}: the coordinator closed the connection")
+                continue
+            self.coordinator = addr
+            return map_from_reply(body)
+        raise ClusterError("cannot reach the coordinator at " + "; ".join(failed))
 
     def refresh_map(self) -> None:
         """Fetches the map again; keeps the one held if the coordinator
