@@ -270,6 +270,12 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
                     return failed(format!("the split of table {name} at {at:#018x} was refused: {message}"));
                 }
             }
+            Step::Merge { name, at, .. } => {
+                let req = ControlRequest::MergeTablets { table: name.clone(), at };
+                if let ControlResponse::Error { message, .. } = service.change(req).await {
+                    return failed(format!("the merge of table {name} at {at:#018x} was refused: {message}"));
+                }
+            }
             Step::Move { table, name, start_hash, end_hash, from, to, bytes, objects } => {
                 number += 1;
                 let started = Instant::now();

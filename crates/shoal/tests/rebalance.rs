@@ -239,3 +239,52 @@ fn cluster_stats(cluster: &Cluster) -> serde_json::Value {
         other => panic!("{other:?}"),
     }
 }
+
+/// Issue 20's "recovered pieces are merged back": a crash recovery cuts
+/// the dead master's tablet into pieces over the servers left; `shoal
+/// rebalance` gathers the pieces of a small table onto one server and
+/// merges them, under a write load, losing nothing.
+#[test]
+fn rebalance_merges_back_the_pieces_a_recovery_left() {
+    let root = Root::new("rebalance-merge-back");
+    let mut cluster = Cluster::start(&root.0, 3, 1, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("small").unwrap();
+    for i in 0..300 {
+        c.write(table, format!("pre-{i}").as_bytes(), format!("value-{i}").as_bytes()).unwrap();
+    }
+    let map = cluster.map().unwrap();
+    let count = |m: &ClusterMap| m.tablets.iter().filter(|t| t.table == table).count();
+    let before = count(&map);
+    let victim = map.tablets.iter().find(|t| t.table == table).unwrap().master;
+    let idx = cluster.process_of(victim);
+    let _ = cluster.servers[idx].kill();
+    let _ = cluster.servers[idx].wait();
+    let recovered = cluster.wait_for_map("the victim recovered", 30, |m| {
+        m.server(victim).is_some_and(|s| s.state == ServerState::Down) && m.recoveries.is_empty()
+    });
+    assert!(count(&recovered) > before, "the recovery cut the tablet into pieces");
+
+    let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 2, keys);
+    std::thread::sleep(Duration::from_millis(200));
+    let out = shoal(&cluster, &["rebalance"]);
+    assert!(out.status.success(), "shoal rebalance failed: {out:?}");
+    let done = last_line(&out);
+    assert_eq!(done["state"], "done", "{done}");
+    std::thread::sleep(Duration::from_millis(200));
+    let (ledger, acks) = load.finish();
+    let map = cluster.map().unwrap();
+    eprintln!(
+        "tablets of the table: {before} before the kill, {} after the recovery, {} after the rebalance ({} moves); \
+         {acks} writes acknowledged",
+        count(&recovered),
+        count(&map),
+        done["moves"]
+    );
+    assert_eq!(count(&map), 1, "{:?}", map.tablets);
+    let mut c = cluster.client();
+    check_ledger(&mut c, table, &ledger);
+    for i in 0..300 {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("value-{i}").into_bytes());
+    }
+}

@@ -231,11 +231,12 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
         out!("{}", json!({ "plan": plan, "job": job }));
         return Ok(());
     }
-    let splits = plan.steps.len() - plan.moves();
+    let splits = plan.steps.len() - plan.moves() - plan.merges();
     let bytes: u64 = plan.steps.iter().map(|s| if let Step::Move { bytes, .. } = s { *bytes } else { 0 }).sum();
     out!(
-        "plan: {} moves and {splits} splits, about {} to move; spread of memory across servers {} -> {} (estimated)",
+        "plan: {} moves, {splits} splits and {} merges, about {} to move; spread of memory across servers {} -> {} (estimated)",
         plan.moves(),
+        plan.merges(),
         HumanBytes(bytes),
         HumanBytes(Plan::spread(&plan.before)),
         HumanBytes(Plan::spread(&plan.after))
@@ -244,6 +245,7 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     for s in &plan.steps {
         match s {
             Step::Split { name, at, master, .. } => out!("  split  table {name} at {at:#018x} (server {master})"),
+            Step::Merge { name, at, master, .. } => out!("  merge  table {name} at {at:#018x} (server {master})"),
             Step::Move { name, start_hash, end_hash, from, to, bytes, objects, .. } => {
                 n += 1;
                 out!(
