@@ -43,6 +43,10 @@ pub struct LocalCommand {
     /// (docs/symmetric-caching.md) [default: the whole cluster, up to 8].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub sc_group_size: Option<u32>,
+    /// Passed to the coordinator: rebalance by itself after a server joins
+    /// (docs/migration.md, "Rebalancing and drain").
+    #[arg(long)]
+    pub rebalance_on_join: bool,
     /// Directory holding the coordinator's state and one data directory per
     /// server. Starting again with the same root restarts the same cluster,
     /// with every acknowledged write. One `shoal local` at a time: a second
@@ -515,6 +519,9 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         }
         if let Some(n) = cmd.sc_group_size {
             args.extend(["--sc-group-size".into(), n.to_string()]);
+        }
+        if cmd.rebalance_on_join {
+            args.push("--rebalance-on-join".into());
         }
         // The coordinator's HTTP port is picked here when free, so that the
         // dashboard's address can be printed.
