@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::{Cluster, Root, SHOAL};
+use common::{Cluster, Root};
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, TableId};
 use shoal_cluster::{ClusterMap, CoordinatorAddrs, ServerId, ServerState, TabletInfo};
 use std::collections::HashMap;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -138,14 +138,21 @@ impl Load {
 
 /// Runs `shoal migrate` against `cluster` with `args`.
 fn migrate(cluster: &Cluster, args: &[&str]) -> Output {
-    Command::new(SHOAL)
-        .args(["migrate", "--coordinator", &cluster.coordinator.to_string(), "--json"])
-        .arg("--cluster-secret-file")
-        .arg(cluster.secret_file())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    cluster.cli(&[&["migrate"], args].concat())
+}
+
+/// Starts moving `tablet` of table `moving` to `to` (`--no-wait`) and
+/// returns once the target's log says it is receiving: the copy has begun.
+fn start_move_and_wait_for_the_copy(cluster: &Cluster, tablet: &TabletInfo, to: ServerId) {
+    let start = format!("{:#x}", tablet.start_hash);
+    let out = migrate(cluster, &["--no-wait", "--table", "moving", "--start", &start, "--to", &to.0.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    let log = cluster.root.join(format!("server-{}/log", cluster.process_of(to)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// The first tablet of `table` and a server (up) that is not its master.
@@ -279,21 +286,10 @@ fn migrate_to_a_target_killed_mid_move_loses_nothing() {
 
     let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
     std::thread::sleep(Duration::from_millis(500));
-    let out = migrate(
-        &cluster,
-        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let victim = cluster.process_of(to);
-    // Killed as soon as its log says it is receiving: the copy has begun
-    // and has megabytes to go.
-    let log = root.0.join(format!("server-{victim}/log"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
-        assert!(Instant::now() < deadline, "the target never began receiving");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // Killed as soon as it is receiving: the copy has megabytes to go.
+    start_move_and_wait_for_the_copy(&cluster, &tablet, to);
     let moving = cluster.map().unwrap().migrations.len();
+    let victim = cluster.process_of(to);
     let _ = cluster.servers[victim].kill();
     let _ = cluster.servers[victim].wait();
     let map = cluster.wait_for_map("the target declared dead and the move over", 30, |m| {
@@ -325,18 +321,7 @@ fn migrate_from_a_source_killed_mid_move_loses_nothing() {
 
     let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 0);
     std::thread::sleep(Duration::from_millis(500));
-    let out = migrate(
-        &cluster,
-        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
-    );
-    assert!(out.status.success(), "{out:?}");
-    // Killed as soon as the target's log says it is receiving.
-    let log = root.0.join(format!("server-{}/log", cluster.process_of(to)));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
-        assert!(Instant::now() < deadline, "the target never began receiving");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    start_move_and_wait_for_the_copy(&cluster, &tablet, to);
     let moving = cluster.map().unwrap().migrations.len();
     let victim = cluster.process_of(tablet.master);
     let _ = cluster.servers[victim].kill();
@@ -374,17 +359,7 @@ fn migrate_with_the_coordinator_killed_mid_move_loses_nothing() {
 
     let load = Load::start(cluster.coordinator.into(), cluster.client_config(), table, 2, 1);
     std::thread::sleep(Duration::from_millis(500));
-    let out = migrate(
-        &cluster,
-        &["--no-wait", "--table", "moving", "--start", &format!("{:#x}", tablet.start_hash), "--to", &to.0.to_string()],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let log = root.0.join(format!("server-{}/log", cluster.process_of(to)));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving table") {
-        assert!(Instant::now() < deadline, "the target never began receiving");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    start_move_and_wait_for_the_copy(&cluster, &tablet, to);
     let mut coordinator = cluster.coordinator_proc.take().unwrap();
     let _ = coordinator.kill();
     let _ = coordinator.wait();
@@ -410,15 +385,7 @@ fn migrate_with_the_coordinator_killed_mid_move_loses_nothing() {
 
 /// Runs `shoal tablet` against `cluster` with `args`.
 fn tablet_cmd(cluster: &Cluster, args: &[&str]) -> Output {
-    Command::new(SHOAL)
-        .arg("tablet")
-        .args(args)
-        .args(["--coordinator", &cluster.coordinator.to_string(), "--json"])
-        .arg("--cluster-secret-file")
-        .arg(cluster.secret_file())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    cluster.cli(&[&["tablet"], args].concat())
 }
 
 #[test]

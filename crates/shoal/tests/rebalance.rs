@@ -14,16 +14,9 @@ use shoal_cluster::{ClusterMap, ServerId, ServerState};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs `shoal <args> --coordinator ... --cluster-secret-file ... --json`.
+/// Runs `shoal <args>` against `cluster`.
 fn shoal(cluster: &Cluster, args: &[&str]) -> Output {
-    Command::new(SHOAL)
-        .args(args)
-        .args(["--coordinator", &cluster.coordinator.to_string(), "--json"])
-        .arg("--cluster-secret-file")
-        .arg(cluster.secret_file())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    cluster.cli(args)
 }
 
 /// The JSON of the last line `out` printed.

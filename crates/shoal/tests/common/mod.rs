@@ -544,6 +544,19 @@ async fn pump(
 }
 
 impl Cluster {
+    /// Runs `shoal <args> --coordinator ... --json --cluster-secret-file ...`
+    /// against this cluster.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(SHOAL)
+            .args(args)
+            .args(["--coordinator", &self.coordinator.to_string(), "--json"])
+            .arg("--cluster-secret-file")
+            .arg(self.secret_file())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     /// The index (in `servers`) of the process of server `id`.
     pub fn process_of(&self, id: shoal_cluster::ServerId) -> usize {
         (0..self.servers.len())
