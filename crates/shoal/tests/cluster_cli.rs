@@ -117,25 +117,69 @@ fn load_through_the_coordinator_reaches_every_master() {
     }
 }
 
-/// `shoal local`, stopped with SIGINT (then killed) when dropped.
-struct Local(std::process::Child);
+/// `shoal local`, stopped with SIGINT (then killed) when dropped, with
+/// its stdout and its stderr as collected so far.
+struct Local {
+    child: std::process::Child,
+    out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
+}
 
 impl Drop for Local {
     fn drop(&mut self) {
-        signal(self.0.id(), "-INT");
+        signal(self.child.id(), "-INT");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// `shoal local --servers N` on `root` with the coordinator on `port`
-/// and free ports elsewhere, its stdout collected line by line.
-fn start_local(root: &std::path::Path, servers: usize, port: &str) -> (Local, Arc<Mutex<String>>) {
+impl Local {
+    /// Waits up to `secs` for `what` on stdout; fails at once, with
+    /// stderr, if `shoal local` exits first.
+    fn wait_for(&mut self, what: &str, secs: u64) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if self.out.lock().unwrap().contains(what) {
+                return Ok(());
+            }
+            let exited = self.child.try_wait().unwrap();
+            if exited.is_some() || Instant::now() >= deadline {
+                // Let the readers take the last lines.
+                std::thread::sleep(Duration::from_millis(200));
+                let state = exited.map_or("still running".to_string(), |s| format!("exited: {s}"));
+                return Err(format!(
+                    "no {what:?} after {secs} s; shoal local {state}\nstdout:\n{}\nstderr:\n{}",
+                    self.out.lock().unwrap(),
+                    self.err.lock().unwrap()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Lines of `from`, appended to a shared string as they come.
+fn collect(from: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
     use std::io::BufRead;
+    let text = Arc::new(Mutex::new(String::new()));
+    let collected = text.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+            let mut t = collected.lock().unwrap();
+            t.push_str(&line);
+            t.push('\n');
+        }
+    });
+    text
+}
+
+/// `shoal local --servers N` on `root` with the coordinator on `port`
+/// and free ports elsewhere, waited for until it says it runs.
+fn start_local_on(root: &std::path::Path, servers: usize, port: &str) -> Result<Local, String> {
     let mut child = Command::new(SHOAL)
         .args(["local", "--servers", &servers.to_string(), "--replicas", "1", "--memory", "64MiB"])
         .args(["--log-level", "info", "--coordinator-port", port, "--native-port", "0", "--resp-port", "0"])
@@ -147,40 +191,35 @@ fn start_local(root: &std::path::Path, servers: usize, port: &str) -> (Local, Ar
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // stdout is a pipe: plain lines, collected as they come.
-    let out = Arc::new(Mutex::new(String::new()));
-    let stdout = child.stdout.take().unwrap();
-    let collected = out.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let mut o = collected.lock().unwrap();
-            o.push_str(&line);
-            o.push('\n');
-        }
-    });
-    (Local(child), out)
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let mut local = Local { child, out, err };
+    local.wait_for("Stop with Ctrl-C.", 60)?;
+    Ok(local)
 }
 
-/// Waits up to `secs` for `what` in `out`.
-fn wait_for(out: &Mutex<String>, what: &str, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if out.lock().unwrap().contains(what) {
-            return;
+/// As `start_local_on`, on a free coordinator port: another free port
+/// if the one picked was taken before `shoal local` bound it (or its
+/// dashboard's, 2000 above). Returns the coordinator's address too.
+fn start_local(root: &std::path::Path, servers: usize) -> (Local, String) {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = free_port().to_string();
+        match start_local_on(root, servers, &port) {
+            Ok(local) => return (local, format!("127.0.0.1:{port}")),
+            Err(e) if e.contains(" in use") => last = e,
+            Err(e) => panic!("{e}"),
         }
-        assert!(Instant::now() < deadline, "no {what:?} in: {}", out.lock().unwrap());
-        std::thread::sleep(Duration::from_millis(100));
     }
+    panic!("three ports in use: {last}");
 }
 
 #[test]
 fn local_refuses_a_root_that_is_already_running() {
     let root = Root::new("cluster-cli-local-twice");
     let dir = root.0.join("local");
-    let coordinator = format!("127.0.0.1:{}", free_port());
+    let (first, coordinator) = start_local(&dir, 2);
     let port = coordinator.rsplit(':').next().unwrap().to_string();
-    let (first, out) = start_local(&dir, 2, &port);
-    wait_for(&out, "Stop with Ctrl-C.", 60);
     let log = dir.join("coordinator/log");
     let log_before = std::fs::metadata(&log).unwrap().len();
     let map_before = ok(&["stats", "--coordinator", &coordinator, "--json"]);
@@ -198,7 +237,7 @@ fn local_refuses_a_root_that_is_already_running() {
     assert!(!second.status.success(), "the second run succeeded: {stdout}{stderr}");
     assert!(started.elapsed() < Duration::from_secs(5), "refused only after {:?}", started.elapsed());
     assert!(stderr.contains("is already running a cluster"), "{stderr}");
-    assert!(stderr.contains(&format!("(process {})", first.0.id())), "the message names the holder: {stderr}");
+    assert!(stderr.contains(&format!("(process {})", first.child.id())), "the message names the holder: {stderr}");
     assert!(!stdout.contains("Shoal is running"), "no banner: {stdout}");
 
     // Another root on the live coordinator's port: refused too, rather
@@ -229,33 +268,28 @@ fn local_refuses_a_root_that_is_already_running() {
 
     // Stopped, the root is free again: a new run resumes it.
     drop(first);
-    let (_again, out) = start_local(&dir, 2, &port);
-    wait_for(&out, "Stop with Ctrl-C.", 60);
+    let _again = start_local_on(&dir, 2, &port).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(servers(&ok(&["stats", "--coordinator", &coordinator, "--json"])), 2);
 }
 
 #[test]
 fn local_reports_the_recovery_of_a_killed_server() {
     let root = Root::new("cluster-cli-local");
-    let coordinator = format!("127.0.0.1:{}", free_port());
-    let port = coordinator.rsplit(':').next().unwrap().to_string();
-    let (local, out) = start_local(&root.0.join("local"), 4, &port);
-    let wait_for = |what: &str, secs: u64| wait_for(&out, what, secs);
-    wait_for("Stop with Ctrl-C.", 60);
+    let (mut local, coordinator) = start_local(&root.0.join("local"), 4);
     ok(&["create-table", "t", "--coordinator", &coordinator]);
     for i in 0..50 {
         ok(&["put", "t", &format!("k{i}"), "v", "--coordinator", &coordinator]);
     }
 
     // Kill the server process of server-1's directory.
-    let pids = Command::new("pgrep").args(["-P", &local.0.id().to_string(), "-f", "server-1/data"]).output().unwrap();
+    let pids = Command::new("pgrep").args(["-P", &local.child.id().to_string(), "-f", "server-1/data"]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&pids.stdout).trim().parse().expect("server-1's process");
     let id = std::fs::read_to_string(root.0.join("local/server-1/data/server-id")).unwrap();
     signal(pid, "-KILL");
     // Whether it saw the recovery running or only its end, shoal local
     // says which server died and that its recovery finished.
-    wait_for(&format!("server {} died: recovery ", id.trim()), 60);
-    wait_for("recovered in ", 60);
+    local.wait_for(&format!("server {} died: recovery ", id.trim()), 60).unwrap_or_else(|e| panic!("{e}"));
+    local.wait_for("recovered in ", 60).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ok(&["get", "t", "k7", "--coordinator", &coordinator]), "v\n(version 1)\n");
 }
 
