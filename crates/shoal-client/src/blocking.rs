@@ -169,6 +169,10 @@ impl Client {
             match disposition(&status, |t| self.map.names_table(t)) {
                 Disposition::Final => return Err(E::from(status)),
                 Disposition::RefreshAndRetry => self.refresh_map(),
+                Disposition::RefreshAfter(d) => {
+                    self.refresh_map();
+                    std::thread::sleep(d);
+                }
                 Disposition::RetryAfter(d) => std::thread::sleep(d),
             }
             last = status;

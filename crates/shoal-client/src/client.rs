@@ -415,6 +415,10 @@ impl Client {
             match disposition(&status, |t| self.inner.map.read().expect("map lock").names_table(t)) {
                 Disposition::Final => return Err(E::from(status)),
                 Disposition::RefreshAndRetry => self.refresh_map(),
+                Disposition::RefreshAfter(d) => {
+                    self.refresh_map();
+                    tokio::time::sleep(d).await;
+                }
                 Disposition::RetryAfter(d) => tokio::time::sleep(d).await,
             }
             last = status;

@@ -105,6 +105,8 @@ pub(crate) enum Disposition {
     Final,
     /// Refresh the tablet map, then send again.
     RefreshAndRetry,
+    /// Refresh the tablet map, wait, then send again.
+    RefreshAfter(Duration),
     /// Wait, then send again.
     RetryAfter(Duration),
 }
@@ -116,8 +118,10 @@ pub(crate) fn disposition(status: &ErrorStatus, named: impl FnOnce(TableId) -> b
         ErrorStatus::UnknownTablet => Disposition::RefreshAndRetry,
         // A cluster member whose map is older than the client's: the table
         // was created since it last heard from the coordinator. Retried
-        // while a fresh map still names the table.
-        ErrorStatus::UnknownTable(t) if named(*t) => Disposition::RefreshAndRetry,
+        // while a fresh map still names the table, paced: the member's map
+        // may lag by hundreds of milliseconds on a loaded machine, and 200
+        // attempts back to back last less than that.
+        ErrorStatus::UnknownTable(t) if named(*t) => Disposition::RefreshAfter(UNREACHABLE_DELAY),
         ErrorStatus::Retry { after_us } => {
             Disposition::RetryAfter(Duration::from_micros(u64::from(*after_us)).min(MAX_RETRY_DELAY))
         }
@@ -159,6 +163,12 @@ impl Retries<'_> {
                     Some(s)
                 }
                 Disposition::RetryAfter(d) => {
+                    self.delay = Some(d);
+                    self.pending.push(i);
+                    Some(s)
+                }
+                Disposition::RefreshAfter(d) => {
+                    self.refresh = true;
                     self.delay = Some(d);
                     self.pending.push(i);
                     Some(s)
@@ -358,7 +368,7 @@ mod tests {
         let single = TabletMap::single(addr);
         let unknown = |t| ErrorStatus::UnknownTable(TableId(t));
         // A server behind the coordinator: the client's map has the table.
-        assert!(matches!(disposition(&unknown(7), |t| cluster.names_table(t)), Disposition::RefreshAndRetry));
+        assert!(matches!(disposition(&unknown(7), |t| cluster.names_table(t)), Disposition::RefreshAfter(_)));
         assert!(matches!(disposition(&unknown(8), |t| cluster.names_table(t)), Disposition::Final));
         assert!(matches!(disposition(&unknown(7), |t| single.names_table(t)), Disposition::Final));
         assert!(matches!(disposition(&unknown(7), |_| false), Disposition::Final));

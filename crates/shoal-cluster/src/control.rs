@@ -98,6 +98,12 @@ pub enum ControlRequest {
     /// `epoch` are stale. Floors only grow. Answered by `Ok` once saved;
     /// the master acknowledges no more writes to those segments until then.
     RaiseReplicaFloors { server: ServerId, floors: Vec<ReplicaFloor> },
+    /// `server`'s log `log` (its current incarnation's) has its first head
+    /// durable on R >= 1 backups: the log leaves `map.unreplicated`, and
+    /// the server may hold a master lease. Answered by `Ok` once saved
+    /// (again `Ok` if already recorded); refused (`invalid_request`) for a
+    /// log that is not the server's current one.
+    HeadReplicated { server: ServerId, log: LogId },
     /// `server`, writing `log` (the incarnation its `Enlisted` named), asks
     /// for its master lease to be extended (`docs/recovery.md`, "Leases"):
     /// it serves its tablets, reads included, only while it holds one.

@@ -124,6 +124,15 @@ pub struct ClusterMap {
     /// freed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owned_since: Vec<OwnedSince>,
+    /// Logs whose master has not yet reported its head durable on a
+    /// backup (`ControlRequest::HeadReplicated`), in the order they were
+    /// handed out. The coordinator grants no master lease to such a log
+    /// while R > 0, so it has acknowledged nothing: a recovery that finds
+    /// no replica of it anywhere takes it for empty instead of waiting
+    /// for backups that never held it (`docs/recovery.md`). A log leaves
+    /// when its master reports, or when the log is freed or dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreplicated: Vec<LogId>,
 }
 
 /// Entries of `table`'s keys with hashes in `start_hash..=end_hash` are
@@ -342,6 +351,18 @@ impl ClusterMap {
         pieces
     }
 
+    /// Whether `log`'s master reported its head durable on a backup (or the
+    /// log predates that report): see [`ClusterMap::unreplicated`].
+    pub fn head_replicated(&self, log: LogId) -> bool {
+        !self.unreplicated.contains(&log)
+    }
+
+    /// Whether `log`'s master may hold a master lease (and so acknowledge
+    /// anything): its head is replicated, or there is no replication.
+    pub fn may_serve(&self, log: LogId) -> bool {
+        self.replicas == 0 || self.head_replicated(log)
+    }
+
     /// The replica floors of `log`: (segment, epoch) pairs.
     pub fn replica_floors_of(&self, log: LogId) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
         self.replica_floors.iter().filter(move |f| f.log == log).map(|f| (f.segment, f.epoch))
@@ -440,6 +461,7 @@ mod tests {
             sc_groups: Vec::new(),
             migrations: Vec::new(),
             owned_since: Vec::new(),
+            unreplicated: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

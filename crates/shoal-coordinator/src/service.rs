@@ -86,6 +86,7 @@ impl Caller {
             | ControlRequest::Recovered { server: s, .. }
             | ControlRequest::RecoveryDone { server: s, .. }
             | ControlRequest::RaiseReplicaFloors { server: s, .. }
+            | ControlRequest::HeadReplicated { server: s, .. }
             | ControlRequest::RenewLease { server: s, .. }
             | ControlRequest::FinishMigration { server: s, .. }
             | ControlRequest::AbortMigration { server: s, .. }
@@ -438,6 +439,16 @@ impl Service {
                     message: format!("no lease for server {server}: this coordinator is no longer the leader"),
                 }
             }
+            // A log none of whose heads is on a backup yet acknowledges
+            // nothing (`map.unreplicated`): a recovery takes it for empty
+            // if no replica of it turns up.
+            ControlRequest::RenewLease { server, log } if !self.map().may_serve(log) => ControlResponse::Error {
+                code: ControlErrorCode::InvalidRequest,
+                message: format!(
+                    "no lease for server {server} writing log {}: its head is not yet durable on a backup",
+                    log.0
+                ),
+            },
             ControlRequest::RenewLease { server, log } => {
                 let granted = self.leases.lock().renew(&self.map(), (server, log), Instant::now());
                 match granted {
@@ -478,6 +489,7 @@ impl Service {
             | ControlRequest::Recovered { .. }
             | ControlRequest::RecoveryDone { .. }
             | ControlRequest::RaiseReplicaFloors { .. }
+            | ControlRequest::HeadReplicated { .. }
             | ControlRequest::StartMigration { .. }
             | ControlRequest::FinishMigration { .. }
             | ControlRequest::AbortMigration { .. }
@@ -1154,7 +1166,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
 }
 
 /// The names of the control operations, for logs and metrics.
-pub(crate) const OPS: [&str; 19] = [
+pub(crate) const OPS: [&str; 20] = [
     "enlist",
     "get_map",
     "watch_map",
@@ -1174,6 +1186,7 @@ pub(crate) const OPS: [&str; 19] = [
     "merge_tablets",
     "rebalance",
     "drain",
+    "head_replicated",
 ];
 
 fn op_name(req: &ControlRequest) -> &'static str {
@@ -1202,6 +1215,7 @@ fn op_index(req: &ControlRequest) -> usize {
         ControlRequest::MergeTablets { .. } => 16,
         ControlRequest::Rebalance { .. } => 17,
         ControlRequest::Drain { .. } => 18,
+        ControlRequest::HeadReplicated { .. } => 19,
     }
 }
 

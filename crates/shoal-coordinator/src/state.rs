@@ -26,6 +26,8 @@
 //!   pieces are mastered by its recovery master (unless that one died
 //!   since); an unfinished partition's master is up, and a recovery has no
 //!   partitions only while no server is up;
+//! * logs not yet reported replicated (`map.unreplicated`) may still be
+//!   read (are in `log_versions`);
 //! * replica floors (`map.replica_floors`) name logs that may still be read
 //!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2;
 //! * symmetric-caching groups (`map.sc_groups`) hold up servers only, each
@@ -185,6 +187,7 @@ impl ClusterState {
                 sc_groups: Vec::new(),
                 migrations: Vec::new(),
                 owned_since: Vec::new(),
+                unreplicated: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -292,6 +295,7 @@ impl ClusterState {
                 self.recovery_done(*recovery, *partition, *server, *since)
             }
             ControlRequest::RaiseReplicaFloors { server, floors } => self.raise_replica_floors(*server, floors),
+            ControlRequest::HeadReplicated { server, log } => self.head_replicated(*server, *log),
             // Leases are timing, not durable state: the service grants them
             // (`lease.rs`) and never passes this request here.
             ControlRequest::RenewLease { .. } => {
@@ -498,6 +502,16 @@ impl ClusterState {
                 self.map.migrations[i].from
             )));
         }
+        // The target's log takes the tablet's only copy: it must be one a
+        // recovery would look for (`map.unreplicated`). Not an
+        // `invalid_request`, which the source takes for an abort: it retries.
+        let to = self.map.migrations[i].to;
+        if let Some(log) = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l)) {
+            return Outcome::unchanged(error(
+                ControlErrorCode::Internal,
+                format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
+            ));
+        }
         let m = self.map.migrations.remove(i);
         let t = self
             .map
@@ -584,6 +598,29 @@ impl ClusterState {
     /// a log that is not the server's current one (an earlier incarnation's,
     /// or one recovered or freed), an epoch of 0, or more than
     /// `MAX_FLOORS_PER_REQUEST` floors. A refused request changes nothing.
+    /// `server`'s current log has a head durable on a backup: it leaves
+    /// `map.unreplicated`, so its master may hold a lease.
+    fn head_replicated(&mut self, server: ServerId, log: LogId) -> Outcome {
+        let Some(s) = self.map.server(server) else {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        };
+        if s.log != log || s.state == ServerState::Down {
+            return Outcome::unchanged(invalid(format!(
+                "log {} is not the log server {server} writes (log {}{})",
+                log.0,
+                s.log.0,
+                if s.state == ServerState::Down { ", declared dead" } else { "" }
+            )));
+        }
+        let before = self.map.unreplicated.len();
+        self.map.unreplicated.retain(|l| *l != log);
+        if self.map.unreplicated.len() == before {
+            return Outcome::unchanged(ControlResponse::Ok);
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
     fn raise_replica_floors(&mut self, server: ServerId, floors: &[ReplicaFloor]) -> Outcome {
         let Some(s) = self.map.server(server) else {
             return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
@@ -763,6 +800,7 @@ impl ClusterState {
         let log = LogId(self.next_log);
         self.next_log += 1;
         self.log_versions.insert(log, 1);
+        self.map.unreplicated.push(log);
         let known = previous.filter(|p| self.map.server(*p).is_some_and(|s| s.state != ServerState::Down));
         match (previous, known) {
             (Some(p), None) if self.map.server(p).is_some() => {
@@ -937,6 +975,7 @@ impl ClusterState {
                 for l in &done {
                     self.log_versions.remove(l);
                 }
+                self.map.unreplicated.retain(|l| !done.contains(l));
                 self.map.replica_floors.retain(|f| !done.contains(&f.log));
                 self.map.owned_since.retain(|o| !done.contains(&o.log));
                 *list = left;
@@ -1033,6 +1072,7 @@ impl ClusterState {
         for l in logs {
             self.log_versions.remove(l);
         }
+        self.map.unreplicated.retain(|l| !logs.contains(l));
         self.forget_floors(logs);
     }
 
@@ -1395,6 +1435,9 @@ impl ClusterState {
         if let Some(l) = self.log_versions.keys().find(|l| l.0 == 0 || l.0 >= self.next_log) {
             return Err(format!("log id {} outside 1..{}", l.0, self.next_log));
         }
+        if let Some(l) = self.map.unreplicated.iter().find(|l| !self.log_versions.contains_key(l)) {
+            return Err(format!("unreplicated log {} may no longer be read", l.0));
+        }
         for (i, t) in self.map.tables.iter().enumerate() {
             let number = table_number(t.id);
             if number == 0 || number >= self.next_table {
@@ -1721,7 +1764,17 @@ mod tests {
         }
     }
 
+    /// `servers` servers, each with its head reported replicated (as a
+    /// real server does once it is on a backup).
     fn cluster(servers: u16) -> ClusterState {
+        let mut s = cluster_unreported(servers);
+        for x in s.map().servers.clone() {
+            apply(&mut s, ControlRequest::HeadReplicated { server: x.id, log: x.log });
+        }
+        s
+    }
+
+    fn cluster_unreported(servers: u16) -> ClusterState {
         let mut s = ClusterState::new(None);
         for i in 0..servers {
             enlist(&mut s, None, 1000 + 10 * i);
@@ -2581,6 +2634,39 @@ mod tests {
         let mut v: Vec<(u64, u64)> = state.map().replica_floors_of(log).map(|(s, e)| (s.0, e)).collect();
         v.sort_unstable();
         v
+    }
+
+    #[test]
+    fn a_log_is_unreplicated_until_its_master_reports_its_head() {
+        let mut s = cluster_unreported(3);
+        let logs: Vec<LogId> = s.map().servers.iter().map(|x| x.log).collect();
+        assert_eq!(s.map().unreplicated, logs, "every new log starts unreplicated");
+        let a = s.map().servers[0].clone();
+        assert!(!s.map().may_serve(a.log), "R = 2 here: no lease before the report");
+        let before = s.map().version;
+        let report = |server: ServerId, log: LogId| ControlRequest::HeadReplicated { server, log };
+        assert_eq!(apply(&mut s, report(a.id, a.log)), ControlResponse::Ok);
+        assert_eq!(s.map().version, before + 1);
+        assert!(s.map().head_replicated(a.log) && s.map().may_serve(a.log));
+        // Again: nothing changes. Another server's log, or an unknown
+        // server: refused, nothing changes.
+        assert_eq!(apply(&mut s, report(a.id, a.log)), ControlResponse::Ok);
+        assert_eq!(error_code(apply(&mut s, report(a.id, logs[1]))), ControlErrorCode::InvalidRequest);
+        assert_eq!(error_code(apply(&mut s, report(ServerId(99), a.log))), ControlErrorCode::NotFound);
+        assert_eq!(s.map().version, before + 1);
+        assert_eq!(s.map().unreplicated, logs[1..].to_vec());
+
+        // A server that restarts before reporting: its old log waits in its
+        // recover list, still unreplicated (a recovery that finds no
+        // replica of it takes it for empty), until the restart recovery
+        // is done; its new log starts unreplicated.
+        let b = s.map().servers[1].clone();
+        let (id, new_log, recover) = enlist(&mut s, Some(b.id.0), 1010);
+        assert_eq!((id, recover.clone()), (b.id, vec![b.log]));
+        assert!(s.map().unreplicated.contains(&b.log) && s.map().unreplicated.contains(&new_log));
+        assert_eq!(apply(&mut s, ControlRequest::Recovered { server: b.id, logs: recover }), ControlResponse::Ok);
+        assert!(!s.map().unreplicated.contains(&b.log), "a recovered log leaves the list");
+        assert!(s.map().unreplicated.contains(&new_log));
     }
 
     #[test]

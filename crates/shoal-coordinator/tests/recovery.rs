@@ -84,10 +84,14 @@ fn closed() -> SocketAddr {
 async fn enlist(c: &mut ControlClient, previous: Option<ServerId>, native: SocketAddr) -> ServerId {
     let other = SocketAddr::from(([127, 0, 0, 1], 1));
     let req = ControlRequest::Enlist { previous, native, resp: other, backup: other };
-    match c.call(&req).await.unwrap() {
-        ControlResponse::Enlisted { server, .. } => server,
+    let (server, log) = match c.call(&req).await.unwrap() {
+        ControlResponse::Enlisted { server, log, .. } => (server, log),
         other => panic!("{other:?}"),
-    }
+    };
+    // As a real server does once its head is on a backup: it may then
+    // hold a lease.
+    assert_eq!(c.call(&ControlRequest::HeadReplicated { server, log }).await.unwrap(), ControlResponse::Ok);
+    server
 }
 
 /// Waits (at most `limit`) for a map satisfying `cond`.

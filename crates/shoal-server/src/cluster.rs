@@ -118,6 +118,12 @@ pub struct ClusterNode {
     /// This incarnation's master lease (`lease.rs`): its tablets are
     /// served only while it is held.
     pub lease: Lease,
+    /// The coordinator recorded this log's head durable on a backup
+    /// ([`ClusterNode::report_head`]): until then it grants no lease
+    /// while R > 0.
+    head_reported: AtomicBool,
+    /// The first head was opened while R was 0, so it went to no backup.
+    head_opened_unreplicated: bool,
     /// Crash-recovery partitions this server is replaying now, by
     /// (recovery id, partition index).
     replaying: Mutex<HashSet<(u64, u32)>>,
@@ -309,6 +315,8 @@ impl ClusterNode {
             map: RwLock::new(Arc::new(ClusterMap::default())),
             recovering: AtomicBool::new(!recover.is_empty()),
             recover,
+            head_reported: AtomicBool::new(false),
+            head_opened_unreplicated: map.replicas == 0,
             recovery: Mutex::new(RecoveryProgress::default()),
             dead: AtomicBool::new(false),
             lease: Lease::default(),
@@ -355,6 +363,85 @@ impl ClusterNode {
 
     pub fn is_recovering(&self) -> bool {
         self.recovering.load(Ordering::Acquire)
+    }
+
+    /// Whether this incarnation may hold a master lease, as far as this
+    /// server knows: its head is on a backup, or there is no replication.
+    pub fn may_serve(&self) -> bool {
+        self.head_reported.load(Ordering::Acquire) || self.map().replicas == 0
+    }
+
+    /// Waits until [`ClusterNode::may_serve`]; false on shutdown.
+    async fn wait_may_serve(&self, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+        while !self.may_serve() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = shutdown.wait_for(|s| *s) => return false,
+            }
+        }
+        true
+    }
+
+    /// Makes this incarnation's log one that a recovery looks for: once
+    /// the cluster replicates (R >= 1), a head durable on R backups,
+    /// reported to the coordinator (`HeadReplicated`). Until the report is
+    /// saved the coordinator grants this server no lease, so the log
+    /// acknowledges nothing, and a recovery that finds no replica of it
+    /// takes it for empty (`docs/recovery.md`, "A log that never reached a
+    /// backup"). A head opened while R was 0 went to no backup: a new head
+    /// is rolled for the report.
+    pub async fn report_head(self: Arc<Self>, store: Arc<Store>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            if self.is_dead() || *shutdown.borrow() {
+                return;
+            }
+            let map = self.map();
+            if map.head_replicated(self.log) {
+                self.head_reported.store(true, Ordering::Release);
+                return;
+            }
+            if map.replicas > 0 {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+        if self.head_opened_unreplicated {
+            let s = store.clone();
+            match tokio::task::spawn_blocking(move || s.roll_head()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!("cannot open a head to replicate: {e}; this server gets no lease"),
+                Err(e) => warn!("cannot open a head to replicate: {e}; this server gets no lease"),
+            }
+        }
+        let pos = self.position();
+        tokio::select! {
+            durable = self.wait_durable(pos) => if !durable { return },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let mut client =
+            ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
+        let req = ControlRequest::HeadReplicated { server: self.id, log: self.log };
+        loop {
+            match client.call(&req).await {
+                Ok(_) => break,
+                Err(e @ ControlError::Refused { .. }) => {
+                    warn!("the coordinator refused this log's head report: {e}");
+                    return;
+                }
+                Err(e) => {
+                    warn!("cannot report this log's head replicated: {e}; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }
+        self.head_reported.store(true, Ordering::Release);
+        info!("log {}: head durable on {} backup(s); reported", self.log.0, self.map().replicas);
     }
 
     /// Installs `map` if it is newer than the one held; returns whether it was.
@@ -697,12 +784,14 @@ impl ClusterNode {
                     // a replicated head, so its backups have not come back
                     // yet (a server declared dead returns as a new one):
                     // wait rather than recover an empty log.
-                    Ok(read) if read.head.is_none() && self.map().replicas > 0 => warn!(
+                    Ok(read) if read.head.is_none() && self.map().replicas > 0 && self.map().head_replicated(log) => {
+                        warn!(
                         "recovery {}: log {}: no replica on any of {} backups; waiting for the backups that hold it",
                         rec.id,
                         log.0,
                         backups.len()
-                    ),
+                    )
+                    }
                     Ok(read) => break read,
                     // The replay failed: its error is reported below.
                     Err(restore::RestoreError::Closed) => break restore::PartitionRead::default(),
@@ -744,6 +833,11 @@ impl ClusterNode {
             return;
         }
         progress.durable_ms = durable_started.elapsed().as_millis() as u64;
+        // The coordinator must know this log is one to recover before it
+        // hands the partition over (and frees the dead master's logs).
+        if !self.wait_may_serve(&mut shutdown).await {
+            return;
+        }
         let mut client =
             ControlClient::new(self.coordinator.clone()).with_timeout(CONTROL_TIMEOUT).with_auth(self.auth.clone());
         let done = ControlRequest::RecoveryDone {
@@ -876,7 +970,7 @@ impl ClusterNode {
                     // No replica anywhere: its backups are not back yet
                     // (with replication on, a log that served has a
                     // replicated head).
-                    Ok(found) if found.head.is_none() && self.map().replicas > 0 => {
+                    Ok(found) if found.head.is_none() && self.map().replicas > 0 && self.map().head_replicated(log) => {
                         warn!("recovery of log {}: no replica on any of {} backups; waiting", log.0, backups.len());
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -929,7 +1023,7 @@ impl ClusterNode {
             }
         }
         self.recovery.lock().phase = "re-replicating";
-        if !self.wait_durable(self.position()).await {
+        if !self.wait_durable(self.position()).await || !self.wait_may_serve(&mut shutdown).await {
             return;
         }
         let mut client =

@@ -85,6 +85,14 @@ pub async fn keep_renewed(node: Arc<ClusterNode>, mut shutdown: tokio::sync::wat
             node.lease.revoke();
             return;
         }
+        // No lease for a log with no head on a backup yet (`report_head`):
+        // not asked for, rather than refused.
+        if !node.may_serve() {
+            tokio::select! {
+                _ = tokio::time::sleep(FIRST_ASK) => continue,
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
         let sent = boot_time_ns();
         let answer = tokio::select! {
             a = client.call(&req) => a,

@@ -270,6 +270,7 @@ async fn serve(
         ));
         tokio::spawn(node.clone().ping_peers(ctx.shutdown_signal()));
         crate::lease::spawn_renewer(node.clone(), ctx.shutdown_signal());
+        tokio::spawn(node.clone().report_head(ctx.store.clone(), ctx.shutdown_signal()));
         tokio::spawn(node.recover(ctx.store.clone(), ctx.shutdown_signal()));
     }
     let mut acceptors = vec![

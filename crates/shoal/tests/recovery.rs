@@ -127,6 +127,46 @@ fn a_killed_master_is_recovered_and_no_acknowledged_write_is_lost() {
     cluster.kill_all();
 }
 
+/// A master whose log never reached a backup (R = 1 and no other server)
+/// holds no lease, so it acknowledges nothing. Killed, it is recovered as
+/// empty as soon as servers come, instead of its recovery waiting for ever
+/// for backups that never held its log (`docs/recovery.md`, "A log that
+/// never reached a backup"). Servers whose heads reached a backup are
+/// reported, get leases and serve.
+#[test]
+fn a_master_killed_before_its_log_reached_a_backup_is_recovered_as_empty() {
+    let root = Root::new("recovery-unreplicated-log");
+    let mut cluster = Cluster::start(&root.0, 1, 1, 0);
+    let map = cluster.map().unwrap();
+    let lonely = map.servers[0].clone();
+    assert!(!map.head_replicated(lonely.log), "server {} has no backup, yet its head was reported", lonely.id);
+    let table = cluster.client().create_table("early").unwrap();
+    assert!(table_map(&cluster, table).tablets.iter().all(|t| t.master == lonely.id));
+    // It serves nothing: no lease while its log is on no backup.
+    let mut raw = Connection::connect(lonely.native, &cluster.client_config()).unwrap();
+    raw.send(&Request::Write { table, key: b"k", value: b"v", rules: Default::default() }).unwrap();
+    let answer = raw.recv();
+    assert!(
+        !matches!(answer.as_ref().map(|f| f.reply()), Ok(Ok(Ok(Response::Write { .. })))),
+        "a master with no replicated head acknowledged a write"
+    );
+    kill(&mut cluster, 0);
+    for i in 1..3 {
+        let s = cluster.spawn_server(i);
+        cluster.servers.push(s);
+    }
+    let started = Instant::now();
+    let map = wait_map(&cluster, "the empty recovery", 60, |m| recovered(m, lonely.id));
+    eprintln!("recovered as empty in {:?}", started.elapsed());
+    for s in map.servers.iter().filter(|s| s.state == ServerState::Up) {
+        assert!(map.head_replicated(s.log), "server {}'s head was never reported: {map:?}", s.id);
+    }
+    let mut c = cluster.client();
+    assert_eq!(c.read(table, b"k").ok(), None, "an unacknowledged write came back");
+    c.write(table, b"k", b"after").unwrap();
+    assert_eq!(c.read(table, b"k").unwrap().0, b"after");
+}
+
 #[test]
 fn two_masters_killed_one_during_the_others_recovery() {
     let root = Root::new("recovery-two");
