@@ -234,6 +234,61 @@ pub struct TableRegistry {
     any_chunk_tables: std::sync::atomic::AtomicBool,
     /// Whether `stream_tables` is not empty.
     any_stream_tables: std::sync::atomic::AtomicBool,
+    /// The hashes of the streams' names ([`NameFilter`]).
+    stream_names: NameFilter,
+}
+
+/// A 4,096-bit filter of the xxh3 hashes of table names, so that a
+/// command can rule out that a key names a table (the Redis front end
+/// asks whether a key is a Redis stream on every string command) with a
+/// hash of bytes it has and one load, instead of building the name and
+/// taking the registry's lock. It may answer yes for a name it was never
+/// given (then the caller looks the name up), never no for one it holds:
+/// every change happens under the registry's write lock, bits are set
+/// before a name is installed, and a rebuild stores words that keep the
+/// bits of every name still held.
+pub struct NameFilter {
+    words: [AtomicU64; 64],
+}
+
+impl NameFilter {
+    fn new() -> NameFilter {
+        NameFilter { words: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+
+    fn bit(hash: u64) -> (usize, u64) {
+        let b = (hash % 4096) as usize;
+        (b / 64, 1 << (b % 64))
+    }
+
+    /// The hash a name is filed under (xxh3 of its bytes; a caller may
+    /// hash the same bytes in pieces with `Xxh3`).
+    pub fn hash(name: &str) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+    }
+
+    fn insert(&self, hash: u64) {
+        let (w, m) = Self::bit(hash);
+        self.words[w].fetch_or(m, Ordering::SeqCst);
+    }
+
+    /// False only if no name with this hash was given.
+    pub fn may_hold(&self, hash: u64) -> bool {
+        let (w, m) = Self::bit(hash);
+        self.words[w].load(Ordering::SeqCst) & m != 0
+    }
+
+    /// Exactly the names of `hashes` from now on.
+    fn rebuild(&self, hashes: impl Iterator<Item = u64>) {
+        let mut words = [0u64; 64];
+        for h in hashes {
+            let (w, m) = Self::bit(h);
+            words[w] |= m;
+        }
+        for (slot, w) in self.words.iter().zip(words) {
+            slot.store(w, Ordering::SeqCst);
+        }
+    }
 }
 
 /// What kind of table a name is: each name is of one kind.
@@ -269,6 +324,7 @@ impl TableRegistry {
             generation: AtomicU64::new(0),
             any_chunk_tables: Default::default(),
             any_stream_tables: Default::default(),
+            stream_names: NameFilter::new(),
         }
     }
 
@@ -315,6 +371,19 @@ impl TableRegistry {
     /// Whether any stream exists (one load).
     pub fn has_stream_tables(&self) -> bool {
         self.any_stream_tables.load(Ordering::Acquire)
+    }
+
+    /// False if no stream's name hashes to `name_hash` ([`NameFilter::hash`]):
+    /// then the name is no stream, with no lookup.
+    pub fn may_be_stream(&self, name_hash: u64) -> bool {
+        self.has_stream_tables() && self.stream_names.may_hold(name_hash)
+    }
+
+    /// Makes the name filter exactly the streams' names (the registry's
+    /// write lock held).
+    fn refilter(&self, r: &Registry) {
+        let names = r.by_name.iter().filter(|(_, id)| r.stream_tables.contains(id));
+        self.stream_names.rebuild(names.map(|(n, _)| NameFilter::hash(n)));
     }
 
     /// The names of the tables that start with `prefix`.
@@ -393,6 +462,9 @@ impl TableRegistry {
             };
             let mut r = self.inner.write();
             self.install_kind(&mut r, table.id, kind_of_info(&table))?;
+            if table.stream.is_some() {
+                self.stream_names.insert(NameFilter::hash(&table.name));
+            }
             if r.by_name.insert(table.name, table.id) != Some(table.id) {
                 self.generation.fetch_add(1, Ordering::AcqRel);
             }
@@ -405,6 +477,9 @@ impl TableRegistry {
         let id = table_id(r.next_id, slots);
         r.next_id += 1;
         self.install_kind(&mut r, id, kind)?;
+        if matches!(kind, TableKind::Stream(_)) {
+            self.stream_names.insert(NameFilter::hash(name));
+        }
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(id)
@@ -426,6 +501,7 @@ impl TableRegistry {
             if let Some(id) = id {
                 r.chunk_tables.remove(&id);
                 r.stream_tables.remove(&id);
+                self.refilter(&r);
             }
             id
         };
@@ -461,7 +537,13 @@ impl TableRegistry {
             }
         }
         self.any_stream_tables.store(!r.stream_tables.is_empty(), Ordering::Release);
+        // The map's streams before its names: a stream already installed
+        // keeps its bit throughout (the words stored hold it too).
+        for t in map.tables.iter().filter(|t| t.stream.is_some()) {
+            self.stream_names.insert(NameFilter::hash(&t.name));
+        }
         if fresh == r.by_name {
+            self.refilter(&r);
             return;
         }
         for id in fresh.values() {
@@ -473,6 +555,7 @@ impl TableRegistry {
             }
         }
         r.by_name = fresh;
+        self.refilter(&r);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -601,6 +684,30 @@ mod tests {
         let a2 = c.tables.create("a").unwrap();
         assert!(a2 != a && a2 != b);
         assert_eq!(c.tables.list(), vec![("a".to_string(), a2), ("b".to_string(), b)]);
+    }
+
+    #[test]
+    fn the_stream_name_filter_holds_every_stream_and_forgets_dropped_ones() {
+        let c = ctx();
+        let shape =
+            StreamShape { streamlets: 1, logs: 1, segment_bytes: 64 << 10, group_segments: 4, group_timeout_ms: 0 };
+        let h = NameFilter::hash;
+        c.tables.create("kv").unwrap();
+        assert!(!c.tables.may_be_stream(h("kv")) && !c.tables.may_be_stream(h("s0")));
+        let names: Vec<String> = (0..300).map(|i| format!("s{i}")).collect();
+        for n in &names {
+            c.tables.create_stream(n, shape).unwrap();
+        }
+        assert!(names.iter().all(|n| c.tables.may_be_stream(h(n))), "a stream the filter does not hold");
+        // 300 names in 4,096 bits: most other names are ruled out.
+        let false_hits = (0..1000).filter(|i| c.tables.may_be_stream(h(&format!("kv{i}")))).count();
+        assert!(false_hits < 150, "{false_hits} of 1000 other names pass");
+        for n in &names[..299] {
+            assert!(c.tables.drop_table(n).unwrap());
+        }
+        assert!(c.tables.may_be_stream(h("s299")));
+        let false_hits = names[..299].iter().filter(|n| c.tables.may_be_stream(h(n))).count();
+        assert!(false_hits <= 1, "{false_hits} dropped streams still pass");
     }
 
     #[test]

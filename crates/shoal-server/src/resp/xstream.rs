@@ -471,10 +471,34 @@ pub fn find_or_create(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<Arc<
 
 /// Whether `key` of database `db` is a Redis stream (without loading it).
 pub fn exists(ctx: &ServerContext, db: usize, key: &[u8]) -> bool {
-    if !ctx.tables.has_stream_tables() {
+    if !ctx.tables.has_stream_tables() || !ctx.tables.may_be_stream(name_hash(db, key)) {
         return false;
     }
     table_name(db, key).ok().and_then(|n| ctx.tables.lookup(&n)).is_some_and(|t| ctx.tables.is_stream_table(t))
+}
+
+/// The [`NameFilter::hash`](crate::context::NameFilter::hash) of
+/// [`table_name`]`(db, key)`, without building the name: the same bytes,
+/// hashed as they come.
+fn name_hash(db: usize, key: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(b"redis.db");
+    h.update(itoa::Buffer::new().format(db).as_bytes());
+    h.update(b".stream.");
+    let plain = |c: u8| (b' '..=b'~').contains(&c) && c != b'%';
+    let mut rest = key;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|&c| !plain(c)).unwrap_or(rest.len());
+        h.update(&rest[..run]);
+        if let Some(&c) = rest.get(run) {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            h.update(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
+            rest = &rest[run + 1..];
+        } else {
+            rest = &[];
+        }
+    }
+    h.digest()
 }
 
 /// The keys of database `db`'s Redis streams (KEYS, DBSIZE).
@@ -1179,6 +1203,14 @@ mod tests {
         let w = x.waiters.lock();
         assert!(w.by_key.len() <= 1_025, "{} keys kept", w.by_key.len());
         assert!(w.by_key.contains_key(&(0, b"other".to_vec())), "a live wait stays");
+    }
+
+    #[test]
+    fn name_hashes_are_the_hashes_of_the_table_names() {
+        for (db, key) in [(0, &b"s"[..]), (3, b"a b%\x00\xff"), (15, b""), (1, b"%%\n~ x\x7f"), (2, &[b'k'; 200][..])] {
+            let name = table_name(db, key).unwrap();
+            assert_eq!(name_hash(db, key), crate::context::NameFilter::hash(&name), "{name}");
+        }
     }
 
     #[test]
