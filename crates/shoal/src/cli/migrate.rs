@@ -151,9 +151,13 @@ pub(super) fn control(
     match call_blocking_any(coordinator, auth, req, timeout) {
         Ok(r) => Ok(r),
         Err(ControlError::Refused { code, message }) => Err(refused(code, message)),
+        // A connection error already names the address it tried.
+        Err(e @ ControlError::Connect { .. }) => {
+            Err(CliError { kind: "connection", message: e.to_string(), code: UNREACHABLE })
+        }
         Err(e) => Err(CliError {
             kind: "connection",
-            message: format!("cannot reach the coordinator at {coordinator}: {e}"),
+            message: format!("the coordinator at {coordinator} did not answer: {e}"),
             code: UNREACHABLE,
         }),
     }
