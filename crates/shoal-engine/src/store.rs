@@ -1501,6 +1501,20 @@ impl Store {
         self.walk_range(table, cursor, end, max, false, |e, _| visit(e))
     }
 
+    /// [`Store::enumerate_entries_range`], handing `visit` each entry's
+    /// key and version too (a migration's source keeps them, to send only
+    /// what changed since).
+    pub fn enumerate_versioned_entries_range(
+        &self,
+        table: TableId,
+        cursor: EnumCursor,
+        end: u64,
+        max: usize,
+        mut visit: impl FnMut(&[u8], &[u8], Version),
+    ) -> Result<Option<EnumCursor>, StoreError> {
+        self.walk_range(table, cursor, end, max, false, |e, o| visit(e, o.key, o.version))
+    }
+
     /// Drops every object of `table` with a key hash in `start..=end` from
     /// the hash table *without* appending tombstones, and returns how many
     /// went. For a tablet this server no longer masters (it moved away,

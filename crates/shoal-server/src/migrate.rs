@@ -2,20 +2,24 @@
 //!
 //! The coordinator records a move in `map.migrations`; the tablet's master
 //! (the *source*) drives it:
-//! 1. it *freezes* the tablet: from then on its front ends answer every
+//! 1. while it still serves the tablet, it streams the tablet's live object
+//!    entries to the *target* over an authenticated connection to the
+//!    target's replication port (`wire::Mode::Migrate`), keeping the key
+//!    and version of each one sent. The target replays them into its own
+//!    log (so they are replicated to its backups like any write);
+//! 2. it *freezes* the tablet: from then on its front ends answer every
 //!    request for the tablet's keys that may write with the retryable
 //!    status they give during a recovery ([`crate::cluster::Route::Moving`]);
 //!    requests routed as reads only ([`ClusterNode::route_read`]) are
 //!    still served. The freeze waits for the requests already past routing
-//!    to finish (`Migrations::gate`), so no write lands after the copy
+//!    to finish (`Migrations::gate`), so no write lands after the last pass
 //!    read it;
-//! 2. it streams the tablet's live object entries to the *target* over an
-//!    authenticated connection to the target's replication port
-//!    (`wire::Mode::Migrate`). The target replays them into its own log
-//!    (so they are replicated to its backups like any write), with its
-//!    safe version raised to the source's, and answers the last batch
-//!    only once all of them are durable;
-//! 3. it stops serving reads of the tablet too (waiting for those routed),
+//! 3. frozen, it sends the *delta*: the target's safe version raised to
+//!    the source's, the objects whose version differs from the one sent
+//!    (or that are new), and the keys sent that are gone (the target
+//!    removes them, with tombstones). The target answers the last frame
+//!    only once all of it is durable. Writes pause only for the delta;
+//! 4. it stops serving reads of the tablet too (waiting for those routed),
 //!    then asks the coordinator to commit (`FinishMigration`): one state
 //!    change makes the target the master and drops the record.
 //!
@@ -37,8 +41,8 @@ use shoal_cluster::map::Migration;
 use shoal_cluster::{ClusterMap, ControlError, ControlErrorCode, ControlRequest, ControlResponse, ServerId};
 use shoal_common::{key_hash, KeyHash, SegmentId, TableId, Version};
 use shoal_engine::format::{self, Entry};
-use shoal_engine::{EnumCursor, Replay, Store};
-use std::collections::HashSet;
+use shoal_engine::{EnumCursor, RejectRules, Replay, Store};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -70,6 +74,10 @@ const BEGIN: u8 = 1;
 const ENTRIES: u8 = 2;
 const DONE: u8 = 3;
 const ABORT: u8 = 4;
+/// The delta begins: the source's safe version, 8 bytes.
+const DELTA: u8 = 5;
+/// Keys the target must remove: each a length (u32) and its bytes.
+const GONE: u8 = 6;
 /// Answers from the target:
 const OK: u8 = 0x80;
 const ERR: u8 = 0x81;
@@ -106,8 +114,12 @@ pub struct Migrations {
     pub objects_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub objects_received: AtomicU64,
+    /// Keys removed here, as targets, by a delta's GONE.
+    pub objects_removed: AtomicU64,
     pub committed: AtomicU64,
     pub aborted: AtomicU64,
+    /// Milliseconds tablets were frozen for writes here, as sources.
+    pub frozen_ms: AtomicU64,
 }
 
 impl Migrations {
@@ -190,9 +202,18 @@ impl Migrations {
 }
 
 /// What a finished copy moved.
+#[derive(Default)]
 struct Copied {
+    /// Objects and entry bytes of the first pass (the tablet served).
     objects: u64,
     bytes: u64,
+    /// Objects and entry bytes sent again in the delta, and keys removed.
+    again: u64,
+    again_bytes: u64,
+    gone: u64,
+    /// How long the tablet was frozen for writes before the copy was
+    /// durable at the target.
+    frozen: Duration,
     /// The first segment of the target's log holding the copy.
     since: SegmentId,
 }
@@ -202,29 +223,31 @@ struct Copied {
 /// server is dead or stopping).
 async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
     let started = Instant::now();
-    node.migrations.freeze(m);
-    // A map without the move may have been installed (and its freezes
-    // lifted) just before this freeze: then it is over already.
     if !node.map().migrations.iter().any(|x| x.id == m.id) {
-        node.migrations.frozen.write().retain(|f| f.id != m.id);
         return;
     }
     info!(
-        "migration {}: moving table {} [{:#018x}, {:#018x}] to server {}; the tablet is frozen here",
+        "migration {}: moving table {} [{:#018x}, {:#018x}] to server {}; copying while serving it",
         m.id, m.table.0, m.start_hash, m.end_hash, m.to
     );
     match copy(node, store, m).await {
         Ok(c) => {
             let secs = started.elapsed().as_secs_f64();
             info!(
-                "migration {}: {} objects, {} bytes copied to server {} in {:.3} s ({:.1} MB/s); committing",
+                "migration {}: {} objects, {} bytes copied to server {} in {:.3} s ({:.1} MB/s), then frozen for \
+                 {} ms: {} objects ({} bytes) again, {} removed; committing",
                 m.id,
                 c.objects,
                 c.bytes,
                 m.to,
                 secs,
-                c.bytes as f64 / 1e6 / secs.max(1e-9)
+                (c.bytes + c.again_bytes) as f64 / 1e6 / secs.max(1e-9),
+                c.frozen.as_millis(),
+                c.again,
+                c.again_bytes,
+                c.gone,
             );
+            node.migrations.frozen_ms.fetch_add(c.frozen.as_millis() as u64, Ordering::Relaxed);
             // No read may be served here once the target may serve.
             node.migrations.freeze_reads(m);
             if resolve(node, m, Some(c.since), "").await {
@@ -307,31 +330,89 @@ fn encode_begin(out: &mut Vec<u8>, m: &Migration, safe: Version) {
     out.extend_from_slice(&safe.0.to_le_bytes());
 }
 
-/// Streams `m`'s tablet to the target; `Ok` once the target holds all of
-/// it durably.
+/// Streams `m`'s tablet to the target, then freezes it and sends what
+/// changed meanwhile; `Ok` once the target holds all of it durably (the
+/// tablet frozen here for writes).
 async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Result<Copied, String> {
     let addr = node.map().server(m.to).map(|s| s.backup).ok_or_else(|| format!("no server {} in the map", m.to))?;
     let mut s = shoal_replication::dial::connect_migration(addr, node.id)
         .await
         .map_err(|e| format!("cannot reach server {}: {e}", m.to))?;
-    // The tablet is frozen: no version is handed out for it from here on.
-    let safe = store.safe_version();
     let mut body = Vec::with_capacity(BATCH_BYTES + (2 << 20));
-    encode_begin(&mut body, m, safe);
+    encode_begin(&mut body, m, store.safe_version());
     let begun = call(&mut s, BEGIN, &body).await?;
     let since = <[u8; 8]>::try_from(begun.as_slice())
         .map(|b| SegmentId(u64::from_le_bytes(b)))
         .map_err(|_| format!("the target answered BEGIN with {} bytes, not a segment id", begun.len()))?;
-    let mut copied = Copied { objects: 0, bytes: 0, since };
+    let mut copied = Copied { since, ..Copied::default() };
+
+    // 1. Every live object as it is now, the tablet served meanwhile. A
+    // key's version grows at every write (and a key removed and written
+    // again starts above its old one), so (key, version) names the
+    // contents sent.
+    let mut sent: HashMap<Vec<u8>, Version> = HashMap::new();
+    let (n, bytes) = send_tablet(node, store, m, &mut s, &mut body, |key, version| {
+        sent.insert(key.to_vec(), version);
+        true
+    })
+    .await?;
+    (copied.objects, copied.bytes) = (n, bytes);
+
+    // 2. Frozen: no write of the tablet lands here from now on. A map
+    // without the move may have been installed (and its freezes lifted)
+    // just before: then it is over already.
+    node.migrations.freeze(m);
+    let frozen = Instant::now();
+    if !node.map().migrations.iter().any(|x| x.id == m.id) {
+        node.migrations.frozen.write().retain(|f| f.id != m.id);
+        return Err("the coordinator dropped the migration".into());
+    }
+
+    // 3. The delta: no version is handed out for the tablet from here on.
+    call(&mut s, DELTA, &store.safe_version().0.to_le_bytes()).await?;
+    let (n, bytes) =
+        send_tablet(node, store, m, &mut s, &mut body, |key, version| sent.remove(key) != Some(version)).await?;
+    (copied.again, copied.again_bytes) = (n, bytes);
+    body.clear();
+    for key in sent.keys() {
+        body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        body.extend_from_slice(key);
+        copied.gone += 1;
+        if body.len() >= BATCH_BYTES {
+            call(&mut s, GONE, &body).await?;
+            body.clear();
+        }
+    }
+    if !body.is_empty() {
+        call(&mut s, GONE, &body).await?;
+    }
+    call(&mut s, DONE, &[]).await?;
+    copied.frozen = frozen.elapsed();
+    Ok(copied)
+}
+
+/// Sends the entries of `m`'s tablet that `want(key, version)` picks, in
+/// batches; returns how many objects and bytes went.
+async fn send_tablet<S: AsyncRead + AsyncWrite + Unpin>(
+    node: &Arc<ClusterNode>,
+    store: &Arc<Store>,
+    m: &Migration,
+    s: &mut S,
+    body: &mut Vec<u8>,
+    mut want: impl FnMut(&[u8], Version) -> bool,
+) -> Result<(u64, u64), String> {
+    let (mut objects, mut bytes) = (0, 0);
     let mut cursor = Some(EnumCursor(m.start_hash));
     loop {
         body.clear();
         let mut n = 0u64;
         while let Some(c) = cursor {
             cursor = store
-                .enumerate_entries_range(m.table, c, m.end_hash, STEP_OBJECTS, |e| {
-                    body.extend_from_slice(e);
-                    n += 1;
+                .enumerate_versioned_entries_range(m.table, c, m.end_hash, STEP_OBJECTS, |e, key, version| {
+                    if want(key, version) {
+                        body.extend_from_slice(e);
+                        n += 1;
+                    }
                 })
                 .map_err(|e| format!("cannot read the tablet: {e}"))?;
             if body.len() >= BATCH_BYTES {
@@ -339,21 +420,19 @@ async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Res
             }
         }
         if !body.is_empty() {
-            call(&mut s, ENTRIES, &body).await?;
-            copied.objects += n;
-            copied.bytes += body.len() as u64;
+            call(s, ENTRIES, body).await?;
+            objects += n;
+            bytes += body.len() as u64;
             node.migrations.objects_sent.fetch_add(n, Ordering::Relaxed);
             node.migrations.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
         }
         if cursor.is_none() {
-            break;
+            return Ok((objects, bytes));
         }
         if !node.map().migrations.iter().any(|x| x.id == m.id) {
             return Err("the coordinator dropped the migration".into());
         }
     }
-    call(&mut s, DONE, &[]).await?;
-    Ok(copied)
 }
 
 /// Sends one frame and waits for its answer: `Ok` with the answer's body,
@@ -510,6 +589,34 @@ impl Target {
                 self.migrations.objects_received.fetch_add(n, Ordering::Relaxed);
                 Ok(Vec::new())
             }
+            DELTA => {
+                let (m, _) = self.begun.clone().ok_or("DELTA before BEGIN")?;
+                let safe = <[u8; 8]>::try_from(body.as_slice())
+                    .map(|b| Version(u64::from_le_bytes(b)))
+                    .map_err(|_| format!("a DELTA body is 8 bytes, not {}", body.len()))?;
+                // Later entries raise the safe version to the source's now.
+                self.begun = Some((m, safe));
+                Ok(Vec::new())
+            }
+            GONE => {
+                let (m, _) = self.begun.clone().ok_or("GONE before BEGIN")?;
+                if !node.map().migrations.iter().any(|x| x.id == m.id) {
+                    return Err(format!("migration {} is no longer in progress", m.id));
+                }
+                let keys = gone_keys(&body, &m)?;
+                let removed = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+                    let mut n = 0;
+                    for key in keys {
+                        let gone = store.remove(m.table, &key, RejectRules::default());
+                        n += u64::from(gone.map_err(|e| format!("cannot remove a key: {e}"))?.is_some());
+                    }
+                    Ok(n)
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                self.migrations.objects_removed.fetch_add(removed, Ordering::Relaxed);
+                Ok(Vec::new())
+            }
             DONE => {
                 let (m, _) = self.begun.clone().ok_or("DONE before BEGIN")?;
                 let replay = self.replay.take().ok_or("DONE before BEGIN")?;
@@ -594,6 +701,23 @@ fn check_entries(body: &[u8], m: &Migration) -> Result<(), String> {
         pos += len;
     }
     Ok(())
+}
+
+/// The keys of a GONE body, each checked to be in `m`'s tablet.
+fn gone_keys(body: &[u8], m: &Migration) -> Result<Vec<Vec<u8>>, String> {
+    let mut keys = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at_checked(4).ok_or("a GONE key's length is cut short")?;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let (key, tail) = tail.split_at_checked(len).ok_or("a GONE key is cut short")?;
+        if !m.contains(m.table, key_hash(m.table, key)) {
+            return Err("a GONE key is outside the moving tablet".into());
+        }
+        keys.push(key.to_vec());
+        rest = tail;
+    }
+    Ok(keys)
 }
 
 fn count_entries(body: &[u8]) -> u64 {

@@ -877,6 +877,19 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
     ]);
     if let Some(node) = &ctx.cluster {
         cluster_stats(node, &mut v);
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let m = &node.migrations;
+            v.extend([
+                u("migrations_committed", m.committed.load(Relaxed)),
+                u("migrations_aborted", m.aborted.load(Relaxed)),
+                u("migration_objects_sent", m.objects_sent.load(Relaxed)),
+                u("migration_bytes_sent", m.bytes_sent.load(Relaxed)),
+                u("migration_frozen_ms", m.frozen_ms.load(Relaxed)),
+                u("migration_objects_received", m.objects_received.load(Relaxed)),
+                u("migration_objects_removed", m.objects_removed.load(Relaxed)),
+            ]);
+        }
         if let Some(sc) = &node.sc {
             use std::sync::atomic::Ordering::Relaxed;
             let t = &sc.stats;
