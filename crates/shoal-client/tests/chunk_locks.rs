@@ -223,14 +223,17 @@ fn evicted_chunk_takes_its_locks_with_it() {
         }
     }
     assert!(evicted, "the chunk was never evicted");
-    assert_eq!(stat(&mut a, "chunk_locks_held"), 0, "the evicted chunk's lock is gone");
-    // The table's only freed id is handed out again: to a chunk nobody locked.
+    // The table's only freed id is handed out again: to a chunk nobody
+    // locked, which the old holder's token cannot write.
     assert_eq!(b.create_chunk(t, b"new").unwrap(), id);
-    assert!(matches!(a.put_chunk_locked(&old, b"stale"), Err(LockError::Lost)));
-    assert!(matches!(a.renew_chunk_lock(&old), Err(LockError::Lost)));
+    let put = a.put_chunk_locked(&old, b"stale");
+    assert!(matches!(put, Err(LockError::Lost)), "the old holder's fenced put: {put:?}");
     assert_eq!(b.get_chunk(t, id).unwrap().0, b"new".to_vec());
-    let fresh = b.try_lock_chunk(t, id, LockMode::Exclusive, LEASE).unwrap();
-    b.put_chunk_locked(&fresh, b"new2").unwrap();
+    let fresh = b.try_lock_chunk(t, id, LockMode::Exclusive, LEASE);
+    assert!(fresh.is_ok(), "the new chunk is free to lock: {fresh:?}");
+    b.put_chunk_locked(&fresh.unwrap(), b"new2").unwrap();
+    assert!(matches!(a.renew_chunk_lock(&old), Err(LockError::Lost)));
+    assert_eq!(stat(&mut a, "chunk_locks_held"), 1, "only the new chunk's lock");
 }
 
 /// Issue 18: dropping a chunk table left its chunks' locks in the lock
