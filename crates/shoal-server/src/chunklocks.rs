@@ -446,7 +446,12 @@ impl LockTable {
                 match queued {
                     Some(i) => state.queue[i].expires = now.at + WAIT_PLACE,
                     None => {
-                        inner.room_for(owner, &config, now.at)?;
+                        if let Err(e) = inner.room_for(owner, &config, now.at) {
+                            if inner.chunks.get(&key).is_some_and(ChunkLock::is_empty) {
+                                inner.chunks.remove(&key);
+                            }
+                            return Err(e);
+                        }
                         let state = inner.chunks.entry(key).or_default();
                         state.queue.push_back(Waiter { owner, mode, expires: now.at + WAIT_PLACE });
                         inner.acct.add(owner, false);
