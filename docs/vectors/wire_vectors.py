@@ -25,7 +25,7 @@ STATUS = {
     "not_authenticated": 13, "auth_failed": 14,
     "malformed_request": 16, "unknown_opcode": 17, "frame_too_large": 18,
     "unsupported_version": 19, "lock_busy": 20, "lock_not_held": 21, "lock_lost": 22,
-    "lock_table_full": 23,
+    "lock_table_full": 23, "lock_owner_limit": 24,
 }
 
 
@@ -155,6 +155,8 @@ VECTORS = [
      frame("chunk_put_locked", 28, ok(struct.pack("<Q", 4)), response=True)),
     ("chunk-lock response (id 29, lock table full: limit 100000)",
      frame("chunk_lock", 29, bytes([STATUS["lock_table_full"]]) + struct.pack("<I", 100000), response=True)),
+    ("chunk-lock response (id 30, owner limit: limit 10000)",
+     frame("chunk_lock", 30, bytes([STATUS["lock_owner_limit"]]) + struct.pack("<I", 10000), response=True)),
 ]
 
 if __name__ == "__main__":

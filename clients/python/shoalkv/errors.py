@@ -98,6 +98,11 @@ class RequestError(StatusError):
     """Family: the server could not parse or does not know the request."""
 
 
+class LockError(StatusError):
+    """Family: a chunk lock operation was refused (``docs/chunks.md``,
+    "Locks"). Only the chunk lock opcodes answer these."""
+
+
 # -- one class per status ----------------------------------------------------
 
 
@@ -196,6 +201,54 @@ class UnsupportedVersion(RequestError):
     status, name = 19, "UNSUPPORTED_VERSION"
 
 
+class LockBusy(LockError):
+    """The lock is held in a conflicting mode, others are queued first, or
+    the chunk was taken over in a crash recovery less than the longest lease
+    ago: try again after ``delay_us``."""
+
+    status, name = 20, "LOCK_BUSY"
+
+    def __init__(self, delay_us: int) -> None:
+        super().__init__(f"LOCK_BUSY: try again after {delay_us} us")
+        self.delay_us = delay_us
+
+
+class LockNotHeld(LockError):
+    """No server granted this token (a wrong token, or a lock never taken)."""
+
+    status, name = 21, "LOCK_NOT_HELD"
+
+
+class LockLost(LockError):
+    """The token was granted but its lock is not held any more: its lease ran
+    out, it was unlocked, its chunk went (removed, evicted, table dropped),
+    or a crash recovery released it. The token must not be used again."""
+
+    status, name = 22, "LOCK_LOST"
+
+
+class LockTableFull(LockError):
+    """The server holds its maximum of locks and queued requests
+    (``--chunk-lock-limit``)."""
+
+    status, name = 23, "LOCK_TABLE_FULL"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"LOCK_TABLE_FULL: the server holds its maximum of {limit} locks and waiters")
+        self.limit = limit
+
+
+class LockOwnerLimit(LockError):
+    """This lock owner holds its maximum of locks and queued requests on the
+    server (``--chunk-lock-owner-limit``): unlock some first."""
+
+    status, name = 24, "LOCK_OWNER_LIMIT"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"LOCK_OWNER_LIMIT: this owner holds its maximum of {limit} locks and waiters")
+        self.limit = limit
+
+
 class UnavailableError(ShoalError):
     """Retries spent: the key's tablet kept answering UNKNOWN_TABLET or RETRY,
     or its server stayed unreachable. ``last`` is the last failure seen."""
@@ -213,5 +266,6 @@ BY_STATUS: Dict[int, Type[StatusError]] = {
         UnknownTable, KeyTooLarge, ValueTooLarge, ObjectDoesntExist, ObjectExists, WrongVersion,
         NotAnInteger, Overflow, OutOfMemory, UnknownTableName, UnknownTablet, Retry,
         NotAuthenticated, AuthFailed, MalformedRequest, UnknownOpcode, FrameTooLarge, UnsupportedVersion,
+        LockBusy, LockNotHeld, LockLost, LockTableFull, LockOwnerLimit,
     )
 }

@@ -276,10 +276,10 @@ def decode_status(body: Any, pos: int) -> Tuple[Optional[StatusError], int]:
         _need(body, pos, 8)
         a, b = _II.unpack_from(body, pos)
         return errors.BY_STATUS[code](a, b), pos + 8  # type: ignore[call-arg]
-    if code == 12:
+    if code in (12, 20, 23, 24):  # RETRY, LOCK_BUSY: a delay; LOCK_TABLE_FULL, LOCK_OWNER_LIMIT: a limit
         _need(body, pos, 4)
         (d,) = _U32.unpack_from(body, pos)
-        return errors.Retry(d), pos + 4
+        return errors.BY_STATUS[code](d), pos + 4  # type: ignore[call-arg]
     if code == 16:
         _need(body, pos, 2)
         (n,) = _U16.unpack_from(body, pos)

@@ -73,6 +73,12 @@ RESPONSES: Dict[str, Tuple[int, int, object]] = {
     "READ_TTL response, id 13, version 3, expires at 1700000060000, 59000 ms left":
         (p.READ_TTL, 13, Ttl(3, 1700000060000, 59000)),
     "READ_TTL response, id 14, version 2, no expiry": (p.READ_TTL, 14, Ttl(2, None, None)),
+    # The chunk lock statuses (docs/chunks.md, "Locks"): this client speaks
+    # no chunk operations, but decodes every status of the wire format.
+    "CHUNK_LOCK response, id 25: busy: retry after 20000 us": (27, 25, errors.LockBusy(20000)),
+    "CHUNK_UNLOCK response, id 26: lock lost": (28, 26, errors.LockLost()),
+    "CHUNK_LOCK response, id 29: lock table full: limit 100000": (27, 29, errors.LockTableFull(100000)),
+    "CHUNK_LOCK response, id 30: owner limit: limit 10000": (27, 30, errors.LockOwnerLimit(10000)),
 }
 
 
@@ -101,17 +107,14 @@ FRAMES_ONLY = {
     "DESCRIBE_STREAM request, id 23: table 6, streamlet 1, groups from 0, at most 100": (25, 23, False),
     "DESCRIBE_STREAM response, id 23: the shape above; group 3 of log 1, 1 segment, 9 records, 20 bytes, closed":
         (25, 23, True),
-    # The chunk locks (docs/chunks.md, "Locks"), not spoken by this client either.
+    # The chunk locks (docs/chunks.md, "Locks"), not spoken by this client
+    # either (their error statuses are decoded: RESPONSES above).
     "CHUNK_LOCK request, id 24: table 5, chunk 0x1000000000001, owner 9, exclusive, wait, lease 5000 ms":
         (27, 24, False),
     "CHUNK_LOCK response, id 24: token 0x1a2b3c4d5e6f7081, lease 5000 ms":
         (27, 24, True),
-    "CHUNK_LOCK response, id 25: busy: retry after 20000 us":
-        (27, 25, True),
     "CHUNK_UNLOCK request, id 26: table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081":
         (28, 26, False),
-    "CHUNK_UNLOCK response, id 26: lock lost":
-        (28, 26, True),
     "CHUNK_RENEW request, id 27: table 5, chunk 0x1000000000001, owner 9, token 0x1a2b3c4d5e6f7081, lease 3000 ms":
         (29, 27, False),
     "CHUNK_RENEW response, id 27: lease 3000 ms":
@@ -120,8 +123,6 @@ FRAMES_ONLY = {
         (30, 28, False),
     "CHUNK_PUT_LOCKED response, id 28: version 4":
         (30, 28, True),
-    "CHUNK_LOCK response, id 29: lock table full: limit 100000":
-        (27, 29, True),
 }
 
 
@@ -231,8 +232,19 @@ def test_statuses_decode_with_their_details() -> None:
     assert p.decode_response(p.REMOVE, bytes([0]) + struct.pack("<Q", 0)) is None
     assert p.decode_response(p.MULTI_REMOVE, bytes([0]) + struct.pack("<I", 2) + bytes([0]) + bytes(8)
                              + bytes([6]) + struct.pack("<Q", 4)) == [None, errors.WrongVersion(4)]
+    busy = p.decode_response(27, bytes([20]) + struct.pack("<I", 20000))
+    assert isinstance(busy, errors.LockBusy) and busy.delay_us == 20000 and isinstance(busy, errors.LockError)
+    full = p.decode_response(27, bytes([23]) + struct.pack("<I", 5))
+    assert isinstance(full, errors.LockTableFull) and full.limit == 5
+    capped = p.decode_response(27, bytes([24]) + struct.pack("<I", 2))
+    assert isinstance(capped, errors.LockOwnerLimit) and capped.limit == 2 and "LOCK_OWNER_LIMIT" in str(capped)
+    assert p.decode_response(28, bytes([21])) == errors.LockNotHeld()
+    assert p.decode_response(30, bytes([22])) == errors.LockLost()
+    with pytest.raises(errors.ProtocolError, match="truncated"):
+        p.decode_response(27, bytes([24, 1, 0]))
     for code, cls in errors.BY_STATUS.items():
         assert cls.status == code
+    assert set(errors.BY_STATUS) == set(range(1, 15)) | set(range(16, 25)), "every status of the wire format"
 
 
 def test_reject_rule_flags() -> None:

@@ -182,6 +182,10 @@ pub enum LockError {
     /// The server holds its maximum of locks and waiters.
     #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
     TableFull { limit: u32 },
+    /// This client's lock owner holds the server's maximum of locks and
+    /// waiting requests per owner (`--chunk-lock-owner-limit`): unlock some.
+    #[error("this lock owner holds its maximum of chunk locks and waiting requests ({limit}); unlock some first")]
+    OwnerLimit { limit: u32 },
     /// The server refused the request and said why (the table is not a
     /// chunk table, the lock is held in the other mode, owner id 0).
     #[error("{0}")]
@@ -201,6 +205,7 @@ impl From<ErrorStatus> for LockError {
             ErrorStatus::LockNotHeld => LockError::NotHeld,
             ErrorStatus::LockLost => LockError::Lost,
             ErrorStatus::LockTableFull { limit } => LockError::TableFull { limit },
+            ErrorStatus::LockOwnerLimit { limit } => LockError::OwnerLimit { limit },
             ErrorStatus::ObjectDoesntExist => LockError::NotFound,
             ErrorStatus::UnknownTable(t) => LockError::UnknownTable(t),
             ErrorStatus::MalformedRequest(why) => LockError::Invalid(why),

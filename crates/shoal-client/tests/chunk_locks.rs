@@ -142,7 +142,10 @@ fn lease_expiry_hands_the_lock_over_and_fences_the_old_holder() {
 
 #[test]
 fn lock_table_full_is_refused_with_its_limit() {
-    let (_server, addr) = start_with(|c| c.chunk_lock_limit = 4);
+    let (_server, addr) = start_with(|c| {
+        c.chunk_lock_limit = 4;
+        c.chunk_lock_owner_limit = Some(4);
+    });
     let mut c = blocking::Client::connect(addr).unwrap();
     let t = c.create_chunk_table("g").unwrap();
     let payloads: Vec<&[u8]> = vec![b"x"; 6];
@@ -154,6 +157,117 @@ fn lock_table_full_is_refused_with_its_limit() {
     let held = c.try_lock_chunk(t, ids[0], LockMode::Shared, LEASE).unwrap();
     c.unlock_chunk(&held).unwrap();
     c.try_lock_chunk(t, ids[4], LockMode::Shared, LEASE).unwrap();
+}
+
+#[test]
+fn owner_limit_refuses_one_owner_and_the_server_limit_bounds_many() {
+    let (_server, addr) = start_with(|c| {
+        c.chunk_lock_limit = 5;
+        c.chunk_lock_owner_limit = Some(2);
+    });
+    let mut a = blocking::Client::connect(addr).unwrap();
+    let mut b = blocking::Client::connect(addr).unwrap();
+    let t = a.create_chunk_table("g").unwrap();
+    let payloads: Vec<&[u8]> = vec![b"x"; 6];
+    let ids = a.create_chunks(t, &payloads).unwrap();
+    a.try_lock_chunk(t, ids[0], LockMode::Shared, LEASE).unwrap();
+    let held = a.try_lock_chunk(t, ids[1], LockMode::Shared, LEASE).unwrap();
+    // A third lock of the same owner, held or waited for, is refused at once.
+    assert!(matches!(a.try_lock_chunk(t, ids[2], LockMode::Shared, LEASE), Err(LockError::OwnerLimit { limit: 2 })));
+    let w = b.try_lock_chunk(t, ids[3], LockMode::Exclusive, LEASE).unwrap();
+    let start = Instant::now();
+    assert!(matches!(
+        a.lock_chunk(t, ids[3], LockMode::Shared, LEASE, Duration::from_secs(5)),
+        Err(LockError::OwnerLimit { limit: 2 })
+    ));
+    assert!(start.elapsed() < Duration::from_secs(2), "an owner limit is not retried");
+    // A lock it holds is granted again (no new entry), and other owners go on.
+    assert_eq!(a.try_lock_chunk(t, ids[1], LockMode::Shared, LEASE).unwrap().token, held.token);
+    b.try_lock_chunk(t, ids[0], LockMode::Shared, LEASE).unwrap();
+    assert_eq!(stat(&mut a, "chunk_lock_owners"), 2);
+    assert_eq!(stat(&mut a, "chunk_lock_owner_limited"), 2);
+    // Unlocking gives the owner room again.
+    a.unlock_chunk(&held).unwrap();
+    a.try_lock_chunk(t, ids[2], LockMode::Shared, LEASE).unwrap();
+    // A client that takes another owner id escapes its cap (owner ids are
+    // the client's choice), but not the server's limit: 5 entries in all.
+    a.set_lock_owner(a.lock_owner() ^ 1);
+    a.try_lock_chunk(t, ids[4], LockMode::Shared, LEASE).unwrap();
+    assert!(matches!(a.try_lock_chunk(t, ids[5], LockMode::Shared, LEASE), Err(LockError::TableFull { limit: 5 })));
+    b.unlock_chunk(&w).unwrap();
+    a.try_lock_chunk(t, ids[5], LockMode::Shared, LEASE).unwrap();
+}
+
+/// Issue 18: a chunk evicted in cache mode (no remove) took its id's locks
+/// with it only when their lease ran out, so a new chunk given the reused
+/// id looked locked by the old holder, and the old holder's fenced put
+/// wrote the new chunk.
+#[test]
+fn evicted_chunk_takes_its_locks_with_it() {
+    let (_server, addr) = start_with(|c| c.eviction = shoal_engine::Eviction::Oldest);
+    let mut a = blocking::Client::connect(addr).unwrap();
+    let mut b = blocking::Client::connect(addr).unwrap();
+    let t = a.create_chunk_table("g").unwrap();
+    let kv = a.create_table("filler").unwrap();
+    let id = a.create_chunk(t, b"old").unwrap();
+    let old = a.try_lock_chunk(t, id, LockMode::Exclusive, Duration::from_secs(30)).unwrap();
+    assert_eq!(stat(&mut a, "chunk_locks_held"), 1);
+    // Fill the 64 MiB store until the chunk's segment is evicted.
+    let value = vec![7u8; 60 << 10];
+    let mut evicted = false;
+    for i in 0..5_000u32 {
+        a.write(kv, &i.to_le_bytes(), &value).unwrap();
+        if i % 32 == 0 && matches!(a.get_chunk(t, id), Err(ReadError::NotFound)) {
+            evicted = true;
+            break;
+        }
+    }
+    assert!(evicted, "the chunk was never evicted");
+    // The table's only freed id is handed out again: to a chunk nobody
+    // locked, which the old holder's token cannot write.
+    assert_eq!(b.create_chunk(t, b"new").unwrap(), id);
+    let put = a.put_chunk_locked(&old, b"stale");
+    assert!(matches!(put, Err(LockError::Lost)), "the old holder's fenced put: {put:?}");
+    assert_eq!(b.get_chunk(t, id).unwrap().0, b"new".to_vec());
+    let fresh = b.try_lock_chunk(t, id, LockMode::Exclusive, LEASE);
+    assert!(fresh.is_ok(), "the new chunk is free to lock: {fresh:?}");
+    b.put_chunk_locked(&fresh.unwrap(), b"new2").unwrap();
+    assert!(matches!(a.renew_chunk_lock(&old), Err(LockError::Lost)));
+    assert_eq!(stat(&mut a, "chunk_locks_held"), 1, "only the new chunk's lock");
+}
+
+/// Issue 18: dropping a chunk table left its chunks' locks in the lock
+/// table until their leases ran out, counted against the server's and the
+/// owner's limits.
+#[test]
+fn dropped_table_takes_its_locks_with_it() {
+    let (_server, addr) = start_with(|c| {
+        c.chunk_lock_limit = 10;
+        c.chunk_lock_owner_limit = Some(2);
+    });
+    let mut a = blocking::Client::connect(addr).unwrap();
+    let mut b = blocking::Client::connect(addr).unwrap();
+    let t1 = a.create_chunk_table("g1").unwrap();
+    let ids = a.create_chunks(t1, &[b"x", b"y"]).unwrap();
+    let locks: Vec<_> =
+        ids.iter().map(|id| a.try_lock_chunk(t1, *id, LockMode::Exclusive, Duration::from_secs(30)).unwrap()).collect();
+    assert!(b.lock_chunk(t1, ids[0], LockMode::Exclusive, LEASE, Duration::from_millis(50)).is_err());
+    assert_eq!((stat(&mut a, "chunk_locks_held"), stat(&mut a, "chunk_lock_waiters")), (2, 1));
+    a.drop_table("g1").unwrap();
+    assert_eq!((stat(&mut a, "chunk_locks_held"), stat(&mut a, "chunk_lock_waiters")), (0, 0));
+    // The owner's room is back, and the freed ids (reused by the next
+    // table's chunks) start unlocked.
+    let t2 = a.create_chunk_table("g2").unwrap();
+    let ids2 = a.create_chunks(t2, &[b"x", b"y"]).unwrap();
+    let mut again: Vec<_> = ids2.clone();
+    again.sort();
+    let mut before = ids.clone();
+    before.sort();
+    assert_eq!(again, before, "the ids were reused");
+    for id in &ids2 {
+        a.try_lock_chunk(t2, *id, LockMode::Exclusive, LEASE).unwrap();
+    }
+    assert!(matches!(a.renew_chunk_lock(&locks[0]), Err(LockError::UnknownTable(_))));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

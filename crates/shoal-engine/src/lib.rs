@@ -35,7 +35,7 @@ pub use shoal_common::{
     key_hash, ChunkId, KeyHash, LogId, SegmentId, StreamOffset, StreamShape, TableId, UnixMillis, Version,
 };
 pub use store::{
-    Commit, Consumed, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta, Produced, RejectRules, Replay,
-    ReplayError, ReplayReport, Retention, Store, StoreError, StoreStats, StreamError, Txn, WriteOp, MAX_ATOMIC_BATCH,
-    MAX_BATCH_RECORDS, RECORD_OVERHEAD,
+    ChunkGone, Commit, Consumed, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta, Produced, RejectRules,
+    Replay, ReplayError, ReplayReport, Retention, Store, StoreError, StoreStats, StreamError, Txn, WriteOp,
+    MAX_ATOMIC_BATCH, MAX_BATCH_RECORDS, RECORD_OVERHEAD,
 };

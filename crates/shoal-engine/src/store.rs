@@ -23,7 +23,7 @@ use crate::pool::{self, Pool, Tier};
 use crate::segment::{LogRef, Segments};
 use parking_lot::{Condvar, Mutex, RwLock};
 pub use shoal_common::RejectRules;
-use shoal_common::{key_hash, SegmentId, TableId, UnixMillis, Version};
+use shoal_common::{key_hash, ChunkId, SegmentId, TableId, UnixMillis, Version};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -424,6 +424,10 @@ struct TableCounts {
     expiring: AtomicU64,
 }
 
+/// What [`Store::on_chunk_gone`] calls for each chunk of a table that
+/// stops being live.
+pub type ChunkGone = Arc<dyn Fn(TableId, ChunkId) + Send + Sync>;
+
 pub(crate) struct Inner {
     pub config: StoreConfig,
     pub segs: Arc<Segments>,
@@ -431,6 +435,8 @@ pub(crate) struct Inner {
     pub ht: HashTable,
     /// Where each chunk is: the only reference to a chunk entry.
     pub cids: CidTable,
+    /// Told of every chunk that stops being live ([`Store::on_chunk_gone`]).
+    pub chunk_gone: std::sync::OnceLock<ChunkGone>,
     /// The streams (`store/streams.rs`).
     pub(crate) streams: streams::Streams,
     pub epochs: Epochs,
@@ -967,6 +973,7 @@ impl Store {
                 None => HashTable::growing(),
             },
             cids: CidTable::new(),
+            chunk_gone: std::sync::OnceLock::new(),
             streams: Default::default(),
             segs,
             log,

@@ -317,6 +317,7 @@ fn replay_honours_chunk_tombstones_in_any_segment_order() {
 #[test]
 fn cleaner_relocates_chunks_many_times() {
     let store = Store::new(common::small_config(256, false)).unwrap();
+    let heard = listening(&store);
     store.create_table(CHUNKS);
     let mut m: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let ids = store.create_chunks(CHUNKS, NODE, &vec![&b"init"[..]; 64]).unwrap();
@@ -340,6 +341,7 @@ fn cleaner_relocates_chunks_many_times() {
     store.check_invariants().unwrap();
     let s = store.stats();
     assert!(s.compactions > 10 && s.combined_passes > 10, "{s:#?}");
+    assert!(sorted(&heard).is_empty(), "relocating a chunk is not losing it");
     for (id, p) in &m {
         assert_eq!(&store.get_chunk(CHUNKS, ChunkId(*id)).unwrap().0, p);
     }
@@ -369,4 +371,69 @@ fn drop_table_removes_its_chunks() {
     let rebuilt = Store::new(common::small_config(512, false)).unwrap();
     rebuilt.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
     assert_eq!(rebuilt.chunk_count(), 2);
+}
+
+type Heard = std::sync::Arc<std::sync::Mutex<Vec<(TableId, ChunkId)>>>;
+
+/// A store whose `on_chunk_gone` callback records what it hears.
+fn listening(store: &Store) -> Heard {
+    let heard: Heard = Default::default();
+    let h = heard.clone();
+    assert!(store.on_chunk_gone(std::sync::Arc::new(move |t, id| h.lock().unwrap().push((t, id)))));
+    assert!(!store.on_chunk_gone(std::sync::Arc::new(|_, _| {})), "set once");
+    heard
+}
+
+fn sorted(heard: &Heard) -> Vec<(TableId, ChunkId)> {
+    let mut v = std::mem::take(&mut *heard.lock().unwrap());
+    v.sort();
+    v
+}
+
+/// Every way a chunk stops being live reaches the store's callback (the
+/// server drops the chunk's locks there): a remove, a multi-remove, a table
+/// drop, a chunk tombstone met in a replay. A put, a relocation by the
+/// cleaner or another table's chunk does not.
+#[test]
+fn on_chunk_gone_hears_removes_drops_and_replayed_tombstones() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    let heard = listening(&store);
+    let kept_table = TableId(6);
+    store.create_table(CHUNKS);
+    store.create_table(kept_table);
+    let ids = store.create_chunks(CHUNKS, NODE, &[b"a", b"b", b"c", b"d"]).unwrap();
+    let other = store.create_chunk(kept_table, NODE, b"o").unwrap();
+    store.put_chunk(CHUNKS, ids[0], b"a2").unwrap();
+    assert!(sorted(&heard).is_empty(), "a put is not a removal");
+    store.remove_chunk(CHUNKS, ids[0]).unwrap();
+    assert!(store.multi_remove_chunks(CHUNKS, &[ids[1]])[0].is_ok());
+    assert_eq!(sorted(&heard), vec![(CHUNKS, ids[0]), (CHUNKS, ids[1])]);
+    store.drop_table(CHUNKS).unwrap();
+    assert_eq!(sorted(&heard), vec![(CHUNKS, ids[2]), (CHUNKS, ids[3])]);
+    // A replay installs the chunks and meets their tombstones.
+    let segs = store.log_segments();
+    let rebuilt = Store::new(common::small_config(512, false)).unwrap();
+    let replayed = listening(&rebuilt);
+    rebuilt.replay(segs.iter().map(|s| s.1.as_slice())).unwrap();
+    assert_eq!(sorted(&replayed), ids.iter().map(|id| (CHUNKS, *id)).collect::<Vec<_>>());
+    assert_eq!(rebuilt.get_chunk(kept_table, other), Ok((b"o".to_vec(), Version(1))));
+}
+
+/// `with_chunk` says whether the chunk is live in that table; `put_chunk_if`
+/// writes only when its check passes.
+#[test]
+fn with_chunk_and_put_chunk_if() {
+    let store = Store::new(common::small_config(256, false)).unwrap();
+    store.create_table(CHUNKS);
+    store.create_table(OBJECTS);
+    let id = store.create_chunk(CHUNKS, NODE, b"v1").unwrap();
+    assert_eq!(store.with_chunk(CHUNKS, id, |live| live), Ok(true));
+    assert_eq!(store.with_chunk(OBJECTS, id, |live| live), Ok(false), "another table's chunk");
+    assert_eq!(store.with_chunk(TableId(99), id, |live| live), Err(StoreError::UnknownTable(TableId(99))));
+    assert_eq!(store.put_chunk_if(CHUNKS, id, b"no", || Err("refused")), Err("refused"));
+    assert_eq!(store.get_chunk(CHUNKS, id), Ok((b"v1".to_vec(), Version(1))), "a refused check writes nothing");
+    assert_eq!(store.put_chunk_if(CHUNKS, id, b"v2", || Ok::<(), &str>(())), Ok(Ok(Version(2))));
+    store.remove_chunk(CHUNKS, id).unwrap();
+    assert_eq!(store.with_chunk(CHUNKS, id, |live| live), Ok(false));
+    assert_eq!(store.put_chunk_if(CHUNKS, id, b"v3", || Ok::<(), &str>(())), Ok(Err(StoreError::ObjectDoesntExist)));
 }

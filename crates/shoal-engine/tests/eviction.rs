@@ -155,6 +155,11 @@ fn evict_and_replay(mut seed: u64, cleaner_thread: bool) {
 #[test]
 fn a_full_cache_evicts_the_oldest_chunks() {
     let store = Store::new(cache_config(256, false)).unwrap();
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let h = heard.clone();
+    store.on_chunk_gone(std::sync::Arc::new(move |_, _| {
+        h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
     let c = TableId(3);
     store.create_table(c);
     let mut ids = Vec::new();
@@ -165,6 +170,8 @@ fn a_full_cache_evicts_the_oldest_chunks() {
     assert_eq!(s.out_of_memory, 0);
     assert!(s.evicted > 4000, "{s:?}");
     assert_eq!(s.chunks + s.evicted, 5000, "every chunk is either held or evicted: {s:?}");
+    // Each eviction told the callback (the server drops the chunk's locks).
+    assert_eq!(heard.load(std::sync::atomic::Ordering::Relaxed), s.evicted);
     store.check_invariants().unwrap();
     // Evicted ids are handed out again: the ids seen, each once.
     let distinct: std::collections::BTreeSet<shoal_engine::ChunkId> = ids.iter().copied().collect();

@@ -33,6 +33,7 @@ pub enum StatusCode {
     LockNotHeld = 21,
     LockLost = 22,
     LockTableFull = 23,
+    LockOwnerLimit = 24,
 }
 
 impl StatusCode {
@@ -62,6 +63,7 @@ impl StatusCode {
             21 => LockNotHeld,
             22 => LockLost,
             23 => LockTableFull,
+            24 => LockOwnerLimit,
             _ => return None,
         })
     }
@@ -141,6 +143,11 @@ pub enum ErrorStatus {
     /// waiters (`--chunk-lock-limit`).
     #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
     LockTableFull { limit: u32 },
+    /// CHUNK_LOCK: the requesting owner holds its maximum of locks and
+    /// waiters on this server (`--chunk-lock-owner-limit`); other owners
+    /// are not refused by it.
+    #[error("this lock owner holds its maximum of chunk locks and waiting requests ({limit}); unlock some first")]
+    LockOwnerLimit { limit: u32 },
 }
 
 impl ErrorStatus {
@@ -168,6 +175,7 @@ impl ErrorStatus {
             ErrorStatus::LockNotHeld => StatusCode::LockNotHeld,
             ErrorStatus::LockLost => StatusCode::LockLost,
             ErrorStatus::LockTableFull { .. } => StatusCode::LockTableFull,
+            ErrorStatus::LockOwnerLimit { .. } => StatusCode::LockOwnerLimit,
         }
     }
 
@@ -188,7 +196,9 @@ impl ErrorStatus {
             ErrorStatus::Retry { after_us } | ErrorStatus::LockBusy { after_us } => {
                 out.extend_from_slice(&after_us.to_le_bytes())
             }
-            ErrorStatus::LockTableFull { limit } => out.extend_from_slice(&limit.to_le_bytes()),
+            ErrorStatus::LockTableFull { limit } | ErrorStatus::LockOwnerLimit { limit } => {
+                out.extend_from_slice(&limit.to_le_bytes())
+            }
             ErrorStatus::MalformedRequest(msg) => put_str16(out, msg),
             ErrorStatus::ObjectDoesntExist
             | ErrorStatus::NotAnInteger
@@ -232,6 +242,7 @@ impl ErrorStatus {
             StatusCode::LockNotHeld => ErrorStatus::LockNotHeld,
             StatusCode::LockLost => ErrorStatus::LockLost,
             StatusCode::LockTableFull => ErrorStatus::LockTableFull { limit: r.u32()? },
+            StatusCode::LockOwnerLimit => ErrorStatus::LockOwnerLimit { limit: r.u32()? },
         }))
     }
 }

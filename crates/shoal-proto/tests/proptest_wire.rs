@@ -60,6 +60,7 @@ fn arb_status() -> impl Strategy<Value = ErrorStatus> {
         Just(ErrorStatus::LockNotHeld),
         Just(ErrorStatus::LockLost),
         any::<u32>().prop_map(|limit| ErrorStatus::LockTableFull { limit }),
+        any::<u32>().prop_map(|limit| ErrorStatus::LockOwnerLimit { limit }),
     ]
 }
 

@@ -196,6 +196,12 @@ fn chunk_lock_messages_match_python_vectors() {
         29,
         "53 01 1b 01 1d 00 00 00 00 00 00 00 05 00 00 00 17 a0 86 01 00",
     );
+    check_response(
+        Err(ErrorStatus::LockOwnerLimit { limit: 10000 }),
+        Opcode::ChunkLock,
+        30,
+        "53 01 1b 01 1e 00 00 00 00 00 00 00 05 00 00 00 18 10 27 00 00",
+    );
 }
 
 /// A CHUNK_CREATE of more than MAX_CHUNK_CREATE chunks is malformed, and a

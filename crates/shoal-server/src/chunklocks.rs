@@ -27,20 +27,33 @@
 //!   master granted has run out. (Keyed by table too: a chunk table's
 //!   chunks of node X may come from a master that had itself recovered
 //!   them from X, after this server had seen X's chunks of another table.)
-//! * Holders and queued requests together are at most `limit`: beyond it
-//!   requests are refused with [`LockError::TableFull`] (after dropping
-//!   expired entries), so a client cannot grow the table without bound.
+//! * Holders and queued requests together are at most `limit`, and those
+//!   of one owner at most `owner_limit`: beyond either, requests are
+//!   refused with [`LockError::TableFull`] or [`LockError::OwnerLimit`]
+//!   (after dropping expired entries), so a client cannot grow the table
+//!   without bound, and one owner id cannot take the whole table. Owner ids
+//!   are the client's choice, so a client that uses many ids is bounded
+//!   only by `limit` (`docs/chunks.md`, "Limits").
+//! * Lock state belongs to one incarnation of a chunk: the server calls
+//!   [`LockTable::forget`] whenever a chunk stops being live (the store's
+//!   `on_chunk_gone`, under the chunk's stripe lock) and grants only while
+//!   the chunk is live (`Store::with_chunk`), so a chunk created later with
+//!   the same id starts unlocked.
 //!
 //! # Implementation
 //!
 //! One mutex over a map from chunk to its holders and queue; entries with
 //! neither are removed. Expired holders and queue places are dropped
-//! when their chunk is next touched, and all of them when the table is
-//! full or its statistics are read.
+//! when their chunk is next touched, and all of them when a limit is
+//! reached (at most once per [`SWEEP_EVERY`]) or the statistics are read.
+//! An atomic copy of the number of entries lets [`LockTable::forget`]
+//! return without the mutex when the table is empty (the common case of
+//! evictions and removes).
 
 use parking_lot::Mutex;
 use shoal_common::{ChunkId, TableId};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a queued request keeps its place after an attempt: a client
@@ -50,6 +63,11 @@ pub const WAIT_PLACE: Duration = Duration::from_millis(1000);
 
 /// How long a refused request is told to wait before it tries again.
 pub const RETRY_AFTER: Duration = Duration::from_millis(20);
+
+/// A request refused by a limit sweeps the whole table for expired entries
+/// at most this often (a client hammering its cap must not make every
+/// request cost a walk over the table).
+pub const SWEEP_EVERY: Duration = Duration::from_millis(10);
 
 /// Bits of a fencing token below the grant's Unix milliseconds.
 const TOKEN_SHIFT: u32 = 20;
@@ -115,6 +133,9 @@ pub enum LockError {
     /// Holders and queued requests fill the table.
     #[error("the server's chunk lock table is full ({limit} locks and waiters)")]
     TableFull { limit: usize },
+    /// This owner's holders and queued requests are at its limit.
+    #[error("this lock owner holds its maximum of chunk locks and waiting requests ({limit}); unlock some first")]
+    OwnerLimit { limit: usize },
     /// Owner id 0 or a zero lease.
     #[error("{0}")]
     Invalid(&'static str),
@@ -127,11 +148,17 @@ pub struct LockStats {
     pub held: u64,
     /// Queued requests now.
     pub waiters: u64,
+    /// Owners with at least one holder or queued request now.
+    pub owners: u64,
     pub grants: u64,
     /// Requests answered busy.
     pub busy: u64,
+    /// Requests refused by the per-owner limit.
+    pub owner_limited: u64,
     /// Holders dropped because their lease ran out.
     pub lease_expiries: u64,
+    /// Holders dropped by an unlock, or because their chunk stopped being
+    /// live (removed, evicted, its table dropped).
     pub releases: u64,
 }
 
@@ -144,6 +171,8 @@ pub struct LockConfig {
     pub max_lease: Duration,
     /// Most holders and queued requests together.
     pub limit: usize,
+    /// Most holders and queued requests of one owner.
+    pub owner_limit: usize,
 }
 
 #[derive(Debug)]
@@ -169,15 +198,25 @@ struct ChunkLock {
 }
 
 impl ChunkLock {
-    /// Drops expired holders and queue places; how many holders expired.
-    fn expire(&mut self, at: Instant) -> (u64, u64) {
-        let before = (self.holders.len(), self.queue.len());
-        self.holders.retain(|h| h.expires > at);
-        self.queue.retain(|w| w.expires > at);
+    /// Drops expired holders and queue places, accounting each in `acct`.
+    fn expire(&mut self, at: Instant, acct: &mut Accounts) {
+        self.holders.retain(|h| {
+            let keep = h.expires > at;
+            if !keep {
+                acct.sub(h.owner, Gone::Expired);
+            }
+            keep
+        });
+        self.queue.retain(|w| {
+            let keep = w.expires > at;
+            if !keep {
+                acct.sub(w.owner, Gone::Waiter);
+            }
+            keep
+        });
         if self.holders.is_empty() {
             self.exclusive = false;
         }
-        ((before.0 - self.holders.len()) as u64, (before.1 - self.queue.len()) as u64)
     }
 
     fn is_empty(&self) -> bool {
@@ -195,22 +234,121 @@ impl ChunkLock {
     }
 }
 
+/// How an entry left the table (for the statistics).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// A holder whose lease ran out.
+    Expired,
+    /// A holder that unlocked, or whose chunk went.
+    Released,
+    /// A queued request (granted, lapsed, or its chunk went).
+    Waiter,
+}
+
+/// The counts of entries: in all, per owner, and the statistics.
+#[derive(Default)]
+struct Accounts {
+    /// Holders plus queued requests.
+    entries: usize,
+    /// Holders plus queued requests of each owner that has any.
+    per_owner: HashMap<u64, usize>,
+    stats: LockStats,
+}
+
+impl Accounts {
+    fn add(&mut self, owner: u64, holder: bool) {
+        self.entries += 1;
+        *self.per_owner.entry(owner).or_default() += 1;
+        if holder {
+            self.stats.held += 1;
+        } else {
+            self.stats.waiters += 1;
+        }
+    }
+
+    fn sub(&mut self, owner: u64, how: Gone) {
+        self.entries -= 1;
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_owner.entry(owner) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        match how {
+            Gone::Expired => {
+                self.stats.held -= 1;
+                self.stats.lease_expiries += 1;
+            }
+            Gone::Released => {
+                self.stats.held -= 1;
+                self.stats.releases += 1;
+            }
+            Gone::Waiter => self.stats.waiters -= 1,
+        }
+    }
+
+    fn of(&self, owner: u64) -> usize {
+        self.per_owner.get(&owner).copied().unwrap_or(0)
+    }
+}
+
 struct Inner {
     chunks: HashMap<(TableId, ChunkId), ChunkLock>,
     /// The last token granted (0: none yet).
     last_token: u64,
-    /// Holders plus queued requests.
-    entries: usize,
+    acct: Accounts,
+    /// When the table was last swept because of a limit.
+    last_sweep: Option<Instant>,
     /// When this table first saw a request for another node's chunks of
     /// a chunk table (at most one entry per table and node with chunks).
     first_seen: HashMap<(TableId, u16), Instant>,
-    stats: LockStats,
+}
+
+impl Inner {
+    /// Drops the expired holders and queue places of one chunk.
+    fn expire_chunk(&mut self, key: (TableId, ChunkId), at: Instant) {
+        if let Some(state) = self.chunks.get_mut(&key) {
+            state.expire(at, &mut self.acct);
+            if state.is_empty() {
+                self.chunks.remove(&key);
+            }
+        }
+    }
+
+    /// Drops every expired holder and queue place, and empty entries.
+    fn sweep(&mut self, at: Instant) {
+        let acct = &mut self.acct;
+        self.chunks.retain(|_, state| {
+            state.expire(at, acct);
+            !state.is_empty()
+        });
+    }
+
+    /// Whether one more entry for `owner` fits both limits (sweeping the
+    /// table first if either is reached and no sweep ran lately).
+    fn room_for(&mut self, owner: u64, config: &LockConfig, at: Instant) -> Result<(), LockError> {
+        let full = |a: &Accounts| a.entries >= config.limit || a.of(owner) >= config.owner_limit;
+        if full(&self.acct) && self.last_sweep.is_none_or(|t| at.saturating_duration_since(t) >= SWEEP_EVERY) {
+            self.last_sweep = Some(at);
+            self.sweep(at);
+        }
+        if self.acct.entries >= config.limit {
+            return Err(LockError::TableFull { limit: config.limit });
+        }
+        if self.acct.of(owner) >= config.owner_limit {
+            self.acct.stats.owner_limited += 1;
+            return Err(LockError::OwnerLimit { limit: config.owner_limit });
+        }
+        Ok(())
+    }
 }
 
 /// The lock table of one server (see the module comment).
 pub struct LockTable {
     config: LockConfig,
     inner: Mutex<Inner>,
+    /// `acct.entries`, stored under the mutex after every change.
+    entries: AtomicUsize,
 }
 
 impl LockTable {
@@ -220,10 +358,11 @@ impl LockTable {
             inner: Mutex::new(Inner {
                 chunks: HashMap::new(),
                 last_token: 0,
-                entries: 0,
+                acct: Accounts::default(),
+                last_sweep: None,
                 first_seen: HashMap::new(),
-                stats: LockStats::default(),
             }),
+            entries: AtomicUsize::new(0),
         }
     }
 
@@ -231,11 +370,20 @@ impl LockTable {
         self.config
     }
 
+    /// Runs `f` on the table's state and publishes its entry count.
+    fn with_inner<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let mut g = self.inner.lock();
+        let out = f(&mut g);
+        self.entries.store(g.acct.entries, Ordering::Release);
+        out
+    }
+
     /// Locks `chunk` of `table` for `owner` in `mode` with a lease of
     /// `lease` (at most the maximum). If `owner` holds it in `mode`
     /// already, the grant is repeated (same token, lease renewed), so a
     /// retried request is harmless. `wait`: a refusal queues the request
-    /// (see the module comment). The caller checks that the chunk exists.
+    /// (see the module comment). The caller checks that the chunk is live
+    /// and keeps it so until this returns (`Store::with_chunk`).
     // The arguments are the request's fields, as on the wire.
     #[allow(clippy::too_many_arguments)]
     pub fn lock(
@@ -250,100 +398,97 @@ impl LockTable {
     ) -> Result<Grant, LockError> {
         check(owner, lease)?;
         let lease = lease.min(self.config.max_lease);
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        if chunk.node() != self.config.own_node {
-            let since = *inner.first_seen.entry((table, chunk.node())).or_insert(now.at);
-            let until = since + self.config.max_lease;
-            if now.at < until {
-                inner.stats.busy += 1;
-                return Err(LockError::Busy { retry_after: (until - now.at).min(RETRY_AFTER * 10) });
-            }
-        }
-        expire_chunk(inner, table, chunk, now.at);
-        let state = inner.chunks.entry((table, chunk)).or_default();
-        if let Some(h) = state.holders.iter_mut().find(|h| h.owner == owner) {
-            let held = if state.exclusive { LockMode::Exclusive } else { LockMode::Shared };
-            if held != mode {
-                return Err(LockError::HeldInOtherMode);
-            }
-            h.expires = now.at + lease;
-            return Ok(Grant { token: h.token, lease });
-        }
-        let queued = state.queue.iter().position(|w| w.owner == owner);
-        if state.grantable(owner, mode) {
-            if let Some(i) = queued {
-                state.queue.remove(i);
-                inner.entries -= 1;
-                inner.stats.waiters -= 1;
-            }
-            if inner.entries >= self.config.limit {
-                // Checked before the grant; a full table is swept first
-                // (which also drops this chunk's entry if it is empty).
-                sweep(inner, now.at);
-                if inner.entries >= self.config.limit {
-                    return Err(LockError::TableFull { limit: self.config.limit });
+        let config = self.config;
+        self.with_inner(|inner| {
+            if chunk.node() != config.own_node {
+                let since = *inner.first_seen.entry((table, chunk.node())).or_insert(now.at);
+                let until = since + config.max_lease;
+                if now.at < until {
+                    inner.acct.stats.busy += 1;
+                    return Err(LockError::Busy { retry_after: (until - now.at).min(RETRY_AFTER * 10) });
                 }
             }
-            let token = (inner.last_token + 1).max(now.unix_ms << TOKEN_SHIFT);
-            inner.last_token = token;
-            let state = inner.chunks.entry((table, chunk)).or_default();
-            state.exclusive = mode == LockMode::Exclusive;
-            state.holders.push(Holder { owner, token, expires: now.at + lease });
-            inner.entries += 1;
-            inner.stats.held += 1;
-            inner.stats.grants += 1;
-            return Ok(Grant { token, lease });
-        }
-        inner.stats.busy += 1;
-        if wait {
-            match queued {
-                Some(i) => state.queue[i].expires = now.at + WAIT_PLACE,
-                None => {
-                    if inner.entries >= self.config.limit {
-                        sweep(inner, now.at);
-                        if inner.entries >= self.config.limit {
-                            return Err(LockError::TableFull { limit: self.config.limit });
-                        }
+            let key = (table, chunk);
+            inner.expire_chunk(key, now.at);
+            let state = inner.chunks.entry(key).or_default();
+            if let Some(h) = state.holders.iter_mut().find(|h| h.owner == owner) {
+                let held = if state.exclusive { LockMode::Exclusive } else { LockMode::Shared };
+                if held != mode {
+                    return Err(LockError::HeldInOtherMode);
+                }
+                h.expires = now.at + lease;
+                return Ok(Grant { token: h.token, lease });
+            }
+            let queued = state.queue.iter().position(|w| w.owner == owner);
+            if state.grantable(owner, mode) {
+                if let Some(i) = queued {
+                    // The queued place becomes the holder: no new entry.
+                    state.queue.remove(i);
+                    inner.acct.sub(owner, Gone::Waiter);
+                } else if let Err(e) = inner.room_for(owner, &config, now.at) {
+                    // (A sweep may have dropped this chunk's empty entry.)
+                    if inner.chunks.get(&key).is_some_and(ChunkLock::is_empty) {
+                        inner.chunks.remove(&key);
                     }
-                    let state = inner.chunks.entry((table, chunk)).or_default();
-                    state.queue.push_back(Waiter { owner, mode, expires: now.at + WAIT_PLACE });
-                    inner.entries += 1;
-                    inner.stats.waiters += 1;
+                    return Err(e);
                 }
+                let token = (inner.last_token + 1).max(now.unix_ms << TOKEN_SHIFT);
+                inner.last_token = token;
+                let state = inner.chunks.entry(key).or_default();
+                state.exclusive = mode == LockMode::Exclusive;
+                state.holders.push(Holder { owner, token, expires: now.at + lease });
+                inner.acct.add(owner, true);
+                inner.acct.stats.grants += 1;
+                return Ok(Grant { token, lease });
             }
-        } else if state.is_empty() {
-            inner.chunks.remove(&(table, chunk));
-        }
-        Err(LockError::Busy { retry_after: RETRY_AFTER })
+            inner.acct.stats.busy += 1;
+            if wait {
+                match queued {
+                    Some(i) => state.queue[i].expires = now.at + WAIT_PLACE,
+                    None => {
+                        if let Err(e) = inner.room_for(owner, &config, now.at) {
+                            if inner.chunks.get(&key).is_some_and(ChunkLock::is_empty) {
+                                inner.chunks.remove(&key);
+                            }
+                            return Err(e);
+                        }
+                        let state = inner.chunks.entry(key).or_default();
+                        state.queue.push_back(Waiter { owner, mode, expires: now.at + WAIT_PLACE });
+                        inner.acct.add(owner, false);
+                    }
+                }
+            } else if state.is_empty() {
+                inner.chunks.remove(&key);
+            }
+            Err(LockError::Busy { retry_after: RETRY_AFTER })
+        })
     }
 
     /// Releases the lock `owner` holds on `chunk` with `token`.
     pub fn unlock(&self, table: TableId, chunk: ChunkId, owner: u64, token: u64, now: Now) -> Result<(), LockError> {
         check(owner, Duration::from_millis(1))?;
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        expire_chunk(inner, table, chunk, now.at);
-        let found = inner.chunks.get_mut(&(table, chunk)).and_then(|state| {
-            let i = state.holders.iter().position(|h| h.owner == owner && h.token == token)?;
-            state.holders.swap_remove(i);
-            if state.holders.is_empty() {
-                state.exclusive = false;
-            }
-            Some(state.is_empty())
-        });
-        match found {
-            Some(empty) => {
-                if empty {
-                    inner.chunks.remove(&(table, chunk));
+        self.with_inner(|inner| {
+            let key = (table, chunk);
+            inner.expire_chunk(key, now.at);
+            let found = inner.chunks.get_mut(&key).and_then(|state| {
+                let i = state.holders.iter().position(|h| h.owner == owner && h.token == token)?;
+                state.holders.swap_remove(i);
+                if state.holders.is_empty() {
+                    state.exclusive = false;
                 }
-                inner.entries -= 1;
-                inner.stats.held -= 1;
-                inner.stats.releases += 1;
-                Ok(())
+                Some(state.is_empty())
+            });
+            match found {
+                Some(empty) => {
+                    if empty {
+                        inner.chunks.remove(&key);
+                    }
+                    inner.acct.sub(owner, Gone::Released);
+                    Ok(())
+                }
+                None => Err(missing(inner, token, now)),
             }
-            None => Err(self.missing(inner, token, now)),
-        }
+        })
     }
 
     /// Renews the lease of the lock `owner` holds on `chunk` with `token`
@@ -359,100 +504,110 @@ impl LockTable {
     ) -> Result<Duration, LockError> {
         check(owner, lease)?;
         let lease = lease.min(self.config.max_lease);
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        expire_chunk(inner, table, chunk, now.at);
-        let holder = inner
-            .chunks
-            .get_mut(&(table, chunk))
-            .and_then(|state| state.holders.iter_mut().find(|h| h.owner == owner && h.token == token));
-        match holder {
-            Some(h) => {
-                h.expires = now.at + lease;
-                Ok(lease)
+        self.with_inner(|inner| {
+            inner.expire_chunk((table, chunk), now.at);
+            let holder = inner
+                .chunks
+                .get_mut(&(table, chunk))
+                .and_then(|state| state.holders.iter_mut().find(|h| h.owner == owner && h.token == token));
+            match holder {
+                Some(h) => {
+                    h.expires = now.at + lease;
+                    Ok(lease)
+                }
+                None => Err(missing(inner, token, now)),
             }
-            None => Err(self.missing(inner, token, now)),
-        }
+        })
     }
 
-    /// Runs `f` while `owner` holds `chunk` exclusively with `token`
-    /// (nobody can be granted it meanwhile); [`LockError::Lost`] or
-    /// [`LockError::NotHeld`] otherwise, without running `f`.
-    pub fn with_exclusive<T>(
+    /// Whether `owner` holds `chunk` exclusively with `token` now:
+    /// `Ok(())`, or [`LockError::Lost`] or [`LockError::NotHeld`]. The
+    /// fenced put runs this under the chunk's stripe lock, just before its
+    /// append (`Store::put_chunk_if`): a grant to anyone else also needs
+    /// that stripe lock (`Store::with_chunk`), so none can come between.
+    pub fn check_exclusive(
         &self,
         table: TableId,
         chunk: ChunkId,
         owner: u64,
         token: u64,
         now: Now,
-        f: impl FnOnce() -> T,
-    ) -> Result<T, LockError> {
+    ) -> Result<(), LockError> {
         check(owner, Duration::from_millis(1))?;
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        expire_chunk(inner, table, chunk, now.at);
-        let held = inner
-            .chunks
-            .get(&(table, chunk))
-            .is_some_and(|state| state.exclusive && state.holders.iter().any(|h| h.owner == owner && h.token == token));
-        if !held {
-            return Err(self.missing(inner, token, now));
-        }
-        Ok(f())
+        self.with_inner(|inner| {
+            inner.expire_chunk((table, chunk), now.at);
+            let held = inner.chunks.get(&(table, chunk)).is_some_and(|state| {
+                state.exclusive && state.holders.iter().any(|h| h.owner == owner && h.token == token)
+            });
+            if held {
+                Ok(())
+            } else {
+                Err(missing(inner, token, now))
+            }
+        })
     }
 
     /// Drops every lock and queued request on `chunks` of `table` (they
-    /// were removed): their holders' renewals answer [`LockError::Lost`].
+    /// stopped being live): their holders' renewals answer
+    /// [`LockError::Lost`]. Cheap when the table is empty (no mutex).
     pub fn forget(&self, table: TableId, chunks: impl IntoIterator<Item = ChunkId>) {
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        if inner.chunks.is_empty() {
+        if self.entries.load(Ordering::Acquire) == 0 {
             return;
         }
-        for chunk in chunks {
-            if let Some(state) = inner.chunks.remove(&(table, chunk)) {
-                let (h, w) = (state.holders.len(), state.queue.len());
-                inner.entries -= h + w;
-                inner.stats.held -= h as u64;
-                inner.stats.waiters -= w as u64;
-                inner.stats.releases += h as u64;
+        self.with_inner(|inner| {
+            for chunk in chunks {
+                if let Some(state) = inner.chunks.remove(&(table, chunk)) {
+                    for h in &state.holders {
+                        inner.acct.sub(h.owner, Gone::Released);
+                    }
+                    for w in &state.queue {
+                        inner.acct.sub(w.owner, Gone::Waiter);
+                    }
+                }
             }
-        }
+        })
     }
 
     /// The statistics, after dropping every expired entry.
     pub fn stats(&self, now: Now) -> LockStats {
-        let mut g = self.inner.lock();
-        sweep(&mut g, now.at);
-        g.stats
+        self.with_inner(|inner| {
+            inner.sweep(now.at);
+            LockStats { owners: inner.acct.per_owner.len() as u64, ..inner.acct.stats }
+        })
     }
 
     /// Checks the counts against the map (tests): entries, holders and
-    /// queued requests add up; no entry is empty; an exclusive lock has
-    /// one holder.
+    /// queued requests add up, in all and per owner; no entry is empty; an
+    /// exclusive lock has one holder.
     #[cfg(test)]
     fn check_invariants(&self) {
         let g = self.inner.lock();
         let holders: usize = g.chunks.values().map(|c| c.holders.len()).sum();
         let queued: usize = g.chunks.values().map(|c| c.queue.len()).sum();
-        assert_eq!(g.entries, holders + queued);
-        assert_eq!((g.stats.held, g.stats.waiters), (holders as u64, queued as u64));
+        assert_eq!(g.acct.entries, holders + queued);
+        assert_eq!(self.entries.load(Ordering::Acquire), g.acct.entries);
+        assert_eq!((g.acct.stats.held, g.acct.stats.waiters), (holders as u64, queued as u64));
+        let mut per_owner: HashMap<u64, usize> = HashMap::new();
         for c in g.chunks.values() {
             assert!(!c.is_empty());
             assert!(!c.exclusive || c.holders.len() == 1);
+            for o in c.holders.iter().map(|h| h.owner).chain(c.queue.iter().map(|w| w.owner)) {
+                *per_owner.entry(o).or_default() += 1;
+            }
         }
+        assert_eq!(per_owner, g.acct.per_owner);
     }
+}
 
-    /// Whether a token this table did not find held was granted (by this
-    /// table, or by an earlier master of the chunk: any token of a time
-    /// already past) and is lost, or never was (a token of the future, or
-    /// too small to be a token).
-    fn missing(&self, inner: &Inner, token: u64, now: Now) -> LockError {
-        if (MIN_TOKEN..=inner.last_token.max(now.unix_ms << TOKEN_SHIFT)).contains(&token) {
-            LockError::Lost
-        } else {
-            LockError::NotHeld
-        }
+/// Whether a token this table did not find held was granted (by this
+/// table, or by an earlier master of the chunk: any token of a time
+/// already past) and is lost, or never was (a token of the future, or
+/// too small to be a token).
+fn missing(inner: &Inner, token: u64, now: Now) -> LockError {
+    if (MIN_TOKEN..=inner.last_token.max(now.unix_ms << TOKEN_SHIFT)).contains(&token) {
+        LockError::Lost
+    } else {
+        LockError::NotHeld
     }
 }
 
@@ -466,37 +621,6 @@ fn check(owner: u64, lease: Duration) -> Result<(), LockError> {
     Ok(())
 }
 
-/// Drops the expired holders and queue places of one chunk.
-fn expire_chunk(inner: &mut Inner, table: TableId, chunk: ChunkId, at: Instant) {
-    if let Some(state) = inner.chunks.get_mut(&(table, chunk)) {
-        let (h, w) = state.expire(at);
-        let empty = state.is_empty();
-        account_expired(inner, h, w);
-        if empty {
-            inner.chunks.remove(&(table, chunk));
-        }
-    }
-}
-
-/// Drops every expired holder and queue place, and empty entries.
-fn sweep(inner: &mut Inner, at: Instant) {
-    let (mut hs, mut ws) = (0, 0);
-    inner.chunks.retain(|_, state| {
-        let (h, w) = state.expire(at);
-        hs += h;
-        ws += w;
-        !state.is_empty()
-    });
-    account_expired(inner, hs, ws);
-}
-
-fn account_expired(inner: &mut Inner, holders: u64, waiters: u64) {
-    inner.entries -= (holders + waiters) as usize;
-    inner.stats.held -= holders;
-    inner.stats.waiters -= waiters;
-    inner.stats.lease_expiries += holders;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,7 +631,7 @@ mod tests {
 
     fn table() -> (LockTable, Now) {
         let now = Now { at: Instant::now(), unix_ms: 1_800_000_000_000 };
-        let config = LockConfig { own_node: 0, max_lease: Duration::from_secs(10), limit: 8 };
+        let config = LockConfig { own_node: 0, max_lease: Duration::from_secs(10), limit: 8, owner_limit: 8 };
         (LockTable::new(config), now)
     }
 
@@ -686,6 +810,60 @@ mod tests {
     }
 
     #[test]
+    fn owner_limit_caps_one_owner_not_the_others() {
+        let (t, now) = table();
+        let t = LockTable::new(LockConfig { owner_limit: 3, ..t.config() });
+        for i in 0..3 {
+            t.lock(T, ChunkId(i + 1), 1, LockMode::Shared, LEASE, false, now).unwrap();
+        }
+        // A fourth lock of owner 1, held or queued, is refused; a repeat of
+        // one it holds is not (no new entry).
+        assert_eq!(
+            t.lock(T, ChunkId(10), 1, LockMode::Shared, LEASE, false, now),
+            Err(LockError::OwnerLimit { limit: 3 })
+        );
+        let w = t.lock(T, ChunkId(11), 2, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert_eq!(
+            t.lock(T, ChunkId(11), 1, LockMode::Shared, LEASE, true, now),
+            Err(LockError::OwnerLimit { limit: 3 })
+        );
+        t.lock(T, ChunkId(1), 1, LockMode::Shared, LEASE, false, now).unwrap();
+        // Other owners are not limited by owner 1's locks.
+        t.lock(T, ChunkId(1), 3, LockMode::Shared, LEASE, false, now).unwrap();
+        t.check_invariants();
+        // A queued place turning into the hold takes no extra room.
+        let t2 = LockTable::new(LockConfig { owner_limit: 1, ..t.config() });
+        let w2 = t2.lock(T, C, 2, LockMode::Exclusive, LEASE, false, now).unwrap();
+        assert!(matches!(t2.lock(T, C, 1, LockMode::Exclusive, LEASE, true, now), Err(LockError::Busy { .. })));
+        t2.unlock(T, C, 2, w2.token, now).unwrap();
+        t2.lock(T, C, 1, LockMode::Exclusive, LEASE, true, now).unwrap();
+        t2.check_invariants();
+        // Unlocking, an expired lease and a forgotten chunk give room back.
+        t.unlock(T, ChunkId(11), 2, w.token, now).unwrap();
+        t.forget(T, [ChunkId(2)]);
+        t.lock(T, ChunkId(10), 1, LockMode::Shared, LEASE, false, now).unwrap();
+        assert!(t.lock(T, ChunkId(12), 1, LockMode::Shared, LEASE, false, now).is_err());
+        let later = now.plus(LEASE);
+        t.lock(T, ChunkId(12), 1, LockMode::Shared, LEASE, false, later).unwrap();
+        let s = t.stats(later);
+        assert_eq!((s.held, s.owners, s.owner_limited), (1, 1, 3));
+        t.check_invariants();
+    }
+
+    #[test]
+    fn limit_sweeps_are_rate_limited() {
+        let (t, now) = table();
+        let t = LockTable::new(LockConfig { owner_limit: 1, ..t.config() });
+        t.lock(T, ChunkId(1), 1, LockMode::Shared, ms(5), false, now).unwrap();
+        assert!(t.lock(T, ChunkId(2), 1, LockMode::Shared, LEASE, false, now).is_err(), "swept at now");
+        // The first lock expired at 5 ms, but the refusal at 6 ms does not
+        // sweep again so soon (its own chunk is not touched); at 10 ms it does.
+        assert!(t.lock(T, ChunkId(2), 1, LockMode::Shared, LEASE, false, now.plus(ms(6))).is_err());
+        t.lock(T, ChunkId(2), 1, LockMode::Shared, LEASE, false, now.plus(SWEEP_EVERY)).unwrap();
+        t.check_invariants();
+    }
+
+    #[test]
     fn forget_loses_the_locks_of_removed_chunks() {
         let (t, now) = table();
         let a = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
@@ -696,14 +874,15 @@ mod tests {
     }
 
     #[test]
-    fn with_exclusive_runs_only_for_the_holder() {
+    fn check_exclusive_passes_only_for_the_holder() {
         let (t, now) = table();
         let r = t.lock(T, C, 1, LockMode::Shared, LEASE, false, now).unwrap();
-        assert_eq!(t.with_exclusive(T, C, 1, r.token, now, || 1), Err(LockError::Lost), "shared is not enough");
+        assert_eq!(t.check_exclusive(T, C, 1, r.token, now), Err(LockError::Lost), "shared is not enough");
         t.unlock(T, C, 1, r.token, now).unwrap();
         let w = t.lock(T, C, 1, LockMode::Exclusive, LEASE, false, now).unwrap();
-        assert_eq!(t.with_exclusive(T, C, 1, w.token, now, || 7), Ok(7));
-        assert_eq!(t.with_exclusive(T, C, 1, w.token, now.plus(LEASE), || 7), Err(LockError::Lost));
+        assert_eq!(t.check_exclusive(T, C, 1, w.token, now), Ok(()));
+        assert_eq!(t.check_exclusive(T, C, 2, w.token, now), Err(LockError::Lost), "another owner");
+        assert_eq!(t.check_exclusive(T, C, 1, w.token, now.plus(LEASE)), Err(LockError::Lost));
     }
 
     /// A random sequence of operations against a simple model: at every
@@ -712,7 +891,7 @@ mod tests {
     #[test]
     fn model_random_operations_keep_the_invariants() {
         let (t, start) = table();
-        let t = LockTable::new(LockConfig { limit: 1000, ..t.config() });
+        let t = LockTable::new(LockConfig { limit: 1000, owner_limit: 1000, ..t.config() });
         let mut rng = 0x9e3779b97f4a7c15u64;
         let mut next = || {
             rng ^= rng << 13;
@@ -765,7 +944,7 @@ mod tests {
                 }
                 4 => {
                     let token = held.map_or(last, |h| h.0);
-                    let ran = t.with_exclusive(T, ChunkId(chunk), owner, token, now, || ()).is_ok();
+                    let ran = t.check_exclusive(T, ChunkId(chunk), owner, token, now).is_ok();
                     assert_eq!(ran, held.is_some_and(|h| h.1));
                 }
                 _ => {

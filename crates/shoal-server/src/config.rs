@@ -187,6 +187,11 @@ pub struct ServerConfig {
     pub chunk_lock_max_lease_ms: u64,
     /// Most chunk locks held and waiting together on this server.
     pub chunk_lock_limit: usize,
+    /// Most chunk locks held and waiting of one lock owner; unset: a tenth
+    /// of `chunk_lock_limit` (at least 1). Owner ids are the client's
+    /// choice: this bounds a client that keeps one id, and the server-wide
+    /// limit bounds everything (`docs/chunks.md`, "Limits and metrics").
+    pub chunk_lock_owner_limit: Option<usize>,
 }
 
 /// Symmetric caching at all ([`ServerConfig::sc`]).
@@ -295,6 +300,7 @@ impl Default for ServerConfig {
             sc_cache_keys: None,
             chunk_lock_max_lease_ms: 30_000,
             chunk_lock_limit: 100_000,
+            chunk_lock_owner_limit: None,
         }
     }
 }
@@ -370,6 +376,12 @@ impl ServerConfig {
     }
 
     /// The engine's configuration for this server.
+    /// The per-owner chunk lock limit in force: the one set, or a tenth of
+    /// the server's limit (at least 1).
+    pub fn chunk_lock_owner_limit(&self) -> usize {
+        self.chunk_lock_owner_limit.unwrap_or((self.chunk_lock_limit / 10).max(1))
+    }
+
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             memory_bytes: self.memory.0 as usize,
@@ -440,6 +452,9 @@ impl ServerConfig {
         }
         if self.chunk_lock_limit == 0 {
             return bad("chunk_lock_limit must be at least 1".into());
+        }
+        if self.chunk_lock_owner_limit == Some(0) {
+            return bad("chunk_lock_owner_limit must be at least 1".into());
         }
         if self.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
@@ -534,7 +549,7 @@ pub struct ServerArgs {
     /// insecure_no_secret, tls_cert, tls_key, tls_ca, tls_auth_clients,
     /// tls_handshake_timeout_ms, internal_tls_cert, internal_tls_key, internal_tls_ca,
     /// cluster_mode, metrics_port, sc, sc_consistency, sc_epoch_ms, sc_cache_keys,
-    /// chunk_lock_max_lease_ms, chunk_lock_limit (sizes as numbers of bytes or strings like
+    /// chunk_lock_max_lease_ms, chunk_lock_limit, chunk_lock_owner_limit (sizes as numbers of bytes or strings like
     /// "512MiB"). Flags override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -779,6 +794,10 @@ pub struct ServerArgs {
     /// Most chunk locks held and waiting together [default: 100000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub chunk_lock_limit: Option<u64>,
+    /// Most chunk locks held and waiting of one lock owner (a client
+    /// session's id) [default: a tenth of --chunk-lock-limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub chunk_lock_owner_limit: Option<u64>,
 }
 
 impl ServerArgs {
@@ -843,6 +862,9 @@ impl ServerArgs {
         }
         if let Some(v) = self.chunk_lock_limit {
             c.chunk_lock_limit = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = self.chunk_lock_owner_limit {
+            c.chunk_lock_owner_limit = Some(usize::try_from(v).unwrap_or(usize::MAX));
         }
         if self.password.is_some() {
             c.requirepass = self.password;

@@ -43,7 +43,7 @@ pub struct ServerContext {
     pub admin: Admin,
     /// The chunk locks of the chunk tables this server serves (not logged:
     /// a crash recovery releases them; `docs/chunks.md`, "Locks").
-    pub locks: crate::chunklocks::LockTable,
+    pub locks: Arc<crate::chunklocks::LockTable>,
     /// The Redis streams of the RESP port: their indexes and the signal
     /// blocked XREADs wait on (`resp::xstream`).
     pub xstreams: crate::resp::xstream::XStreams,
@@ -131,12 +131,17 @@ impl ServerContext {
         }
         let budget = Arc::new(ClientBudget::new(config.client_buffer_budget.0 as usize));
         let admin = Admin::new(&config);
-        let locks = crate::chunklocks::LockTable::new(crate::chunklocks::LockConfig {
+        let locks = Arc::new(crate::chunklocks::LockTable::new(crate::chunklocks::LockConfig {
             // A server id past 65535 creates no chunks (`chunk_node`).
             own_node: cluster.as_ref().map_or(0, |n| u16::try_from(n.id.0).unwrap_or(u16::MAX)),
             max_lease: std::time::Duration::from_millis(config.chunk_lock_max_lease_ms),
             limit: config.chunk_lock_limit,
-        });
+            owner_limit: config.chunk_lock_owner_limit(),
+        }));
+        // A chunk's locks go with it, however it goes (removed, evicted,
+        // its table dropped), before its id can name a new chunk.
+        let gone = locks.clone();
+        store.on_chunk_gone(Arc::new(move |table, id| gone.forget(table, [id])));
         Ok(ServerContext {
             locks,
             xstreams: Default::default(),

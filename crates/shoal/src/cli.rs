@@ -703,6 +703,10 @@ impl Target<'_> {
                 "lock_table_full",
                 format!("{o}: the server's lock table is full ({limit} locks and waiters)"),
             ),
+            LockError::OwnerLimit { limit } => CliError::refused(
+                "lock_owner_limit",
+                format!("{o}: this lock owner holds its maximum of locks and waiting requests ({limit})"),
+            ),
             LockError::Invalid(why) => CliError::refused("invalid", format!("{o}: {why}")),
             LockError::ValueTooLarge { len, max } => self.too_large("value", len, max),
             LockError::OutOfMemory => {

@@ -94,6 +94,12 @@ impl Inner {
         self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
+        // Every way a chunk stops being live comes here (remove, a table's
+        // clear or drop, eviction, a replayed chunk tombstone), before its
+        // id can be handed out again (the stripe lock is still held).
+        if let Some(gone) = self.chunk_gone.get() {
+            gone(table, id);
+        }
     }
 
     /// The cleaner's eviction (cache mode): forgets chunk `id` if its entry
@@ -230,15 +236,29 @@ impl Inner {
         })
     }
 
-    fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, StoreError> {
-        self.check_table(table)?;
-        self.check_sizes(&[], Some(payload))?;
+    /// Puts `payload` into chunk `id` of `table` if `check` (run under the
+    /// chunk's stripe lock, just before the append, again at each retry)
+    /// passes: `Err(e)` of the check, else the put's result.
+    fn put_chunk_if<E>(
+        &self,
+        table: TableId,
+        id: ChunkId,
+        payload: &[u8],
+        mut check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Result<Version, StoreError>, E> {
+        if let Err(e) = self.check_table(table).and_then(|()| self.check_sizes(&[], Some(payload))) {
+            return Ok(Err(e));
+        }
         let started = Instant::now();
         SCRATCH.with(|cell| {
             let (b, refs) = &mut *cell.borrow_mut();
             loop {
                 let lock = self.cids.lock(id);
-                let f = self.find_chunk_in(table, id)?;
+                check()?;
+                let f = match self.find_chunk_in(table, id) {
+                    Ok(f) => f,
+                    Err(e) => return Ok(Err(e)),
+                };
                 let version = Version(f.version.0 + 1);
                 b.clear();
                 format::encode_chunk(&mut b.buf, table, id, version, payload);
@@ -246,12 +266,14 @@ impl Inner {
                 self.push_chunk_tombstone(b, table, id, &f);
                 if self.try_append(b, Tier::Write, refs).is_err() {
                     drop(lock);
-                    self.wait_for_space(started)?;
+                    if let Err(e) = self.wait_for_space(started) {
+                        return Ok(Err(e));
+                    }
                     continue;
                 }
                 self.install_chunk(table, id, Some(f), refs[0], b.ends[0], payload.len());
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(version);
+                return Ok(Ok(version));
             }
         })
     }
@@ -338,7 +360,50 @@ impl Store {
     /// `ObjectDoesntExist` if there is no such chunk (chunks are created
     /// only by [`Store::create_chunks`], which picks the id).
     pub fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, StoreError> {
-        self.inner.put_chunk(table, id, payload)
+        match self.inner.put_chunk_if(table, id, payload, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Store::put_chunk`] only if `check` passes, run under the chunk's
+    /// stripe lock just before the append (and again if the put waits for
+    /// memory): nothing that [`Store::with_chunk`] runs for this chunk, and
+    /// no remove of it, can come between the check and the write.
+    /// `Err(e)` of the check (nothing written), else the put's result.
+    pub fn put_chunk_if<E>(
+        &self,
+        table: TableId,
+        id: ChunkId,
+        payload: &[u8],
+        check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Result<Version, StoreError>, E> {
+        self.inner.put_chunk_if(table, id, payload, check)
+    }
+
+    /// Runs `f` under chunk `id`'s stripe lock, told whether the chunk is a
+    /// live chunk of `table`: the answer holds while `f` runs (no write of
+    /// this chunk, and no removal or eviction of it, can happen meanwhile).
+    /// `f` must be quick and must not call into the store. `UnknownTable`
+    /// if there is no such table.
+    pub fn with_chunk<T>(&self, table: TableId, id: ChunkId, f: impl FnOnce(bool) -> T) -> Result<T, StoreError> {
+        let inner = &self.inner;
+        inner.check_table(table)?;
+        let _lock = inner.cids.lock(id);
+        let live = inner.find_chunk_in(table, id).is_ok();
+        Ok(f(live))
+    }
+
+    /// Calls `gone(table, id)` for every chunk that stops being live from
+    /// now on, however it goes: removed (one by one or by a table's clear
+    /// or drop), evicted in cache mode, or removed by a replayed chunk
+    /// tombstone. The call comes under the chunk's stripe lock, before its
+    /// id can be handed out again, so whoever keeps state per chunk
+    /// (`shoal-server`'s chunk locks) can drop it before a new chunk takes
+    /// the id. `gone` must be quick and must not call into the store. Set
+    /// once: a second call is ignored (false).
+    pub fn on_chunk_gone(&self, gone: ChunkGone) -> bool {
+        self.inner.chunk_gone.set(gone).is_ok()
     }
 
     /// Removes a chunk; returns the version it had. Its id will be reused.

@@ -254,7 +254,17 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
     s.gauge("shoal_chunk_lock_waiters", "Chunk lock requests queued (waiting clients retrying).", l.waiters)?;
     s.counter("shoal_chunk_lock_grants", "Chunk locks granted.", l.grants)?;
     s.counter("shoal_chunk_lock_busy", "Chunk lock requests answered busy.", l.busy)?;
-    s.counter("shoal_chunk_lock_releases", "Chunk locks unlocked or released by a chunk's removal.", l.releases)?;
+    s.gauge("shoal_chunk_lock_owners", "Lock owners with a chunk lock held or queued.", l.owners)?;
+    s.counter(
+        "shoal_chunk_lock_owner_limited",
+        "Chunk lock requests refused by the per-owner limit (--chunk-lock-owner-limit).",
+        l.owner_limited,
+    )?;
+    s.counter(
+        "shoal_chunk_lock_releases",
+        "Chunk locks unlocked, or released because their chunk went (removed, evicted, table dropped).",
+        l.releases,
+    )?;
     s.counter("shoal_chunk_lock_lease_expiries", "Chunk locks whose lease ran out.", l.lease_expiries)?;
     s.gauge("shoal_objects_expiring", "Live objects that carry an expiry time.", t.expiring_objects)?;
     s.counters(

@@ -431,18 +431,23 @@ fn apply<'s>(
         }
         Request::ChunkRemove { table, ids } => {
             chunk_table(ctx, table)?;
+            // Removing a chunk releases its locks (the store tells the lock
+            // table, `ServerContext::new`), before its id can be reused.
             let removed = store.multi_remove_chunks(table, &ids);
-            // Removing a chunk releases its locks (its id may be reused).
-            ctx.locks.forget(table, ids.iter().zip(&removed).filter(|(_, r)| r.is_ok()).map(|(id, _)| *id));
             Response::ChunkRemove(removed.into_iter().map(|r| r.map_err(status_of)).collect())
         }
         Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms } => {
             chunk_table(ctx, table)?;
-            // Only live chunks are locked (so the table holds no entry for
-            // an id that names nothing).
-            store.get_chunk_into(table, chunk, &mut scratch.value).map_err(status_of)?;
+            // Only live chunks are locked, and the chunk stays live until
+            // the grant is recorded (under its stripe lock): a lock never
+            // outlives its chunk to be found on a new chunk of the same id.
             let lease = Duration::from_millis(lease_ms.into());
-            let g = ctx.locks.lock(table, chunk, owner, mode, lease, wait, Now::clock()).map_err(lock_status)?;
+            let g = store
+                .with_chunk(table, chunk, |live| match live {
+                    true => ctx.locks.lock(table, chunk, owner, mode, lease, wait, Now::clock()).map_err(lock_status),
+                    false => Err(ErrorStatus::ObjectDoesntExist),
+                })
+                .map_err(status_of)??;
             Response::ChunkLock { token: g.token, lease_ms: sat32(g.lease.as_millis() as usize) }
         }
         Request::ChunkUnlock { table, chunk, owner, token } => {
@@ -458,11 +463,12 @@ fn apply<'s>(
         }
         Request::ChunkPutLocked { table, chunk, owner, token, payload } => {
             chunk_table(ctx, table)?;
-            // The put runs under the lock table's mutex: no other owner can
-            // be granted the chunk between the check and the append.
-            let put = ctx
-                .locks
-                .with_exclusive(table, chunk, owner, token, Now::clock(), || store.put_chunk(table, chunk, payload))
+            // The check runs under the chunk's stripe lock just before the
+            // append: no other owner can be granted the chunk in between.
+            let put = store
+                .put_chunk_if(table, chunk, payload, || {
+                    ctx.locks.check_exclusive(table, chunk, owner, token, Now::clock())
+                })
                 .map_err(lock_status)?;
             Response::ChunkPutLocked { version: put.map_err(status_of)? }
         }
@@ -717,6 +723,7 @@ fn lock_status(e: LockError) -> ErrorStatus {
         LockError::NotHeld => ErrorStatus::LockNotHeld,
         LockError::Lost => ErrorStatus::LockLost,
         LockError::TableFull { limit } => ErrorStatus::LockTableFull { limit: sat32(limit) },
+        LockError::OwnerLimit { limit } => ErrorStatus::LockOwnerLimit { limit: sat32(limit) },
         LockError::HeldInOtherMode | LockError::Invalid(_) => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
@@ -870,6 +877,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
     v.extend([
         u("chunk_locks_held", l.held),
         u("chunk_lock_waiters", l.waiters),
+        u("chunk_lock_owners", l.owners),
+        u("chunk_lock_owner_limited", l.owner_limited),
         u("chunk_lock_grants", l.grants),
         u("chunk_lock_busy", l.busy),
         u("chunk_lock_releases", l.releases),

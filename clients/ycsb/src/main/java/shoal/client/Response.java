@@ -322,7 +322,7 @@ public final class Response {
         case Status.UNKNOWN_TABLE, Status.OBJECT_EXISTS, Status.WRONG_VERSION -> new Detail(b.getLong(), 0, null, 1);
         case Status.KEY_TOO_LARGE, Status.VALUE_TOO_LARGE, Status.FRAME_TOO_LARGE ->
             new Detail(Integer.toUnsignedLong(b.getInt()), Integer.toUnsignedLong(b.getInt()), null, 2);
-        case Status.RETRY, Status.LOCK_BUSY, Status.LOCK_TABLE_FULL ->
+        case Status.RETRY, Status.LOCK_BUSY, Status.LOCK_TABLE_FULL, Status.LOCK_OWNER_LIMIT ->
             new Detail(Integer.toUnsignedLong(b.getInt()), 0, null, 1);
         case Status.MALFORMED_REQUEST -> {
           int n = b.getShort() & 0xffff;

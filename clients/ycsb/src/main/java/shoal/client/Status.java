@@ -28,6 +28,7 @@ public final class Status {
   public static final int LOCK_NOT_HELD = 21;
   public static final int LOCK_LOST = 22;
   public static final int LOCK_TABLE_FULL = 23;
+  public static final int LOCK_OWNER_LIMIT = 24;
 
   public static String name(int status) {
     return switch (status) {
@@ -54,6 +55,7 @@ public final class Status {
       case LOCK_NOT_HELD -> "LOCK_NOT_HELD";
       case LOCK_LOST -> "LOCK_LOST";
       case LOCK_TABLE_FULL -> "LOCK_TABLE_FULL";
+      case LOCK_OWNER_LIMIT -> "LOCK_OWNER_LIMIT";
       default -> "STATUS_" + status;
     };
   }

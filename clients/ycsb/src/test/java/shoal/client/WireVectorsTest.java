@@ -169,6 +169,13 @@ class WireVectorsTest {
     m.put("CHUNK_PUT_LOCKED request, id 28", frame(30, 28, false));
     m.put("CHUNK_PUT_LOCKED response, id 28", frame(30, 28, true));
     m.put("CHUNK_LOCK response, id 29", frame(27, 29, true));
+    m.put("CHUNK_LOCK response, id 30: owner limit", b -> {
+      frame(27, 30, true).check(b);
+      Response r = Response.decode(b);
+      assertEquals(Status.LOCK_OWNER_LIMIT, r.status());
+      assertEquals("LOCK_OWNER_LIMIT", Status.name(r.status()));
+      assertEquals(10000, r.detail().a());
+    });
     return m;
   }
 
