@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Cluster, Root};
+use common::{signal, Cluster, Root};
 use shoal_client::blocking::Client;
 use shoal_client::{ClientConfig, TableId};
 use shoal_cluster::{ClusterMap, CoordinatorAddrs, ServerId, ServerState, TabletInfo};
@@ -153,6 +153,83 @@ fn start_move_and_wait_for_the_copy(cluster: &Cluster, tablet: &TabletInfo, to: 
         assert!(Instant::now() < deadline, "the target never began receiving");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The delta phase: while the copy is under way (the target stopped with
+/// SIGSTOP after BEGIN, so the source waits on its first batch) the tablet
+/// is still served, and clients remove and overwrite its keys. Once the
+/// target runs again, the frozen delta sends the overwritten objects again
+/// and removes the keys that went (GONE): nothing removed comes back,
+/// nothing written is lost, and the writes were not paused for the copy.
+#[test]
+fn writes_during_the_copy_reach_the_target_in_the_delta() {
+    let root = Root::new("migrate-delta");
+    // R = 0: the stopped target is nobody's backup, so the writes below
+    // wait for nothing but the source.
+    let cluster = Cluster::start(&root.0, 3, 0, 0);
+    let mut c = cluster.client();
+    let table = c.create_table("moving").unwrap();
+    let map = cluster.map().unwrap();
+    let (tablet, to) = tablet_and_target(&map, table);
+    let in_tablet = |k: &[u8]| tablet.contains(table, shoal_client::key_hash(table, k));
+    // About 1,000 keys of 2 KB in the tablet: the first batch (1 MB) holds
+    // about half of them.
+    let filler = "y".repeat(2000);
+    let keys: Vec<Vec<u8>> = (0..20_000).map(|i| format!("d-{i}").into_bytes()).filter(|k| in_tablet(k)).take(1000).collect();
+    for k in &keys {
+        c.write(table, k, format!("old{filler}").as_bytes()).unwrap();
+    }
+    let target = cluster.process_of(to);
+    start_move_and_wait_for_the_copy(&cluster, &tablet, to);
+    let pid = cluster.servers[target].id();
+    signal(pid, "-STOP");
+    // The source still serves the tablet: keys removed and overwritten,
+    // each acknowledged at once, for at most 400 ms (a target stopped for
+    // much longer would be declared dead).
+    let started = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut changed = 0;
+    for (i, k) in keys.iter().enumerate().take(600) {
+        if started.elapsed() > Duration::from_millis(400) {
+            break;
+        }
+        let t = Instant::now();
+        if i % 2 == 0 {
+            c.remove(table, k).unwrap();
+        } else {
+            c.write(table, k, b"new").unwrap();
+        }
+        longest = longest.max(t.elapsed());
+        changed += 1;
+    }
+    let served_in = started.elapsed();
+    signal(pid, "-CONT");
+    assert!(changed >= 40, "only {changed} writes in 400 ms while the tablet was being copied");
+    let map = cluster.wait_for_map("the move committed", 30, |m| {
+        m.migrations.is_empty() && m.tablets.iter().any(|t| t.table == table && t.start_hash == tablet.start_hash && t.master == to)
+    });
+    assert!(map.tablets.iter().any(|t| t.table == table && t.start_hash == tablet.start_hash && t.master == to));
+    eprintln!("{changed} writes and removes served during the copy in {served_in:?}, longest {longest:?}");
+    for (i, k) in keys.iter().enumerate() {
+        let got = c.read(table, k);
+        match i {
+            i if i < changed && i % 2 == 0 => assert!(
+                matches!(got, Err(shoal_client::ReadError::NotFound)),
+                "key {i} removed during the copy came back: {:?}",
+                got.map(|v| v.1)
+            ),
+            i if i < changed => assert_eq!(got.unwrap().0, b"new", "key {i} written during the copy"),
+            i => assert_eq!(got.unwrap().0, format!("old{filler}").into_bytes(), "key {i}"),
+        }
+    }
+    // The target removed keys for the delta, and the source was frozen
+    // for part of the move only.
+    let server = |id: ServerId| map.server(id).unwrap().native;
+    let stats = |id| Client::connect(server(id)).unwrap().stats().unwrap();
+    let removed = common::stat(&stats(to), "migration_objects_removed").unwrap();
+    assert!(removed > 0, "no key was removed at the target by the delta");
+    let frozen_ms = common::stat(&stats(tablet.master), "migration_frozen_ms").unwrap();
+    eprintln!("the target removed {removed} keys for the delta; the source was frozen for {frozen_ms} ms");
 }
 
 /// The first tablet of `table` and a server (up) that is not its master.
