@@ -282,7 +282,8 @@ fn local_reports_the_recovery_of_a_killed_server() {
     }
 
     // Kill the server process of server-1's directory.
-    let pids = Command::new("pgrep").args(["-P", &local.child.id().to_string(), "-f", "server-1/data"]).output().unwrap();
+    let pids =
+        Command::new("pgrep").args(["-P", &local.child.id().to_string(), "-f", "server-1/data"]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&pids.stdout).trim().parse().expect("server-1's process");
     let id = std::fs::read_to_string(root.0.join("local/server-1/data/server-id")).unwrap();
     signal(pid, "-KILL");

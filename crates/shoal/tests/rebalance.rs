@@ -189,7 +189,7 @@ fn drain_under_load_empties_a_server_that_then_dies_without_a_recovery() {
 }
 
 #[test]
-fn rebalance_on_join_moves_tablets_to_a_new_server_by_itself() {
+fn auto_rebalance_moves_tablets_to_a_new_server_by_itself() {
     let root = Root::new("rebalance-auto");
     let mut cluster = Cluster::start_with_coordinator(&root.0, 2, 1, &["--rebalance-on-join"]);
     let mut c = cluster.client();

@@ -234,12 +234,15 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     let splits = plan.steps.len() - plan.moves() - plan.merges();
     let bytes: u64 = plan.steps.iter().map(|s| if let Step::Move { bytes, .. } = s { *bytes } else { 0 }).sum();
     out!(
-        "plan: {} moves, {splits} splits and {} merges, about {} to move; spread of memory across servers {} -> {} (estimated)",
+        "plan: {} moves, {splits} splits and {} merges, about {} to move; spread across servers (estimated): \
+         memory {} -> {}, load {} -> {} ops/s",
         plan.moves(),
         plan.merges(),
         HumanBytes(bytes),
         HumanBytes(Plan::spread(&plan.before)),
-        HumanBytes(Plan::spread(&plan.after))
+        HumanBytes(Plan::spread(&plan.after)),
+        Plan::ops_spread(&plan.before),
+        Plan::ops_spread(&plan.after)
     );
     let mut n = 0;
     for s in &plan.steps {
@@ -257,10 +260,12 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     }
     for (b, a) in plan.before.iter().zip(&plan.after) {
         out!(
-            "  server {:>3}: {:>11} -> {:>11}",
+            "  server {:>3}: {:>11} -> {:>11}   {:>8} -> {:>8} ops/s",
             b.server,
             HumanBytes(b.bytes).to_string(),
-            HumanBytes(a.bytes).to_string()
+            HumanBytes(a.bytes).to_string(),
+            b.ops,
+            a.ops
         );
     }
     if let Some(job) = job {
@@ -274,6 +279,8 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
     let elapsed = j["elapsed_ms"].as_u64().unwrap_or(0);
     let before_spread = Plan::spread(&plan.before);
     let after_spread = after.as_deref().map(Plan::spread);
+    let before_ops = Plan::ops_spread(&plan.before);
+    let after_ops = after.as_deref().map(Plan::ops_spread);
     if json {
         out!(
             "{}",
@@ -282,6 +289,7 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
                 "bytes_moved": j["bytes_moved"], "objects_moved": j["objects_moved"],
                 "before": plan.before, "after": after,
                 "spread_before": before_spread, "spread_after": after_spread,
+                "ops_spread_before": before_ops, "ops_spread_after": after_ops,
             })
         );
         return Ok(());
@@ -297,15 +305,29 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
     if let Some(d) = drained {
         out!("server {d} masters nothing now: it can be stopped (it stays marked draining)");
         for l in after.iter().flatten() {
-            out!("  server {:>3}: {:>11} (measured)", l.server, HumanBytes(l.bytes).to_string());
+            out!("  server {:>3}: {:>11} {:>8} ops/s (measured)", l.server, HumanBytes(l.bytes).to_string(), l.ops);
         }
         return Ok(());
     }
+    if let Some(after) = &after {
+        for b in &plan.before {
+            let Some(a) = after.iter().find(|a| a.server == b.server) else { continue };
+            out!(
+                "  server {:>3}: {:>11} -> {:>11}   {:>8} -> {:>8} ops/s (measured)",
+                b.server,
+                HumanBytes(b.bytes).to_string(),
+                HumanBytes(a.bytes).to_string(),
+                b.ops,
+                a.ops
+            );
+        }
+    }
     match after_spread {
         Some(s) => out!(
-            "spread of memory across servers: {} before, {} after (measured)",
+            "spread across servers: memory {} before, {} after; load {before_ops} before, {} ops/s after (measured)",
             HumanBytes(before_spread),
-            HumanBytes(s)
+            HumanBytes(s),
+            after_ops.unwrap_or(0)
         ),
         None => out!("spread of memory across servers: {} before (after: not measured)", HumanBytes(before_spread)),
     }
