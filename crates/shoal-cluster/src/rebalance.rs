@@ -848,7 +848,13 @@ mod tests {
         let sum = |l: &[Load]| (l.iter().map(|x| x.bytes).sum::<u64>(), l.iter().map(|x| x.ops).sum::<u64>());
         assert_eq!(sum(&plan.before), sum(&plan.after));
         run(&mut map, &plan);
-        assert_eq!(map.tablets_of(ServerId(1)).count() >= 2, true, "{map:?}");
+        let out_of_one = plan.steps.iter().filter(|s| matches!(s, Step::Move { from: ServerId(1), .. })).count();
+        assert_eq!(out_of_one, 2, "two hot parts leave server 1: {plan:?}");
+        // Each of the other two masters a part of the hot tablet.
+        let hot_end = crate::split_hash_space(3)[0].1;
+        for i in 2..=3 {
+            assert!(map.tablets_of(ServerId(i)).any(|t| t.start_hash <= hot_end), "server {i}: {map:?}");
+        }
         // Planning again from the figures the plan expects: nothing to do.
         let mut u2 = usage(&map, 0);
         for l in &plan.after {

@@ -1296,6 +1296,7 @@ impl ClusterState {
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
             "replica_floors": self.map.replica_floors.len(),
             "sc_groups": self.map.sc_groups,
+            "rebalance_job": self.rebalance_job,
         })
     }
 

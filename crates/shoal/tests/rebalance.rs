@@ -455,19 +455,27 @@ fn rebalance_with_the_coordinator_killed_mid_move_is_finished_by_the_next_one() 
     let map = cluster.wait_up(4);
     let before = memory(&map);
 
-    let out = shoal(&cluster, &["rebalance", "--no-wait"]);
-    assert!(out.status.success(), "{out:?}");
-    let job = last_line(&out)["job"].as_u64().unwrap_or_else(|| panic!("no job started: {out:?}"));
+    // The CLI follows the job across the restart.
+    let follower = {
+        let mut cmd = Command::new(SHOAL);
+        cmd.args(["rebalance", "--wait", "120", "--coordinator", &cluster.coordinator.to_string(), "--json"])
+            .arg("--cluster-secret-file")
+            .arg(cluster.secret_file())
+            .stdin(Stdio::null());
+        std::thread::spawn(move || cmd.output().unwrap())
+    };
     // Kill it while a move is in flight.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let job = loop {
         let m = cluster.map().unwrap();
-        if !m.migrations.is_empty() {
-            break;
+        let s = cluster_stats(&cluster);
+        if !m.migrations.is_empty() && s["rebalance"]["state"] == "running" {
+            assert_eq!(s["rebalance_job"]["id"], s["rebalance"]["id"], "the job is saved: {s}");
+            break s["rebalance"]["id"].as_u64().unwrap();
         }
         assert!(Instant::now() < deadline, "no move ever started");
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     let mut coordinator = cluster.coordinator_proc.take().unwrap();
     let _ = coordinator.kill();
     let _ = coordinator.wait();
@@ -503,6 +511,10 @@ fn rebalance_with_the_coordinator_killed_mid_move_is_finished_by_the_next_one() 
     );
     assert!(spread(&after) < spread(&before) / 2, "{before:?} -> {after:?}");
     assert!(map.servers.iter().all(|s| s.state == ServerState::Up), "no server was declared dead: {map:?}");
+    let out = follower.join().unwrap();
+    assert!(out.status.success(), "shoal rebalance did not follow the job across the restart: {out:?}");
+    assert_eq!(last_line(&out)["state"], "done", "{out:?}");
+    assert!(cluster_stats(&cluster)["rebalance_job"].is_null(), "a finished job leaves the saved state");
     std::thread::sleep(Duration::from_millis(300));
     let (ledger, acks) = load.finish();
     eprintln!("{acks} writes acknowledged");

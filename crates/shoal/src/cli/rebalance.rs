@@ -139,7 +139,10 @@ fn follow(
     a: &JobArgs,
 ) -> Result<(), CliError> {
     let json = a.common.json;
-    let moves: Vec<&Step> = plan.steps.iter().filter(|s| matches!(s, Step::Move { .. })).collect();
+    let moves_of =
+        |p: &Plan| -> Vec<Step> { p.steps.iter().filter(|s| matches!(s, Step::Move { .. })).cloned().collect() };
+    let mut planned = plan.clone();
+    let mut moves = moves_of(plan);
     let progress = if json { None } else { Some(Progress::new(Stream::Stderr)) };
     let task = progress.as_ref().map(|p| p.task(format!("job {job}"), Some(moves.len() as u64), Unit::Count("moves")));
     let started = Instant::now();
@@ -155,6 +158,12 @@ fn follow(
             Err(e) => return Err(e),
         };
         let j = &stats["rebalance"];
+        // A coordinator that took over plans the saved job again (under its
+        // id) once the move in flight has ended.
+        let saved = stats["rebalance_job"]["id"].as_u64() == Some(job);
+        if j["id"].as_u64() != Some(job) && saved && Instant::now() < deadline {
+            continue;
+        }
         if j["id"].as_u64() != Some(job) {
             return Err(CliError::refused(
                 "lost",
@@ -162,6 +171,23 @@ fn follow(
                     "the coordinator no longer knows job {job} (it restarted or failed over): run the command again"
                 ),
             ));
+        }
+        if let Ok(now) = serde_json::from_value::<Plan>(j["plan"].clone()) {
+            if now != planned {
+                moves = moves_of(&now);
+                planned = now;
+                (shown_start, shown_done) = (0, 0);
+                if let Some(p) = &progress {
+                    p.println(&format!(
+                        "the coordinator failed over: job {job} was planned again from the map, {} moves",
+                        moves.len()
+                    ));
+                }
+                if let Some(t) = &task {
+                    t.set_total(moves.len() as u64);
+                    t.set_position(0);
+                }
+            }
         }
         let done = j["moves_done"].as_u64().unwrap_or(0) as usize;
         let current = j["current"]["number"].as_u64().map(|n| n as usize);
