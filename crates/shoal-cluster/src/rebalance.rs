@@ -49,6 +49,8 @@
 //! way, so that hot and cold data trade places. A load move is kept only
 //! if, with its return, the load's sum of squared differences from the
 //! mean falls and memory stays within that bound; else balancing stops.
+//! Only tablets (and parts) bigger than [`GATHER_BYTES`] move for load,
+//! so that gathering never undoes it.
 //!
 //! **Gathering and merging** (not in a drain): first, each tablet of at
 //! most [`GATHER_BYTES`] whose neighbours in its table are all on other
@@ -73,8 +75,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Below this difference (bytes) between two servers nothing moves.
 pub const MIN_GAP: u64 = 256 << 10;
 /// Below this difference (operations per second) between two servers no
-/// load moves.
-pub const MIN_OPS: u64 = 200;
+/// load moves: a server serves hundreds of thousands a second, so a
+/// smaller difference is not worth a move's pause.
+pub const MIN_OPS: u64 = 2000;
 /// Most steps (splits, moves and merges) one plan holds.
 pub const MAX_STEPS: usize = 256;
 /// Tablets this small (estimated bytes) are gathered next to a neighbour
@@ -385,15 +388,24 @@ fn balance_load(
         }
         // Tried on copies: kept only if the result is better.
         let (mut p, mut l, mut s) = (pieces.clone(), loads.clone(), Vec::new());
+        // Only tablets bigger than GATHER_BYTES, in parts bigger than it,
+        // move for load: a smaller one would be gathered back by the next
+        // plan (hot small data is symmetric caching's job).
+        let big = |x: &Piece| x.bytes > GATHER_BYTES && movable(&x.tablet);
         let theirs: Vec<usize> =
-            (0..p.len()).filter(|&i| p[i].tablet.master == from && p[i].ops > 0 && movable(&p[i].tablet)).collect();
+            (0..p.len()).filter(|&i| p[i].tablet.master == from && p[i].ops > 0 && big(&p[i])).collect();
+        let halves_big = |x: &Piece, at: u64| {
+            let mut lower = x.clone();
+            let upper = split(&mut lower, at);
+            lower.bytes > GATHER_BYTES && upper.bytes > GATHER_BYTES
+        };
         let off = |i: usize| want.abs_diff(p[i].ops);
         let whole = theirs.iter().copied().filter(|&i| p[i].ops < gap).min_by_key(|&i| (off(i), p[i].bytes));
         // The hottest per byte, so the least memory moves with the load.
         let splittable = theirs
             .iter()
             .copied()
-            .filter(|&i| p[i].ops > want && cut(&p[i].tablet, want, p[i].ops).is_some())
+            .filter(|&i| p[i].ops > want && cut(&p[i].tablet, want, p[i].ops).is_some_and(|at| halves_big(&p[i], at)))
             .max_by_key(|&i| (u128::from(p[i].ops) << 64) / u128::from(p[i].bytes.max(1)));
         let i = match (whole, splittable) {
             (Some(w), _) if off(w) <= tolerance / 2 => w,
@@ -411,14 +423,12 @@ fn balance_load(
         s.push(move_step(&mut p[i], to, &mut l, name));
         if Plan::spread(&eligible_loads(&l, eligible)) > bound {
             // Cold data of `to` goes back, about as much as came.
-            let cold = (0..p.len())
-                .filter(|&j| j != i && p[j].tablet.master == to && p[j].bytes > 0 && movable(&p[j].tablet))
-                .min_by_key(|&j| {
-                    ((u128::from(p[j].ops) << 64) / u128::from(p[j].bytes), std::cmp::Reverse(p[j].bytes))
-                });
+            let cold = (0..p.len()).filter(|&j| j != i && p[j].tablet.master == to && big(&p[j])).min_by_key(|&j| {
+                ((u128::from(p[j].ops) << 64) / u128::from(p[j].bytes), std::cmp::Reverse(p[j].bytes))
+            });
             let Some(j) = cold else { return };
             let j = match split_point(&p[j], moved) {
-                Some(at) if p[j].bytes > moved + MIN_GAP / 4 => {
+                Some(at) if p[j].bytes > moved + MIN_GAP / 4 && halves_big(&p[j], at) => {
                     s.push(Step::Split { table: p[j].tablet.table, name: name(p[j].tablet.table), at, master: to });
                     let upper = split(&mut p[j], at);
                     p.push(upper);
@@ -837,11 +847,11 @@ mod tests {
         let mut map = cluster(3, 3, 3);
         let mut u = usage(&map, 30 << 20);
         let one = u.get_mut(&ServerId(1)).unwrap();
-        one.ops = 3000;
-        one.table_ops.insert(TableId(1), 3000);
+        one.ops = 30_000;
+        one.table_ops.insert(TableId(1), 30_000);
         let plan = plan(&map, &u, &Options::default()).unwrap();
-        assert_eq!(Plan::ops_spread(&plan.before), 3000);
-        assert!(Plan::ops_spread(&plan.after) <= 200, "{plan:?}");
+        assert_eq!(Plan::ops_spread(&plan.before), 30_000);
+        assert!(Plan::ops_spread(&plan.after) <= MIN_OPS, "{plan:?}");
         assert!(Plan::spread(&plan.after) <= (30 << 20) / 20, "memory stays even: {plan:?}");
         // Hot parts go out, cold parts come back: two of each.
         assert_eq!(plan.moves(), 4, "{plan:?}");
@@ -874,11 +884,30 @@ mod tests {
         let map = cluster(2, 2, 2);
         let mut u = usage(&map, 30 << 20);
         let one = u.get_mut(&ServerId(1)).unwrap();
-        one.ops = 1000;
-        one.table_ops.insert(TableId(1), 1000);
+        one.ops = 10_000;
+        one.table_ops.insert(TableId(1), 10_000);
         let plan = plan(&map, &u, &Options::default()).unwrap();
         assert!(Plan::spread(&plan.after) <= (30 << 20) / 20, "{plan:?}");
-        assert!(Plan::ops_spread(&plan.after) < 1000, "{plan:?}");
+        assert!(Plan::ops_spread(&plan.after) < 10_000, "{plan:?}");
+    }
+
+    #[test]
+    fn small_tablets_do_not_move_for_load_and_small_differences_move_nothing() {
+        // A hot table of 100 KiB per tablet: gathering would undo a split
+        // for load. (Gathering itself moves small runs, load or not.)
+        let map = cluster(3, 3, 3);
+        let mut u = usage(&map, 100 << 10);
+        let one = u.get_mut(&ServerId(1)).unwrap();
+        (one.ops, one.table_ops) = (30_000, [(TableId(1), 30_000)].into());
+        let plan = plan(&map, &u, &Options::default()).unwrap();
+        assert!(!plan.steps.iter().any(|s| matches!(s, Step::Split { .. })), "{plan:?}");
+        let gathered = super::plan(&map, &u, &Options { gather_only: true, ..Options::default() }).unwrap();
+        assert_eq!(plan.steps, gathered.steps, "only gathering and merging");
+        // Below MIN_OPS nothing moves, however big the tablets.
+        let mut u = usage(&map, 30 << 20);
+        let one = u.get_mut(&ServerId(1)).unwrap();
+        (one.ops, one.table_ops) = (MIN_OPS, [(TableId(1), MIN_OPS)].into());
+        assert!(super::plan(&map, &u, &Options::default()).unwrap().steps.is_empty());
     }
 
     #[test]

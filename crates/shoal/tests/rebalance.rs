@@ -14,7 +14,7 @@ mod common;
 use common::{check_ledger, stat, Cluster, Root, WriteLoad, SHOAL};
 use shoal_client::blocking::Client;
 use shoal_client::TableId;
-use shoal_cluster::rebalance::Load;
+use shoal_cluster::rebalance::{Load, MIN_OPS};
 use shoal_cluster::{ClusterMap, ServerId, ServerState};
 use shoal_common::key_hash;
 use std::process::{Command, Output, Stdio};
@@ -116,7 +116,9 @@ fn rebalance_after_a_server_joins_under_load_keeps_every_acknowledged_write_and_
     check_ledger(&mut c, table, &ledger);
     check_preload(&mut c, table, 3000);
 
-    // Balanced now: a second rebalance has nothing to do.
+    // Balanced now: once the traffic (the load, then the checks' reads)
+    // has left the servers' rates, a second rebalance has nothing to do.
+    wait_quiet(&cluster);
     let out = shoal(&cluster, &["rebalance"]);
     assert!(out.status.success(), "{out:?}");
     assert!(last_line(&out)["job"].is_null(), "{out:?}");
@@ -293,6 +295,20 @@ fn rebalance_merges_back_the_pieces_a_recovery_left() {
     }
 }
 
+/// Waits (at most 30 s) until every up server's rate is below half of
+/// what rebalancing evens ([`MIN_OPS`]).
+fn wait_quiet(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = rates(&cluster.map().unwrap());
+        if r.iter().all(|x| x.1 < MIN_OPS / 2) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the servers' rates never fell: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Each up server's `ops_per_sec`, from its own STATS.
 fn rates(map: &ClusterMap) -> Vec<(ServerId, u64)> {
     map.servers
@@ -323,16 +339,18 @@ fn rebalance_moves_load_off_a_server_whose_tablet_takes_all_the_traffic() {
     let load = WriteLoad::start_with(cluster.coordinator, cluster.client_config(), table, 4, move |t, n| {
         Some(hot_keys[t * 250 + (n % 250) as usize].clone())
     });
-    // The rates build up over a few seconds.
+    // The rates build up over a few seconds; the load must be well past
+    // what rebalancing evens.
     let deadline = Instant::now() + Duration::from_secs(20);
     let before = loop {
         std::thread::sleep(Duration::from_millis(500));
         let r = rates(&map);
-        if r.iter().find(|x| x.0 == hot.master).unwrap().1 >= 500 && Instant::now() > deadline - Duration::from_secs(15)
+        if r.iter().find(|x| x.0 == hot.master).unwrap().1 >= 4 * MIN_OPS
+            && Instant::now() > deadline - Duration::from_secs(15)
         {
             break r;
         }
-        assert!(Instant::now() < deadline, "the hot server's rate never reached 500/s: {r:?}");
+        assert!(Instant::now() < deadline, "the hot server's rate never reached {}/s: {r:?}", 4 * MIN_OPS);
     };
     let total: u64 = before.iter().map(|x| x.1).sum();
     let share = |r: &[(ServerId, u64)], s: ServerId| r.iter().find(|x| x.0 == s).unwrap().1 as f64 / total as f64;
@@ -391,6 +409,16 @@ fn auto_rebalance_merges_back_the_pieces_of_a_recovery_by_itself() {
     for i in 0..300 {
         c.write(table, format!("pre-{i}").as_bytes(), format!("value-{i}").as_bytes()).unwrap();
     }
+    // The three joins' automatic rebalances (2 s after each) are over:
+    // they gather the small table's tablets onto one server.
+    let log = cluster.root.join("coordinator/log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&log).unwrap_or_default().matches(" joined: ").count() < 3
+        || cluster_stats(&cluster)["rebalance"]["state"] == "running"
+    {
+        assert!(Instant::now() < deadline, "the joins' rebalances never ended; see {}", log.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let map = cluster.map().unwrap();
     let count = |m: &ClusterMap| m.tablets.iter().filter(|t| t.table == table).count();
     let before = count(&map);
@@ -405,7 +433,7 @@ fn auto_rebalance_merges_back_the_pieces_of_a_recovery_by_itself() {
     let merged = cluster.wait_for_map("the pieces merged back", 90, |m| {
         let recovered = m.server(victim).is_some_and(|s| s.state == ServerState::Down) && m.recoveries.is_empty();
         most.set(most.get().max(count(m)));
-        recovered && count(m) == 1 && m.migrations.is_empty()
+        recovered && most.get() > before && count(m) == 1 && m.migrations.is_empty()
     });
     let took = killed.elapsed();
     let deadline = Instant::now() + Duration::from_secs(30);
