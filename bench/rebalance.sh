@@ -120,7 +120,9 @@ for b in plan["before"]:
     print(f"{b['server']:>6}  {mb(b['bytes']):>9}  {mb(a.get('bytes', 0)):>8}  {b.get('ops', 0):>12}  {a.get('ops', 0):>11}")
 print(f"spread of memory (most - least): {mb(done['spread_before'])} MB before, {mb(done['spread_after'] or 0)} MB after")
 print(f"spread of load (most - least): {done.get('ops_spread_before', 0)} ops/s before, {done.get('ops_spread_after') or 0} ops/s after")
-print(f"rebalance: {done['elapsed_ms'] / 1000:.2f} s in the coordinator's job, {wall:.2f} s for the command")
+steps = done.get("steps_ms") or done["elapsed_ms"]
+print(f"rebalance: {steps / 1000:.2f} s of splits and moves, {done['elapsed_ms'] / 1000:.2f} s in the coordinator's job "
+      f"(with the final measurement), {wall:.2f} s for the command")
 EOF
 last=$(tail -1 "$dir/load.out")
 read -r w r lw lr <<<"$last"

@@ -93,6 +93,11 @@ pub struct Job {
     pub error: Option<String>,
     pub started_unix_ms: u64,
     pub elapsed_ms: u64,
+    /// From the start to the end of the last step (done only): the
+    /// elapsed time less the final measurement (at least 300 ms, and
+    /// [`LOAD_SETTLE`] with traffic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_ms: Option<u64>,
     /// The servers' loads measured when the job ended (done only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<Load>>,
@@ -240,6 +245,7 @@ pub(crate) async fn start(service: &Arc<Service>, ask: Ask) -> ControlResponse {
         error: None,
         started_unix_ms: unix_ms(),
         elapsed_ms: 0,
+        steps_ms: None,
         after: None,
         started: Some(Instant::now()),
     });
@@ -424,6 +430,7 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
         }
         jobs.update(id, |j| j.steps_done += 1);
     }
+    jobs.update(id, |j| j.steps_ms = j.started.map(|s| s.elapsed().as_millis() as u64));
     let map = service.map();
     if let Some(d) = drain {
         let left: Vec<String> = map.tablets_of(d).map(|t| format!("{}@{:#018x}", t.table, t.start_hash)).collect();

@@ -311,7 +311,7 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
         out!(
             "{}",
             json!({
-                "job": j["id"], "state": "done", "elapsed_ms": elapsed, "moves": j["moves_done"],
+                "job": j["id"], "state": "done", "elapsed_ms": elapsed, "steps_ms": j["steps_ms"], "moves": j["moves_done"],
                 "bytes_moved": j["bytes_moved"], "objects_moved": j["objects_moved"],
                 "before": plan.before, "after": after,
                 "spread_before": before_spread, "spread_after": after_spread,
@@ -321,9 +321,10 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
         return Ok(());
     }
     out!(
-        "job {} done in {:.1} s: {} moves, about {} and {} objects moved",
+        "job {} done in {:.1} s ({:.1} s of moves, then measuring): {} moves, about {} and {} objects moved",
         j["id"],
         elapsed as f64 / 1000.0,
+        j["steps_ms"].as_u64().unwrap_or(elapsed) as f64 / 1000.0,
         j["moves_done"],
         HumanBytes(j["bytes_moved"].as_u64().unwrap_or(0)),
         j["objects_moved"]
