@@ -34,6 +34,9 @@
 //! * draining servers (`draining`, `shoal drain`) are known and not down;
 //!   no tablet move, recovery partition or new table's tablet is given to
 //!   one while another server could take it;
+//! * the saved rebalancing job (`rebalance_job`) is only what a running
+//!   job asked for; nothing else depends on it, and a server it names may
+//!   be gone (the job is then refused when planned again, and dropped);
 //! * server credentials (`credentials`) belong to known servers and are
 //!   SHA-256 digests (64 hex digits); a server's credential never changes
 //!   once issued.
