@@ -7,8 +7,9 @@
 # server) with `shoal load`, starts a fifth server, and runs `shoal
 # rebalance` while a Python client (clients/python, shoalkv) writes and
 # reads keys of the whole table. Prints the plan's moves and splits, the
-# rebalance's time, each server's memory (live bytes, from its STATS)
-# before and after, the spread (most minus least loaded), and the longest
+# rebalance's time, each server's memory (live bytes, from its STATS) and
+# load (operations per second, STATS ops_per_sec) before and after, their
+# spreads (most minus least), and the longest
 # single request any client saw (retries included). Processes are ended by
 # PID on exit; the data lives under a temporary directory that is removed.
 #
@@ -33,8 +34,7 @@ done
 dir=$(mktemp -d /tmp/shoal-rebalance-bench.XXXXXX)
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    end_pids
     rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -48,17 +48,8 @@ server() {
         --memory 1GiB --insecure-no-secret --data-dir "$dir/s$1" 2>"$dir/s$1.log" &
     pids+=($!)
 }
-up() {
-    for _ in $(seq 150); do
-        n=$("$bin" stats --coordinator "$coord" --json 2>/dev/null | grep -c '"state":"up"' || true)
-        [ "$n" -ge "$1" ] && return 0
-        sleep 0.2
-    done
-    echo "fewer than $1 servers up" >&2
-    exit 1
-}
 for i in 0 1 2 3; do server $i; done
-up 4
+wait_servers_up "$bin" "$coord" 4
 "$bin" create-table bench --coordinator "$coord" >/dev/null
 python3 - "$records" "$value_size" >"$dir/records.tsv" <<'EOF'
 import sys
@@ -72,7 +63,7 @@ echo "loading $records records of $value_size bytes into 4 servers ..."
 "$bin" load bench "$dir/records.tsv" --coordinator "$coord" | tail -1
 rm -f "$dir/records.tsv"
 server 4
-up 5
+wait_servers_up "$bin" "$coord" 5
 python3 - "$coord" "$records" >"$dir/load.out" <<'EOF' &
 import sys, threading, time
 sys.path.insert(0, "clients/python")
@@ -122,12 +113,16 @@ mb = lambda b: f"{b / 1e6:.1f}"
 print(f"plan: {len(moves)} moves, {len(splits)} splits, about {mb(sum(m['bytes'] for m in moves))} MB to move")
 for m in moves:
     print(f"  server {m['from']} -> {m['to']}: {mb(m['bytes'])} MB, {m['objects']} objects")
-after = {a["server"]: a["bytes"] for a in (done.get("after") or [])}
-print("server  before MB  after MB")
+after = {a["server"]: a for a in (done.get("after") or [])}
+print("server  before MB  after MB  before ops/s  after ops/s")
 for b in plan["before"]:
-    print(f"{b['server']:>6}  {mb(b['bytes']):>9}  {mb(after.get(b['server'], 0)):>8}")
-print(f"spread (most - least loaded): {mb(done['spread_before'])} MB before, {mb(done['spread_after'] or 0)} MB after")
-print(f"rebalance: {done['elapsed_ms'] / 1000:.2f} s in the coordinator's job, {wall:.2f} s for the command")
+    a = after.get(b["server"], {})
+    print(f"{b['server']:>6}  {mb(b['bytes']):>9}  {mb(a.get('bytes', 0)):>8}  {b.get('ops', 0):>12}  {a.get('ops', 0):>11}")
+print(f"spread of memory (most - least): {mb(done['spread_before'])} MB before, {mb(done['spread_after'] or 0)} MB after")
+print(f"spread of load (most - least): {done.get('ops_spread_before', 0)} ops/s before, {done.get('ops_spread_after') or 0} ops/s after")
+steps = done.get("steps_ms") or done["elapsed_ms"]
+print(f"rebalance: {steps / 1000:.2f} s of splits and moves, {done['elapsed_ms'] / 1000:.2f} s in the coordinator's job "
+      f"(with the final measurement), {wall:.2f} s for the command")
 EOF
 last=$(tail -1 "$dir/load.out")
 read -r w r lw lr <<<"$last"

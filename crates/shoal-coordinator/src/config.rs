@@ -89,12 +89,15 @@ pub struct CoordinatorArgs {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub lease_ms: u64,
 
-    /// After a new server joins the cluster, move tablets (splitting big
-    /// ones) so that the up servers' memory becomes even, one move at a
-    /// time, as `shoal rebalance` does. Off by default: moving data is the
-    /// operator's call (docs/migration.md, "Rebalancing and drain").
-    #[arg(long)]
-    pub rebalance_on_join: bool,
+    /// Rebalance without an operator: after a new server joins, move
+    /// tablets (splitting big ones) so that the up servers' memory and
+    /// load become even, as `shoal rebalance` does; after a crash recovery
+    /// ends, gather the small pieces it cut tablets into and merge them
+    /// back. Off by default: moving data is the operator's call
+    /// (docs/migration.md, "Rebalancing and drain"). The old name
+    /// --rebalance-on-join still works.
+    #[arg(long, alias = "rebalance-on-join")]
+    pub auto_rebalance: bool,
     /// File holding the cluster's secret (16 to 4096 bytes, e.g. 64 hex
     /// digits; mode 0600, else it is refused). Every server and the
     /// coordinator need the same file: each control and replication
@@ -194,8 +197,9 @@ pub struct CoordinatorConfig {
     pub restart_grace: Duration,
     /// Length of master leases (`--lease-ms`).
     pub lease: Duration,
-    /// `--rebalance-on-join`: rebalance after a new server joins.
-    pub rebalance_on_join: bool,
+    /// `--auto-rebalance`: rebalance after a new server joins, gather and
+    /// merge after a recovery.
+    pub auto_rebalance: bool,
     /// The cluster secret; `None`: no handshake, every request taken at its
     /// word (docs/security.md).
     pub secret: Option<ClusterSecret>,
@@ -228,7 +232,7 @@ impl Default for CoordinatorConfig {
             },
             restart_grace: Duration::from_millis(DEFAULT_RESTART_GRACE_MS),
             lease: Duration::from_millis(crate::lease::DEFAULT_LEASE_MS),
-            rebalance_on_join: false,
+            auto_rebalance: false,
             secret: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             metrics_listen: None,
@@ -264,7 +268,7 @@ impl TryFrom<CoordinatorArgs> for CoordinatorConfig {
             probe: ProbeConfig { attempts: args.probe_attempts, timeout: Duration::from_millis(args.probe_timeout_ms) },
             restart_grace: Duration::from_millis(args.restart_grace_ms),
             lease: Duration::from_millis(args.lease_ms),
-            rebalance_on_join: args.rebalance_on_join,
+            auto_rebalance: args.auto_rebalance,
             secret,
             max_connections_per_ip: args.max_connections_per_ip,
             metrics_listen: args.metrics_port.map(|port| SocketAddr::new(args.listen.ip(), port)),

@@ -1,19 +1,26 @@
 //! Rebalancing and drain jobs (`docs/migration.md`, "Rebalancing and
-//! drain"): a `rebalance` or `drain` request (or a server joining, with
-//! `--rebalance-on-join`) reads every up server's figures, plans with
+//! drain"): a `rebalance` or `drain` request (or, with `--auto-rebalance`,
+//! a server joining or a recovery ending) reads every up server's figures,
+//! plans with
 //! [`shoal_cluster::rebalance::plan`], and runs the plan's steps one at a
 //! time in a task of its own, each through the ordinary `split_tablet`
 //! and `start_migration` changes: a move is driven by its source as any
 //! other, and the job waits for its record to leave the map.
 //!
-//! One job runs at a time. It is memory of this process: a coordinator
-//! that restarts or fails over loses the rest of the plan (the move in
-//! progress is in the saved state and completes); a drained server keeps
-//! its saved mark. The job stops at the first refused or aborted step and
-//! says why in `stats` (`rebalance`) and the log.
+//! One job runs at a time. What it was asked for is saved with the state
+//! ([`SavedJob`]) while it runs; its plan and progress are memory of this
+//! process. A coordinator that takes over (a standby, or this one
+//! restarted) finds the saved job, waits for the move in flight to end
+//! (the migration's own fail-over finishes or aborts it) and plans again
+//! from the map and fresh figures, under the same job id
+//! (`docs/coordinator.md`, "Rebalancing across a fail-over"). The job
+//! stops at the first refused or aborted step and says why in `stats`
+//! (`rebalance`) and the log; a job that ends, either way, leaves the
+//! saved state.
 
 use crate::sampler;
 use crate::service::Service;
+use crate::state::SavedJob;
 use serde::Serialize;
 use shoal_cluster::map::{ClusterMap, ServerId, ServerState};
 use shoal_cluster::rebalance::{self, Load, Options, Plan, ServerUsage, Step};
@@ -33,17 +40,28 @@ pub const MOVE_TIMEOUT: Duration = Duration::from_secs(600);
 /// After a server joins, the wait before the automatic rebalance plans
 /// (the new server answers STATS and has the map by then).
 pub const JOIN_SETTLE: Duration = Duration::from_secs(2);
+/// How long after its last move a job measures the servers' rates (they
+/// average the last few seconds: `shoal-server`'s `load.rs`).
+pub const LOAD_SETTLE: Duration = Duration::from_secs(5);
 /// How long an automatic rebalance keeps retrying while the cluster is
 /// busy (another job, a migration or a recovery).
 pub const JOIN_RETRY_FOR: Duration = Duration::from_secs(600);
+/// Most times a saved job is taken over by a new coordinator: a job that
+/// keeps ending with its coordinator is dropped after that.
+pub const MAX_RESUMES: u32 = 3;
 
 /// What started a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     Request,
-    /// `--rebalance-on-join`, after this server joined.
+    /// `--auto-rebalance`, after this server joined.
     Join(ServerId),
+    /// `--auto-rebalance`, after the recovery of this server ended: gather
+    /// and merge only.
+    Recovery(ServerId),
+    /// A saved job this coordinator took over.
+    Resume,
 }
 
 /// A job's state, as `stats` shows it (`rebalance`).
@@ -75,6 +93,11 @@ pub struct Job {
     pub error: Option<String>,
     pub started_unix_ms: u64,
     pub elapsed_ms: u64,
+    /// From the start to the end of the last step (done only): the
+    /// elapsed time less the final measurement (at least 300 ms, and
+    /// [`LOAD_SETTLE`] with traffic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_ms: Option<u64>,
     /// The servers' loads measured when the job ended (done only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<Vec<Load>>,
@@ -126,6 +149,18 @@ pub(crate) struct Ask {
     pub drain: Option<ServerId>,
     pub dry_run: bool,
     pub trigger: Trigger,
+    /// Gather and merge only ([`Options::gather_only`]).
+    pub gather_only: bool,
+    /// The id of the saved job taken over ([`Trigger::Resume`]).
+    pub id: Option<u64>,
+    pub resumes: u32,
+}
+
+impl Ask {
+    /// A request's ask (`rebalance`, `drain`).
+    pub(crate) fn request(table: Option<String>, drain: Option<ServerId>, dry_run: bool) -> Ask {
+        Ask { table, drain, dry_run, trigger: Trigger::Request, gather_only: false, id: None, resumes: 0 }
+    }
 }
 
 /// Plans `ask` and, unless it is a dry run (or there is nothing to do),
@@ -159,7 +194,7 @@ pub(crate) async fn start(service: &Arc<Service>, ask: Ask) -> ControlResponse {
         Ok(u) => u,
         Err(e) => return invalid(e),
     };
-    let opts = Options { table, drain: ask.drain, excluded: service.draining().await };
+    let opts = Options { table, drain: ask.drain, excluded: service.draining().await, gather_only: ask.gather_only };
     let plan = match rebalance::plan(&map, &usage, &opts) {
         Ok(p) => p,
         Err(e) => return invalid(e),
@@ -177,9 +212,14 @@ pub(crate) async fn start(service: &Arc<Service>, ask: Ask) -> ControlResponse {
     }
     let id = {
         let mut next = jobs.next.lock();
-        *next += 1;
+        *next = (*next + 1).max(ask.id.unwrap_or(0));
         *next
     };
+    let saved =
+        SavedJob { id, table: ask.table.clone(), drain: ask.drain, gather_only: ask.gather_only, resumes: ask.resumes };
+    if let ControlResponse::Error { message, .. } = service.save_job(Some(saved), 0).await {
+        return invalid(format!("cannot save the job: {message}"));
+    }
     let kind = if ask.drain.is_some() { "drain" } else { "rebalance" };
     info!(
         "rebalance job {id} ({kind}{}): {} steps, {} moves, spread {} -> {} bytes (estimated)",
@@ -205,38 +245,103 @@ pub(crate) async fn start(service: &Arc<Service>, ask: Ask) -> ControlResponse {
         error: None,
         started_unix_ms: unix_ms(),
         elapsed_ms: 0,
+        steps_ms: None,
         after: None,
         started: Some(Instant::now()),
     });
     let this = service.clone();
     let steps = plan.steps.clone();
-    tokio::spawn(async move { run(this, id, steps, ask.drain).await });
+    tokio::spawn(async move {
+        run(this.clone(), id, steps, ask.drain).await;
+        // Done or failed: no coordinator takes it over. (A coordinator that
+        // lost its leadership cannot save; the saved job stays for the next.)
+        if let ControlResponse::Error { message, .. } = this.save_job(None, id).await {
+            warn!("rebalance job {id} ended but stays saved: {message}");
+        }
+    });
     ControlResponse::Plan { plan, job: Some(id) }
 }
 
-/// After server `joined` enlisted (`--rebalance-on-join`): waits
-/// [`JOIN_SETTLE`], then rebalances, retrying every 2 s for up to
-/// [`JOIN_RETRY_FOR`] while the cluster is busy.
+/// After server `joined` enlisted (`--auto-rebalance`): rebalances
+/// ([`automatic`]).
 pub(crate) async fn after_join(service: Arc<Service>, joined: ServerId) {
+    let ask = Ask { trigger: Trigger::Join(joined), ..Ask::request(None, None, false) };
+    automatic(service, ask, format!("server {joined} joined")).await;
+}
+
+/// With `--auto-rebalance`, for as long as this coordinator serves: each
+/// time a recovery leaves the map, gathers and merges the pieces it left
+/// ([`automatic`]). Returns at `shutdown`.
+pub(crate) async fn after_recoveries(service: Arc<Service>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut watch = service.map_watch();
+    let mut known: BTreeMap<u64, ServerId> = BTreeMap::new();
+    loop {
+        let map = watch.borrow_and_update().clone();
+        let now: BTreeMap<u64, ServerId> = map.recoveries.iter().map(|r| (r.id, r.dead)).collect();
+        for (id, dead) in &known {
+            if !now.contains_key(id) {
+                let ask =
+                    Ask { trigger: Trigger::Recovery(*dead), gather_only: true, ..Ask::request(None, None, false) };
+                tokio::spawn(automatic(service.clone(), ask, format!("the recovery of server {dead} ended")));
+            }
+        }
+        known = now;
+        tokio::select! {
+            changed = watch.changed() => if changed.is_err() { return },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// On a coordinator that has just started serving: takes over the saved
+/// job, if any ([`automatic`] under its id), or drops it after
+/// [`MAX_RESUMES`] takeovers.
+pub(crate) async fn resume(service: Arc<Service>) {
+    let Some(saved) = service.saved_job().await else { return };
+    if saved.resumes >= MAX_RESUMES {
+        warn!("rebalance job {} was taken over {} times already: dropped", saved.id, saved.resumes);
+        service.save_job(None, saved.id).await;
+        return;
+    }
+    info!("taking over rebalance job {}: planning it again once the cluster is quiet", saved.id);
+    let ask = Ask {
+        table: saved.table.clone(),
+        drain: saved.drain,
+        dry_run: false,
+        trigger: Trigger::Resume,
+        gather_only: saved.gather_only,
+        id: Some(saved.id),
+        resumes: saved.resumes + 1,
+    };
+    if !automatic(service.clone(), ask, format!("rebalance job {} taken over", saved.id)).await {
+        service.save_job(None, saved.id).await;
+    }
+}
+
+/// Runs `ask` without an operator: waits [`JOIN_SETTLE`] (a new server
+/// answers STATS and has the map by then; the pieces of a recovery have
+/// their masters), then plans and starts the job, retrying every 2 s for
+/// up to [`JOIN_RETRY_FOR`] while the cluster is busy. `why` starts its
+/// log lines. Returns whether a job started.
+async fn automatic(service: Arc<Service>, ask: Ask, why: String) -> bool {
     tokio::time::sleep(JOIN_SETTLE).await;
     let until = Instant::now() + JOIN_RETRY_FOR;
     loop {
-        let ask = Ask { table: None, drain: None, dry_run: false, trigger: Trigger::Join(joined) };
-        match start(&service, ask).await {
-            ControlResponse::Plan { job: Some(id), .. } => {
-                info!("server {joined} joined: rebalance job {id} started");
-                return;
+        match start(&service, ask.clone()).await {
+            ControlResponse::Plan { job: Some(id), plan } => {
+                info!("{why}: rebalance job {id} started ({} moves, {} merges)", plan.moves(), plan.merges());
+                return true;
             }
             ControlResponse::Plan { job: None, .. } => {
-                info!("server {joined} joined: the cluster is balanced, nothing to move");
-                return;
+                info!("{why}: nothing to move or merge");
+                return false;
             }
             ControlResponse::Error { message, .. } if busy(&message) && Instant::now() < until => {
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             other => {
-                warn!("server {joined} joined: no rebalance: {other:?}");
-                return;
+                warn!("{why}: no rebalance: {other:?}");
+                return false;
             }
         }
     }
@@ -325,6 +430,7 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
         }
         jobs.update(id, |j| j.steps_done += 1);
     }
+    jobs.update(id, |j| j.steps_ms = j.started.map(|s| s.elapsed().as_millis() as u64));
     let map = service.map();
     if let Some(d) = drain {
         let left: Vec<String> = map.tablets_of(d).map(|t| format!("{}@{:#018x}", t.table, t.start_hash)).collect();
@@ -335,7 +441,7 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
     let after = settled(&map).await.map(|u| {
         u.iter()
             .filter(|(s, _)| map.server(**s).is_some_and(|x| x.state == ServerState::Up))
-            .map(|(s, x)| Load { server: *s, bytes: x.bytes })
+            .map(|(s, x)| Load { server: *s, bytes: x.bytes, ops: x.ops })
             .collect::<Vec<_>>()
     });
     let spread = after.as_deref().map(Plan::spread);
@@ -374,12 +480,15 @@ async fn wait_for_move(service: &Service, id: u64) -> Result<Arc<ClusterMap>, St
 /// Every up server's figures once they have settled: a source drops a
 /// moved tablet's objects only after its map shows the commit, in the
 /// background, so the figures are read every 300 ms until their total
-/// changes by less than 1% (at most 5 s). `None` if a server cannot be
-/// read.
+/// changes by less than 1% (at most 5 s); and a server's rate follows a
+/// change of traffic within about four of its periods
+/// ([`LOAD_SETTLE`]), so with traffic the last reading is no earlier
+/// than that. `None` if a server cannot be read.
 async fn settled(map: &ClusterMap) -> Option<BTreeMap<ServerId, ServerUsage>> {
     let total = |u: &BTreeMap<ServerId, ServerUsage>| u.values().map(|x| x.bytes).sum::<u64>();
+    let started = Instant::now();
     let mut last = gather(map).await.ok()?;
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = started + Duration::from_secs(5);
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let now = gather(map).await.ok()?;
@@ -388,6 +497,10 @@ async fn settled(map: &ClusterMap) -> Option<BTreeMap<ServerId, ServerUsage>> {
         if a.abs_diff(b) <= a / 100 {
             break;
         }
+    }
+    if last.values().any(|u| u.ops > 0) && started.elapsed() < LOAD_SETTLE {
+        tokio::time::sleep(LOAD_SETTLE - started.elapsed()).await;
+        last = gather(map).await.ok()?;
     }
     Some(last)
 }

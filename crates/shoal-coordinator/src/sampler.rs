@@ -310,8 +310,9 @@ fn partition_stat(name: &str) -> Option<(u64, u32, &str)> {
 }
 
 /// What rebalancing weighs (`shoal_cluster::rebalance`): the server at
-/// `native`'s `live_bytes` + `stream_bytes`, and its `table_<id>_objects`
-/// and `table_<id>_bytes`, read with one STATS on a connection of its own
+/// `native`'s `live_bytes` + `stream_bytes`, `ops_per_sec`, and its
+/// `table_<id>_objects`, `table_<id>_bytes` and `table_<id>_ops_per_sec`,
+/// read with one STATS on a connection of its own
 /// within `timeout`. Errors say why (as for the dashboard: a server that
 /// needs a password or speaks TLS on its native port answers no STATS).
 pub(crate) async fn usage(native: SocketAddr, timeout: Duration) -> Result<ServerUsage, String> {
@@ -342,15 +343,19 @@ pub(crate) async fn usage(native: SocketAddr, timeout: Duration) -> Result<Serve
     for (name, v) in stats {
         match name.as_str() {
             "live_bytes" | "stream_bytes" => u.bytes += v,
+            "ops_per_sec" => u.ops = v,
             _ => {
                 let Some((table, what)) = name.strip_prefix("table_").and_then(|r| r.split_once('_')) else {
                     continue;
                 };
                 let Ok(table) = table.parse() else { continue };
-                let e = u.tables.entry(shoal_common::TableId(table)).or_default();
+                let table = shoal_common::TableId(table);
                 match what {
-                    "objects" => e.0 = v,
-                    "bytes" => e.1 = v,
+                    "objects" => u.tables.entry(table).or_default().0 = v,
+                    "bytes" => u.tables.entry(table).or_default().1 = v,
+                    "ops_per_sec" => {
+                        u.table_ops.insert(table, v);
+                    }
                     _ => {}
                 }
             }

@@ -104,7 +104,7 @@ impl Coordinator {
                 .await?
                 .with_restart_grace(config.restart_grace)
                 .with_lease(config.lease)
-                .with_rebalance_on_join(config.rebalance_on_join)
+                .with_auto_rebalance(config.auto_rebalance)
                 .with_fence(fence),
         );
         let listener = TcpListener::bind(config.listen)
@@ -123,6 +123,10 @@ impl Coordinator {
             None => None,
         };
         let task = tokio::spawn(serve(listener, service.clone(), shutdown.subscribe(), limits));
+        if service.auto_rebalance() {
+            tokio::spawn(crate::rebalancer::after_recoveries(service.clone(), shutdown.subscribe()));
+        }
+        tokio::spawn(crate::rebalancer::resume(service.clone()));
         Ok(Coordinator { addr, http_addr, service, shutdown, task: Some(task) })
     }
 

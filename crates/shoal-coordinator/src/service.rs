@@ -28,8 +28,8 @@ use crate::config::CoordinatorError;
 use crate::etcd::Fence;
 use crate::lease::{Leases, DEFAULT_LEASE_MS};
 use crate::probe::{probe, ProbeConfig};
-use crate::rebalancer::{self, Ask, Jobs, Trigger};
-use crate::state::{self, ClusterState, Enlister, Outcome};
+use crate::rebalancer::{self, Ask, Jobs};
+use crate::state::{self, ClusterState, Enlister, Outcome, SavedJob};
 use crate::store::StateStore;
 use shoal_cluster::auth::Credential;
 use shoal_cluster::map::{ClusterMap, Recovery, ServerId, ServerState};
@@ -149,7 +149,7 @@ pub(crate) struct Service {
     /// The rebalancing or drain job running or last run (`rebalancer.rs`).
     pub(crate) jobs: Jobs,
     /// `--rebalance-on-join`: a new server starts a rebalance.
-    rebalance_on_join: bool,
+    auto_rebalance: bool,
 }
 
 /// Suspects being checked, and when each was first reported.
@@ -290,8 +290,8 @@ impl Service {
     }
 
     /// Rebalances after every new server joins (`--rebalance-on-join`).
-    pub(crate) fn with_rebalance_on_join(mut self, on: bool) -> Service {
-        self.rebalance_on_join = on;
+    pub(crate) fn with_auto_rebalance(mut self, on: bool) -> Service {
+        self.auto_rebalance = on;
         self
     }
 
@@ -380,7 +380,7 @@ impl Service {
             leases: parking_lot::Mutex::new(Leases::new(Duration::from_millis(DEFAULT_LEASE_MS), now)),
             fence: None,
             jobs: Jobs::default(),
-            rebalance_on_join: false,
+            auto_rebalance: false,
         })
     }
 
@@ -469,20 +469,18 @@ impl Service {
                     self.enlisted.lock().insert(*server);
                     let joined =
                         previous != Some(*server) && map.server(*server).is_some_and(|s| s.state == ServerState::Up);
-                    if joined && self.rebalance_on_join {
+                    if joined && self.auto_rebalance {
                         tokio::spawn(rebalancer::after_join(self.clone(), *server));
                     }
                 }
                 answer
             }
             ControlRequest::Rebalance { table, dry_run } => {
-                let ask = Ask { table, drain: None, dry_run, trigger: Trigger::Request };
-                rebalancer::start(self, ask).await
+                rebalancer::start(self, Ask::request(table, None, dry_run)).await
             }
             ControlRequest::Drain { server, undo: true, .. } => self.set_draining(server, false).await,
             ControlRequest::Drain { server, dry_run, .. } => {
-                let ask = Ask { table: None, drain: Some(server), dry_run, trigger: Trigger::Request };
-                rebalancer::start(self, ask).await
+                rebalancer::start(self, Ask::request(None, Some(server), dry_run)).await
             }
             req @ (ControlRequest::CreateTable { .. }
             | ControlRequest::DropTable { .. }
@@ -817,6 +815,22 @@ impl Service {
             },
         )
         .await
+    }
+
+    /// Saves `job` as the rebalancing job running, or (`None`) forgets
+    /// job `clear` if it is the one saved ([`ClusterState::set_rebalance_job`]).
+    pub(crate) async fn save_job(self: &Arc<Self>, job: Option<SavedJob>, clear: u64) -> ControlResponse {
+        self.commit("rebalance_job", move |state, _| state.set_rebalance_job(job, clear), |_, _, _| {}).await
+    }
+
+    /// The saved rebalancing job, if any.
+    pub(crate) async fn saved_job(&self) -> Option<SavedJob> {
+        self.state.lock().await.rebalance_job().cloned()
+    }
+
+    /// Whether `--auto-rebalance` is on.
+    pub(crate) fn auto_rebalance(&self) -> bool {
+        self.auto_rebalance
     }
 
     /// The servers being drained.

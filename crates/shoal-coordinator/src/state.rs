@@ -36,6 +36,9 @@
 //! * draining servers (`draining`, `shoal drain`) are known and not down;
 //!   no tablet move, recovery partition or new table's tablet is given to
 //!   one while another server could take it;
+//! * the saved rebalancing job (`rebalance_job`) is only what a running
+//!   job asked for; nothing else depends on it, and a server it names may
+//!   be gone (the job is then refused when planned again, and dropped);
 //! * server credentials (`credentials`) belong to known servers and are
 //!   SHA-256 digests (64 hex digits); a server's credential never changes
 //!   once issued.
@@ -157,6 +160,11 @@ pub struct ClusterState {
     /// again, or the drain is undone. Absent when empty.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     draining: BTreeSet<ServerId>,
+    /// The rebalancing or drain job running (`rebalancer.rs`): saved so
+    /// that a coordinator taking over plans it again and finishes it.
+    /// Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rebalance_job: Option<SavedJob>,
     /// `--replicas`: configuration, not state, so not saved.
     #[serde(skip)]
     replicas_config: Option<u32>,
@@ -164,6 +172,26 @@ pub struct ClusterState {
     /// set, which counts as [`DEFAULT_SC_GROUP_SIZE`]. Not saved.
     #[serde(skip)]
     sc_group_size: u32,
+}
+
+/// What a running rebalancing or drain job asked for: enough to plan it
+/// again (`docs/coordinator.md`, "Rebalancing across a fail-over").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedJob {
+    /// The job's id, which a resumed job keeps.
+    pub id: u64,
+    /// Only this table's tablets move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// The drained server (a drain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<ServerId>,
+    /// Only gathering and merging (after a recovery).
+    #[serde(default)]
+    pub gather_only: bool,
+    /// How many coordinators have taken the job over so far.
+    #[serde(default)]
+    pub resumes: u32,
 }
 
 /// Symmetric-caching group size when `--sc-group-size` is not given: the
@@ -200,6 +228,7 @@ impl ClusterState {
             committed_migrations: Vec::new(),
             credentials: BTreeMap::new(),
             draining: BTreeSet::new(),
+            rebalance_job: None,
             replicas_config,
             sc_group_size: 0,
         };
@@ -335,6 +364,28 @@ impl ClusterState {
         if !changed {
             return Outcome::unchanged(ControlResponse::Ok);
         }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// The rebalancing or drain job running, if any.
+    pub fn rebalance_job(&self) -> Option<&SavedJob> {
+        self.rebalance_job.as_ref()
+    }
+
+    /// Records `job` as the one running, or with `None` (`clear`: the id
+    /// of the job that ended) forgets job `clear` if it is the one saved.
+    /// Unchanged (answered `Ok`) when nothing differs.
+    pub fn set_rebalance_job(&mut self, job: Option<SavedJob>, clear: u64) -> Outcome {
+        let next = match job {
+            Some(j) => Some(j),
+            None if self.rebalance_job.as_ref().is_some_and(|j| j.id == clear) => None,
+            None => return Outcome::unchanged(ControlResponse::Ok),
+        };
+        if next == self.rebalance_job {
+            return Outcome::unchanged(ControlResponse::Ok);
+        }
+        self.rebalance_job = next;
         self.bump();
         Outcome::changed(ControlResponse::Ok)
     }
@@ -1288,6 +1339,7 @@ impl ClusterState {
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
             "replica_floors": self.map.replica_floors.len(),
             "sc_groups": self.map.sc_groups,
+            "rebalance_job": self.rebalance_job,
         })
     }
 
@@ -2996,6 +3048,23 @@ mod tests {
         assert!(down(&mut s, 3));
         assert!(s.draining().is_empty(), "a dead server is drained for good");
         assert_eq!(error_code(s.set_draining(ServerId(3), true).response), ControlErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn a_saved_rebalance_job_survives_encoding_and_is_cleared_only_by_its_own_id() {
+        let mut s = cluster(3);
+        let job = SavedJob { id: 4, table: None, drain: Some(ServerId(2)), gather_only: false, resumes: 0 };
+        assert!(s.set_rebalance_job(Some(job.clone()), 0).changed);
+        assert!(!s.set_rebalance_job(Some(job.clone()), 0).changed, "the same job again");
+        let (back, _) = ClusterState::decode(&s.encode(), None).unwrap();
+        assert_eq!(back.rebalance_job(), Some(&job));
+        assert!(!s.set_rebalance_job(None, 3).changed, "another job's end leaves it");
+        assert_eq!(s.rebalance_job(), Some(&job));
+        assert!(s.set_rebalance_job(None, 4).changed);
+        assert_eq!(s.rebalance_job(), None);
+        let (back, _) = ClusterState::decode(&s.encode(), None).unwrap();
+        assert_eq!(back.rebalance_job(), None);
+        s.check().unwrap();
     }
 
     #[test]

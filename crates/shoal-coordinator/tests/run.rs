@@ -20,7 +20,7 @@ async fn run_serves_until_sigterm_and_keeps_its_state() {
         probe_attempts: 2,
         restart_grace_ms: 10_000,
         lease_ms: 2000,
-        rebalance_on_join: false,
+        auto_rebalance: false,
         cluster_secret_file: Some(secret_file(dir.path())),
         insecure_no_secret: false,
         max_connections_per_ip: 64,

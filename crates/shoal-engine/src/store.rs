@@ -422,6 +422,11 @@ struct TableCounts {
     bytes: AtomicU64,
     /// Of those, objects with an expiry.
     expiring: AtomicU64,
+    /// Client operations on the table's keys since it was created here
+    /// (reads, writes, removes, increments; each item of a batch counts):
+    /// what rebalancing evens as load. One relaxed add per operation, on
+    /// the counts the table check already looks up.
+    ops: AtomicU64,
 }
 
 /// What [`Store::on_chunk_gone`] calls for each chunk of a table that
@@ -560,6 +565,18 @@ impl Inner {
         }
     }
 
+    /// [`Inner::check_table`] for a client operation, which it counts in
+    /// the table's `ops`.
+    fn count_op(&self, table: TableId) -> Result<(), StoreError> {
+        match self.tables.read().get(&table) {
+            Some(n) => {
+                n.ops.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            None => Err(StoreError::UnknownTable(table)),
+        }
+    }
+
     fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
         if key.len() > self.config.max_key_bytes {
             return Err(StoreError::KeyTooLarge { len: key.len(), max: self.config.max_key_bytes });
@@ -648,7 +665,7 @@ impl Inner {
         value: NewValue<'_>,
         expiry: Expiry,
     ) -> Result<(Version, i64), StoreError> {
-        self.check_table(table)?;
+        self.count_op(table)?;
         self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let started = Instant::now();
@@ -856,7 +873,7 @@ impl Inner {
     /// the same (a tombstone is appended) and `None` returned, as for a
     /// missing key.
     fn remove(&self, table: TableId, key: &[u8], rules: RejectRules) -> Result<Option<Version>, StoreError> {
-        self.check_table(table)?;
+        self.count_op(table)?;
         self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let started = Instant::now();
@@ -927,7 +944,7 @@ impl Inner {
         rules: RejectRules,
         mut out: Option<&mut Vec<u8>>,
     ) -> Result<ObjectMeta, StoreError> {
-        self.check_table(table)?;
+        self.count_op(table)?;
         self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let _g = self.epochs.pin();
@@ -1100,6 +1117,19 @@ impl Store {
             .ok_or(StoreError::UnknownTable(table))
     }
 
+    /// Client operations on `table` since it was created on this store
+    /// (reads, writes, removes, increments; each item of a batch counts),
+    /// from a counter (O(1)). Servers turn it into a rate that
+    /// rebalancing evens (`docs/migration.md`, "Rebalancing and drain").
+    pub fn table_ops(&self, table: TableId) -> Result<u64, StoreError> {
+        self.inner
+            .tables
+            .read()
+            .get(&table)
+            .map(|n| n.ops.load(Ordering::Relaxed))
+            .ok_or(StoreError::UnknownTable(table))
+    }
+
     /// Number of objects of `table` that carry an expiry (expired ones not
     /// yet reclaimed included), from a counter.
     pub fn table_expiring(&self, table: TableId) -> Result<u64, StoreError> {
@@ -1249,7 +1279,7 @@ impl Store {
         f: impl FnOnce(Option<(&[u8], Version, Option<UnixMillis>)>) -> R,
     ) -> Result<R, StoreError> {
         let inner = &*self.inner;
-        inner.check_table(table)?;
+        inner.count_op(table)?;
         inner.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let _lock = inner.ht.lock(hash);
@@ -1276,7 +1306,7 @@ impl Store {
         let mut results: Vec<Option<Result<Version, StoreError>>> = vec![None; items.len()];
         let mut todo: Vec<usize> = Vec::new();
         for (i, op) in items.iter().enumerate() {
-            match inner.check_table(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))) {
+            match inner.count_op(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))) {
                 Ok(()) => todo.push(i),
                 Err(e) => results[i] = Some(Err(e)),
             }
@@ -1309,7 +1339,7 @@ impl Store {
         let inner = &self.inner;
         let mut seen = HashSet::new();
         for (i, op) in items.iter().enumerate() {
-            inner.check_table(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))).map_err(|e| (i, e))?;
+            inner.count_op(op.table).and_then(|_| inner.check_sizes(op.key, Some(op.value))).map_err(|e| (i, e))?;
             if !seen.insert((op.table, op.key)) || i >= MAX_ATOMIC_BATCH {
                 return Err((i, StoreError::InvalidBatch));
             }

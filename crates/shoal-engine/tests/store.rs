@@ -783,3 +783,26 @@ fn enumerate_entries_range_replays_at_the_target_and_forget_range_drops_only_the
     source.check_invariants().unwrap();
     target.check_invariants().unwrap();
 }
+
+#[test]
+fn table_ops_counts_each_client_operation_of_its_table_only() {
+    let store = Store::new(common::small_config(256, true)).unwrap();
+    store.create_table(T);
+    store.create_table(TableId(2));
+    assert_eq!(store.table_ops(T), Ok(0));
+    store.write(T, b"a", b"1", RejectRules::default()).unwrap();
+    store.read(T, b"a", RejectRules::default()).unwrap();
+    // A refused or failed operation is still work the server did.
+    assert_eq!(store.read(T, b"missing", RejectRules::default()), Err(StoreError::ObjectDoesntExist));
+    store.increment(T, b"n", 1, RejectRules::default()).unwrap();
+    store.remove(T, b"a", RejectRules::default()).unwrap();
+    // Each item of a batch counts.
+    let batch = store.multi_read(&[(T, b"n"), (T, b"a"), (TableId(2), b"x")]);
+    assert_eq!(batch.len(), 3);
+    assert_eq!(store.table_ops(T), Ok(7));
+    assert_eq!(store.table_ops(TableId(2)), Ok(1));
+    assert_eq!(store.table_ops(TableId(3)), Err(StoreError::UnknownTable(TableId(3))));
+    // The expiry sweep, enumeration and replay are not client operations.
+    common::enumerate_all(&store, T, 10);
+    assert_eq!(store.table_ops(T), Ok(7));
+}

@@ -47,6 +47,8 @@ pub struct ServerContext {
     /// The Redis streams of the RESP port: their indexes and the signal
     /// blocked XREADs wait on (`resp::xstream`).
     pub xstreams: crate::resp::xstream::XStreams,
+    /// Operations per second per table (see `load`).
+    pub load: crate::load::LoadMeter,
     started: Instant,
     shutdown: watch::Sender<bool>,
 }
@@ -145,6 +147,7 @@ impl ServerContext {
         Ok(ServerContext {
             locks,
             xstreams: Default::default(),
+            load: Default::default(),
             admin,
             config,
             store,

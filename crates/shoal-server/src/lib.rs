@@ -47,6 +47,7 @@ pub mod context;
 pub mod http;
 pub mod lease;
 pub mod listener;
+pub mod load;
 pub mod memcached;
 pub mod metrics;
 pub mod migrate;

@@ -300,6 +300,7 @@ async fn serve(
     }
     tokio::spawn(crate::budget::enforce(ctx.clone()));
     tokio::spawn(crate::retention::run(ctx.clone()));
+    tokio::spawn(crate::load::run(ctx.clone()));
     if signals {
         tokio::spawn(stop_on_signals(ctx.clone()));
     }

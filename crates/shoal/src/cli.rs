@@ -269,15 +269,17 @@ pub enum ClientCommand {
     /// (docs/migration.md, "Rebalancing and drain").
     ///
     /// `shoal rebalance --coordinator ADDR [--dry-run] [--table NAME]`:
-    /// the coordinator reads every up server's figures (live bytes, and
-    /// bytes per table, which it shares among a server's tablets of the
-    /// table by their hash widths), plans moves from the most to the least
-    /// loaded servers (splitting a tablet too big to move whole), and runs
-    /// them one at a time through the migration path of shoal migrate,
-    /// while clients keep working. Prints the plan (each move's estimated
-    /// bytes and objects, each server's memory before and after), then a
-    /// line per move (a bar on a terminal) with its time, then the
-    /// measured spread. --dry-run prints the plan only. Servers being
+    /// the coordinator reads every up server's figures (live bytes and
+    /// operations per second, and both per table, which it shares among a
+    /// server's tablets of the table by their hash widths), plans moves
+    /// that even the memory first and then the load (hot parts out, cold
+    /// parts back, splitting a tablet too big to move whole), merges back
+    /// small pieces a recovery left, and runs the moves one at a time
+    /// through the migration path of shoal migrate, while clients keep
+    /// working. Prints the plan (each move's estimated bytes and objects,
+    /// each server's memory and ops/s before and after), then a line per
+    /// move (a bar on a terminal) with its time, then the measured memory
+    /// and load per server and their spreads. --dry-run prints the plan only. Servers being
     /// drained take nothing. Exits 1 when refused (another rebalance or
     /// drain running, a migration or recovery in progress, a server whose
     /// STATS cannot be read) or when a move aborts (the rest is dropped);

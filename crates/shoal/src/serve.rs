@@ -43,10 +43,12 @@ pub struct LocalCommand {
     /// (docs/symmetric-caching.md) [default: the whole cluster, up to 8].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub sc_group_size: Option<u32>,
-    /// Passed to the coordinator: rebalance by itself after a server joins
-    /// (docs/migration.md, "Rebalancing and drain").
-    #[arg(long)]
-    pub rebalance_on_join: bool,
+    /// Passed to the coordinators: rebalance by themselves after a server
+    /// joins, and merge back the pieces a recovery left once it ends
+    /// (docs/migration.md, "Rebalancing and drain"). The old name
+    /// --rebalance-on-join still works.
+    #[arg(long, alias = "rebalance-on-join")]
+    pub auto_rebalance: bool,
     /// Directory holding the coordinator's state and one data directory per
     /// server. Starting again with the same root restarts the same cluster,
     /// with every acknowledged write. One `shoal local` at a time: a second
@@ -520,8 +522,8 @@ fn run_local(cmd: &LocalCommand) -> Result<(), String> {
         if let Some(n) = cmd.sc_group_size {
             args.extend(["--sc-group-size".into(), n.to_string()]);
         }
-        if cmd.rebalance_on_join {
-            args.push("--rebalance-on-join".into());
+        if cmd.auto_rebalance {
+            args.push("--auto-rebalance".into());
         }
         // The coordinator's HTTP port is picked here when free, so that the
         // dashboard's address can be printed.

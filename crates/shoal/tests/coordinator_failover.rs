@@ -479,3 +479,81 @@ fn a_leader_whose_state_was_written_by_another_steps_down_and_a_coordinator_lead
         let _ = p.wait();
     }
 }
+
+/// A drain (a rebalancing job) whose leader coordinator is SIGKILLed while
+/// the job runs: the standby, elected, finds the saved job, plans it again
+/// and finishes it under the same id; the `shoal drain` that was waiting
+/// follows it to the end through the standby, the drained server masters
+/// nothing, and every acknowledged write reads back (`docs/coordinator.md`,
+/// "Rebalancing across a fail-over").
+#[test]
+fn a_standby_finishes_the_drain_a_killed_leader_was_running() {
+    if skip("a_standby_finishes_the_drain...") {
+        return;
+    }
+    let root = Root::new("failover-drain");
+    let local = Local::start(&root.0, 3);
+    let (leader, standby) = (local.coordinator("leader"), local.coordinator("standby"));
+    let addrs = CoordinatorAddrs::new(vec![leader, standby]).unwrap();
+    let secret = shoal_cluster::auth::ClusterSecret::load(&root.0.join("cluster-secret")).unwrap();
+    let member = shoal_cluster::ControlAuth { secret: Some(secret), ..Default::default() };
+    let table = runtime()
+        .block_on(ControlClient::new(addrs.clone()).with_auth(member.clone()).create_table("t", 0))
+        .unwrap()
+        .id;
+    let mut c = shoal_client::blocking::Client::connect_cluster(addrs.clone(), Default::default()).unwrap();
+    let filler = "p".repeat(2000);
+    for i in 0..6000 {
+        c.write(table, format!("pre-{i}").as_bytes(), format!("{i}-{filler}").as_bytes()).unwrap();
+    }
+    let load = WriteLoad::start(addrs.clone(), table, 2, |t, n| Some(format!("k{t}-{}", n % 400).into_bytes()));
+    let drained = map(&addrs).unwrap().tablets.iter().find(|t| t.table == table).unwrap().master;
+
+    let mut cmd = Command::new(SHOAL);
+    cmd.args(["drain", "--server", &drained.0.to_string(), "--wait", "120", "--json", "--coordinator"])
+        .arg(addrs.to_string())
+        .arg("--cluster-secret-file")
+        .arg(root.0.join("cluster-secret"))
+        .stdin(Stdio::null());
+    let follower = std::thread::spawn(move || cmd.output().unwrap());
+    let stats = |at: &CoordinatorAddrs| {
+        let mut c = ControlClient::new(at.clone()).with_timeout(Duration::from_secs(2)).with_auth(member.clone());
+        match runtime().block_on(c.call(&shoal_cluster::ControlRequest::Stats)) {
+            Ok(shoal_cluster::ControlResponse::Stats { stats }) => Some(stats),
+            _ => None,
+        }
+    };
+    // Kill the leader while the job runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        if let Some(s) = stats(&CoordinatorAddrs::from(leader)) {
+            if s["rebalance"]["state"] == "running" {
+                break s["rebalance"]["id"].as_u64().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "the drain never started");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    signal(local.child_pid(&format!("coordinator --listen {leader}")), "-KILL");
+    let killed = Instant::now();
+
+    let out = follower.join().unwrap();
+    assert!(out.status.success(), "shoal drain did not follow the job through the standby: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let done: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!((done["state"].as_str(), done["job"].as_u64()), (Some("done"), Some(job)), "{text}");
+    let s = stats(&CoordinatorAddrs::from(standby)).expect("the standby leads");
+    assert_eq!(s["rebalance"]["trigger"], "resume", "{s}");
+    assert!(s["rebalance_job"].is_null(), "{s}");
+    let m = map(&addrs).unwrap();
+    assert_eq!(m.tablets_of(drained).count(), 0, "{m:?}");
+    assert!(m.migrations.is_empty());
+    eprintln!("leader killed mid-drain; the standby finished job {job} {:?} after the kill", killed.elapsed());
+
+    let (ledger, acks) = load.finish();
+    assert!(acks > 0);
+    check_ledger(&mut c, table, &ledger);
+    for i in (0..6000).step_by(7) {
+        assert_eq!(c.read(table, format!("pre-{i}").as_bytes()).unwrap().0, format!("{i}-{filler}").into_bytes());
+    }
+}

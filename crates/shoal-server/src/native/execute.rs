@@ -921,6 +921,8 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
             ]);
         }
     }
+    let rates = ctx.load.rates();
+    v.push(u("ops_per_sec", rates.iter().map(|(_, r)| r).sum()));
     // Last, per table holding objects (at most MAX_TABLE_STATS tables):
     // table_<id>_objects and table_<id>_bytes (its objects' log entries),
     // which rebalancing weighs tablets by (docs/migration.md). Last so
@@ -934,11 +936,16 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
             v.push(Stat { name: Cow::Owned(format!("table_{}_{what}", id.0)), value: StatValue::U64(value) });
         }
     }
+    // And table_<id>_ops_per_sec of each table with operations (the load
+    // that rebalancing evens, `load.rs`).
+    for (id, rate) in rates.into_iter().take(MAX_TABLE_STATS) {
+        v.push(Stat { name: Cow::Owned(format!("table_{}_ops_per_sec", id.0)), value: StatValue::U64(rate) });
+    }
     v
 }
 
 /// Most tables STATS lists figures of: keeps the answer well under the
-/// 1 MiB a reader such as the coordinator takes (about 60 bytes a table).
+/// 1 MiB a reader such as the coordinator takes (about 90 bytes a table).
 pub const MAX_TABLE_STATS: usize = 8192;
 
 /// A cluster member's statistics: its place in the cluster, its

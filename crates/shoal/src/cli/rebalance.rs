@@ -139,7 +139,10 @@ fn follow(
     a: &JobArgs,
 ) -> Result<(), CliError> {
     let json = a.common.json;
-    let moves: Vec<&Step> = plan.steps.iter().filter(|s| matches!(s, Step::Move { .. })).collect();
+    let moves_of =
+        |p: &Plan| -> Vec<Step> { p.steps.iter().filter(|s| matches!(s, Step::Move { .. })).cloned().collect() };
+    let mut planned = plan.clone();
+    let mut moves = moves_of(plan);
     let progress = if json { None } else { Some(Progress::new(Stream::Stderr)) };
     let task = progress.as_ref().map(|p| p.task(format!("job {job}"), Some(moves.len() as u64), Unit::Count("moves")));
     let started = Instant::now();
@@ -155,6 +158,12 @@ fn follow(
             Err(e) => return Err(e),
         };
         let j = &stats["rebalance"];
+        // A coordinator that took over plans the saved job again (under its
+        // id) once the move in flight has ended.
+        let saved = stats["rebalance_job"]["id"].as_u64() == Some(job);
+        if j["id"].as_u64() != Some(job) && saved && Instant::now() < deadline {
+            continue;
+        }
         if j["id"].as_u64() != Some(job) {
             return Err(CliError::refused(
                 "lost",
@@ -162,6 +171,23 @@ fn follow(
                     "the coordinator no longer knows job {job} (it restarted or failed over): run the command again"
                 ),
             ));
+        }
+        if let Ok(now) = serde_json::from_value::<Plan>(j["plan"].clone()) {
+            if now != planned {
+                moves = moves_of(&now);
+                planned = now;
+                (shown_start, shown_done) = (0, 0);
+                if let Some(p) = &progress {
+                    p.println(&format!(
+                        "the coordinator failed over: job {job} was planned again from the map, {} moves",
+                        moves.len()
+                    ));
+                }
+                if let Some(t) = &task {
+                    t.set_total(moves.len() as u64);
+                    t.set_position(0);
+                }
+            }
         }
         let done = j["moves_done"].as_u64().unwrap_or(0) as usize;
         let current = j["current"]["number"].as_u64().map(|n| n as usize);
@@ -234,12 +260,15 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     let splits = plan.steps.len() - plan.moves() - plan.merges();
     let bytes: u64 = plan.steps.iter().map(|s| if let Step::Move { bytes, .. } = s { *bytes } else { 0 }).sum();
     out!(
-        "plan: {} moves, {splits} splits and {} merges, about {} to move; spread of memory across servers {} -> {} (estimated)",
+        "plan: {} moves, {splits} splits and {} merges, about {} to move; spread across servers (estimated): \
+         memory {} -> {}, load {} -> {} ops/s",
         plan.moves(),
         plan.merges(),
         HumanBytes(bytes),
         HumanBytes(Plan::spread(&plan.before)),
-        HumanBytes(Plan::spread(&plan.after))
+        HumanBytes(Plan::spread(&plan.after)),
+        Plan::ops_spread(&plan.before),
+        Plan::ops_spread(&plan.after)
     );
     let mut n = 0;
     for s in &plan.steps {
@@ -257,10 +286,12 @@ fn print_plan(plan: &Plan, job: Option<u64>, json: bool) -> Result<(), CliError>
     }
     for (b, a) in plan.before.iter().zip(&plan.after) {
         out!(
-            "  server {:>3}: {:>11} -> {:>11}",
+            "  server {:>3}: {:>11} -> {:>11}   {:>8} -> {:>8} ops/s",
             b.server,
             HumanBytes(b.bytes).to_string(),
-            HumanBytes(a.bytes).to_string()
+            HumanBytes(a.bytes).to_string(),
+            b.ops,
+            a.ops
         );
     }
     if let Some(job) = job {
@@ -274,22 +305,26 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
     let elapsed = j["elapsed_ms"].as_u64().unwrap_or(0);
     let before_spread = Plan::spread(&plan.before);
     let after_spread = after.as_deref().map(Plan::spread);
+    let before_ops = Plan::ops_spread(&plan.before);
+    let after_ops = after.as_deref().map(Plan::ops_spread);
     if json {
         out!(
             "{}",
             json!({
-                "job": j["id"], "state": "done", "elapsed_ms": elapsed, "moves": j["moves_done"],
+                "job": j["id"], "state": "done", "elapsed_ms": elapsed, "steps_ms": j["steps_ms"], "moves": j["moves_done"],
                 "bytes_moved": j["bytes_moved"], "objects_moved": j["objects_moved"],
                 "before": plan.before, "after": after,
                 "spread_before": before_spread, "spread_after": after_spread,
+                "ops_spread_before": before_ops, "ops_spread_after": after_ops,
             })
         );
         return Ok(());
     }
     out!(
-        "job {} done in {:.1} s: {} moves, about {} and {} objects moved",
+        "job {} done in {:.1} s ({:.1} s of moves, then measuring): {} moves, about {} and {} objects moved",
         j["id"],
         elapsed as f64 / 1000.0,
+        j["steps_ms"].as_u64().unwrap_or(elapsed) as f64 / 1000.0,
         j["moves_done"],
         HumanBytes(j["bytes_moved"].as_u64().unwrap_or(0)),
         j["objects_moved"]
@@ -297,15 +332,29 @@ fn print_done(j: &Value, plan: &Plan, drained: Option<ServerId>, json: bool) -> 
     if let Some(d) = drained {
         out!("server {d} masters nothing now: it can be stopped (it stays marked draining)");
         for l in after.iter().flatten() {
-            out!("  server {:>3}: {:>11} (measured)", l.server, HumanBytes(l.bytes).to_string());
+            out!("  server {:>3}: {:>11} {:>8} ops/s (measured)", l.server, HumanBytes(l.bytes).to_string(), l.ops);
         }
         return Ok(());
     }
+    if let Some(after) = &after {
+        for b in &plan.before {
+            let Some(a) = after.iter().find(|a| a.server == b.server) else { continue };
+            out!(
+                "  server {:>3}: {:>11} -> {:>11}   {:>8} -> {:>8} ops/s (measured)",
+                b.server,
+                HumanBytes(b.bytes).to_string(),
+                HumanBytes(a.bytes).to_string(),
+                b.ops,
+                a.ops
+            );
+        }
+    }
     match after_spread {
         Some(s) => out!(
-            "spread of memory across servers: {} before, {} after (measured)",
+            "spread across servers: memory {} before, {} after; load {before_ops} before, {} ops/s after (measured)",
             HumanBytes(before_spread),
-            HumanBytes(s)
+            HumanBytes(s),
+            after_ops.unwrap_or(0)
         ),
         None => out!("spread of memory across servers: {} before (after: not measured)", HumanBytes(before_spread)),
     }
