@@ -175,7 +175,8 @@ fn writes_during_the_copy_reach_the_target_in_the_delta() {
     // About 1,000 keys of 2 KB in the tablet: the first batch (1 MB) holds
     // about half of them.
     let filler = "y".repeat(2000);
-    let keys: Vec<Vec<u8>> = (0..20_000).map(|i| format!("d-{i}").into_bytes()).filter(|k| in_tablet(k)).take(1000).collect();
+    let keys: Vec<Vec<u8>> =
+        (0..20_000).map(|i| format!("d-{i}").into_bytes()).filter(|k| in_tablet(k)).take(1000).collect();
     for k in &keys {
         c.write(table, k, format!("old{filler}").as_bytes()).unwrap();
     }
@@ -206,7 +207,8 @@ fn writes_during_the_copy_reach_the_target_in_the_delta() {
     signal(pid, "-CONT");
     assert!(changed >= 40, "only {changed} writes in 400 ms while the tablet was being copied");
     let map = cluster.wait_for_map("the move committed", 30, |m| {
-        m.migrations.is_empty() && m.tablets.iter().any(|t| t.table == table && t.start_hash == tablet.start_hash && t.master == to)
+        m.migrations.is_empty()
+            && m.tablets.iter().any(|t| t.table == table && t.start_hash == tablet.start_hash && t.master == to)
     });
     assert!(map.tablets.iter().any(|t| t.table == table && t.start_hash == tablet.start_hash && t.master == to));
     eprintln!("{changed} writes and removes served during the copy in {served_in:?}, longest {longest:?}");
