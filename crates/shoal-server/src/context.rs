@@ -246,15 +246,16 @@ pub struct TableRegistry {
     stream_names: NameFilter,
 }
 
-/// A 4,096-bit filter of the xxh3 hashes of table names, so that a
-/// command can rule out that a key names a table (the Redis front end
-/// asks whether a key is a Redis stream on every string command) with a
-/// hash of bytes it has and one load, instead of building the name and
-/// taking the registry's lock. It may answer yes for a name it was never
-/// given (then the caller looks the name up), never no for one it holds:
-/// every change happens under the registry's write lock, bits are set
-/// before a name is installed, and a rebuild stores words that keep the
-/// bits of every name still held.
+/// A 4,096-bit filter of the Redis streams' keys
+/// ([`xstream::filter_hash`](crate::resp::xstream::filter_hash)), so that
+/// the Redis front end, which asks whether a key is a Redis stream on
+/// every string command, can rule it out with a hash of the key and one
+/// load, instead of building the stream's table name and taking the
+/// registry's lock. It may answer yes for a key it was never given (then
+/// the caller looks the name up), never no for one it holds: every change
+/// happens under the registry's write lock, bits are set before a name is
+/// installed, and a rebuild stores words that keep the bits of every
+/// stream still held.
 pub struct NameFilter {
     words: [AtomicU64; 64],
 }
@@ -267,12 +268,6 @@ impl NameFilter {
     fn bit(hash: u64) -> (usize, u64) {
         let b = (hash % 4096) as usize;
         (b / 64, 1 << (b % 64))
-    }
-
-    /// The hash a name is filed under (xxh3 of its bytes; a caller may
-    /// hash the same bytes in pieces with `Xxh3`).
-    pub fn hash(name: &str) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(name.as_bytes())
     }
 
     fn insert(&self, hash: u64) {
@@ -298,6 +293,8 @@ impl NameFilter {
         }
     }
 }
+
+use crate::resp::xstream::filter_hash_of_name as stream_filter_hash;
 
 /// What kind of table a name is: each name is of one kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,17 +378,18 @@ impl TableRegistry {
         self.any_stream_tables.load(Ordering::Acquire)
     }
 
-    /// False if no stream's name hashes to `name_hash` ([`NameFilter::hash`]):
-    /// then the name is no stream, with no lookup.
-    pub fn may_be_stream(&self, name_hash: u64) -> bool {
-        self.has_stream_tables() && self.stream_names.may_hold(name_hash)
+    /// False if no Redis stream's key hashes to `hash`
+    /// ([`xstream::filter_hash`](crate::resp::xstream::filter_hash)): then
+    /// the key is no Redis stream, with no lookup.
+    pub fn may_be_stream(&self, hash: u64) -> bool {
+        self.has_stream_tables() && self.stream_names.may_hold(hash)
     }
 
     /// Makes the name filter exactly the streams' names (the registry's
     /// write lock held).
     fn refilter(&self, r: &Registry) {
         let names = r.by_name.iter().filter(|(_, id)| r.stream_tables.contains(id));
-        self.stream_names.rebuild(names.map(|(n, _)| NameFilter::hash(n)));
+        self.stream_names.rebuild(names.filter_map(|(n, _)| stream_filter_hash(n)));
     }
 
     /// The names of the tables that start with `prefix`.
@@ -470,8 +468,8 @@ impl TableRegistry {
             };
             let mut r = self.inner.write();
             self.install_kind(&mut r, table.id, kind_of_info(&table))?;
-            if table.stream.is_some() {
-                self.stream_names.insert(NameFilter::hash(&table.name));
+            if let Some(h) = table.stream.and_then(|_| stream_filter_hash(&table.name)) {
+                self.stream_names.insert(h);
             }
             if r.by_name.insert(table.name, table.id) != Some(table.id) {
                 self.generation.fetch_add(1, Ordering::AcqRel);
@@ -485,8 +483,8 @@ impl TableRegistry {
         let id = table_id(r.next_id, slots);
         r.next_id += 1;
         self.install_kind(&mut r, id, kind)?;
-        if matches!(kind, TableKind::Stream(_)) {
-            self.stream_names.insert(NameFilter::hash(name));
+        if let Some(h) = stream_filter_hash(name).filter(|_| matches!(kind, TableKind::Stream(_))) {
+            self.stream_names.insert(h);
         }
         r.by_name.insert(name.to_owned(), id);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -547,8 +545,8 @@ impl TableRegistry {
         self.any_stream_tables.store(!r.stream_tables.is_empty(), Ordering::Release);
         // The map's streams before its names: a stream already installed
         // keeps its bit throughout (the words stored hold it too).
-        for t in map.tables.iter().filter(|t| t.stream.is_some()) {
-            self.stream_names.insert(NameFilter::hash(&t.name));
+        for h in map.tables.iter().filter(|t| t.stream.is_some()).filter_map(|t| stream_filter_hash(&t.name)) {
+            self.stream_names.insert(h);
         }
         if fresh == r.by_name {
             self.refilter(&r);
@@ -699,21 +697,22 @@ mod tests {
         let c = ctx();
         let shape =
             StreamShape { streamlets: 1, logs: 1, segment_bytes: 64 << 10, group_segments: 4, group_timeout_ms: 0 };
-        let h = NameFilter::hash;
-        c.tables.create("kv").unwrap();
-        assert!(!c.tables.may_be_stream(h("kv")) && !c.tables.may_be_stream(h("s0")));
-        let names: Vec<String> = (0..300).map(|i| format!("s{i}")).collect();
+        let key = |n: &str| n.strip_prefix("redis.db0.stream.").unwrap().as_bytes().to_vec();
+        let h = |n: &str| crate::resp::xstream::filter_hash(0, &key(n));
+        c.tables.create("redis.db0.stream.kv").unwrap();
+        assert!(!c.tables.may_be_stream(h("redis.db0.stream.kv")));
+        let names: Vec<String> = (0..300).map(|i| format!("redis.db0.stream.s{i}")).collect();
         for n in &names {
             c.tables.create_stream(n, shape).unwrap();
         }
         assert!(names.iter().all(|n| c.tables.may_be_stream(h(n))), "a stream the filter does not hold");
         // 300 names in 4,096 bits: most other names are ruled out.
-        let false_hits = (0..1000).filter(|i| c.tables.may_be_stream(h(&format!("kv{i}")))).count();
+        let false_hits = (0..1000).filter(|i| c.tables.may_be_stream(h(&format!("redis.db0.stream.kv{i}")))).count();
         assert!(false_hits < 150, "{false_hits} of 1000 other names pass");
         for n in &names[..299] {
             assert!(c.tables.drop_table(n).unwrap());
         }
-        assert!(c.tables.may_be_stream(h("s299")));
+        assert!(c.tables.may_be_stream(h("redis.db0.stream.s299")));
         let false_hits = names[..299].iter().filter(|n| c.tables.may_be_stream(h(n))).count();
         assert!(false_hits <= 1, "{false_hits} dropped streams still pass");
     }

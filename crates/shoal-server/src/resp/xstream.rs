@@ -471,34 +471,28 @@ pub fn find_or_create(ctx: &ServerContext, db: usize, key: &[u8]) -> Result<Arc<
 
 /// Whether `key` of database `db` is a Redis stream (without loading it).
 pub fn exists(ctx: &ServerContext, db: usize, key: &[u8]) -> bool {
-    if !ctx.tables.has_stream_tables() || !ctx.tables.may_be_stream(name_hash(db, key)) {
+    if !ctx.tables.has_stream_tables() || !ctx.tables.may_be_stream(filter_hash(db, key)) {
         return false;
     }
     table_name(db, key).ok().and_then(|n| ctx.tables.lookup(&n)).is_some_and(|t| ctx.tables.is_stream_table(t))
 }
 
-/// The [`NameFilter::hash`](crate::context::NameFilter::hash) of
-/// [`table_name`]`(db, key)`, without building the name: the same bytes,
-/// hashed as they come.
-fn name_hash(db: usize, key: &[u8]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(b"redis.db");
-    h.update(itoa::Buffer::new().format(db).as_bytes());
-    h.update(b".stream.");
-    let plain = |c: u8| (b' '..=b'~').contains(&c) && c != b'%';
-    let mut rest = key;
-    while !rest.is_empty() {
-        let run = rest.iter().position(|&c| !plain(c)).unwrap_or(rest.len());
-        h.update(&rest[..run]);
-        if let Some(&c) = rest.get(run) {
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            h.update(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
-            rest = &rest[run + 1..];
-        } else {
-            rest = &[];
-        }
-    }
-    h.digest()
+/// What the registry's stream filter files Redis stream `key` of database
+/// `db` under ([`crate::context::NameFilter`]): a one-shot hash of the key
+/// (a few nanoseconds for short keys; a streamed hash of the whole table
+/// name cost more than the lookup it saves).
+pub fn filter_hash(db: usize, key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, db as u64)
+}
+
+/// [`filter_hash`] of the Redis stream a table name names ([`table_name`]);
+/// `None` for any other name.
+pub fn filter_hash_of_name(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("redis.db")?;
+    let dot = rest.find('.')?;
+    let db: usize = rest[..dot].parse().ok()?;
+    let key = unescape(rest[dot..].strip_prefix(".stream.")?.as_bytes())?;
+    Some(filter_hash(db, &key))
 }
 
 /// The keys of database `db`'s Redis streams (KEYS, DBSIZE).
@@ -1206,10 +1200,13 @@ mod tests {
     }
 
     #[test]
-    fn name_hashes_are_the_hashes_of_the_table_names() {
+    fn filter_hashes_of_names_are_those_of_their_keys() {
         for (db, key) in [(0, &b"s"[..]), (3, b"a b%\x00\xff"), (15, b""), (1, b"%%\n~ x\x7f"), (2, &[b'k'; 200][..])] {
             let name = table_name(db, key).unwrap();
-            assert_eq!(name_hash(db, key), crate::context::NameFilter::hash(&name), "{name}");
+            assert_eq!(filter_hash_of_name(&name), Some(filter_hash(db, key)), "{name}");
+        }
+        for other in ["kv", "redis.db0", "redis.dbx.stream.s", "redis.db1.streams", "redis.db2.stream.%4"] {
+            assert_eq!(filter_hash_of_name(other), None, "{other}");
         }
     }
 
