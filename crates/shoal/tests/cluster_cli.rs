@@ -127,6 +127,11 @@ struct Local {
 
 impl Drop for Local {
     fn drop(&mut self) {
+        // One that exited (and was reaped by `wait_for`) has no process
+        // left to signal.
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
         signal(self.child.id(), "-INT");
         let deadline = Instant::now() + Duration::from_secs(20);
         while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
