@@ -24,6 +24,9 @@ use tracing::{info, warn};
 pub const SAFETY: Duration = Duration::from_millis(5);
 /// How often a server without a lease asks for one.
 const FIRST_ASK: Duration = Duration::from_millis(100);
+/// How often a server whose head is not yet reported looks again (it
+/// asks for its first lease as soon as it is).
+const HEAD_POLL: Duration = Duration::from_millis(2);
 /// Renewals per lease length.
 const RENEWALS_PER_LEASE: u32 = 4;
 
@@ -89,7 +92,7 @@ pub async fn keep_renewed(node: Arc<ClusterNode>, mut shutdown: tokio::sync::wat
         // not asked for, rather than refused.
         if !node.may_serve() {
             tokio::select! {
-                _ = tokio::time::sleep(FIRST_ASK) => continue,
+                _ = tokio::time::sleep(HEAD_POLL) => continue,
                 _ = shutdown.wait_for(|s| *s) => return,
             }
         }

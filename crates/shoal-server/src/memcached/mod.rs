@@ -611,6 +611,15 @@ fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
 /// the cluster (`SHOAL.MC`), here only; its reply. A key this server does
 /// not master is refused with a SERVER_ERROR, so a request never loops.
 pub fn run_forwarded(ctx: &Arc<ServerContext>, request: &[u8]) -> Vec<u8> {
+    // Its keys are this server's: a server that has no lease yet (just
+    // enlisted, its head not yet on a backup) or lost it for a moment
+    // waits for it, as its own front ends do (`Route::NoLease`), rather
+    // than answer an error the sender can only relay. Bounded, on the
+    // worker thread that runs the command.
+    let deadline = Instant::now() + NO_LEASE_PATIENCE;
+    while !ctx.lease_held() && Instant::now() < deadline && !ctx.cluster.as_ref().is_some_and(|n| n.is_dead()) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let mut m = Memcached::build(ctx.clone(), true);
     m.run_one(request)
 }
