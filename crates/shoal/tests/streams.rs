@@ -109,29 +109,48 @@ impl StreamLoad {
 /// Every record of a streamlet with its offset: each log's groups in id
 /// order, each read to its end.
 fn read_streamlet(c: &mut Client, table: TableId, streamlet: u32) -> Vec<(StreamOffset, Vec<u8>)> {
-    let d = c.describe_stream(table, streamlet, 0, 10_000).unwrap();
-    let mut by_log: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for g in &d.groups {
-        by_log.entry(g.log).or_default().push(g.id);
-    }
-    let mut out = Vec::new();
-    for ids in by_log.values() {
-        for &id in ids {
-            let mut at = StreamOffset { group: id, segment: 0, position: 0 };
-            loop {
-                let got = c.consume(table, streamlet, at, 64 << 10).unwrap();
-                let n = got.records.len() as u32;
-                for (i, r) in got.records.into_iter().enumerate() {
-                    out.push((StreamOffset { position: got.next.position - n + i as u32, ..got.next }, r));
+    read_streamlet_from(c, table, streamlet).1
+}
+
+/// [`read_streamlet`], with the first group it read from. Retention may
+/// remove a group between the listing and its read (it runs every second,
+/// on its own): then the read starts again from a fresh listing.
+fn read_streamlet_from(c: &mut Client, table: TableId, streamlet: u32) -> (u64, Vec<(StreamOffset, Vec<u8>)>) {
+    let mut attempts = 0;
+    'again: loop {
+        attempts += 1;
+        let d = c.describe_stream(table, streamlet, 0, 10_000).unwrap();
+        let first = d.groups.iter().map(|g| g.id).min().unwrap_or(u64::MAX);
+        let mut by_log: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for g in &d.groups {
+            by_log.entry(g.log).or_default().push(g.id);
+        }
+        let mut out = Vec::new();
+        for ids in by_log.values() {
+            for &id in ids {
+                let mut at = StreamOffset { group: id, segment: 0, position: 0 };
+                loop {
+                    let got = match c.consume(table, streamlet, at, 64 << 10) {
+                        Ok(got) => got,
+                        Err(e) if attempts < 20 && e.to_string().contains("removed by retention") => {
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue 'again;
+                        }
+                        Err(e) => panic!("streamlet {streamlet} at {at}: {e}"),
+                    };
+                    let n = got.records.len() as u32;
+                    for (i, r) in got.records.into_iter().enumerate() {
+                        out.push((StreamOffset { position: got.next.position - n + i as u32, ..got.next }, r));
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                    at = got.next;
                 }
-                if n == 0 {
-                    break;
-                }
-                at = got.next;
             }
         }
+        return (first, out);
     }
-    out
 }
 
 /// Every acknowledged record is at its offset; each producer's records
@@ -287,13 +306,13 @@ fn retention_survives_the_recovery_of_a_killed_streamlet_master() {
     let ledger = load.finish();
     let mut c = cluster.client();
     for streamlet in 0..SHAPE.streamlets {
-        let groups = c.describe_stream(table, streamlet, 0, 10_000).unwrap().groups;
-        let first = groups.first().map_or(u64::MAX, |g| g.id);
+        // The first group of the read: retention may still remove groups
+        // while it runs (it does not stop with the load).
+        let (first, records) = read_streamlet_from(&mut c, table, streamlet);
         if streamlet == 0 {
             assert!(first >= first_before, "group {first} came back (retention had removed below {first_before})");
         }
-        let kept: HashMap<StreamOffset, (u64, u64)> =
-            read_streamlet(&mut c, table, streamlet).iter().map(|(o, r)| (*o, parse(r))).collect();
+        let kept: HashMap<StreamOffset, (u64, u64)> = records.iter().map(|(o, r)| (*o, parse(r))).collect();
         let mut checked = 0;
         for ((s, o), want) in &ledger {
             if *s == streamlet && o.group >= first {
