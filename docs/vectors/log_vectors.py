@@ -44,7 +44,7 @@ def tombstone(table, version, segment, key):
     return structured(3, varint(table) + varint(version) + varint(segment) + key)
 
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 def chunk(table, node, local, version, payload):
@@ -53,6 +53,19 @@ def chunk(table, node, local, version, payload):
 
 def chunk_tombstone(table, node, local, version, segment):
     return structured(9, varint(table) + varint(node) + varint(local) + varint(version) + varint(segment))
+
+
+def chunk_run(table, node, version, records):
+    """records: (local id, payload), ids ascending, payloads of one length."""
+    first, last = records[0][0], records[-1][0]
+    span = last - first
+    width = 0 if span == len(records) - 1 else (span.bit_length() + 7) // 8
+    body = b"".join(varint(v) for v in (table, node, version, len(records[0][1]), len(records), first))
+    body += bytes([width])
+    if width:
+        body += b"".join((local - first).to_bytes(width, "little") for local, _ in records)
+    body += b"".join(p for _, p in records)
+    return structured(11, body)
 
 
 def stream_batch(table, streamlet, log, group, segment, index, records):
@@ -84,6 +97,8 @@ if __name__ == "__main__":
     print("chunk       ", hexs(chunk(1, 2, 5, 1, b"payload")))
     print("chunk big id", hexs(chunk(1, 0xFFFF, (1 << 48) - 1, 300, bytes(range(16)))))
     print("chunk tomb  ", hexs(chunk_tombstone(1, 2, 5, 1, 3)))
+    print("chunk run   ", hexs(chunk_run(1, 2, 1, [(5, b"ab"), (6, b"cd"), (7, b"ef")])))
+    print("run sparse  ", hexs(chunk_run(1, 2, 3, [(5, b"ab"), (9, b"cd"), (300, b"ef")])))
     print("batch       ", hexs(stream_batch(1, 0, 1, 2, 0, 3, [b"ab", b"", b"cde"])))
     big = stream_batch(5, 300, 2, 70000, 1, 0, [bytes([i]) * 100 for i in range(3)])
     print("batch big   ", hexs(big[:16]), "...", len(big), "bytes")

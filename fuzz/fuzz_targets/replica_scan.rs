@@ -59,7 +59,8 @@ fuzz_target!(|data: &[u8]| {
             | Entry::SafeVersion(_)
             | Entry::Chunk(_)
             | Entry::ChunkTombstone(_)
-            | Entry::StreamBatch(_) => {}
+            | Entry::StreamBatch(_)
+            | Entry::ChunkRun(_) => {}
         }
     }
     assert_eq!(end, v.len);

@@ -33,7 +33,8 @@ pub fn seal_entries(buf: &mut [u8]) {
             | EntryType::SafeVersion
             | EntryType::Chunk
             | EntryType::ChunkTombstone
-            | EntryType::StreamBatch => {
+            | EntryType::StreamBatch
+            | EntryType::ChunkRun => {
                 if h.body_len >= 4 {
                     let sum = crc32c::crc32c_append(crc32c::crc32c(&buf[pos..body]), &buf[body + 4..end]);
                     buf[body..body + 4].copy_from_slice(&sum.to_le_bytes());

@@ -16,7 +16,9 @@
 //!
 //! ```text
 //!  0                   never used (or no entry survived a replay)
-//!  bit 63 clear, != 0  live: the LogRef of the chunk's entry
+//!  bit 63 clear, != 0  live: bits 0-46 the LogRef of the chunk's entry,
+//!                      bits 47-62 the chunk's record index in it (a
+//!                      chunk run, type 11; 0 for a chunk entry)
 //!  bit 63 set          free: the id was removed; bits 0-62 hold the last
 //!                      version it had, so a reuse continues above it
 //! ```
@@ -26,7 +28,7 @@
 //! is one above its last, so the chunk tombstone of the old incarnation can
 //! never kill the new one at a replay.
 
-use crate::segment::LogRef;
+use crate::segment::{LogRef, OFFSET_BITS, SLOT_BITS};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use shoal_common::{ChunkId, Version};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,13 +41,32 @@ const FREE: u64 = 1 << 63;
 /// Stripe locks serialising writers of a chunk with the cleaner.
 const STRIPES: usize = 1024;
 
+/// Bits of a slot that hold the entry's [`LogRef`]; the record index is
+/// above them, below the free bit.
+const REF_BITS: u32 = OFFSET_BITS + SLOT_BITS;
+const _: () = assert!(REF_BITS + 16 == 63);
+
+/// Where a live chunk is: its entry, and its record's index in the entry
+/// when the entry is a chunk run (0 for a chunk entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkAt {
+    pub r: LogRef,
+    pub index: u16,
+}
+
+impl ChunkAt {
+    pub fn entry(r: LogRef) -> ChunkAt {
+        ChunkAt { r, index: 0 }
+    }
+}
+
 /// What a CID table slot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Slot {
     /// Never used.
     Empty,
-    /// Live: its entry.
-    Live(LogRef),
+    /// Live: its entry (and record).
+    Live(ChunkAt),
     /// Removed at this version (its id may be reused above it).
     Free(Version),
 }
@@ -54,9 +75,9 @@ impl Slot {
     fn encode(self) -> u64 {
         match self {
             Slot::Empty => 0,
-            Slot::Live(r) => {
-                debug_assert!(r.0 != 0 && r.0 & FREE == 0);
-                r.0
+            Slot::Live(at) => {
+                debug_assert!(at.r.0 != 0 && at.r.0 >> REF_BITS == 0);
+                at.r.0 | (at.index as u64) << REF_BITS
             }
             Slot::Free(v) => FREE | (v.0 & !FREE),
         }
@@ -68,7 +89,7 @@ impl Slot {
         } else if raw & FREE != 0 {
             Slot::Free(Version(raw & !FREE))
         } else {
-            Slot::Live(LogRef(raw))
+            Slot::Live(ChunkAt { r: LogRef(raw & ((1 << REF_BITS) - 1)), index: (raw >> REF_BITS) as u16 })
         }
     }
 }
@@ -251,9 +272,9 @@ impl CidTable {
     }
 
     /// The live entry of `id`, if any.
-    pub fn live_ref(&self, id: ChunkId) -> Option<LogRef> {
+    pub fn live_ref(&self, id: ChunkId) -> Option<ChunkAt> {
         match self.get(id) {
-            Slot::Live(r) => Some(r),
+            Slot::Live(at) => Some(at),
             Slot::Empty | Slot::Free(_) => None,
         }
     }
@@ -348,7 +369,7 @@ impl CidTable {
 
     /// Calls `f` with every live chunk's id and entry (for invariant checks
     /// and enumeration; not a snapshot).
-    pub fn for_each_live(&self, mut f: impl FnMut(ChunkId, LogRef)) {
+    pub fn for_each_live(&self, mut f: impl FnMut(ChunkId, ChunkAt)) {
         let nodes: Vec<(u16, Arc<NodeTable>)> = self.nodes.read().clone();
         for (node, t) in nodes {
             let next = t.alloc.lock().next;
@@ -381,7 +402,13 @@ mod tests {
 
     #[test]
     fn slot_encoding_round_trips() {
-        for s in [Slot::Empty, Slot::Live(LogRef::new(3, 17)), Slot::Free(Version(0)), Slot::Free(Version(1 << 40))] {
+        for s in [
+            Slot::Empty,
+            Slot::Live(ChunkAt::entry(LogRef::new(3, 17))),
+            Slot::Live(ChunkAt { r: LogRef::new((1 << 20) - 1, (1 << 27) - 1), index: u16::MAX }),
+            Slot::Free(Version(0)),
+            Slot::Free(Version(1 << 40)),
+        ] {
             assert_eq!(Slot::decode(s.encode()), s);
         }
     }
@@ -393,7 +420,7 @@ mod tests {
         assert_eq!(a.iter().map(|x| x.id).collect::<Vec<_>>(), (1..=3).map(|l| ChunkId::new(7, l)).collect::<Vec<_>>());
         assert!(a.iter().all(|x| x.version == Version(1)));
         for x in &a {
-            t.set(x.id, Slot::Live(LogRef::new(1, x.id.local() as u32)));
+            t.set(x.id, Slot::Live(ChunkAt::entry(LogRef::new(1, x.id.local() as u32))));
         }
         t.free(a[1].id, Version(4));
         let b = t.allocate(7, 2).unwrap();
@@ -410,24 +437,24 @@ mod tests {
         let far = ChunkId::new(1, ChunkId::MAX_LOCAL);
         assert_eq!(t.get(far), Slot::Empty);
         t.note_id(far);
-        t.set(far, Slot::Live(LogRef::new(2, 5)));
-        assert_eq!(t.live_ref(far), Some(LogRef::new(2, 5)));
+        t.set(far, Slot::Live(ChunkAt::entry(LogRef::new(2, 5))));
+        assert_eq!(t.live_ref(far), Some(ChunkAt::entry(LogRef::new(2, 5))));
         assert_eq!(t.get(ChunkId::new(1, 1)), Slot::Empty);
         assert_eq!(t.get(ChunkId::new(2, ChunkId::MAX_LOCAL)), Slot::Empty, "other nodes are separate");
         assert!(t.allocate(1, 1).is_none(), "the id space above the far id is spent");
         let mut seen = Vec::new();
         t.for_each_live(|id, r| seen.push((id, r)));
-        assert_eq!(seen, vec![(far, LogRef::new(2, 5))]);
+        assert_eq!(seen, vec![(far, ChunkAt::entry(LogRef::new(2, 5)))]);
     }
 
     #[test]
     fn rebuild_free_lists_frees_every_id_not_live() {
         let t = CidTable::new();
         t.note_id(ChunkId::new(3, 2));
-        t.set(ChunkId::new(3, 2), Slot::Live(LogRef::new(1, 1)));
+        t.set(ChunkId::new(3, 2), Slot::Live(ChunkAt::entry(LogRef::new(1, 1))));
         t.kill(ChunkId::new(3, 4), Version(9));
         t.note_id(ChunkId::new(3, 5));
-        t.set(ChunkId::new(3, 5), Slot::Live(LogRef::new(1, 2)));
+        t.set(ChunkId::new(3, 5), Slot::Live(ChunkAt::entry(LogRef::new(1, 2))));
         t.rebuild_free_lists_of(&[3].into_iter().collect());
         let a = t.allocate(3, 4).unwrap();
         let got: Vec<(u64, u64)> = a.iter().map(|x| (x.id.local(), x.version.0)).collect();

@@ -52,7 +52,7 @@
 //! Expiry here is by the store's clock at the start of the segment's
 //! relocation; an object that expires during it is relocated.
 
-use crate::cidtable::Slot;
+use crate::cidtable::{ChunkAt, Slot};
 use crate::config::{EVICT_ABOVE, EVICT_TO};
 use crate::format::{self, Entry, CHECKSUM_ENTRY_BYTES};
 use crate::log::SegmentWriter;
@@ -506,7 +506,7 @@ fn relocate_segment(
                 }
                 Entry::Chunk(c) => {
                     // Live exactly when its CID table slot points here.
-                    let old = LogRef::new(slot, at as u32);
+                    let old = ChunkAt::entry(LogRef::new(slot, at as u32));
                     let _lock = inner.cids.lock(c.id);
                     if inner.cids.live_ref(c.id) != Some(old) {
                         continue;
@@ -520,10 +520,57 @@ fn relocate_segment(
                     let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
                     assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
                     let new = inner.log.write_entry(w, raw);
-                    inner.cids.set(c.id, Slot::Live(new));
+                    inner.cids.set(c.id, Slot::Live(ChunkAt::entry(new)));
                     inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
                     inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     objs += len as u64;
+                }
+                Entry::ChunkRun(run) => {
+                    // Each record is live exactly when its id's slot points
+                    // at it; the live ones move together, as the same run
+                    // when all are live, else as a run of their own.
+                    let old = LogRef::new(slot, at as u32);
+                    let h = run.header;
+                    let _locks = inner.cids.lock_many((0..h.count).map(|i| run.id(i)));
+                    let live: Vec<usize> = (0..h.count)
+                        .filter(|&i| inner.cids.live_ref(run.id(i)) == Some(ChunkAt { r: old, index: i as u16 }))
+                        .collect();
+                    if live.is_empty() {
+                        continue;
+                    }
+                    if let Some(e) = evicting.as_deref_mut() {
+                        e.chunks.extend(live.iter().map(|&i| (run.id(i), ChunkAt { r: old, index: i as u16 })));
+                        continue;
+                    }
+                    let mut rewritten = Vec::new();
+                    let bytes: &[u8] = if live.len() == h.count {
+                        raw
+                    } else {
+                        // The records kept get a new CRC: check the old one
+                        // first, so that a corruption in memory is not sealed in.
+                        if let Err(e) = format::decode(raw) {
+                            panic!("segment in slot {slot} is corrupt in memory at {at}: {e}");
+                        }
+                        let records: Vec<(u64, &[u8])> =
+                            live.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
+                        format::encode_chunk_run(&mut rewritten, h.table, h.node, h.version, &records);
+                        &rewritten
+                    };
+                    let moved = format::parse_chunk_run_header(bytes).expect("a run just checked").record_bytes();
+                    let w = target.writer(inner, bytes.len(), spare);
+                    let end = (w.len + bytes.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                    let new = inner.log.write_entry(w, bytes);
+                    for (k, &i) in live.iter().enumerate() {
+                        inner.cids.set(run.id(i), Slot::Live(ChunkAt { r: new, index: k as u16 }));
+                    }
+                    let (before, after) = ((live.len() * h.record_bytes()) as u64, (live.len() * moved) as u64);
+                    inner.segs.slot(slot).live_bytes.fetch_sub(before, Ordering::Relaxed);
+                    inner.segs.slot(w.slot).live_bytes.fetch_add(after, Ordering::Relaxed);
+                    // A smaller run's records carry a larger share of its header.
+                    inner.counters.live_bytes.fetch_add(after, Ordering::Relaxed);
+                    inner.counters.live_bytes.fetch_sub(before, Ordering::Relaxed);
+                    objs += bytes.len() as u64;
                 }
                 e @ (Entry::Tombstone(_) | Entry::ChunkTombstone(_)) => {
                     if !e.tombstone_segment().is_some_and(|s| members.tombstone_live(s)) {
@@ -732,7 +779,7 @@ struct Evicting {
     objects: Vec<(u64, LogRef)>,
     /// Chunks evicted the same way (their ids become free, above their
     /// versions, once forgotten).
-    chunks: Vec<(shoal_common::ChunkId, LogRef)>,
+    chunks: Vec<(shoal_common::ChunkId, ChunkAt)>,
     /// The safe version is raised above this before the splice, so that a
     /// key written again after a recovery gets a newer version than the
     /// one evicted (cas uniques and WATCH stay meaningful).

@@ -23,10 +23,10 @@ use shoal_common::{ChunkId, LogId, SegmentId, TableId, UnixMillis, Version};
 
 /// Version of the entry format written by this code (in the segment header).
 /// 2 added the object-with-expiry entry (type 7), 3 the chunk and chunk
-/// tombstone entries (types 8 and 9), 4 the stream batch entry (type 10);
-/// an older segment is a valid version 4 segment (it has none of the newer
-/// entries).
-pub const FORMAT_VERSION: u8 = 4;
+/// tombstone entries (types 8 and 9), 4 the stream batch entry (type 10),
+/// 5 the chunk run entry (type 11); an older segment is a valid version 5
+/// segment (it has none of the newer entries).
+pub const FORMAT_VERSION: u8 = 5;
 
 /// Size of a checksum entry: tag byte plus 4-byte CRC.
 pub const CHECKSUM_ENTRY_BYTES: usize = 5;
@@ -38,7 +38,7 @@ pub const MAX_BODY_BYTES: usize = (1 << 24) - 1;
 pub const SEGMENT_HEADER_BYTES: usize = 27;
 
 /// The types of log entries. Matched exhaustively: adding one shows every
-/// place to update. Codes 11-31 are free; 0 is never a type.
+/// place to update. Codes 12-31 are free; 0 is never a type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryType {
     SegmentHeader = 1,
@@ -58,6 +58,10 @@ pub enum EntryType {
     /// One produce request's records, appended to a streamlet's log of a
     /// stream table (format version 4; `docs/streams.md`).
     StreamBatch = 10,
+    /// Many chunks of one table and node, at one version and with payloads
+    /// of one length, in one entry (format version 5): a chunk costs its
+    /// payload and at most a few bytes of id in the log.
+    ChunkRun = 11,
 }
 
 impl EntryType {
@@ -73,6 +77,7 @@ impl EntryType {
             8 => EntryType::Chunk,
             9 => EntryType::ChunkTombstone,
             10 => EntryType::StreamBatch,
+            11 => EntryType::ChunkRun,
             _ => return None,
         })
     }
@@ -89,7 +94,8 @@ impl EntryType {
             | EntryType::SafeVersion
             | EntryType::Chunk
             | EntryType::ChunkTombstone
-            | EntryType::StreamBatch => None,
+            | EntryType::StreamBatch
+            | EntryType::ChunkRun => None,
         }
     }
 
@@ -104,7 +110,8 @@ impl EntryType {
             | EntryType::Checksum
             | EntryType::Chunk
             | EntryType::ChunkTombstone
-            | EntryType::StreamBatch => false,
+            | EntryType::StreamBatch
+            | EntryType::ChunkRun => false,
         }
     }
 
@@ -120,7 +127,8 @@ impl EntryType {
             | EntryType::SafeVersion
             | EntryType::Checksum
             | EntryType::Chunk
-            | EntryType::StreamBatch => false,
+            | EntryType::StreamBatch
+            | EntryType::ChunkRun => false,
         }
     }
 }
@@ -437,6 +445,90 @@ pub fn encode_chunk_tombstone(
     out.len() - start
 }
 
+/// Most records one chunk run holds: a record's index in its run fits the
+/// 16 bits a CID table slot has for it.
+pub const MAX_RUN_RECORDS: usize = u16::MAX as usize;
+
+/// Most bytes a chunk run's header takes (tag, length field, CRC, table,
+/// node, version, payload length, count, first local id and id width at
+/// their longest): a reader that wants one record reads this much of the
+/// entry's start to find it.
+pub const MAX_RUN_HEADER_BYTES: usize = 1 + 3 + 4 + 10 + 3 + 10 + 4 + 3 + 7 + 1;
+
+/// Bytes a record's local id takes in a run whose ids span `first..=last`
+/// over `count` records: 0 when they are consecutive (`first + i`), else
+/// the bytes of `last - first`, each record storing its distance from
+/// `first` (little-endian).
+fn run_id_width(first: u64, last: u64, count: usize) -> usize {
+    let span = last - first;
+    if span == count as u64 - 1 {
+        0
+    } else {
+        (64 - span.leading_zeros() as usize).div_ceil(8)
+    }
+}
+
+/// Length of a chunk run entry of `count` records with payloads of
+/// `payload_len` bytes and local ids from `first` to `last` (ascending).
+pub fn chunk_run_len(table: TableId, node: u16, version: Version, payload_len: usize, ids: (u64, u64, usize)) -> usize {
+    let body = run_body_len(table, node, version, payload_len, ids);
+    header_len_for(body) + body
+}
+
+/// Body length of a chunk run; `ids` is (first, last, count).
+fn run_body_len(table: TableId, node: u16, version: Version, payload_len: usize, ids: (u64, u64, usize)) -> usize {
+    let (first, last, count) = ids;
+    4 + varint_len(table.0)
+        + varint_len(node as u64)
+        + varint_len(version.0)
+        + varint_len(payload_len as u64)
+        + varint_len(count as u64)
+        + varint_len(first)
+        + 1
+        + count * (run_id_width(first, last, count) + payload_len)
+}
+
+/// Appends a chunk run (type 11): the chunks `records` (local id, payload)
+/// of `node` in `table`, all at `version`. The caller guarantees what a
+/// reader checks: 1 to [`MAX_RUN_RECORDS`] records, local ids strictly
+/// ascending and within 1..=[`ChunkId::MAX_LOCAL`], payloads of one length.
+pub fn encode_chunk_run(
+    out: &mut Vec<u8>,
+    table: TableId,
+    node: u16,
+    version: Version,
+    records: &[(u64, &[u8])],
+) -> usize {
+    debug_assert!(!records.is_empty() && records.len() <= MAX_RUN_RECORDS);
+    debug_assert!(records.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1.len() == w[1].1.len()));
+    let start = out.len();
+    let count = records.len();
+    let first = records[0].0;
+    let last = records[count - 1].0;
+    let payload_len = records[0].1.len();
+    let width = run_id_width(first, last, count);
+    let body = run_body_len(table, node, version, payload_len, (first, last, count));
+    let hl = put_header(out, EntryType::ChunkRun, body);
+    out.extend_from_slice(&[0; 4]);
+    put_varint(out, table.0);
+    put_varint(out, node as u64);
+    put_varint(out, version.0);
+    put_varint(out, payload_len as u64);
+    put_varint(out, count as u64);
+    put_varint(out, first);
+    out.push(width as u8);
+    if width > 0 {
+        for (local, _) in records {
+            out.extend_from_slice(&(local - first).to_le_bytes()[..width]);
+        }
+    }
+    for (_, p) in records {
+        out.extend_from_slice(p);
+    }
+    seal(out, start, hl);
+    out.len() - start
+}
+
 /// Where a stream batch entry belongs: its stream (a table), streamlet,
 /// log of the streamlet's MultiLog, group, segment of the group, and its
 /// index among the segment's batches (`docs/streams.md`). Replay places a
@@ -627,6 +719,155 @@ pub struct ChunkTombstoneView {
     pub segment: SegmentId,
 }
 
+/// The fixed part of a chunk run (type 11): enough to find any of its
+/// records without reading the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRunHeader {
+    pub table: TableId,
+    pub node: u16,
+    pub version: Version,
+    /// Every record's payload length.
+    pub payload_len: usize,
+    /// Records in the run (1 to [`MAX_RUN_RECORDS`]).
+    pub count: usize,
+    /// The first record's local id.
+    pub first: u64,
+    /// Bytes of each record's distance from `first` (0: the ids are
+    /// consecutive and no distances are stored).
+    pub width: usize,
+    /// Offset of the distances from the entry's start; the payloads
+    /// follow them.
+    pub ids_at: usize,
+}
+
+impl ChunkRunHeader {
+    /// Offset of record `i`'s payload from the entry's start.
+    pub fn payload_at(&self, i: usize) -> usize {
+        self.ids_at + self.count * self.width + i * self.payload_len
+    }
+
+    /// The entry's total length.
+    pub fn total_len(&self) -> usize {
+        self.payload_at(self.count)
+    }
+
+    /// The log bytes one record stands for in the store's live-byte
+    /// counts: its distance and payload, and its share of the header
+    /// (rounded down, so the records of a run never count more than it).
+    pub fn record_bytes(&self) -> usize {
+        self.width + self.payload_len + self.ids_at / self.count
+    }
+}
+
+/// A chunk run entry (type 11), borrowed from the bytes it was decoded
+/// from: its records were checked (ids ascending and in range).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRunView<'a> {
+    pub header: ChunkRunHeader,
+    entry: &'a [u8],
+}
+
+impl<'a> ChunkRunView<'a> {
+    pub fn len(&self) -> usize {
+        self.header.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The id of record `i`.
+    pub fn id(&self, i: usize) -> ChunkId {
+        let h = &self.header;
+        let dist = if h.width == 0 {
+            i as u64
+        } else {
+            let at = h.ids_at + i * h.width;
+            let mut b = [0u8; 8];
+            b[..h.width].copy_from_slice(&self.entry[at..at + h.width]);
+            u64::from_le_bytes(b)
+        };
+        ChunkId::new(h.node, h.first + dist)
+    }
+
+    /// Record `i` as a chunk.
+    pub fn chunk(&self, i: usize) -> ChunkView<'a> {
+        let h = &self.header;
+        let at = h.payload_at(i);
+        ChunkView { table: h.table, id: self.id(i), version: h.version, payload: &self.entry[at..at + h.payload_len] }
+    }
+
+    /// The records in order, as chunks.
+    pub fn iter(&self) -> impl Iterator<Item = ChunkView<'a>> + '_ {
+        (0..self.header.count).map(|i| self.chunk(i))
+    }
+}
+
+/// Reads a chunk run's fixed part from the start of its entry (at least
+/// [`MAX_RUN_HEADER_BYTES`] of it, or all of a shorter entry), checking
+/// that the record sizes it gives end the entry exactly. The read path
+/// uses it to find one record without reading the rest.
+pub fn parse_chunk_run_header(prefix: &[u8]) -> Result<ChunkRunHeader, FormatError> {
+    let h = read_header(prefix)?;
+    if h.entry_type != EntryType::ChunkRun {
+        return Err(FormatError::Malformed);
+    }
+    let mut pos = h.header_len + 4;
+    let table = TableId(get_varint(prefix, &mut pos)?);
+    let node = u16::try_from(get_varint(prefix, &mut pos)?).map_err(|_| FormatError::Malformed)?;
+    let version = Version(get_varint(prefix, &mut pos)?);
+    let payload_len = get_varint(prefix, &mut pos)?;
+    let count = get_varint(prefix, &mut pos)?;
+    let first = get_varint(prefix, &mut pos)?;
+    let width = *prefix.get(pos).ok_or(FormatError::Malformed)? as usize;
+    pos += 1;
+    if count == 0 || count > MAX_RUN_RECORDS as u64 || first == 0 || first > ChunkId::MAX_LOCAL || width > 6 {
+        return Err(FormatError::Malformed);
+    }
+    let (count, payload_len) = (count as usize, usize::try_from(payload_len).map_err(|_| FormatError::Malformed)?);
+    let records = payload_len.checked_add(width).and_then(|s| s.checked_mul(count));
+    if records.and_then(|r| r.checked_add(pos)) != Some(h.total_len()) {
+        return Err(FormatError::Malformed);
+    }
+    Ok(ChunkRunHeader { table, node, version, payload_len, count, first, width, ids_at: pos })
+}
+
+/// Decodes a full chunk run without checking its CRC (as [`parse_chunk`]).
+pub fn parse_chunk_run(entry: &[u8]) -> Result<ChunkRunView<'_>, FormatError> {
+    let h = read_header(entry)?;
+    if h.entry_type != EntryType::ChunkRun || entry.len() < h.total_len() {
+        return Err(FormatError::Malformed);
+    }
+    parse_chunk_run_body(&entry[..h.total_len()])
+}
+
+fn parse_chunk_run_body(entry: &[u8]) -> Result<ChunkRunView<'_>, FormatError> {
+    let header = parse_chunk_run_header(entry)?;
+    let h = &header;
+    let last = if h.width == 0 {
+        h.count as u64 - 1
+    } else {
+        // Distances: the first 0, then strictly ascending.
+        let mut prev = None;
+        for i in 0..h.count {
+            let at = h.ids_at + i * h.width;
+            let mut b = [0u8; 8];
+            b[..h.width].copy_from_slice(&entry[at..at + h.width]);
+            let d = u64::from_le_bytes(b);
+            match prev {
+                None if d != 0 => return Err(FormatError::Malformed),
+                Some(p) if d <= p => return Err(FormatError::Malformed),
+                _ => prev = Some(d),
+            }
+        }
+        prev.expect("at least one record")
+    };
+    if h.first.checked_add(last).is_none_or(|l| l > ChunkId::MAX_LOCAL) {
+        return Err(FormatError::Malformed);
+    }
+    Ok(ChunkRunView { header, entry })
+}
+
 /// A decoded stream batch entry: its place and its records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamBatchView<'a> {
@@ -694,6 +935,7 @@ pub enum Entry<'a> {
     Chunk(ChunkView<'a>),
     ChunkTombstone(ChunkTombstoneView),
     StreamBatch(StreamBatchView<'a>),
+    ChunkRun(ChunkRunView<'a>),
 }
 
 impl Entry<'_> {
@@ -709,7 +951,8 @@ impl Entry<'_> {
             | Entry::SafeVersion(_)
             | Entry::Checksum(_)
             | Entry::Chunk(_)
-            | Entry::StreamBatch(_) => None,
+            | Entry::StreamBatch(_)
+            | Entry::ChunkRun(_) => None,
         }
     }
 }
@@ -912,6 +1155,10 @@ fn decode_checked(buf: &[u8], check: bool) -> Result<(Entry<'_>, usize), FormatE
             verify(entry, &h)?;
             Entry::StreamBatch(parse_stream_batch_body(entry, &h)?)
         }
+        EntryType::ChunkRun => {
+            verify(entry, &h)?;
+            Entry::ChunkRun(parse_chunk_run_body(entry)?)
+        }
     };
     Ok((e, h.total_len()))
 }
@@ -1093,6 +1340,25 @@ fn filter_checked(
                 f.objects += k as u32;
                 k
             }
+            Entry::ChunkRun(run) => {
+                // Each record goes where its id belongs; a run split by
+                // the filter is written again as the run of the records
+                // kept (with a CRC of its own).
+                let kept: Vec<usize> =
+                    (0..run.len()).filter(|&i| keep(run.header.table, &chunk_key(run.id(i)))).collect();
+                f.objects += kept.len() as u32;
+                if kept.len() == run.len() {
+                    true
+                } else {
+                    if !kept.is_empty() {
+                        let records: Vec<(u64, &[u8])> =
+                            kept.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
+                        let h = &run.header;
+                        encode_chunk_run(out, h.table, h.node, h.version, &records);
+                    }
+                    false
+                }
+            }
             Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::Checksum(_) => false,
         };
         if kept {
@@ -1164,6 +1430,118 @@ mod tests {
         assert_eq!(n, b.len());
         assert_eq!(n, stream_batch_len(&p, 3, batch_records_len(&records)));
         (p, b)
+    }
+
+    /// The chunk run vectors of docs/log-format.md (log_vectors.py): one
+    /// with consecutive ids (no ids stored) and one with ids far apart.
+    #[test]
+    fn chunk_run_matches_documented_vectors() {
+        let mut b = Vec::new();
+        let records: [(u64, &[u8]); 3] = [(5, b"ab"), (6, b"cd"), (7, b"ef")];
+        let n = encode_chunk_run(&mut b, TableId(1), 2, Version(1), &records);
+        assert_eq!(n, chunk_run_len(TableId(1), 2, Version(1), 2, (5, 7, 3)));
+        assert_eq!(hex(&b), "2b 11 10 46 e4 25 01 02 01 02 03 05 00 61 62 63 64 65 66");
+        let Ok((Entry::ChunkRun(run), len)) = decode(&b) else { panic!("not a run") };
+        assert_eq!((len, run.len(), run.header.width), (b.len(), 3, 0));
+        let chunks: Vec<_> = run.iter().map(|c| (c.table, c.id, c.version, c.payload)).collect();
+        assert_eq!(
+            chunks,
+            [
+                (TableId(1), ChunkId::new(2, 5), Version(1), &b"ab"[..]),
+                (TableId(1), ChunkId::new(2, 6), Version(1), &b"cd"[..]),
+                (TableId(1), ChunkId::new(2, 7), Version(1), &b"ef"[..]),
+            ]
+        );
+        assert_eq!(parse_chunk_run(&b).unwrap(), run);
+        assert_eq!(parse_chunk_run_header(&b[..b.len().min(MAX_RUN_HEADER_BYTES)]).unwrap(), run.header);
+        // Per record: its payload and nothing else, plus a share of the
+        // 13-byte header.
+        assert_eq!(run.header.record_bytes(), 2 + 13 / 3);
+        let mut b = Vec::new();
+        let records: [(u64, &[u8]); 3] = [(5, b"ab"), (9, b"cd"), (300, b"ef")];
+        let n = encode_chunk_run(&mut b, TableId(1), 2, Version(3), &records);
+        assert_eq!(n, chunk_run_len(TableId(1), 2, Version(3), 2, (5, 300, 3)));
+        assert_eq!(hex(&b), "2b 17 fd 0e 24 3d 01 02 03 02 03 05 02 00 00 04 00 27 01 61 62 63 64 65 66");
+        let run = parse_chunk_run(&b).unwrap();
+        assert_eq!(run.header.width, 2);
+        assert_eq!(run.iter().map(|c| c.id.local()).collect::<Vec<_>>(), [5, 9, 300]);
+        assert_eq!(run.chunk(2).payload, b"ef");
+    }
+
+    /// A chunk run is refused when torn, bit-flipped, or well sealed but
+    /// inconsistent: ids not ascending, a first distance other than 0, an
+    /// id out of range, sizes that do not end the entry.
+    #[test]
+    fn chunk_run_damaged_or_inconsistent_is_refused() {
+        let mut b = Vec::new();
+        encode_chunk_run(&mut b, TableId(1), 2, Version(3), &[(5, b"ab"), (9, b"cd"), (300, b"ef")]);
+        for cut in 0..b.len() {
+            assert!(decode(&b[..cut]).is_err(), "prefix of {cut} bytes decoded");
+        }
+        for bit in 0..b.len() * 8 {
+            let mut f = b.clone();
+            f[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode(&f).is_err(), "bit {bit} flipped still decodes");
+        }
+        // Hand-built bodies, sealed so that only the fields are wrong.
+        let sealed = |fields: &[u8]| {
+            let mut out = Vec::new();
+            let hl = put_header(&mut out, EntryType::ChunkRun, 4 + fields.len());
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(fields);
+            seal(&mut out, 0, hl);
+            out
+        };
+        // table 1, node 2, version 1, payload 1 byte, count 2, first 5, width 1
+        let ok = sealed(&[1, 2, 1, 1, 2, 5, 1, 0, 3, b'a', b'b']);
+        assert!(decode(&ok).is_ok());
+        for (what, fields) in [
+            ("descending ids", &[1, 2, 1, 1, 2, 5, 1, 3, 0, b'a', b'b'][..]),
+            ("repeated id", &[1, 2, 1, 1, 2, 5, 1, 0, 0, b'a', b'b']),
+            ("first distance not 0", &[1, 2, 1, 1, 2, 5, 1, 1, 3, b'a', b'b']),
+            ("count 0", &[1, 2, 1, 1, 0, 5, 0]),
+            ("local id 0", &[1, 2, 1, 1, 2, 0, 0, b'a', b'b']),
+            ("width 7", &[1, 2, 1, 1, 1, 5, 7, 0, 0, 0, 0, 0, 0, 0, b'a']),
+            ("payloads short", &[1, 2, 1, 1, 2, 5, 0, b'a']),
+            ("payloads long", &[1, 2, 1, 1, 2, 5, 0, b'a', b'b', b'c']),
+            ("node beyond 16 bits", &[1, 0x80, 0x80, 0x04, 1, 1, 1, 5, 0, b'a']),
+        ] {
+            assert_eq!(decode(&sealed(fields)).map(|(e, _)| e), Err(FormatError::Malformed), "{what}");
+        }
+        // The last id at the 48-bit limit is accepted, one beyond refused.
+        let max = ChunkId::MAX_LOCAL;
+        let mut b = Vec::new();
+        encode_chunk_run(&mut b, TableId(1), 2, Version(1), &[(max - 1, b"a"), (max, b"b")]);
+        assert!(decode(&b).is_ok());
+        let mut fields = vec![1, 2, 1, 1, 2];
+        put_varint(&mut fields, max);
+        fields.extend_from_slice(&[0, b'a', b'b']);
+        assert_eq!(decode(&sealed(&fields)).map(|(e, _)| e), Err(FormatError::Malformed));
+    }
+
+    /// A filter keeps a run whole, drops it, or writes the run of the
+    /// records it keeps (a CRC of its own), counting records.
+    #[test]
+    fn filter_splits_a_chunk_run_by_record() {
+        let records: Vec<(u64, Vec<u8>)> = (1..=6u64).map(|l| (l, vec![l as u8; 4])).collect();
+        let refs: Vec<(u64, &[u8])> = records.iter().map(|(l, p)| (*l, &p[..])).collect();
+        let mut b = Vec::new();
+        encode_chunk_run(&mut b, TableId(3), 7, Version(2), &refs);
+        let keep_odd = |_: TableId, key: &[u8]| u64::from_le_bytes(key.try_into().unwrap()) & 1 == 1;
+        let mut out = Vec::new();
+        let f = filter_entries(&b, keep_odd, &mut out).unwrap();
+        assert_eq!(f.objects, 3);
+        let Ok((Entry::ChunkRun(run), len)) = decode(&out) else { panic!("not a run") };
+        assert_eq!(len, out.len());
+        let kept: Vec<_> = run.iter().map(|c| (c.id, c.version, c.payload.to_vec())).collect();
+        let want: Vec<_> = [1u64, 3, 5].iter().map(|&l| (ChunkId::new(7, l), Version(2), vec![l as u8; 4])).collect();
+        assert_eq!(kept, want);
+        out.clear();
+        assert_eq!(filter_entries(&b, |_, _| true, &mut out).unwrap().objects, 6);
+        assert_eq!(out, b, "a run kept whole is copied byte for byte");
+        out.clear();
+        assert_eq!(filter_entries(&b, |_, _| false, &mut out).unwrap().objects, 0);
+        assert!(out.is_empty());
     }
 
     /// The stream batch vectors of docs/log-format.md (log_vectors.py).
@@ -1272,7 +1650,7 @@ mod tests {
         let mut b = Vec::new();
         encode_segment_header(&mut b, LogId(9), SegmentId(2), 8 << 20);
         assert_eq!(b.len(), SEGMENT_HEADER_BYTES);
-        assert_eq!(hex(&b), "21 19 79 66 7c fa 04 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
+        assert_eq!(hex(&b), "21 19 94 1b 76 f7 05 09 00 00 00 00 00 00 00 02 00 00 00 00 00 00 00 00 00 80 00");
         let mut b = Vec::new();
         let n = encode_chunk(&mut b, TableId(1), ChunkId::new(2, 5), Version(1), b"payload");
         assert_eq!(n, chunk_len(TableId(1), ChunkId::new(2, 5), Version(1), 7));

@@ -21,8 +21,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 pub const OFFSET_BITS: u32 = 27;
 /// Largest segment the reference format can address.
 pub const MAX_SEGMENT_BYTES: usize = 1 << OFFSET_BITS;
+/// Bits of a segment slot number in a [`LogRef`].
+pub const SLOT_BITS: u32 = 20;
 /// Most segment slots the reference format can address.
-pub const MAX_SLOTS: usize = 1 << 20;
+pub const MAX_SLOTS: usize = 1 << SLOT_BITS;
 
 /// A reference to a log entry: 20-bit slot, 27-bit offset. Never zero (slot 0
 /// is never used), so a zero hash table slot can mean "empty".
@@ -293,6 +295,18 @@ impl Segments {
         let hdr = self.bytes(slot, off, 4.min(len - off));
         let h = crate::format::read_header(&hdr).expect("log reference to a malformed entry");
         self.bytes(slot, off, h.total_len())
+    }
+
+    /// The first `max` bytes of the entry at `r` (all of it if shorter),
+    /// for readers that need only its fixed part. Same contract as
+    /// [`Segments::entry`].
+    pub fn entry_prefix(&self, r: LogRef, max: usize) -> Cow<'_, [u8]> {
+        let slot = r.slot();
+        let off = r.offset() as usize;
+        let len = self.slots[slot as usize].len.load(Ordering::Acquire) as usize;
+        let hdr = self.bytes(slot, off, 4.min(len - off));
+        let h = crate::format::read_header(&hdr).expect("log reference to a malformed entry");
+        self.bytes(slot, off, h.total_len().min(max))
     }
 
     /// Calls `f(offset, entry bytes)` for each entry of a segment, in place.

@@ -1874,18 +1874,11 @@ impl Store {
                     replay.report.tombstones += 1;
                     replay.kill(t.table, t.key, t.version, key_hash(t.table, t.key).0);
                 }
-                Entry::Chunk(c) => {
-                    if !replay.tables.contains(&c.table) {
-                        self.create_table(c.table);
-                        replay.tables.insert(c.table);
+                Entry::Chunk(c) => self.replay_chunk_entry(replay, &mut chunks, c)?,
+                Entry::ChunkRun(run) => {
+                    for c in run.iter() {
+                        self.replay_chunk_entry(replay, &mut chunks, c)?;
                     }
-                    inner.check_sizes(&[], Some(c.payload)).map_err(ReplayError::Store)?;
-                    replay.chunk_nodes.insert(c.id.node());
-                    if chunks.len() == REPLAY_GROUP || chunks.iter().any(|x| x.id == c.id) {
-                        self.replay_chunks(replay, &chunks)?;
-                        chunks.clear();
-                    }
-                    chunks.push(c);
                 }
                 Entry::ChunkTombstone(t) => {
                     self.replay_chunks(replay, &chunks)?;
@@ -1904,6 +1897,29 @@ impl Store {
         }
         self.replay_chunks(replay, &chunks)?;
         self.replay_group(replay, &ops, &versions)
+    }
+
+    /// Adds a replayed chunk to the group of chunks of distinct ids that
+    /// is replayed together, replaying the group first when it is full or
+    /// holds the same id.
+    fn replay_chunk_entry<'e>(
+        &self,
+        replay: &mut Replay,
+        chunks: &mut Vec<format::ChunkView<'e>>,
+        c: format::ChunkView<'e>,
+    ) -> Result<(), ReplayError> {
+        if !replay.tables.contains(&c.table) {
+            self.create_table(c.table);
+            replay.tables.insert(c.table);
+        }
+        self.inner.check_sizes(&[], Some(c.payload)).map_err(ReplayError::Store)?;
+        replay.chunk_nodes.insert(c.id.node());
+        if chunks.len() == REPLAY_GROUP || chunks.iter().any(|x| x.id == c.id) {
+            self.replay_chunks(replay, chunks)?;
+            chunks.clear();
+        }
+        chunks.push(c);
+        Ok(())
     }
 
     /// Writes one group of a replay at the versions given (distinct keys).

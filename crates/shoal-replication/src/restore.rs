@@ -157,7 +157,8 @@ pub fn verify_replica(bytes: &[u8]) -> Verified {
             | Entry::SafeVersion(_)
             | Entry::Chunk(_)
             | Entry::ChunkTombstone(_)
-            | Entry::StreamBatch(_) => {}
+            | Entry::StreamBatch(_)
+            | Entry::ChunkRun(_) => {}
         }
     }
     v

@@ -18,31 +18,131 @@
 //! server's business: the store only requires that the table exists.
 
 use super::*;
-use crate::cidtable::Slot;
-use crate::segment::LogRef;
+use crate::cidtable::{ChunkAt, Slot};
 use shoal_common::ChunkId;
 
-/// A live chunk found under its stripe lock.
+/// A live chunk found under its stripe lock (or an epoch guard).
 #[derive(Clone, Copy, Debug)]
 struct ChunkFound {
-    r: LogRef,
+    at: ChunkAt,
     table: TableId,
     version: Version,
+    /// The log bytes it stands for in the live-byte counts: its whole
+    /// entry, or its share of a chunk run.
     entry_len: usize,
+    /// Where its payload starts in its segment.
+    payload_at: usize,
     payload_len: usize,
 }
 
 /// Most chunks one create appends as one log append group.
 const CREATE_GROUP: usize = 1024;
 
+/// Most payload bytes a chunk run carries: 16 KiB shares a run's 16-byte
+/// header among 128 chunks of 128 bytes, and a run that does not fit the
+/// end of a head segment leaves at most that much unused there (64 KiB
+/// runs cost 128-byte chunks 1.05 B each in partly used seglets, 16 KiB
+/// runs 0.26 B, 1 M chunks measured
+/// with `shoal bench overhead --chunks`). A run never carries more than the
+/// largest value either, so it is never a larger entry than an object
+/// can be (the cleaner and the log size their reserves by that).
+const RUN_PAYLOAD_BYTES: usize = 16 << 10;
+
+/// Where a chunk went in a batch [`encode_chunks`] wrote: the entry's
+/// index among the batch's entries, the record's index in it, and the
+/// bytes it stands for.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    entry: usize,
+    index: u16,
+    bytes: usize,
+}
+
+/// Appends chunks `(table, id, version, payload)` to `b`: those that share
+/// a table, a node, a version and a payload length as chunk runs (type 11),
+/// ids ascending, a chunk with no such company as a chunk entry (type 8).
+/// Returns where each went, in the order given. A bulk create of
+/// same-sized chunks (DXRAM's usual load) becomes a few runs whose
+/// records cost no header at all.
+fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], max_value: usize) -> Vec<Placed> {
+    let mut placed = vec![Placed { entry: 0, index: 0, bytes: 0 }; items.len()];
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_unstable_by_key(|&i| {
+        let (t, id, v, p) = items[i];
+        (t, id.node(), v, p.len(), id.local())
+    });
+    let same = |a: usize, c: usize| {
+        let (x, y) = (items[a], items[c]);
+        x.0 == y.0 && x.1.node() == y.1.node() && x.2 == y.2 && x.3.len() == y.3.len()
+    };
+    let mut start = 0;
+    while start < order.len() {
+        let first = order[start];
+        let len = items[first].3.len().max(1);
+        let most = (RUN_PAYLOAD_BYTES.min(max_value) / len).clamp(1, format::MAX_RUN_RECORDS);
+        let mut end = start + 1;
+        while end < order.len() && end - start < most && same(first, order[end]) {
+            end += 1;
+        }
+        let group = &order[start..end];
+        if group.len() == 1 {
+            let (table, id, version, payload) = items[first];
+            let n = format::encode_chunk(&mut b.buf, table, id, version, payload);
+            b.mark();
+            placed[first] = Placed { entry: b.ends.len() - 1, index: 0, bytes: n };
+        } else {
+            let records: Vec<(u64, &[u8])> = group.iter().map(|&i| (items[i].1.local(), items[i].3)).collect();
+            let (table, id, version, _) = items[first];
+            let at = b.buf.len();
+            format::encode_chunk_run(&mut b.buf, table, id.node(), version, &records);
+            b.mark();
+            let h = format::parse_chunk_run_header(&b.buf[at..]).expect("a run just written");
+            for (k, &i) in group.iter().enumerate() {
+                placed[i] = Placed { entry: b.ends.len() - 1, index: k as u16, bytes: h.record_bytes() };
+            }
+        }
+        start = end;
+    }
+    placed
+}
+
 impl Inner {
     /// The live chunk `id` (stripe lock held, or an epoch guard).
     fn find_chunk(&self, id: ChunkId) -> Option<ChunkFound> {
-        let r = self.cids.live_ref(id)?;
-        let e = self.segs.entry(r);
+        let at = self.cids.live_ref(id)?;
+        Some(self.chunk_at(at, id))
+    }
+
+    /// The chunk whose CID table slot holds `at`. A chunk entry is read
+    /// whole; of a chunk run only the fixed part, which places the record.
+    fn chunk_at(&self, at: ChunkAt, id: ChunkId) -> ChunkFound {
+        let pre = self.segs.entry_prefix(at.r, format::MAX_RUN_HEADER_BYTES);
+        let off = at.r.offset() as usize;
+        let h = format::read_header(&pre).expect("the CID table points at an entry");
+        if h.entry_type == format::EntryType::ChunkRun {
+            let run = format::parse_chunk_run_header(&pre).expect("the CID table points at a chunk run");
+            debug_assert!((at.index as usize) < run.count);
+            return ChunkFound {
+                at,
+                table: run.table,
+                version: run.version,
+                entry_len: run.record_bytes(),
+                payload_at: off + run.payload_at(at.index as usize),
+                payload_len: run.payload_len,
+            };
+        }
+        drop(pre);
+        let e = self.segs.entry(at.r);
         let c = format::parse_chunk(&e).expect("the CID table points at a chunk entry");
         debug_assert_eq!(c.id, id);
-        Some(ChunkFound { r, table: c.table, version: c.version, entry_len: e.len(), payload_len: c.payload.len() })
+        ChunkFound {
+            at,
+            table: c.table,
+            version: c.version,
+            entry_len: e.len(),
+            payload_at: off + e.len() - c.payload.len(),
+            payload_len: c.payload.len(),
+        }
     }
 
     /// The live chunk `id` of `table` (stripe lock held).
@@ -57,16 +157,16 @@ impl Inner {
         table: TableId,
         id: ChunkId,
         old: Option<ChunkFound>,
-        r: LogRef,
+        at: ChunkAt,
         entry_len: usize,
         payload_len: usize,
     ) {
         self.stamp_write(key_hash(table, &format::chunk_key(id)).0);
         let c = &self.counters;
-        self.cids.set(id, Slot::Live(r));
+        self.cids.set(id, Slot::Live(at));
         match old {
             Some(f) => {
-                self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+                self.segs.slot(f.at.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
                 c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
                 c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
             }
@@ -74,7 +174,7 @@ impl Inner {
                 self.cids.live.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.segs.slot(r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
+        self.segs.slot(at.r.slot()).live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_add(entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_add(payload_len as u64, Ordering::Relaxed);
     }
@@ -91,7 +191,7 @@ impl Inner {
             self.cids.kill(id, removed);
         }
         self.cids.live.fetch_sub(1, Ordering::Relaxed);
-        self.segs.slot(f.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
+        self.segs.slot(f.at.r.slot()).live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_bytes.fetch_sub(f.entry_len as u64, Ordering::Relaxed);
         c.live_kv_bytes.fetch_sub(f.payload_len as u64, Ordering::Relaxed);
         // Every way a chunk stops being live comes here (remove, a table's
@@ -106,15 +206,15 @@ impl Inner {
     /// is still at `at`, without a tombstone (its segment has left the
     /// log); its id becomes free above its version. Returns the entry's
     /// length if it was forgotten.
-    pub(crate) fn evict_chunk(&self, id: ChunkId, at: LogRef) -> Option<usize> {
+    pub(crate) fn evict_chunk(&self, id: ChunkId, at: ChunkAt) -> Option<usize> {
         let _lock = self.cids.lock(id);
-        let f = self.find_chunk(id).filter(|f| f.r == at)?;
+        let f = self.find_chunk(id).filter(|f| f.at == at)?;
         self.uninstall_chunk(f.table, id, f, f.version, true);
         Some(f.entry_len)
     }
 
     fn push_chunk_tombstone(&self, b: &mut Batch, table: TableId, id: ChunkId, f: &ChunkFound) {
-        let seg = self.segs.slot(f.r.slot()).segment_id();
+        let seg = self.segs.slot(f.at.r.slot()).segment_id();
         format::encode_chunk_tombstone(&mut b.buf, table, id, f.version, seg);
         b.mark();
     }
@@ -128,20 +228,18 @@ impl Inner {
                 let ids = self.cids.allocate(node, payloads.len()).ok_or(StoreError::ChunkIdsExhausted)?;
                 let locks = self.cids.lock_many(ids.iter().map(|a| a.id));
                 b.clear();
-                for (a, p) in ids.iter().zip(payloads) {
-                    format::encode_chunk(&mut b.buf, table, a.id, a.version, p);
-                    b.mark();
-                }
+                let items: Vec<(TableId, ChunkId, Version, &[u8])> =
+                    ids.iter().zip(payloads).map(|(a, p)| (table, a.id, a.version, *p)).collect();
+                let placed = encode_chunks(b, &items, self.config.max_value_bytes);
                 if self.try_append(b, Tier::Write, refs).is_err() {
                     drop(locks);
                     self.cids.release(&ids);
                     self.wait_for_space(started)?;
                     continue;
                 }
-                let mut start = 0;
-                for (i, (a, p)) in ids.iter().zip(payloads).enumerate() {
-                    self.install_chunk(table, a.id, None, refs[i], b.ends[i] - start, p.len());
-                    start = b.ends[i];
+                for ((_, id, _, p), at) in items.iter().zip(&placed) {
+                    let r = ChunkAt { r: refs[at.entry], index: at.index };
+                    self.install_chunk(table, *id, None, r, at.bytes, p.len());
                 }
                 drop(locks);
                 self.counters.writes.fetch_add(ids.len() as u64, Ordering::Relaxed);
@@ -184,22 +282,29 @@ impl Inner {
             loop {
                 let locks = self.cids.lock_many(items.iter().map(|(id, _)| *id));
                 b.clear();
-                // Per item: its result, or the chunk found and the index of
-                // its first entry in the batch.
-                let mut plan: Vec<Result<(ChunkFound, usize), StoreError>> = Vec::with_capacity(items.len());
-                for (id, payload) in &items {
-                    let found = payload
-                        .map_or(Ok(()), |p| self.check_sizes(&[], Some(p)))
-                        .and_then(|()| self.find_chunk_in(table, *id));
-                    plan.push(found.map(|f| {
-                        let first = b.ends.len();
-                        if let Some(p) = payload {
-                            format::encode_chunk(&mut b.buf, table, *id, Version(f.version.0 + 1), p);
-                            b.mark();
-                        }
-                        self.push_chunk_tombstone(b, table, *id, &f);
-                        (f, first)
-                    }));
+                // Per item: its result, or the chunk found.
+                let plan: Vec<Result<ChunkFound, StoreError>> = items
+                    .iter()
+                    .map(|(id, payload)| {
+                        payload
+                            .map_or(Ok(()), |p| self.check_sizes(&[], Some(p)))
+                            .and_then(|()| self.find_chunk_in(table, *id))
+                    })
+                    .collect();
+                // The new payloads first (runs where they share a version
+                // and a length), then a chunk tombstone per chunk found.
+                let puts: Vec<(TableId, ChunkId, Version, &[u8])> = items
+                    .iter()
+                    .zip(&plan)
+                    .filter_map(|((id, payload), p)| {
+                        Some((table, *id, Version(p.as_ref().ok()?.version.0 + 1), (*payload)?))
+                    })
+                    .collect();
+                let placed = encode_chunks(b, &puts, self.config.max_value_bytes);
+                for ((id, _), p) in items.iter().zip(&plan) {
+                    if let Ok(f) = p {
+                        self.push_chunk_tombstone(b, table, *id, f);
+                    }
                 }
                 // Removes alone may use the remove reserve, as object removes do.
                 let tier = if items.iter().all(|(_, p)| p.is_none()) { Tier::Remove } else { Tier::Write };
@@ -210,15 +315,17 @@ impl Inner {
                     }
                     continue;
                 }
+                let mut placed = placed.iter();
                 let results = items
                     .iter()
                     .zip(plan)
                     .map(|((id, payload), p)| {
-                        let (f, first) = p?;
+                        let f = p?;
                         match payload {
                             Some(p) => {
-                                let start = if first == 0 { 0 } else { b.ends[first - 1] };
-                                self.install_chunk(table, *id, Some(f), refs[first], b.ends[first] - start, p.len());
+                                let at = placed.next().expect("one place per put");
+                                let r = ChunkAt { r: refs[at.entry], index: at.index };
+                                self.install_chunk(table, *id, Some(f), r, at.bytes, p.len());
                                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                                 Ok(Version(f.version.0 + 1))
                             }
@@ -271,7 +378,7 @@ impl Inner {
                     }
                     continue;
                 }
-                self.install_chunk(table, id, Some(f), refs[0], b.ends[0], payload.len());
+                self.install_chunk(table, id, Some(f), ChunkAt::entry(refs[0]), b.ends[0], payload.len());
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 return Ok(Ok(version));
             }
@@ -304,15 +411,13 @@ impl Inner {
         self.check_table(table)?;
         let _g = self.epochs.pin();
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        let r = self.cids.live_ref(id).ok_or(StoreError::ObjectDoesntExist)?;
-        let e = self.segs.entry(r);
-        let c = format::parse_chunk(&e).expect("the CID table points at a chunk entry");
-        if c.table != table {
+        let f = self.find_chunk(id).ok_or(StoreError::ObjectDoesntExist)?;
+        if f.table != table {
             return Err(StoreError::ObjectDoesntExist);
         }
         out.clear();
-        out.extend_from_slice(c.payload);
-        Ok(c.version)
+        self.segs.for_each_piece(f.at.r.slot(), f.payload_at, f.payload_len, |p| out.extend_from_slice(p));
+        Ok(f.version)
     }
 }
 
@@ -438,8 +543,8 @@ impl Store {
         let mut ids = Vec::new();
         {
             let _g = self.inner.epochs.pin();
-            self.inner.cids.for_each_live(|id, r| {
-                if format::parse_chunk(&self.inner.segs.entry(r)).is_ok_and(|c| c.table == table) {
+            self.inner.cids.for_each_live(|id, at| {
+                if self.inner.chunk_at(at, id).table == table {
                     ids.push(id);
                 }
             });
@@ -477,38 +582,46 @@ impl Store {
             loop {
                 let locks = inner.cids.lock_many(group.iter().map(|c| c.id));
                 b.clear();
-                // Per chunk: skipped, or the chunk it replaces (if any) and
-                // the index of its entry in the batch.
-                let mut plan: Vec<Option<(Option<ChunkFound>, usize)>> = Vec::with_capacity(group.len());
-                for c in group {
-                    inner.cids.note_id(c.id);
-                    let old = match inner.cids.get(c.id) {
-                        Slot::Free(v) if c.version <= v => None,
-                        Slot::Empty | Slot::Free(_) => Some(None),
-                        Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
-                    };
-                    plan.push(old.map(|old| {
-                        let at = b.ends.len();
-                        format::encode_chunk(&mut b.buf, c.table, c.id, c.version, c.payload);
-                        b.mark();
-                        if let Some(f) = &old {
-                            inner.push_chunk_tombstone(b, f.table, c.id, f);
+                // Per chunk: skipped, or the chunk it replaces (if any).
+                let plan: Vec<Option<Option<ChunkFound>>> = group
+                    .iter()
+                    .map(|c| {
+                        inner.cids.note_id(c.id);
+                        match inner.cids.get(c.id) {
+                            Slot::Free(v) if c.version <= v => None,
+                            Slot::Empty | Slot::Free(_) => Some(None),
+                            Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
                         }
-                        (old, at)
-                    }));
+                    })
+                    .collect();
+                // The chunks installed (runs again where they can be), then
+                // a chunk tombstone per chunk they replace.
+                let writes: Vec<(TableId, ChunkId, Version, &[u8])> = group
+                    .iter()
+                    .zip(&plan)
+                    .filter(|(_, p)| p.is_some())
+                    .map(|(c, _)| (c.table, c.id, c.version, c.payload))
+                    .collect();
+                let placed = encode_chunks(b, &writes, inner.config.max_value_bytes);
+                for (c, p) in group.iter().zip(&plan) {
+                    if let Some(Some(f)) = p {
+                        inner.push_chunk_tombstone(b, f.table, c.id, f);
+                    }
                 }
                 if !b.ends.is_empty() && inner.try_append(b, Tier::Write, refs).is_err() {
                     drop(locks);
                     inner.wait_for_space(started).map_err(ReplayError::Store)?;
                     continue;
                 }
+                let mut placed = placed.iter();
                 for (c, p) in group.iter().zip(plan) {
-                    let Some((old, at)) = p else {
+                    let Some(old) = p else {
                         replay.report.chunks_skipped += 1;
                         continue;
                     };
-                    let start = if at == 0 { 0 } else { b.ends[at - 1] };
-                    inner.install_chunk(c.table, c.id, old, refs[at], b.ends[at] - start, c.payload.len());
+                    let at = placed.next().expect("one place per chunk written");
+                    let r = ChunkAt { r: refs[at.entry], index: at.index };
+                    inner.install_chunk(c.table, c.id, old, r, at.bytes, c.payload.len());
                     replay.report.chunks_replayed += 1;
                 }
                 drop(locks);
@@ -570,24 +683,30 @@ impl Store {
         let inner = &self.inner;
         let (mut n, mut live, mut payload) = (0u64, 0u64, 0u64);
         let mut err = None;
-        inner.cids.for_each_live(|id, r| {
+        inner.cids.for_each_live(|id, at| {
             if err.is_some() {
                 return;
             }
-            if !member_slots.contains_key(&r.slot()) {
-                err = Some(format!("chunk {id}: reference {r:?} into slot {} which is not in the log", r.slot()));
+            let slot = at.r.slot();
+            if !member_slots.contains_key(&slot) {
+                err = Some(format!("chunk {id}: reference {at:?} into slot {slot} which is not in the log"));
                 return;
             }
-            let e = inner.segs.entry(r);
-            match format::decode(&e) {
-                Ok((Entry::Chunk(c), len)) if c.id == id => {
-                    n += 1;
-                    live += len as u64;
-                    payload += c.payload.len() as u64;
-                    *live_per_slot.entry(r.slot()).or_default() += len as u64;
+            let e = inner.segs.entry(at.r);
+            let (bytes, payload_len) = match format::decode(&e) {
+                Ok((Entry::Chunk(c), len)) if c.id == id && at.index == 0 => (len, c.payload.len()),
+                Ok((Entry::ChunkRun(run), _)) if (at.index as usize) < run.len() && run.id(at.index as usize) == id => {
+                    (run.header.record_bytes(), run.header.payload_len)
                 }
-                other => err = Some(format!("chunk {id}: reference {r:?} to another entry: {other:?}")),
-            }
+                other => {
+                    err = Some(format!("chunk {id}: reference {at:?} to another entry: {other:?}"));
+                    return;
+                }
+            };
+            n += 1;
+            live += bytes as u64;
+            payload += payload_len as u64;
+            *live_per_slot.entry(slot).or_default() += bytes as u64;
         });
         match err {
             Some(e) => Err(e),
