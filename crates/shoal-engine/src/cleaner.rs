@@ -60,7 +60,7 @@ use crate::pool::Tier;
 use crate::segment::{LogRef, SlotState};
 use crate::store::Inner;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use shoal_common::{key_hash, SegmentId, Version};
+use shoal_common::{key_hash, ChunkId, SegmentId, TableId, Version};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -453,6 +453,7 @@ fn relocate_segment(
     // Entries are handled in batches: first every object's key hash is
     // computed and its bucket prefetched, then each is looked up.
     let mut batch: Vec<(usize, u64)> = Vec::with_capacity(RELOCATION_BATCH);
+    let mut singles: Vec<Single> = Vec::new();
     while off < end_of_segment {
         batch.clear();
         while off < end_of_segment && batch.len() < RELOCATION_BATCH {
@@ -516,14 +517,15 @@ fn relocate_segment(
                         e.chunks.push((c.id, old));
                         continue;
                     }
-                    let w = target.writer(inner, len, spare);
-                    let end = (w.len + len + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
-                    assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
-                    let new = inner.log.write_entry(w, raw);
-                    inner.cids.set(c.id, Slot::Live(ChunkAt::entry(new)));
-                    inner.segs.slot(slot).live_bytes.fetch_sub(len as u64, Ordering::Relaxed);
-                    inner.segs.slot(w.slot).live_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                    objs += len as u64;
+                    // Moved after the other entries, packed into runs with
+                    // the chunks like it (`pack_chunks`).
+                    singles.push(Single {
+                        at: at as u32,
+                        id: c.id,
+                        table: c.table,
+                        version: c.version,
+                        len: c.payload.len(),
+                    });
                 }
                 Entry::ChunkRun(run) => {
                     // Each record is live exactly when its id's slot points
@@ -590,8 +592,96 @@ fn relocate_segment(
             }
         }
     }
+    objs += pack_chunks(inner, slot, &mut singles, spare, target);
     inner.counters.relocated.fetch_add(objs + tombs, Ordering::Relaxed);
     (objs, tombs)
+}
+
+/// A live chunk entry (type 8) found by [`relocate_segment`].
+struct Single {
+    /// Its offset in the segment being cleaned.
+    at: u32,
+    id: ChunkId,
+    table: TableId,
+    version: Version,
+    len: usize,
+}
+
+/// Relocates the chunk entries `singles` of the segment in `slot`: those
+/// that share a table, node, version and payload length go into chunk runs
+/// (a 12-byte header per chunk becomes a share of one 16-byte header, or
+/// a distance of a few bytes), the others move as they are. Chunks put one
+/// at a time are chunk entries; once cleaned they cost what a bulk create
+/// costs. Each group is decided and moved under its ids' stripe locks; a
+/// chunk written since the scan (its slot points elsewhere) is left.
+/// Returns the bytes written.
+fn pack_chunks(inner: &Inner, slot: u32, singles: &mut [Single], spare: &mut Vec<u32>, target: &mut dyn Target) -> u64 {
+    let seg_bytes = inner.segs.segment_bytes();
+    let cap = crate::store::RUN_PAYLOAD_BYTES.min(inner.config.max_value_bytes);
+    singles.sort_unstable_by_key(|s| (s.table, s.id.node(), s.version, s.len, s.id.local()));
+    let mut written = 0u64;
+    let mut start = 0;
+    while start < singles.len() {
+        let first = &singles[start];
+        let most = (cap / first.len.max(1)).clamp(1, format::MAX_RUN_RECORDS);
+        let mut end = start + 1;
+        while end < singles.len() && end - start < most && {
+            let s = &singles[end];
+            (s.table, s.id.node(), s.version, s.len) == (first.table, first.id.node(), first.version, first.len)
+        } {
+            end += 1;
+        }
+        let group = &singles[start..end];
+        start = end;
+        let _locks = inner.cids.lock_many(group.iter().map(|s| s.id));
+        let live: Vec<&Single> = group
+            .iter()
+            .filter(|s| inner.cids.live_ref(s.id) == Some(ChunkAt::entry(LogRef::new(slot, s.at))))
+            .collect();
+        if live.is_empty() {
+            continue;
+        }
+        let entries: Vec<_> = live.iter().map(|s| inner.segs.entry(LogRef::new(slot, s.at))).collect();
+        let before: usize = entries.iter().map(|e| e.len()).sum();
+        let mut packed = Vec::new();
+        let bytes: &[u8] = if live.len() == 1 {
+            &entries[0]
+        } else {
+            // The payloads get the run's CRC: check each entry's own first,
+            // so that a corruption in memory is not sealed in.
+            let records: Vec<(u64, &[u8])> = live
+                .iter()
+                .zip(&entries)
+                .map(|(s, e)| match format::decode(e) {
+                    Ok((Entry::Chunk(c), _)) => (s.id.local(), c.payload),
+                    other => panic!("segment in slot {slot} is corrupt in memory at {}: {other:?}", s.at),
+                })
+                .collect();
+            let head = live[0];
+            format::encode_chunk_run(&mut packed, head.table, head.id.node(), head.version, &records);
+            &packed
+        };
+        let w = target.writer(inner, bytes.len(), spare);
+        let end = (w.len + bytes.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+        assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+        let new = inner.log.write_entry(w, bytes);
+        let after = if live.len() == 1 {
+            inner.cids.set(live[0].id, Slot::Live(ChunkAt::entry(new)));
+            bytes.len()
+        } else {
+            let record = format::parse_chunk_run_header(bytes).expect("a run just written").record_bytes();
+            for (k, s) in live.iter().enumerate() {
+                inner.cids.set(s.id, Slot::Live(ChunkAt { r: new, index: k as u16 }));
+            }
+            record * live.len()
+        };
+        inner.segs.slot(slot).live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
+        inner.segs.slot(w.slot).live_bytes.fetch_add(after as u64, Ordering::Relaxed);
+        inner.counters.live_bytes.fetch_add(after as u64, Ordering::Relaxed);
+        inner.counters.live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
+        written += bytes.len() as u64;
+    }
+    written
 }
 
 /// Frees cleaned slots once no reader can see them; fixes the global

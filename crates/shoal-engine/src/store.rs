@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 mod chunks;
+pub(crate) use chunks::RUN_PAYLOAD_BYTES;
 mod streams;
 mod txn;
 pub use streams::{Consumed, GroupInfo, Produced, Retention, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};

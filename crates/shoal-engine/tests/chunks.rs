@@ -426,6 +426,59 @@ fn chunk_runs_are_dense_and_survive_cleaning_and_replay() {
     assert!(log_per_chunk < 3.0, "a replay writes runs again: {log_per_chunk} B per chunk");
 }
 
+/// Chunks created one at a time are chunk entries of 10 bytes and more;
+/// the cleaner packs those it moves into runs when they share a version
+/// and a size, and every chunk reads back the same, before and after a
+/// replay.
+#[test]
+fn cleaner_packs_chunk_entries_into_runs() {
+    let store = Store::new(common::small_config(2048, false)).unwrap();
+    store.create_table(CHUNKS);
+    let mut m: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    for i in 0..6000u64 {
+        // Two sizes, so that two kinds of runs form.
+        let p = payload(if i % 2 == 0 { 24 } else { 40 }, i as u8);
+        let id = store.create_chunk(CHUNKS, NODE, &p).unwrap();
+        m.insert(id.0, p);
+    }
+    let per_chunk = |s: &Store| {
+        let s = s.stats();
+        (s.live_bytes - s.live_key_value_bytes) as f64 / s.chunks as f64
+    };
+    let before = per_chunk(&store);
+    assert!(before >= 10.0, "chunk entries: {before} B per chunk");
+    // Free some space in every segment, so that the cleaner takes them.
+    let gone: Vec<ChunkId> = m.keys().step_by(5).map(|id| ChunkId(*id)).collect();
+    for id in &gone {
+        store.remove_chunk(CHUNKS, *id).unwrap();
+        m.remove(&id.0);
+    }
+    for round in 0..6 {
+        store.clean_now(16, round % 2 == 1);
+    }
+    store.check_invariants().unwrap();
+    let after = per_chunk(&store);
+    eprintln!("log bytes per chunk beyond its payload: {before:.2} as chunk entries, {after:.2} after cleaning");
+    assert!(after < 6.0, "after cleaning: {after} B per chunk (before {before})");
+    for (id, p) in &m {
+        assert_eq!(&store.get_chunk(CHUNKS, ChunkId(*id)).unwrap().0, p, "chunk {id} after cleaning");
+    }
+    // Puts of packed chunks, then a replay: the same chunks.
+    for id in m.keys().take(200).copied().collect::<Vec<_>>() {
+        let p = payload(24, 7);
+        assert_eq!(store.put_chunk(CHUNKS, ChunkId(id), &p), Ok(Version(2)));
+        m.insert(id, p);
+    }
+    store.check_invariants().unwrap();
+    let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
+    rebuilt.replay(store.log_segments().iter().map(|s| s.1.as_slice())).unwrap();
+    rebuilt.check_invariants().unwrap();
+    assert_eq!(rebuilt.chunk_count(), m.len() as u64);
+    for (id, p) in &m {
+        assert_eq!(&rebuilt.get_chunk(CHUNKS, ChunkId(*id)).unwrap().0, p, "chunk {id} after replay");
+    }
+}
+
 /// Dropping a chunk table removes its chunks (tombstones appended, ids
 /// free again) and leaves other tables' chunks alone.
 #[test]

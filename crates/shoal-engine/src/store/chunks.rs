@@ -46,7 +46,7 @@ const CREATE_GROUP: usize = 1024;
 /// with `shoal bench overhead --chunks`). A run never carries more than the
 /// largest value either, so it is never a larger entry than an object
 /// can be (the cleaner and the log size their reserves by that).
-const RUN_PAYLOAD_BYTES: usize = 16 << 10;
+pub(crate) const RUN_PAYLOAD_BYTES: usize = 16 << 10;
 
 /// Where a chunk went in a batch [`encode_chunks`] wrote: the entry's
 /// index among the batch's entries, the record's index in it, and the
