@@ -121,7 +121,8 @@ impl Peer {
     /// What the peer holds now.
     pub fn accounting(&mut self) -> Result<Accounting, String> {
         let mut a = Accounting { rss_bytes: rss_of(self.pid), ..Accounting::default() };
-        let missing = |what: &str| format!("{} at {} did not report {what}", self.kind.name(), self.addr);
+        let (kind, addr) = (self.kind, self.addr);
+        let missing = |what: &str| format!("{} at {addr} did not report {what}", kind.name());
         match self.kind {
             PeerKind::Redis => {
                 let info = self.redis(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")?;
