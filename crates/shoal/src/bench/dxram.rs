@@ -269,6 +269,9 @@ fn load(args: &Args, w: Workload, n: u64) -> Result<(Layout, usize, usize), Stri
             let name = format!("{tag}-kv");
             let table = c.create_table(&name).map_err(|e| format!("create table {name}: {e}"))?;
             let masters = masters(coord, &[table], false)?;
+            // A client with a map that has the table's tablets (multi_write
+            // does not fetch the map for a table it does not know).
+            let mut c = blocking::Client::connect_cluster(coord, client_config(1)).map_err(|e| e.to_string())?;
             let mut i = 0;
             while i < n {
                 let end = (i + 256).min(n);
