@@ -220,8 +220,12 @@ fn masters(coordinator: SocketAddr, tables: &[TableId], chunks: bool) -> Result<
         let found: Option<BTreeSet<SocketAddr>> = if chunks {
             tables.iter().map(|&t| map.locate(t, key_hash(t, b""))).collect()
         } else {
-            let s: BTreeSet<SocketAddr> =
-                map.tablets().iter().filter(|t| t.table.is_some_and(|id| tables.contains(&id))).map(|t| t.server).collect();
+            let s: BTreeSet<SocketAddr> = map
+                .tablets()
+                .iter()
+                .filter(|t| t.table.is_some_and(|id| tables.contains(&id)))
+                .map(|t| t.server)
+                .collect();
             (!s.is_empty()).then_some(s)
         };
         if let Some(s) = found {
@@ -380,7 +384,9 @@ fn drive(mix: &Mix, seed: u64) -> Result<Tally, String> {
         Layout::Redis(addr) => Conn::Redis(Resp::with_wait(*addr, None)?),
         _ => {
             let coord = resolve("--coordinator", &args.coordinator)?;
-            Conn::Shoal(blocking::Client::connect_cluster(coord, client_config(args.threads)).map_err(|e| e.to_string())?)
+            Conn::Shoal(
+                blocking::Client::connect_cluster(coord, client_config(args.threads)).map_err(|e| e.to_string())?,
+            )
         }
     };
     let mut rng = StdRng::seed_from_u64(seed);

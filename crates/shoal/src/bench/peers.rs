@@ -149,7 +149,8 @@ impl Peer {
             if b[0] != b'$' {
                 return Ok(Some(end + 2));
             }
-            let len: i64 = std::str::from_utf8(&b[1..end]).ok().and_then(|s| s.parse().ok()).ok_or("bad bulk length")?;
+            let len: i64 =
+                std::str::from_utf8(&b[1..end]).ok().and_then(|s| s.parse().ok()).ok_or("bad bulk length")?;
             let total = end + 2 + usize::try_from(len).unwrap_or(0) + if len < 0 { 0 } else { 2 };
             Ok((b.len() >= total).then_some(total))
         })
@@ -238,9 +239,10 @@ pub fn load(kind: PeerKind, addr: SocketAddr, n: u64, size: usize) -> Result<(),
 fn info_field(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let l = l.trim_end();
-        let v = l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).or_else(|| {
-            l.strip_prefix("STAT ").and_then(|r| r.strip_prefix(name)).and_then(|r| r.strip_prefix(' '))
-        })?;
+        let v = l
+            .strip_prefix(name)
+            .and_then(|r| r.strip_prefix(':'))
+            .or_else(|| l.strip_prefix("STAT ").and_then(|r| r.strip_prefix(name)).and_then(|r| r.strip_prefix(' ')))?;
         v.parse().ok()
     })
 }
@@ -268,7 +270,8 @@ fn slab_chunk_bytes(text: &str) -> u64 {
 /// VmRSS of process `pid` on this machine, if it is here.
 fn rss_of(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib * 1024)
 }
 
