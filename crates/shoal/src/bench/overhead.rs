@@ -65,7 +65,10 @@ pub struct Args {
     /// size (8-byte keys, pipelined sets, flush_all before each size),
     /// reporting its memory per item beyond key and value from its stats
     /// (bytes + hash_bytes; slab chunks in use + hash_bytes) and from its
-    /// RSS (when it runs on this machine). Its data is lost.
+    /// RSS (when it runs on this machine). Its data is lost. flush_all
+    /// leaves the flushed items counted, so only the first size is
+    /// measured on one memcached: give each size a fresh one (one size
+    /// per run; bench/overhead.sh does).
     #[arg(long, value_name = "HOST:PORT", requires = "chunks")]
     pub memcached: Option<String>,
 }
@@ -432,12 +435,22 @@ fn run_peer_one(args: &Args, kind: PeerKind, server: &str, size: usize) -> PeerO
         let mut peer = Peer::connect(kind, addr)?;
         peer.flush()?;
         let before = peer.accounting()?;
+        r.items_before = before.items;
+        if kind == PeerKind::Memcached && before.items > 0 {
+            // flush_all leaves the items counted (and their memory held)
+            // until memcached reclaims them, as new sets do: the growth
+            // would be net of that.
+            return Err(format!(
+                "memcached holds {} items after flush_all: measure each size on a fresh memcached \
+                 (bench/overhead.sh does)",
+                before.items
+            ));
+        }
         let started = Instant::now();
         peers::load(kind, addr, n, size)?;
         r.load_secs = started.elapsed().as_secs_f64();
         let after = peer.accounting()?;
         let per = |a: u64, b: u64| (a as f64 - b as f64) / n as f64 - (8 + size) as f64;
-        r.items_before = before.items;
         r.items_after = after.items;
         r.own_before_bytes = before.bytes;
         r.own_after_bytes = after.bytes;
