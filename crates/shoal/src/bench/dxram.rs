@@ -137,8 +137,8 @@ pub struct Args {
     /// time.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
-    /// Which items the mix touches: zipfian is YCSB's scrambled Zipfian
-    /// (0.99).
+    /// Which items the mix touches: uniform, or zipfian, YCSB's scrambled
+    /// Zipfian (0.99); latest is refused (the mix inserts nothing).
     #[arg(long, value_enum, default_value = "zipfian")]
     pub key_dist: KeyDist,
     /// Chunk tables the chunks are spread over (item i in table i % N),
