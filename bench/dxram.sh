@@ -177,6 +177,13 @@ import json, sys
 for l in sys.stdin:
     if l.strip():
         r = json.loads(l); r["round"] = int(sys.argv[1]); print(json.dumps(r))' "$round" >>"$OUT"
+            if [[ "$status" -eq 124 ]]; then
+                # A run that outlived --step-timeout: the store is stuck
+                # (seen: a cluster whose backups refused every new replica),
+                # and the runs after it would wait as long.
+                log "round $round: $w on $system did not finish within ${STEP_TIMEOUT}s; stopping, summary of the runs so far"
+                break 3
+            fi
         done
     done
 done
