@@ -96,7 +96,9 @@ enum BenchCommand {
     /// Memory per small object beyond its key and value (DXRAM workload).
     ///
     /// 16-byte keys, 32-byte values; overhead from store statistics and from
-    /// RSS. Target: <= 24 bytes per object.
+    /// RSS. Target: <= 24 bytes per object. With --chunks: memory per chunk
+    /// beyond its payload against key-value objects with 8-byte keys and
+    /// (--redis, --memcached) against those stores.
     Overhead(bench::overhead::Args),
     /// Single-thread read, overwrite, insert and remove rates.
     ///
@@ -110,6 +112,14 @@ enum BenchCommand {
     /// redis-server) or memcached's; throughput and p50/p99/p99.9 latency
     /// per operation type. --load fills the records first.
     Ycsb(bench::ycsb::Args),
+    /// DXRAM's small-object workloads (Facebook-B, Facebook-F, YCSB-A)
+    /// over chunks, key-value tables or Redis.
+    ///
+    /// Loads the items, then closed-loop client threads do one get or put
+    /// at a time for a bounded count and time; throughput and p50/p99 per
+    /// operation. Chunks are spread over --chunk-tables chunk tables (one
+    /// master each) until chunk-id ranges exist.
+    Dxram(bench::dxram::Args),
     /// Crash recovery on real processes: a master filled with --sizes MB,
     /// killed with SIGKILL.
     ///
@@ -135,6 +145,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => bench::overhead::run(args),
         Command::Bench(BenchCommand::Ops(args)) => bench::ops::run(args),
         Command::Bench(BenchCommand::Ycsb(args)) => bench::ycsb::run(args),
+        Command::Bench(BenchCommand::Dxram(args)) => bench::dxram::run(args),
         Command::Bench(BenchCommand::Recovery(args)) => bench::recovery::run(args),
     };
     match outcome {

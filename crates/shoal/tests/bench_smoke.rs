@@ -163,7 +163,7 @@ fn help_describes_every_bench() {
     let out = Command::new(SHOAL).args(["bench", "--help"]).output().expect("run shoal");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for sub in ["memory", "utilization", "overhead", "ops"] {
+    for sub in ["memory", "utilization", "overhead", "ops", "dxram"] {
         assert!(help.contains(sub), "{sub} missing from:\n{help}");
         let sub_help = Command::new(SHOAL).args(["bench", sub, "--help"]).output().expect("run shoal");
         assert!(sub_help.status.success());

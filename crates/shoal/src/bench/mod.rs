@@ -3,9 +3,11 @@
 //! object per result with `--json`), and returns whether every run
 //! completed.
 
+pub mod dxram;
 pub mod memory;
 pub mod ops;
 pub mod overhead;
+pub mod peers;
 pub mod recovery;
 pub mod utilization;
 pub mod ycsb;

@@ -3,8 +3,11 @@
 //! statistics and from the process' RSS. With `--chunks`: memory per chunk
 //! beyond its payload (chunk entry headers, CID table, seglet slack) for
 //! payloads of 16, 32, 64 and 128 bytes, against key-value objects of the
-//! same values with 8-byte keys (`docs/chunks.md`).
+//! same values with 8-byte keys (`docs/chunks.md`); with `--redis` and
+//! `--memcached`, against those stores holding as many items with 8-byte
+//! keys, by their own accounting and by their RSS (`super::peers`).
 
+use super::peers::{self, Peer, PeerKind};
 use super::{emit_json, fit_memory, store_config, Table, MIB};
 use clap::Args as ClapArgs;
 use serde::Serialize;
@@ -51,6 +54,23 @@ pub struct Args {
     /// Payload sizes for --chunks.
     #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
     pub chunk_sizes: Vec<usize>,
+    /// With --chunks: a Redis server to load as many items into, for each
+    /// size (8-byte keys, pipelined SETs, FLUSHALL and MEMORY PURGE before
+    /// each size), reporting its memory per item beyond key and value from
+    /// INFO memory's used_memory and from its RSS (when it runs on this
+    /// machine). Its data is lost.
+    #[arg(long, value_name = "HOST:PORT", requires = "chunks")]
+    pub redis: Option<String>,
+    /// With --chunks: a memcached to load as many items into, for each
+    /// size (8-byte keys, pipelined sets, flush_all before each size),
+    /// reporting its memory per item beyond key and value from its stats
+    /// (bytes + hash_bytes; slab chunks in use + hash_bytes) and from its
+    /// RSS (when it runs on this machine). Its data is lost. flush_all
+    /// leaves the flushed items counted, so only the first size is
+    /// measured on one memcached: give each size a fresh one (one size
+    /// per run; bench/overhead.sh does).
+    #[arg(long, value_name = "HOST:PORT", requires = "chunks")]
+    pub memcached: Option<String>,
 }
 
 /// One load of N objects into a fresh store.
@@ -356,6 +376,127 @@ fn run_chunks_one(args: &Args, size: usize, chunks: bool) -> ChunkOverhead {
     r
 }
 
+/// One load of N items with 8-byte keys into Redis or memcached, of one
+/// value size (`--chunks --redis/--memcached`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerOverhead {
+    pub bench: &'static str,
+    /// "redis" or "memcached".
+    pub kind: &'static str,
+    pub server: String,
+    pub items: u64,
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    pub load_secs: f64,
+    /// Items the peer held before (after the flush) and after the load.
+    pub items_before: u64,
+    pub items_after: u64,
+    /// The peer's own count (Redis used_memory; memcached bytes +
+    /// hash_bytes) before and after the load.
+    pub own_before_bytes: u64,
+    pub own_after_bytes: u64,
+    /// (own after - own before) / N - key - value.
+    pub own_bytes_per_item: f64,
+    /// memcached: (slab chunks in use + hash_bytes, after - before) / N -
+    /// key - value: with the slack of its slab classes.
+    pub slab_bytes_per_item: Option<f64>,
+    pub rss_before_bytes: Option<u64>,
+    pub rss_after_bytes: Option<u64>,
+    /// (RSS after - RSS before) / N - key - value, when the peer runs here.
+    pub rss_bytes_per_item: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Empties the peer, loads `args.objects` items of `size` bytes, and
+/// measures what it holds before and after.
+fn run_peer_one(args: &Args, kind: PeerKind, server: &str, size: usize) -> PeerOverhead {
+    let n = args.objects;
+    let mut r = PeerOverhead {
+        bench: "overhead_chunks_peer",
+        kind: kind.name(),
+        server: server.to_string(),
+        items: n,
+        key_bytes: 8,
+        value_bytes: size,
+        load_secs: 0.0,
+        items_before: 0,
+        items_after: 0,
+        own_before_bytes: 0,
+        own_after_bytes: 0,
+        own_bytes_per_item: 0.0,
+        slab_bytes_per_item: None,
+        rss_before_bytes: None,
+        rss_after_bytes: None,
+        rss_bytes_per_item: None,
+        error: None,
+    };
+    let measured = (|| -> Result<(), String> {
+        let addr = peers::resolve(server)?;
+        let mut peer = Peer::connect(kind, addr)?;
+        peer.flush()?;
+        let before = peer.accounting()?;
+        r.items_before = before.items;
+        if kind == PeerKind::Memcached && before.items > 0 {
+            // flush_all leaves the items counted (and their memory held)
+            // until memcached reclaims them, as new sets do: the growth
+            // would be net of that.
+            return Err(format!(
+                "memcached holds {} items after flush_all: measure each size on a fresh memcached \
+                 (bench/overhead.sh does)",
+                before.items
+            ));
+        }
+        let started = Instant::now();
+        peers::load(kind, addr, n, size)?;
+        r.load_secs = started.elapsed().as_secs_f64();
+        let after = peer.accounting()?;
+        let per = |a: u64, b: u64| (a as f64 - b as f64) / n as f64 - (8 + size) as f64;
+        r.items_after = after.items;
+        r.own_before_bytes = before.bytes;
+        r.own_after_bytes = after.bytes;
+        r.own_bytes_per_item = per(after.bytes, before.bytes);
+        r.slab_bytes_per_item = after.slab_bytes.zip(before.slab_bytes).map(|(a, b)| per(a, b));
+        r.rss_before_bytes = before.rss_bytes;
+        r.rss_after_bytes = after.rss_bytes;
+        r.rss_bytes_per_item = after.rss_bytes.zip(before.rss_bytes).map(|(a, b)| per(a, b));
+        if after.items != n {
+            return Err(format!("{} holds {} items after loading {n}", kind.name(), after.items));
+        }
+        Ok(())
+    })();
+    r.error = measured.err();
+    r
+}
+
+fn print_peers(results: &[PeerOverhead]) {
+    let mut t = Table::new(
+        &["kind", "value B", "items", "secs", "items before", "own MiB", "own B", "slab B", "RSS B", "error"],
+        1,
+    );
+    let opt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+    for r in results {
+        t.row(vec![
+            r.kind.to_string(),
+            r.value_bytes.to_string(),
+            r.items.to_string(),
+            format!("{:.2}", r.load_secs),
+            r.items_before.to_string(),
+            format!("{:.1}", (r.own_after_bytes as f64 - r.own_before_bytes as f64) / MIB),
+            format!("{:.2}", r.own_bytes_per_item),
+            opt(r.slab_bytes_per_item),
+            opt(r.rss_bytes_per_item),
+            r.error.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+    println!(
+        "per item beyond its 8-byte key and value, growth over the load / N: own = the store's own count \
+         (Redis used_memory; memcached stats bytes + hash_bytes); slab = memcached's slab chunks in use + \
+         hash_bytes (with slab-class slack); RSS = growth of the process' VmRSS; items before = what the \
+         store held after the flush"
+    );
+}
+
 fn run_chunks(args: &Args) -> Result<bool, String> {
     if args.chunk_sizes.is_empty() || args.chunk_sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
         return Err("--chunk-sizes must be sizes of 1 byte to 1 MiB".into());
@@ -367,8 +508,24 @@ fn run_chunks(args: &Args) -> Result<bool, String> {
             args.objects, args.segment_kib
         );
     }
+    let peer_list: Vec<(PeerKind, &String)> = [(PeerKind::Redis, &args.redis), (PeerKind::Memcached, &args.memcached)]
+        .into_iter()
+        .filter_map(|(k, a)| a.as_ref().map(|a| (k, a)))
+        .collect();
     let mut results = Vec::new();
+    let mut peer_results = Vec::new();
     for &size in &args.chunk_sizes {
+        for &(kind, server) in &peer_list {
+            eprintln!("overhead: loading {} items of 8 + {size} B into {} at {server} ...", args.objects, kind.name());
+            let r = run_peer_one(args, kind, server, size);
+            if let Some(e) = &r.error {
+                eprintln!("overhead: FAILED: {e}");
+            }
+            if args.json {
+                emit_json(&r);
+            }
+            peer_results.push(r);
+        }
         for chunks in [true, false] {
             eprintln!(
                 "overhead: loading {} {} of {size} B ...",
@@ -425,8 +582,12 @@ fn run_chunks(args: &Args) -> Result<bool, String> {
              table (chunks) or hash table (objects); log = entry hdr + index; stats = seglets in use x seglet + \
              index - payloads, with seglet slack"
         );
+        if !peer_results.is_empty() {
+            println!();
+            print_peers(&peer_results);
+        }
     }
-    Ok(results.iter().all(|r| r.error.is_none()))
+    Ok(results.iter().all(|r| r.error.is_none()) && peer_results.iter().all(|r| r.error.is_none()))
 }
 
 /// Runs the benchmark; false if a load failed.

@@ -21,8 +21,8 @@
 //! answers `UNKNOWN_TABLET` makes that thread fetch the map again and
 //! resend; the report counts those fetches.
 
-mod wire;
-mod workload;
+pub(crate) mod wire;
+pub(crate) mod workload;
 
 use super::{emit_json, Table};
 use crate::progress::{Progress, Stream, Unit};
