@@ -407,7 +407,14 @@ trait Target {
 struct Compacted(SegmentWriter);
 
 impl Target for Compacted {
-    fn writer(&mut self, _: &Inner, _: usize, _: &mut Vec<u32>) -> &mut SegmentWriter {
+    fn writer(&mut self, inner: &Inner, len: usize, _: &mut Vec<u32>) -> &mut SegmentWriter {
+        // Relocation never writes more than it moves, so the survivor fits
+        // in the segment's own size; overrunning it would write into the
+        // next slot's seglets.
+        assert!(
+            self.0.len + len + CHECKSUM_ENTRY_BYTES <= inner.segs.segment_bytes(),
+            "compaction overran its segment"
+        );
         &mut self.0
     }
 }
@@ -529,14 +536,19 @@ fn relocate_segment(
                 }
                 Entry::ChunkRun(run) => {
                     // Each record is live exactly when its id's slot points
-                    // at it; the live ones move together, as the same run
-                    // when all are live, else as a run of their own.
+                    // at it. Nothing new comes to point into a segment being
+                    // cleaned, so the records that do not are skipped
+                    // without locks; those that do are checked again under
+                    // their stripe locks.
                     let old = LogRef::new(slot, at as u32);
                     let h = run.header;
-                    let _locks = inner.cids.lock_many((0..h.count).map(|i| run.id(i)));
-                    let live: Vec<usize> = (0..h.count)
-                        .filter(|&i| inner.cids.live_ref(run.id(i)) == Some(ChunkAt { r: old, index: i as u16 }))
-                        .collect();
+                    let here = |i: usize| inner.cids.live_ref(run.id(i)) == Some(ChunkAt { r: old, index: i as u16 });
+                    let candidates: Vec<usize> = (0..h.count).filter(|&i| here(i)).collect();
+                    if candidates.is_empty() {
+                        continue;
+                    }
+                    let _locks = inner.cids.lock_many(candidates.iter().map(|&i| run.id(i)));
+                    let live: Vec<usize> = candidates.into_iter().filter(|&i| here(i)).collect();
                     if live.is_empty() {
                         continue;
                     }
@@ -544,31 +556,42 @@ fn relocate_segment(
                         e.chunks.extend(live.iter().map(|&i| (run.id(i), ChunkAt { r: old, index: i as u16 })));
                         continue;
                     }
+                    // The run of the live records, when it is smaller than
+                    // the run as it is; otherwise the run moves whole and
+                    // its records keep their indices. Relocation never
+                    // writes more than the bytes it moves, so a compacted
+                    // segment always fits in its own size.
                     let mut rewritten = Vec::new();
-                    let bytes: &[u8] = if live.len() == h.count {
-                        raw
-                    } else {
-                        // The records kept get a new CRC: check the old one
-                        // first, so that a corruption in memory is not sealed in.
-                        if let Err(e) = format::decode(raw) {
-                            panic!("segment in slot {slot} is corrupt in memory at {at}: {e}");
-                        }
+                    if live.len() < h.count {
                         let records: Vec<(u64, &[u8])> =
                             live.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
                         format::encode_chunk_run(&mut rewritten, h.table, h.node, h.version, &records);
-                        &rewritten
-                    };
-                    let moved = format::parse_chunk_run_header(bytes).expect("a run just checked").record_bytes();
+                        if rewritten.len() >= raw.len() {
+                            rewritten.clear();
+                        } else if let Err(e) = format::decode(raw) {
+                            // The records kept get a new CRC: the old one is
+                            // checked first, so that a corruption in memory
+                            // is not sealed in.
+                            panic!("segment in slot {slot} is corrupt in memory at {at}: {e}");
+                        }
+                    }
+                    let whole = rewritten.is_empty();
+                    let bytes: &[u8] = if whole { raw } else { &rewritten };
+                    let nh = if whole { h } else { format::parse_chunk_run_header(bytes).expect("a run just written") };
                     let w = target.writer(inner, bytes.len(), spare);
                     let end = (w.len + bytes.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
                     assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
                     let new = inner.log.write_entry(w, bytes);
+                    let (mut before, mut after) = (0u64, 0u64);
                     for (k, &i) in live.iter().enumerate() {
-                        inner.cids.set(run.id(i), Slot::Live(ChunkAt { r: new, index: k as u16 }));
+                        let index = if whole { i } else { k };
+                        inner.cids.set(run.id(i), Slot::Live(ChunkAt { r: new, index: index as u16 }));
+                        before += h.record_bytes(i) as u64;
+                        after += nh.record_bytes(index) as u64;
                     }
-                    let (before, after) = ((live.len() * h.record_bytes()) as u64, (live.len() * moved) as u64);
                     inner.segs.slot(slot).live_bytes.fetch_sub(before, Ordering::Relaxed);
                     inner.segs.slot(w.slot).live_bytes.fetch_add(after, Ordering::Relaxed);
+                    inner.segs.slot(w.slot).run_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     // A smaller run's records carry a larger share of its header.
                     inner.counters.live_bytes.fetch_add(after, Ordering::Relaxed);
                     inner.counters.live_bytes.fetch_sub(before, Ordering::Relaxed);
@@ -623,7 +646,7 @@ fn pack_chunks(inner: &Inner, slot: u32, singles: &mut [Single], spare: &mut Vec
     let mut start = 0;
     while start < singles.len() {
         let first = &singles[start];
-        let most = (cap / first.len.max(1)).clamp(1, format::MAX_RUN_RECORDS);
+        let most = (cap / (first.len + 6)).clamp(1, format::MAX_RUN_RECORDS);
         let mut end = start + 1;
         while end < singles.len() && end - start < most && {
             let s = &singles[end];
@@ -644,42 +667,55 @@ fn pack_chunks(inner: &Inner, slot: u32, singles: &mut [Single], spare: &mut Vec
         let entries: Vec<_> = live.iter().map(|s| inner.segs.entry(LogRef::new(slot, s.at))).collect();
         let before: usize = entries.iter().map(|e| e.len()).sum();
         let mut packed = Vec::new();
-        let bytes: &[u8] = if live.len() == 1 {
-            &entries[0]
-        } else {
-            // The payloads get the run's CRC: check each entry's own first,
-            // so that a corruption in memory is not sealed in.
-            let records: Vec<(u64, &[u8])> = live
-                .iter()
-                .zip(&entries)
-                .map(|(s, e)| match format::decode(e) {
-                    Ok((Entry::Chunk(c), _)) => (s.id.local(), c.payload),
-                    other => panic!("segment in slot {slot} is corrupt in memory at {}: {other:?}", s.at),
-                })
-                .collect();
+        if live.len() > 1 {
+            let records: Vec<(u64, &[u8])> =
+                live.iter().zip(&entries).map(|(s, e)| (s.id.local(), &e[e.len() - s.len..])).collect();
             let head = live[0];
             format::encode_chunk_run(&mut packed, head.table, head.id.node(), head.version, &records);
-            &packed
-        };
-        let w = target.writer(inner, bytes.len(), spare);
-        let end = (w.len + bytes.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
-        assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
-        let new = inner.log.write_entry(w, bytes);
-        let after = if live.len() == 1 {
-            inner.cids.set(live[0].id, Slot::Live(ChunkAt::entry(new)));
-            bytes.len()
-        } else {
-            let record = format::parse_chunk_run_header(bytes).expect("a run just written").record_bytes();
-            for (k, s) in live.iter().enumerate() {
-                inner.cids.set(s.id, Slot::Live(ChunkAt { r: new, index: k as u16 }));
+            if packed.len() >= before {
+                // Ids far apart cost more as distances than the entries'
+                // own headers: the entries move as they are.
+                packed.clear();
+            } else {
+                // The payloads get the run's CRC: each entry's own is
+                // checked first, so that a corruption in memory is not
+                // sealed in.
+                for (s, e) in live.iter().zip(&entries) {
+                    if let Err(err) = format::decode(e) {
+                        panic!("segment in slot {slot} is corrupt in memory at {}: {err}", s.at);
+                    }
+                }
             }
-            record * live.len()
-        };
+        }
+        if packed.is_empty() {
+            for (s, e) in live.iter().zip(&entries) {
+                let w = target.writer(inner, e.len(), spare);
+                let end = (w.len + e.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+                assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+                let new = inner.log.write_entry(w, e);
+                inner.cids.set(s.id, Slot::Live(ChunkAt::entry(new)));
+                inner.segs.slot(slot).live_bytes.fetch_sub(e.len() as u64, Ordering::Relaxed);
+                inner.segs.slot(w.slot).live_bytes.fetch_add(e.len() as u64, Ordering::Relaxed);
+                written += e.len() as u64;
+            }
+            continue;
+        }
+        let w = target.writer(inner, packed.len(), spare);
+        let end = (w.len + packed.len() + CHECKSUM_ENTRY_BYTES).min(seg_bytes);
+        assert!(inner.segs.grow(w.slot, end, spare, Tier::Cleaner), "cleaner reserve exhausted");
+        let new = inner.log.write_entry(w, &packed);
+        let h = format::parse_chunk_run_header(&packed).expect("a run just written");
+        let mut after = 0u64;
+        for (k, s) in live.iter().enumerate() {
+            inner.cids.set(s.id, Slot::Live(ChunkAt { r: new, index: k as u16 }));
+            after += h.record_bytes(k) as u64;
+        }
         inner.segs.slot(slot).live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
-        inner.segs.slot(w.slot).live_bytes.fetch_add(after as u64, Ordering::Relaxed);
-        inner.counters.live_bytes.fetch_add(after as u64, Ordering::Relaxed);
+        inner.segs.slot(w.slot).live_bytes.fetch_add(after, Ordering::Relaxed);
+        inner.segs.slot(w.slot).run_bytes.fetch_add(packed.len() as u64, Ordering::Relaxed);
+        inner.counters.live_bytes.fetch_add(after, Ordering::Relaxed);
         inner.counters.live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
-        written += bytes.len() as u64;
+        written += packed.len() as u64;
     }
     written
 }
@@ -713,6 +749,22 @@ fn estimate_bytes(inner: &Inner, slot: u32) -> usize {
     (s.live_bytes.load(Ordering::Relaxed) + s.tomb_bytes.load(Ordering::Relaxed)) as usize
 }
 
+/// The most bytes relocating a segment can write: its live and tombstone
+/// bytes, except that a chunk run with a dead record may move whole (its
+/// dead records with it); never more than the segment holds, since
+/// relocation never writes an entry larger than what it replaces. For
+/// reserving survivors; choosing by utilisation uses [`estimate_bytes`].
+fn relocation_bound(inner: &Inner, slot: u32) -> usize {
+    let s = inner.segs.slot(slot);
+    let runs = s.run_bytes.load(Ordering::Relaxed) as usize;
+    let est = estimate_bytes(inner, slot);
+    if runs == 0 {
+        est
+    } else {
+        (est + runs).min(s.len.load(Ordering::Acquire) as usize)
+    }
+}
+
 /// Segment compaction. Returns seglets freed (0: no segment worth it).
 fn compact(inner: &Inner) -> usize {
     let seglet = inner.segs.pool.seglet_bytes();
@@ -720,7 +772,7 @@ fn compact(inner: &Inner) -> usize {
     let mut best: Option<(f64, SegmentId, u32, usize)> = None;
     for (id, slot) in candidates(inner) {
         let have = inner.segs.slot(slot).seglets.load(Ordering::Relaxed) as usize;
-        let bytes = estimate_bytes(inner, slot);
+        let bytes = relocation_bound(inner, slot);
         let need = (bytes + overhead).div_ceil(seglet) + 1;
         if need >= have {
             continue;
@@ -786,7 +838,8 @@ struct Combined {
 struct Chosen {
     id: SegmentId,
     slot: u32,
-    /// Bytes of live objects and tombstones believed live.
+    /// The most bytes relocating it writes ([`relocation_bound`]): live
+    /// objects and chunks, tombstones believed live, chunk runs moved whole.
     bytes: usize,
     created: u64,
 }
@@ -827,6 +880,7 @@ fn choose_and_splice(inner: &Inner) -> Option<Combined> {
             }
             let created = s.created_ms.load(Ordering::Relaxed);
             let age = (now.saturating_sub(created) + 1) as f64;
+            let bytes = relocation_bound(inner, slot);
             Some(((1.0 - u) * age / (1.0 + u), Chosen { id, slot, bytes, created }, named))
         })
         .collect();

@@ -751,11 +751,13 @@ impl ChunkRunHeader {
         self.payload_at(self.count)
     }
 
-    /// The log bytes one record stands for in the store's live-byte
-    /// counts: its distance and payload, and its share of the header
-    /// (rounded down, so the records of a run never count more than it).
-    pub fn record_bytes(&self) -> usize {
-        self.width + self.payload_len + self.ids_at / self.count
+    /// The log bytes record `i` stands for in the store's live-byte
+    /// counts: its distance and payload, and its share of the header (the
+    /// first record takes the remainder, so the records of a run count
+    /// exactly its bytes).
+    pub fn record_bytes(&self, i: usize) -> usize {
+        let share = self.ids_at / self.count + if i == 0 { self.ids_at % self.count } else { 0 };
+        self.width + self.payload_len + share
     }
 }
 
@@ -821,7 +823,15 @@ pub fn parse_chunk_run_header(prefix: &[u8]) -> Result<ChunkRunHeader, FormatErr
     let first = get_varint(prefix, &mut pos)?;
     let width = *prefix.get(pos).ok_or(FormatError::Malformed)? as usize;
     pos += 1;
-    if count == 0 || count > MAX_RUN_RECORDS as u64 || first == 0 || first > ChunkId::MAX_LOCAL || width > 6 {
+    // Varints padded beyond their shortest form could push the fixed part
+    // past what a reader of one record reads: refused.
+    if count == 0
+        || count > MAX_RUN_RECORDS as u64
+        || first == 0
+        || first > ChunkId::MAX_LOCAL
+        || width > 6
+        || pos > MAX_RUN_HEADER_BYTES
+    {
         return Err(FormatError::Malformed);
     }
     let (count, payload_len) = (count as usize, usize::try_from(payload_len).map_err(|_| FormatError::Malformed)?);
@@ -1265,7 +1275,7 @@ pub struct Filtered {
     /// replay of the buffer must raise the safe version to, whichever
     /// entries were kept.
     pub safe_version: u64,
-    /// Object and chunk entries kept.
+    /// Objects, chunks (a run's records one by one) and stream batches kept.
     pub objects: u32,
     /// Tombstone entries (of objects and chunks) kept.
     pub tombstones: u32,
@@ -1274,7 +1284,9 @@ pub struct Filtered {
 /// Copies, byte for byte and in order, the object and tombstone entries of
 /// `buf` for which `keep(table, key)` holds to the end of `out`: a
 /// partition's share of a segment for recovery. Chunk entries and chunk
-/// tombstones are offered with [`chunk_key`] as their key, stream batches
+/// tombstones are offered with [`chunk_key`] as their key, and so is each
+/// record of a chunk run (a run kept in part is written again as the run
+/// of the records kept, with a CRC of its own), stream batches
 /// with their streamlet's key ([`shoal_common::streamlet_key`]); chunk versions
 /// are per chunk and do not count towards the safe version. Every entry's own CRC is
 /// checked (an entry whose key bytes were damaged must not be sorted into
@@ -1455,8 +1467,9 @@ mod tests {
         assert_eq!(parse_chunk_run(&b).unwrap(), run);
         assert_eq!(parse_chunk_run_header(&b[..b.len().min(MAX_RUN_HEADER_BYTES)]).unwrap(), run.header);
         // Per record: its payload and nothing else, plus a share of the
-        // 13-byte header.
-        assert_eq!(run.header.record_bytes(), 2 + 13 / 3);
+        // 13-byte header; the first record takes the remainder.
+        assert_eq!((0..3).map(|i| run.header.record_bytes(i)).collect::<Vec<_>>(), [2 + 5, 2 + 4, 2 + 4]);
+        assert_eq!((0..3).map(|i| run.header.record_bytes(i)).sum::<usize>(), b.len());
         let mut b = Vec::new();
         let records: [(u64, &[u8]); 3] = [(5, b"ab"), (9, b"cd"), (300, b"ef")];
         let n = encode_chunk_run(&mut b, TableId(1), 2, Version(3), &records);

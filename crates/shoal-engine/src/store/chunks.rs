@@ -38,14 +38,15 @@ struct ChunkFound {
 /// Most chunks one create appends as one log append group.
 const CREATE_GROUP: usize = 1024;
 
-/// Most payload bytes a chunk run carries: 16 KiB shares a run's 16-byte
-/// header among 128 chunks of 128 bytes, and a run that does not fit the
-/// end of a head segment leaves at most that much unused there (64 KiB
-/// runs cost 128-byte chunks 1.05 B each in partly used seglets, 16 KiB
-/// runs 0.26 B, 1 M chunks measured
-/// with `shoal bench overhead --chunks`). A run never carries more than the
-/// largest value either, so it is never a larger entry than an object
-/// can be (the cleaner and the log size their reserves by that).
+/// Most bytes of records (distances and payloads) a chunk run carries:
+/// 16 KiB shares a run's 16-byte header among 128 chunks of 128 bytes, and
+/// a run that does not fit the end of a head segment leaves at most that
+/// much unused there (64 KiB runs of payload cost 128-byte chunks 1.05 B
+/// each in partly used seglets, 16 KiB runs 0.26 B; 1 M chunks measured
+/// with `shoal bench overhead --chunks`). A run also carries no more than
+/// the largest value, so it is never a larger entry than an object with a
+/// key of 46 bytes or more can be (the cleaner and the log size their
+/// reserves by the largest object).
 pub(crate) const RUN_PAYLOAD_BYTES: usize = 16 << 10;
 
 /// Where a chunk went in a batch [`encode_chunks`] wrote: the entry's
@@ -56,6 +57,8 @@ struct Placed {
     entry: usize,
     index: u16,
     bytes: usize,
+    /// Whether the entry is a chunk run.
+    run: bool,
 }
 
 /// Appends chunks `(table, id, version, payload)` to `b`: those that share
@@ -65,7 +68,7 @@ struct Placed {
 /// same-sized chunks (DXRAM's usual load) becomes a few runs whose
 /// records cost no header at all.
 fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], max_value: usize) -> Vec<Placed> {
-    let mut placed = vec![Placed { entry: 0, index: 0, bytes: 0 }; items.len()];
+    let mut placed = vec![Placed { entry: 0, index: 0, bytes: 0, run: false }; items.len()];
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by_key(|&i| {
         let (t, id, v, p) = items[i];
@@ -78,8 +81,8 @@ fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], ma
     let mut start = 0;
     while start < order.len() {
         let first = order[start];
-        let len = items[first].3.len().max(1);
-        let most = (RUN_PAYLOAD_BYTES.min(max_value) / len).clamp(1, format::MAX_RUN_RECORDS);
+        let len = items[first].3.len();
+        let most = (RUN_PAYLOAD_BYTES.min(max_value) / (len + 6)).clamp(1, format::MAX_RUN_RECORDS);
         let mut end = start + 1;
         while end < order.len() && end - start < most && same(first, order[end]) {
             end += 1;
@@ -89,7 +92,7 @@ fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], ma
             let (table, id, version, payload) = items[first];
             let n = format::encode_chunk(&mut b.buf, table, id, version, payload);
             b.mark();
-            placed[first] = Placed { entry: b.ends.len() - 1, index: 0, bytes: n };
+            placed[first] = Placed { entry: b.ends.len() - 1, index: 0, bytes: n, run: false };
         } else {
             let records: Vec<(u64, &[u8])> = group.iter().map(|&i| (items[i].1.local(), items[i].3)).collect();
             let (table, id, version, _) = items[first];
@@ -98,12 +101,24 @@ fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], ma
             b.mark();
             let h = format::parse_chunk_run_header(&b.buf[at..]).expect("a run just written");
             for (k, &i) in group.iter().enumerate() {
-                placed[i] = Placed { entry: b.ends.len() - 1, index: k as u16, bytes: h.record_bytes() };
+                placed[i] = Placed { entry: b.ends.len() - 1, index: k as u16, bytes: h.record_bytes(k), run: true };
             }
         }
         start = end;
     }
     placed
+}
+
+/// Adds the chunk runs of an appended batch to their segments' run bytes
+/// (`SegmentSlot::run_bytes`, which the cleaner reserves for).
+fn note_runs(segs: &crate::segment::Segments, b: &Batch, refs: &[crate::segment::LogRef], placed: &[Placed]) {
+    let mut seen: Vec<usize> = placed.iter().filter(|p| p.run).map(|p| p.entry).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    for e in seen {
+        let len = b.ends[e] - if e == 0 { 0 } else { b.ends[e - 1] };
+        segs.slot(refs[e].slot()).run_bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
 }
 
 impl Inner {
@@ -126,7 +141,7 @@ impl Inner {
                 at,
                 table: run.table,
                 version: run.version,
-                entry_len: run.record_bytes(),
+                entry_len: run.record_bytes(at.index as usize),
                 payload_at: off + run.payload_at(at.index as usize),
                 payload_len: run.payload_len,
             };
@@ -237,6 +252,7 @@ impl Inner {
                     self.wait_for_space(started)?;
                     continue;
                 }
+                note_runs(&self.segs, b, refs, &placed);
                 for ((_, id, _, p), at) in items.iter().zip(&placed) {
                     let r = ChunkAt { r: refs[at.entry], index: at.index };
                     self.install_chunk(table, *id, None, r, at.bytes, p.len());
@@ -315,6 +331,7 @@ impl Inner {
                     }
                     continue;
                 }
+                note_runs(&self.segs, b, refs, &placed);
                 let mut placed = placed.iter();
                 let results = items
                     .iter()
@@ -613,6 +630,7 @@ impl Store {
                     inner.wait_for_space(started).map_err(ReplayError::Store)?;
                     continue;
                 }
+                note_runs(&inner.segs, b, refs, &placed);
                 let mut placed = placed.iter();
                 for (c, p) in group.iter().zip(plan) {
                     let Some(old) = p else {
@@ -672,8 +690,8 @@ impl Store {
     }
 
     /// The chunk part of [`Store::check_invariants`]: every CID table
-    /// reference points at the chunk entry of its own id in a segment of the
-    /// log. Returns (live chunks, their entry bytes, their payload bytes)
+    /// reference points at the chunk entry of its own id, or at its own
+    /// record of a chunk run, in a segment of the log. Returns (live chunks, their entry bytes, their payload bytes)
     /// and adds their bytes to `live_per_slot`.
     pub(super) fn check_chunks(
         &self,
@@ -683,6 +701,7 @@ impl Store {
         let inner = &self.inner;
         let (mut n, mut live, mut payload) = (0u64, 0u64, 0u64);
         let mut err = None;
+        let mut last_run: Option<(crate::segment::LogRef, format::ChunkRunHeader, Vec<ChunkId>)> = None;
         inner.cids.for_each_live(|id, at| {
             if err.is_some() {
                 return;
@@ -692,16 +711,31 @@ impl Store {
                 err = Some(format!("chunk {id}: reference {at:?} into slot {slot} which is not in the log"));
                 return;
             }
-            let e = inner.segs.entry(at.r);
-            let (bytes, payload_len) = match format::decode(&e) {
-                Ok((Entry::Chunk(c), len)) if c.id == id && at.index == 0 => (len, c.payload.len()),
-                Ok((Entry::ChunkRun(run), _)) if (at.index as usize) < run.len() && run.id(at.index as usize) == id => {
-                    (run.header.record_bytes(), run.header.payload_len)
+            // A run is decoded (CRC and all) once for all its records.
+            if last_run.as_ref().is_none_or(|(r, _, _)| *r != at.r) {
+                let e = inner.segs.entry(at.r);
+                last_run = match format::decode(&e) {
+                    Ok((Entry::ChunkRun(run), _)) => {
+                        Some((at.r, run.header, (0..run.len()).map(|i| run.id(i)).collect()))
+                    }
+                    _ => None,
+                };
+            }
+            let (bytes, payload_len) = match &last_run {
+                Some((_, h, ids)) if ids.get(at.index as usize) == Some(&id) => {
+                    (h.record_bytes(at.index as usize), h.payload_len)
                 }
-                other => {
-                    err = Some(format!("chunk {id}: reference {at:?} to another entry: {other:?}"));
+                Some(_) => {
+                    err = Some(format!("chunk {id}: reference {at:?} to another record of a run"));
                     return;
                 }
+                None => match format::decode(&inner.segs.entry(at.r)) {
+                    Ok((Entry::Chunk(c), len)) if c.id == id && at.index == 0 => (len, c.payload.len()),
+                    other => {
+                        err = Some(format!("chunk {id}: reference {at:?} to another entry: {other:?}"));
+                        return;
+                    }
+                },
             };
             n += 1;
             live += bytes as u64;

@@ -601,7 +601,8 @@ impl Shared {
     }
 
     /// READ_PART: the entries of one replica whose keys fall in `ranges`,
-    /// byte for byte (`format::filter_entries_trusted`: `read` checked every
+    /// byte for byte but for a chunk run kept in part, which is written
+    /// again as the run of its records kept (`format::filter_entries_trusted`: `read` checked every
     /// entry's CRC already), cut from its verified bytes; the replica's
     /// segment header must name `log` and `segment`.
     /// The filtering is the backup's share of a recovery: each recovery
