@@ -8,7 +8,7 @@
 //! [`TabletMap::locate`], and a server that answers `UNKNOWN_TABLET` makes
 //! the client refresh the map and retry.
 
-use shoal_proto::{KeyHash, TableId};
+use shoal_proto::{ChunkId, KeyHash, TableId};
 use std::net::SocketAddr;
 
 /// One tablet: a key-hash range of one table (or of every table) and the
@@ -24,6 +24,20 @@ pub struct Tablet {
     pub server: SocketAddr,
 }
 
+/// Chunk ids `node << 48 | lo ..= node << 48 | hi` of one chunk table and
+/// the server that serves them (the cluster map's chunk id ranges,
+/// `docs/chunks.md`, "In a cluster").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSpan {
+    pub table: TableId,
+    pub node: u16,
+    pub lo: u64,
+    pub hi: u64,
+    pub server: SocketAddr,
+    /// Whether `server` creates chunks with this node id (its own).
+    pub creates: bool,
+}
+
 /// The tablet map. Lookups pick the first tablet that matches, so specific
 /// entries go before catch-all ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +48,8 @@ pub struct TabletMap {
     admin: SocketAddr,
     /// Symmetric-caching groups: each group's members' addresses.
     groups: Vec<Vec<SocketAddr>>,
+    /// Chunk id ranges, sorted by (table, node, lo), disjoint.
+    chunks: Vec<ChunkSpan>,
 }
 
 impl TabletMap {
@@ -43,18 +59,51 @@ impl TabletMap {
             tablets: vec![Tablet { table: None, start_hash: 0, end_hash: u64::MAX, server }],
             admin: server,
             groups: Vec::new(),
+            chunks: Vec::new(),
         }
     }
 
     /// A map from explicit tablets (for the cluster, and for tests).
     pub fn new(tablets: Vec<Tablet>, admin: SocketAddr) -> TabletMap {
-        TabletMap { tablets, admin, groups: Vec::new() }
+        TabletMap { tablets, admin, groups: Vec::new(), chunks: Vec::new() }
     }
 
     /// This map with symmetric-caching groups (each its members' addresses).
     pub fn with_groups(mut self, groups: Vec<Vec<SocketAddr>>) -> TabletMap {
         self.groups = groups;
         self
+    }
+
+    /// This map with chunk id ranges (sorted here).
+    pub fn with_chunks(mut self, mut chunks: Vec<ChunkSpan>) -> TabletMap {
+        chunks.sort_by_key(|c| (c.table, c.node, c.lo));
+        self.chunks = chunks;
+        self
+    }
+
+    /// The server of chunk `id` of `table`: the server of its id range (a
+    /// binary search), or, for an id in no range, the admin server, which
+    /// answers that no such chunk exists (and a single server's map has no
+    /// ranges: it serves every chunk).
+    pub fn locate_chunk(&self, table: TableId, id: ChunkId) -> SocketAddr {
+        self.chunk_span(table, id).map_or(self.admin, |c| c.server)
+    }
+
+    /// The id range holding chunk `id` of `table`, if any.
+    pub fn chunk_span(&self, table: TableId, id: ChunkId) -> Option<&ChunkSpan> {
+        let key = (table, id.node(), id.local());
+        let i = self.chunks.partition_point(|c| (c.table, c.node, c.lo) <= key);
+        self.chunks[..i].last().filter(|c| c.table == table && c.node == id.node() && id.local() <= c.hi)
+    }
+
+    /// The servers that create chunks of `table` (in a cluster: those
+    /// holding the range of their own node id), in id order of their node;
+    /// a single server's map: that server. Empty if the map knows of none.
+    pub fn chunk_creators(&self, table: TableId) -> Vec<SocketAddr> {
+        if self.chunks.is_empty() && !self.per_table() {
+            return vec![self.admin];
+        }
+        self.chunks.iter().filter(|c| c.table == table && c.creates).map(|c| c.server).collect()
     }
 
     /// The symmetric-caching group `server` belongs to, if any.

@@ -253,11 +253,12 @@ impl ClusterState {
             ));
         }
         let mut state: ClusterState = serde_json::from_slice(bytes).map_err(|e| format!("malformed state: {e}"))?;
+        let upgraded = state.give_chunk_ranges_to_old_tables();
         state.check()?;
         state.format = STATE_FORMAT;
         state.replicas_config = replicas_config;
         let replicas = state.effective_replicas();
-        let changed = replicas != state.map.replicas;
+        let changed = replicas != state.map.replicas || upgraded;
         if changed {
             state.map.replicas = replicas;
             state.map.version += 1;
@@ -1001,6 +1002,34 @@ impl ClusterState {
         self.map.tables.push(table.clone());
         self.bump();
         Outcome::changed(ControlResponse::Table { table })
+    }
+
+    /// A state saved before chunk id ranges has chunk tables without any:
+    /// each such table's one tablet master served every chunk of it. That
+    /// master gets the range of every node id of a server in the map that
+    /// is not another live server (the chunks it created and those it
+    /// recovered), and every other live server its own. Chunks of servers
+    /// already retired from the map are not found after the upgrade.
+    /// Returns whether anything changed.
+    fn give_chunk_ranges_to_old_tables(&mut self) -> bool {
+        let old: Vec<(TableId, ServerId)> = self
+            .map
+            .tables
+            .iter()
+            .filter(|t| t.chunks && !self.map.chunk_ranges.iter().any(|c| c.table == t.id))
+            .filter_map(|t| self.map.tablets.iter().find(|x| x.table == t.id).map(|x| (t.id, x.master)))
+            .collect();
+        for &(table, master) in &old {
+            let servers: Vec<(ServerId, bool)> =
+                self.map.servers.iter().map(|s| (s.id, s.state != ServerState::Down)).collect();
+            for (server, live) in servers {
+                let Ok(node) = u16::try_from(server.0) else { continue };
+                let to = if live { server } else { master };
+                let at = self.map.chunk_ranges.partition_point(|r| r.start() < (table, node, 0));
+                self.map.chunk_ranges.insert(at, ChunkRange::whole(table, node, to));
+            }
+        }
+        !old.is_empty()
     }
 
     /// Gives `server` the whole range of chunk ids of its own node id in

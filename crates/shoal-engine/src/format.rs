@@ -1024,10 +1024,32 @@ pub struct Filtered {
     pub tombstones: u32,
 }
 
+/// Which entries a partition keeps ([`filter_entries`]). Any
+/// `FnMut(TableId, &[u8]) -> bool` is one that offers chunks under their
+/// [`chunk_key`].
+pub trait EntryFilter {
+    /// Whether to keep an entry of `key` of `table` (objects, tombstones,
+    /// stream batches under their streamlet's key).
+    fn keep_key(&mut self, table: TableId, key: &[u8]) -> bool;
+
+    /// Whether to keep a chunk entry or chunk tombstone of chunk
+    /// `node << 48 | local` of `table`. Every entry that names chunks is
+    /// classified here, one chunk at a time.
+    fn keep_chunk(&mut self, table: TableId, node: u16, local: u64) -> bool {
+        self.keep_key(table, &chunk_key(ChunkId::new(node, local)))
+    }
+}
+
+impl<F: FnMut(TableId, &[u8]) -> bool> EntryFilter for F {
+    fn keep_key(&mut self, table: TableId, key: &[u8]) -> bool {
+        self(table, key)
+    }
+}
+
 /// Copies, byte for byte and in order, the object and tombstone entries of
-/// `buf` for which `keep(table, key)` holds to the end of `out`: a
+/// `buf` that `keep` keeps to the end of `out`: a
 /// partition's share of a segment for recovery. Chunk entries and chunk
-/// tombstones are offered with [`chunk_key`] as their key, stream batches
+/// tombstones are offered to [`EntryFilter::keep_chunk`], stream batches
 /// with their streamlet's key ([`shoal_common::streamlet_key`]); chunk versions
 /// are per chunk and do not count towards the safe version. Every entry's own CRC is
 /// checked (an entry whose key bytes were damaged must not be sorted into
@@ -1035,7 +1057,7 @@ pub struct Filtered {
 /// [`scan`] verified. Stops with the first entry that does not decode.
 pub fn filter_entries(
     buf: &[u8],
-    keep: impl FnMut(TableId, &[u8]) -> bool,
+    keep: impl EntryFilter,
     out: &mut Vec<u8>,
 ) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, true)
@@ -1045,7 +1067,7 @@ pub fn filter_entries(
 /// (for example by `restore::verify_replica`): entries are not checked again.
 pub fn filter_entries_trusted(
     buf: &[u8],
-    keep: impl FnMut(TableId, &[u8]) -> bool,
+    keep: impl EntryFilter,
     out: &mut Vec<u8>,
 ) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, false)
@@ -1053,7 +1075,7 @@ pub fn filter_entries_trusted(
 
 fn filter_checked(
     buf: &[u8],
-    mut keep: impl FnMut(TableId, &[u8]) -> bool,
+    mut keep: impl EntryFilter,
     out: &mut Vec<u8>,
     check: bool,
 ) -> Result<Filtered, FormatError> {
@@ -1064,13 +1086,13 @@ fn filter_checked(
         let kept = match entry {
             Entry::Object(o) => {
                 f.safe_version = f.safe_version.max(o.version.0.saturating_add(1));
-                let k = keep(o.table, o.key);
+                let k = keep.keep_key(o.table, o.key);
                 f.objects += k as u32;
                 k
             }
             Entry::Tombstone(t) => {
                 f.safe_version = f.safe_version.max(t.version.0.saturating_add(1));
-                let k = keep(t.table, t.key);
+                let k = keep.keep_key(t.table, t.key);
                 f.tombstones += k as u32;
                 k
             }
@@ -1079,17 +1101,17 @@ fn filter_checked(
                 false
             }
             Entry::Chunk(c) => {
-                let k = keep(c.table, &chunk_key(c.id));
+                let k = keep.keep_chunk(c.table, c.id.node(), c.id.local());
                 f.objects += k as u32;
                 k
             }
             Entry::ChunkTombstone(t) => {
-                let k = keep(t.table, &chunk_key(t.id));
+                let k = keep.keep_chunk(t.table, t.id.node(), t.id.local());
                 f.tombstones += k as u32;
                 k
             }
             Entry::StreamBatch(b) => {
-                let k = keep(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
+                let k = keep.keep_key(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
                 f.objects += k as u32;
                 k
             }
@@ -1116,11 +1138,11 @@ mod tests {
         encode_object(&mut b, TableId(1), Version(u64::MAX), b"k", b"v");
         encode_tombstone(&mut b, TableId(1), Version(u64::MAX), SegmentId(2), b"k");
         let mut out = Vec::new();
-        let f = filter_entries(&b, |_, _| true, &mut out).unwrap();
+        let f = filter_entries(&b, |_, _: &[u8]| true, &mut out).unwrap();
         assert_eq!(f, Filtered { safe_version: u64::MAX, objects: 1, tombstones: 1 });
         assert_eq!(out, b);
         out.clear();
-        assert_eq!(filter_entries_trusted(&b, |_, _| false, &mut out).unwrap().safe_version, u64::MAX);
+        assert_eq!(filter_entries_trusted(&b, |_, _: &[u8]| false, &mut out).unwrap().safe_version, u64::MAX);
     }
 
     /// A chunk entry whose local id is 0 or beyond 48 bits, or whose node
@@ -1151,7 +1173,7 @@ mod tests {
         encode_chunk_tombstone(&mut b, TableId(4), ChunkId::new(1, 8), Version(3), SegmentId(2));
         encode_chunk(&mut b, TableId(4), ChunkId::new(1, 9), Version(1), b"y");
         let mut out = Vec::new();
-        let f = filter_entries(&b, |t, k| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
+        let f = filter_entries(&b, |t, k: &[u8]| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
         assert_eq!(f, Filtered { safe_version: 0, objects: 1, tombstones: 1 });
         assert_eq!(out, b[..out.len()]);
     }
