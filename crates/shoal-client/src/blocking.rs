@@ -53,16 +53,26 @@ pub(crate) fn route_in(map: &TabletMap, route: Route) -> Result<SocketAddr, Clie
 /// ids in order); ids in no range form one group. A group stays whole
 /// when its range moves to another server, so after a refresh of the map
 /// it goes to one server again.
-pub(crate) fn chunk_groups(map: &TabletMap, table: TableId, ids: impl Iterator<Item = ChunkId>) -> Vec<(ChunkId, Vec<usize>)> {
-    let mut groups: Vec<(Option<(u16, u64)>, ChunkId, Vec<usize>)> = Vec::new();
+pub(crate) fn chunk_groups(
+    map: &TabletMap,
+    table: TableId,
+    ids: impl Iterator<Item = ChunkId>,
+) -> Vec<(ChunkId, Vec<usize>)> {
+    // The start of each group's range (none: ids in no range), in the
+    // order of the groups.
+    let mut starts: Vec<Option<(u16, u64)>> = Vec::new();
+    let mut groups: Vec<(ChunkId, Vec<usize>)> = Vec::new();
     for (i, id) in ids.enumerate() {
-        let key = map.chunk_span(table, id).map(|c| (c.node, c.lo));
-        match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => g.2.push(i),
-            None => groups.push((key, id, vec![i])),
+        let start = map.chunk_span(table, id).map(|c| (c.node, c.lo));
+        match starts.iter().position(|s| *s == start) {
+            Some(g) => groups[g].1.push(i),
+            None => {
+                starts.push(start);
+                groups.push((id, vec![i]));
+            }
         }
     }
-    groups.into_iter().map(|(_, id, idx)| (id, idx)).collect()
+    groups
 }
 
 /// A blocking Shoal client. Every operation routes by (table id, key hash)
@@ -426,7 +436,8 @@ impl Client {
         let mut out: Vec<Option<Result<Versioned, ReadError>>> = ids.iter().map(|_| None).collect();
         for (first, idx) in chunk_groups(&self.map, table, ids.iter().copied()) {
             let req = Request::ChunkGet { table, ids: idx.iter().map(|&i| ids[i]).collect() };
-            let got = self.execute::<_, ReadError>(Route::Chunk(table, first), &req, |r| conv::chunk_get(r, idx.len()))?;
+            let got =
+                self.execute::<_, ReadError>(Route::Chunk(table, first), &req, |r| conv::chunk_get(r, idx.len()))?;
             for (&i, r) in idx.iter().zip(got) {
                 out[i] = Some(r.map_err(item_error));
             }

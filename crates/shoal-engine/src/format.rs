@@ -1055,21 +1055,13 @@ impl<F: FnMut(TableId, &[u8]) -> bool> EntryFilter for F {
 /// checked (an entry whose key bytes were damaged must not be sorted into
 /// the wrong partition unnoticed), so `buf` should be a prefix that
 /// [`scan`] verified. Stops with the first entry that does not decode.
-pub fn filter_entries(
-    buf: &[u8],
-    keep: impl EntryFilter,
-    out: &mut Vec<u8>,
-) -> Result<Filtered, FormatError> {
+pub fn filter_entries(buf: &[u8], keep: impl EntryFilter, out: &mut Vec<u8>) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, true)
 }
 
 /// [`filter_entries`] of bytes whose every entry's CRC was checked already
 /// (for example by `restore::verify_replica`): entries are not checked again.
-pub fn filter_entries_trusted(
-    buf: &[u8],
-    keep: impl EntryFilter,
-    out: &mut Vec<u8>,
-) -> Result<Filtered, FormatError> {
+pub fn filter_entries_trusted(buf: &[u8], keep: impl EntryFilter, out: &mut Vec<u8>) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, false)
 }
 
@@ -1173,7 +1165,8 @@ mod tests {
         encode_chunk_tombstone(&mut b, TableId(4), ChunkId::new(1, 8), Version(3), SegmentId(2));
         encode_chunk(&mut b, TableId(4), ChunkId::new(1, 9), Version(1), b"y");
         let mut out = Vec::new();
-        let f = filter_entries(&b, |t, k: &[u8]| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
+        let f =
+            filter_entries(&b, |t, k: &[u8]| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
         assert_eq!(f, Filtered { safe_version: 0, objects: 1, tombstones: 1 });
         assert_eq!(out, b[..out.len()]);
     }

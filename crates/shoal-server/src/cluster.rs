@@ -796,18 +796,14 @@ impl ClusterNode {
                 // ranges count from the start: a chunk id is written only
                 // by the servers that served it in turn, each taking it
                 // over from the last (`docs/chunks.md`).
-                let chunk_ranges = part
-                    .chunks
-                    .iter()
-                    .map(|c| (KeyRange::chunk_ids(c.table, c.node, c.lo, c.hi), SegmentId(0)));
+                let chunk_ranges =
+                    part.chunks.iter().map(|c| (KeyRange::chunk_ids(c.table, c.node, c.lo, c.hi), SegmentId(0)));
                 let ranges = Arc::new(restore::PartitionRanges::new(
                     part.tablets
                         .iter()
                         .flat_map(|t| {
                             let pieces = map.owned_pieces(rec.dead, log, t.table, t.start_hash, t.end_hash);
-                            pieces
-                                .into_iter()
-                                .map(|p| (KeyRange::hashes(t.table, p.start_hash, p.end_hash), p.from))
+                            pieces.into_iter().map(|p| (KeyRange::hashes(t.table, p.start_hash, p.end_hash), p.from))
                         })
                         .chain(chunk_ranges)
                         .collect(),
