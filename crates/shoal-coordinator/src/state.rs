@@ -2512,6 +2512,35 @@ mod tests {
         assert_eq!(restored.map().chunk_creators(table.id).count(), s.map().live_servers().count());
     }
 
+    /// A state saved before chunk id ranges (chunk tables without any) is
+    /// upgraded when read: the table's tablet master gets the ranges of the
+    /// down servers' node ids (it served every chunk), live servers their
+    /// own; the map version moves so that the change is published.
+    #[test]
+    fn a_state_without_chunk_ranges_is_upgraded_when_read() {
+        let mut s = cluster(3);
+        let req = ControlRequest::CreateTable { name: "g".into(), span: 0, slots: false, chunks: true, stream: None };
+        let ControlResponse::Table { table } = apply(&mut s, req) else { panic!("a chunk table") };
+        let master = s.map().tablets.iter().find(|t| t.table == table.id).unwrap().master;
+        let other = [1, 2, 3].into_iter().find(|&x| x != master.0).unwrap();
+        assert!(down(&mut s, other));
+        finish(&mut s, other);
+        let mut old = s.clone();
+        old.map.chunk_ranges.clear();
+        let bytes = old.encode();
+        assert!(old.check().is_err(), "live servers without their own ranges");
+        let (read, changed) = ClusterState::decode(&bytes, None).unwrap();
+        assert!(changed);
+        assert_eq!(read.map().version, old.map.version + 1);
+        let owner =
+            |node: u64| read.map().chunk_owner(table.id, shoal_common::ChunkId::new(node as u16, 9)).unwrap().master;
+        assert_eq!(owner(other), master, "the dead server's node goes to the table's old master");
+        for s in read.map().live_servers() {
+            assert_eq!(owner(s.id.0), s.id);
+        }
+        assert_eq!(ClusterState::decode(&read.encode(), None).unwrap().1, false, "upgraded once");
+    }
+
     /// A stream has one tablet per live server, at most one per streamlet,
     /// and keeps its shape: the same name with another shape, or as
     /// another kind, is refused, and an invalid shape creates nothing. Its

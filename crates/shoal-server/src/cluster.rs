@@ -469,20 +469,27 @@ impl ClusterNode {
         self.route_for(table, hash, true)
     }
 
-    /// Where chunk `id` of chunk table `table` is served
-    /// (`ClusterMap::chunk_ranges`): as [`ClusterNode::route`]. An id in no
-    /// range was never handed out (every server that creates chunks holds
-    /// the range of its node id, and ranges only move): it is `Local`, and
-    /// the store answers that no such chunk exists.
-    pub fn route_chunk(&self, table: TableId, id: ChunkId) -> Route {
+    /// Where a request on chunks `ids` of chunk table `table` is served
+    /// (`ClusterMap::chunk_ranges`), under one look at the map: `Local` if
+    /// every id is served here, else the route (as [`ClusterNode::route`]'s)
+    /// of the first that is not. An id in no range was never handed out
+    /// (every server that creates chunks holds the range of its node id,
+    /// and ranges only move): it counts as `Local`, and the store answers
+    /// that no such chunk exists.
+    pub fn route_chunks(&self, table: TableId, ids: &mut dyn Iterator<Item = ChunkId>) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
         }
         let map = self.map.read();
-        match map.chunk_owner(table, id) {
-            Some(r) => self.route_to(&map, Some(r.master)),
-            None => Route::Local,
+        for id in ids {
+            if let Some(r) = map.chunk_owner(table, id) {
+                match self.route_to(&map, Some(r.master)) {
+                    Route::Local => {}
+                    other => return other,
+                }
+            }
         }
+        Route::Local
     }
 
     /// Where chunks of chunk table `table` are created with this server's

@@ -614,12 +614,7 @@ fn chunk_table(ctx: &ServerContext, table: TableId, route: ChunkRoute<'_>) -> Re
         };
         return match route {
             ChunkRoute::Create => routed(node, table, node.route_chunk_create(table)),
-            ChunkRoute::Ids(ids) => {
-                for id in ids {
-                    routed(node, table, node.route_chunk(table, id))?;
-                }
-                Ok(())
-            }
+            ChunkRoute::Ids(ids) => routed(node, table, node.route_chunks(table, ids)),
         };
     }
     match ctx.store.has_table(table) {
