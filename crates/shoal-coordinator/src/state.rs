@@ -2538,7 +2538,7 @@ mod tests {
         for s in read.map().live_servers() {
             assert_eq!(owner(s.id.0), s.id);
         }
-        assert_eq!(ClusterState::decode(&read.encode(), None).unwrap().1, false, "upgraded once");
+        assert!(!ClusterState::decode(&read.encode(), None).unwrap().1, "upgraded once");
     }
 
     /// A stream has one tablet per live server, at most one per streamlet,
