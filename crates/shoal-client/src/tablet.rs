@@ -187,4 +187,30 @@ mod tests {
         assert_eq!(m.locate(TableId(1), KeyHash(100)), Some(b));
         assert_eq!(m.locate(TableId(2), KeyHash(5)), None);
     }
+
+    #[test]
+    fn locate_chunk_finds_the_range_and_creators_are_own_ranges() {
+        let (a, b, admin): (SocketAddr, SocketAddr, SocketAddr) =
+            ("127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap(), "127.0.0.1:9".parse().unwrap());
+        let span =
+            |table, node, lo, hi, server, creates| ChunkSpan { table: TableId(table), node, lo, hi, server, creates };
+        let tablets = vec![Tablet { table: Some(TableId(3)), start_hash: 0, end_hash: u64::MAX, server: a }];
+        let m = TabletMap::new(tablets, admin).with_chunks(vec![
+            span(3, 2, 0, ChunkId::MAX_LOCAL, b, true),
+            span(3, 1, 0, 99, a, true),
+            span(3, 1, 100, ChunkId::MAX_LOCAL, b, false),
+            span(4, 1, 0, ChunkId::MAX_LOCAL, a, true),
+        ]);
+        assert_eq!(m.locate_chunk(TableId(3), ChunkId::new(1, 99)), a);
+        assert_eq!(m.locate_chunk(TableId(3), ChunkId::new(1, 100)), b);
+        assert_eq!(m.locate_chunk(TableId(3), ChunkId::new(2, 5)), b);
+        assert_eq!(m.locate_chunk(TableId(3), ChunkId::new(7, 5)), admin, "no range: the admin server");
+        assert_eq!(m.locate_chunk(TableId(5), ChunkId::new(1, 5)), admin);
+        assert_eq!(m.chunk_creators(TableId(3)), vec![a, b]);
+        assert_eq!(m.chunk_creators(TableId(4)), vec![a]);
+        assert!(m.chunk_creators(TableId(5)).is_empty());
+        let single = TabletMap::single(a);
+        assert_eq!(single.locate_chunk(TableId(3), ChunkId::new(1, 5)), a);
+        assert_eq!(single.chunk_creators(TableId(3)), vec![a], "a single server creates every chunk");
+    }
 }
