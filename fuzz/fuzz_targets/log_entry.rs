@@ -159,7 +159,7 @@ fuzz_target!(|data: &[u8]| {
     let mut flip = false;
     let filtered = format::filter_entries(
         &buf[..end],
-        |_, _| {
+        |_, _: &[u8]| {
             flip = !flip;
             flip
         },

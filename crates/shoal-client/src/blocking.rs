@@ -24,7 +24,55 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy)]
 pub(crate) enum Route {
     Key(TableId, KeyHash),
+    /// The server of a chunk's id range.
+    Chunk(TableId, ChunkId),
+    /// The `n`th (modulo their number) of the servers that create chunks
+    /// of the table.
+    ChunkCreate(TableId, u64),
     Admin,
+}
+
+/// Where `route` goes in `map`.
+pub(crate) fn route_in(map: &TabletMap, route: Route) -> Result<SocketAddr, ClientError> {
+    match route {
+        Route::Key(t, h) => map.locate(t, h).ok_or(ClientError::NoRoute(t)),
+        Route::Chunk(t, id) => Ok(map.locate_chunk(t, id)),
+        Route::ChunkCreate(t, n) => {
+            let creators = map.chunk_creators(t);
+            match creators.len() {
+                0 => Err(ClientError::NoRoute(t)),
+                len => Ok(creators[(n % len as u64) as usize]),
+            }
+        }
+        Route::Admin => Ok(map.admin()),
+    }
+}
+
+/// `ids` (of chunk table `table`) grouped by the id range that holds them
+/// in `map`, each group as (an id of it to route by, the indices of its
+/// ids in order); ids in no range form one group. A group stays whole
+/// when its range moves to another server, so after a refresh of the map
+/// it goes to one server again.
+pub(crate) fn chunk_groups(
+    map: &TabletMap,
+    table: TableId,
+    ids: impl Iterator<Item = ChunkId>,
+) -> Vec<(ChunkId, Vec<usize>)> {
+    // The start of each group's range (none: ids in no range), in the
+    // order of the groups.
+    let mut starts: Vec<Option<(u16, u64)>> = Vec::new();
+    let mut groups: Vec<(ChunkId, Vec<usize>)> = Vec::new();
+    for (i, id) in ids.enumerate() {
+        let start = map.chunk_span(table, id).map(|c| (c.node, c.lo));
+        match starts.iter().position(|s| *s == start) {
+            Some(g) => groups[g].1.push(i),
+            None => {
+                starts.push(start);
+                groups.push((id, vec![i]));
+            }
+        }
+    }
+    groups
 }
 
 /// A blocking Shoal client. Every operation routes by (table id, key hash)
@@ -40,6 +88,14 @@ pub struct Client {
     config: ClientConfig,
     /// The owner id of this client's chunk locks.
     lock_owner: u64,
+    /// Round-robin over the servers that create chunks.
+    next_creator: u64,
+}
+
+/// Where a client's round-robin over chunk creators starts: at random, so
+/// that many clients do not all begin with the same server.
+pub(crate) fn rand_start() -> u64 {
+    crate::locks::new_owner_id()
 }
 
 /// One multi-op round: the indices of the items sent to one server.
@@ -76,7 +132,14 @@ impl Client {
 
     /// A client over an explicit tablet map and refresh source (the cluster).
     pub fn with_map(map: TabletMap, source: Box<dyn MapSource>, config: ClientConfig) -> Client {
-        Client { map, source, conns: HashMap::new(), config, lock_owner: crate::locks::new_owner_id() }
+        Client {
+            map,
+            source,
+            conns: HashMap::new(),
+            config,
+            lock_owner: crate::locks::new_owner_id(),
+            next_creator: rand_start(),
+        }
     }
 
     pub fn tablet_map(&self) -> &TabletMap {
@@ -102,10 +165,7 @@ impl Client {
     }
 
     fn route(&self, route: Route) -> Result<SocketAddr, ClientError> {
-        match route {
-            Route::Key(t, h) => self.map.locate(t, h).ok_or(ClientError::NoRoute(t)),
-            Route::Admin => Ok(self.map.admin()),
-        }
+        route_in(&self.map, route)
     }
 
     fn refresh_map(&mut self) {
@@ -295,8 +355,10 @@ impl Client {
     }
 
     // Chunks (`docs/chunks.md`): keyless objects of chunk tables, with ids
-    // the server hands out. A chunk table has one tablet: every request
-    // goes to its master.
+    // the server hands out. A request on ids goes to the server of their
+    // id range in the map (a multi request is split by range, its results
+    // merged in order); a create goes to the servers that create chunks of
+    // the table in turn.
 
     /// Creates a chunk table (or returns the id of the existing one of that
     /// name; a key-value table of that name is refused).
@@ -353,9 +415,9 @@ impl Client {
         let mut ids = Vec::with_capacity(payloads.len());
         for group in payloads.chunks(shoal_proto::MAX_CHUNK_CREATE) {
             let req = Request::ChunkCreate { table, payloads: group.to_vec() };
-            ids.extend(
-                self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_create(r, group.len()))?,
-            );
+            self.next_creator = self.next_creator.wrapping_add(1);
+            let route = Route::ChunkCreate(table, self.next_creator);
+            ids.extend(self.execute::<_, WriteError>(route, &req, |r| conv::chunk_create(r, group.len()))?);
         }
         Ok(ids)
     }
@@ -371,9 +433,16 @@ impl Client {
         table: TableId,
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Versioned, ReadError>>, ReadError> {
-        let req = Request::ChunkGet { table, ids: ids.to_vec() };
-        let out = self.execute::<_, ReadError>(chunk_route(table), &req, |r| conv::chunk_get(r, ids.len()))?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Versioned, ReadError>>> = ids.iter().map(|_| None).collect();
+        for (first, idx) in chunk_groups(&self.map, table, ids.iter().copied()) {
+            let req = Request::ChunkGet { table, ids: idx.iter().map(|&i| ids[i]).collect() };
+            let got =
+                self.execute::<_, ReadError>(Route::Chunk(table, first), &req, |r| conv::chunk_get(r, idx.len()))?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every id is in a group")).collect())
     }
 
     /// Reads a chunk: its payload and version.
@@ -388,9 +457,16 @@ impl Client {
         table: TableId,
         items: &[(ChunkId, &[u8])],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
-        let req = Request::ChunkPut { table, items: items.to_vec() };
-        let out = self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, items.len()))?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Version, WriteError>>> = items.iter().map(|_| None).collect();
+        for (first, idx) in chunk_groups(&self.map, table, items.iter().map(|i| i.0)) {
+            let req = Request::ChunkPut { table, items: idx.iter().map(|&i| items[i]).collect() };
+            let route = Route::Chunk(table, first);
+            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len()))?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every item is in a group")).collect())
     }
 
     pub fn put_chunk(&mut self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, WriteError> {
@@ -404,9 +480,16 @@ impl Client {
         table: TableId,
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
-        let req = Request::ChunkRemove { table, ids: ids.to_vec() };
-        let out = self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, ids.len()))?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Version, WriteError>>> = ids.iter().map(|_| None).collect();
+        for (first, idx) in chunk_groups(&self.map, table, ids.iter().copied()) {
+            let req = Request::ChunkRemove { table, ids: idx.iter().map(|&i| ids[i]).collect() };
+            let route = Route::Chunk(table, first);
+            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len()))?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every id is in a group")).collect())
     }
 
     pub fn remove_chunk(&mut self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
@@ -437,7 +520,7 @@ impl Client {
         let owner = self.lock_owner;
         let req = Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms: locks::lease_ms(lease) };
         let renewed_at = Instant::now();
-        let (token, lease) = self.execute::<_, LockError>(chunk_route(table), &req, locks::conv::lock)?;
+        let (token, lease) = self.execute::<_, LockError>(Route::Chunk(table, chunk), &req, locks::conv::lock)?;
         Ok(ChunkLock { table, chunk, mode, owner, token, lease, renewed_at })
     }
 
@@ -478,14 +561,14 @@ impl Client {
     /// Releases a lock.
     pub fn unlock_chunk(&mut self, lock: &ChunkLock) -> Result<(), LockError> {
         let req = Request::ChunkUnlock { table: lock.table, chunk: lock.chunk, owner: lock.owner, token: lock.token };
-        self.execute(chunk_route(lock.table), &req, locks::conv::unlock)
+        self.execute(Route::Chunk(lock.table, lock.chunk), &req, locks::conv::unlock)
     }
 
     /// Renews a lock's lease (for `lock.lease` from now); the lease granted.
     pub fn renew_chunk_lock(&mut self, lock: &ChunkLock) -> Result<Duration, LockError> {
         let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
         let req = Request::ChunkRenew { table, chunk, owner, token, lease_ms: locks::lease_ms(lock.lease) };
-        self.execute(chunk_route(table), &req, locks::conv::renew)
+        self.execute(Route::Chunk(table, chunk), &req, locks::conv::renew)
     }
 
     /// Puts a chunk's payload only while `lock` (exclusive) is held (see
@@ -493,7 +576,7 @@ impl Client {
     pub fn put_chunk_locked(&mut self, lock: &ChunkLock, payload: &[u8]) -> Result<Version, LockError> {
         let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
         let req = Request::ChunkPutLocked { table, chunk, owner, token, payload };
-        self.execute(chunk_route(table), &req, locks::conv::put_locked)
+        self.execute(Route::Chunk(table, chunk), &req, locks::conv::put_locked)
     }
 
     /// Creates a table (or returns the id of the existing one of that name).
@@ -639,12 +722,6 @@ pub(crate) fn resolve(addr: impl ToSocketAddrs) -> Result<SocketAddr, ClientErro
 
 /// A multi-op item's status as its family's error; a retryable status left
 /// after the last attempt means the client gave up.
-/// Where every request of chunk table `table` goes: its one tablet
-/// (`shoal-server`'s `CHUNK_ROUTE_KEY`, the empty key).
-pub(crate) fn chunk_route(table: TableId) -> Route {
-    Route::Key(table, key_hash(table, b""))
-}
-
 /// Where the requests of `streamlet` of stream `table` go: the tablet
 /// holding its key's hash (`shoal_proto::streamlet_key`).
 pub(crate) fn stream_route(table: TableId, streamlet: u32) -> Route {

@@ -9,7 +9,7 @@
 //! of tasks are in flight on one connection at once, and a caller that is
 //! cancelled never leaves half a frame on the socket.
 
-use crate::blocking::{chunk_route, item_error, resolve, stream_route, Route};
+use crate::blocking::{chunk_groups, item_error, rand_start, resolve, route_in, stream_route, Route};
 use crate::conn::{login_result, ClientConfig};
 use crate::error::{ClientError, IncrementError, LockError, ReadError, StreamError, TableError, WriteError};
 use crate::locks::{self, ChunkLock, LockKeeper};
@@ -255,6 +255,8 @@ struct Inner {
     next_member: AtomicU64,
     /// The owner id of this client's chunk locks.
     lock_owner: AtomicU64,
+    /// Round-robin over the servers that create chunks.
+    next_creator: AtomicU64,
 }
 
 /// How often a group's filter of hot keys is fetched again (its rounds
@@ -328,6 +330,7 @@ impl Client {
                 filters: Mutex::new(HashMap::new()),
                 next_member: AtomicU64::new(0),
                 lock_owner: AtomicU64::new(crate::locks::new_owner_id()),
+                next_creator: AtomicU64::new(rand_start()),
             }),
         }
     }
@@ -351,11 +354,7 @@ impl Client {
     }
 
     fn route(&self, route: Route) -> Result<SocketAddr, ClientError> {
-        let map = self.inner.map.read().expect("map lock");
-        match route {
-            Route::Key(t, h) => map.locate(t, h).ok_or(ClientError::NoRoute(t)),
-            Route::Admin => Ok(map.admin()),
-        }
+        route_in(&self.inner.map.read().expect("map lock"), route)
     }
 
     fn refresh_map(&self) {
@@ -696,8 +695,10 @@ impl Client {
     }
 
     // Chunks (`docs/chunks.md`): keyless objects of chunk tables, with ids
-    // the server hands out. A chunk table has one tablet: every request
-    // goes to its master.
+    // the server hands out. A request on ids goes to the server of their
+    // id range in the map (a multi request is split by range, its results
+    // merged in order); a create goes to the servers that create chunks of
+    // the table in turn.
 
     /// Creates a chunk table (or returns the id of the existing one of that
     /// name; a key-value table of that name is refused).
@@ -713,9 +714,8 @@ impl Client {
         let mut ids = Vec::with_capacity(payloads.len());
         for group in payloads.chunks(shoal_proto::MAX_CHUNK_CREATE) {
             let req = Request::ChunkCreate { table, payloads: group.to_vec() };
-            ids.extend(
-                self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_create(r, group.len())).await?,
-            );
+            let route = Route::ChunkCreate(table, self.inner.next_creator.fetch_add(1, Ordering::Relaxed));
+            ids.extend(self.execute::<_, WriteError>(route, &req, |r| conv::chunk_create(r, group.len())).await?);
         }
         Ok(ids)
     }
@@ -731,9 +731,16 @@ impl Client {
         table: TableId,
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Versioned, ReadError>>, ReadError> {
-        let req = Request::ChunkGet { table, ids: ids.to_vec() };
-        let out = self.execute::<_, ReadError>(chunk_route(table), &req, |r| conv::chunk_get(r, ids.len())).await?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Versioned, ReadError>>> = ids.iter().map(|_| None).collect();
+        for (first, idx) in self.chunk_groups(table, ids.iter().copied()) {
+            let req = Request::ChunkGet { table, ids: idx.iter().map(|&i| ids[i]).collect() };
+            let route = Route::Chunk(table, first);
+            let got = self.execute::<_, ReadError>(route, &req, |r| conv::chunk_get(r, idx.len())).await?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every id is in a group")).collect())
     }
 
     /// Reads a chunk: its payload and version.
@@ -748,10 +755,16 @@ impl Client {
         table: TableId,
         items: &[(ChunkId, &[u8])],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
-        let req = Request::ChunkPut { table, items: items.to_vec() };
-        let out =
-            self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, items.len())).await?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Version, WriteError>>> = items.iter().map(|_| None).collect();
+        for (first, idx) in self.chunk_groups(table, items.iter().map(|i| i.0)) {
+            let req = Request::ChunkPut { table, items: idx.iter().map(|&i| items[i]).collect() };
+            let route = Route::Chunk(table, first);
+            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every item is in a group")).collect())
     }
 
     pub async fn put_chunk(&self, table: TableId, id: ChunkId, payload: &[u8]) -> Result<Version, WriteError> {
@@ -765,14 +778,25 @@ impl Client {
         table: TableId,
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
-        let req = Request::ChunkRemove { table, ids: ids.to_vec() };
-        let out =
-            self.execute::<_, WriteError>(chunk_route(table), &req, |r| conv::chunk_versions(r, ids.len())).await?;
-        Ok(out.into_iter().map(|r| r.map_err(item_error)).collect())
+        let mut out: Vec<Option<Result<Version, WriteError>>> = ids.iter().map(|_| None).collect();
+        for (first, idx) in self.chunk_groups(table, ids.iter().copied()) {
+            let req = Request::ChunkRemove { table, ids: idx.iter().map(|&i| ids[i]).collect() };
+            let route = Route::Chunk(table, first);
+            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await?;
+            for (&i, r) in idx.iter().zip(got) {
+                out[i] = Some(r.map_err(item_error));
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every id is in a group")).collect())
     }
 
     pub async fn remove_chunk(&self, table: TableId, id: ChunkId) -> Result<Version, WriteError> {
         self.remove_chunks(table, &[id]).await?.remove(0)
+    }
+
+    /// `ids` grouped by the id range holding them in the current map.
+    fn chunk_groups(&self, table: TableId, ids: impl Iterator<Item = ChunkId>) -> Vec<(ChunkId, Vec<usize>)> {
+        chunk_groups(&self.inner.map.read().expect("map lock"), table, ids)
     }
 
     // Chunk locks (`docs/chunks.md`, "Locks"). Locks are held by this
@@ -800,7 +824,7 @@ impl Client {
         let owner = self.lock_owner();
         let req = Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms: locks::lease_ms(lease) };
         let renewed_at = Instant::now();
-        let (token, lease) = self.execute::<_, LockError>(chunk_route(table), &req, locks::conv::lock).await?;
+        let (token, lease) = self.execute::<_, LockError>(Route::Chunk(table, chunk), &req, locks::conv::lock).await?;
         Ok(ChunkLock { table, chunk, mode, owner, token, lease, renewed_at })
     }
 
@@ -844,14 +868,14 @@ impl Client {
     /// Releases a lock.
     pub async fn unlock_chunk(&self, lock: &ChunkLock) -> Result<(), LockError> {
         let req = Request::ChunkUnlock { table: lock.table, chunk: lock.chunk, owner: lock.owner, token: lock.token };
-        self.execute(chunk_route(lock.table), &req, locks::conv::unlock).await
+        self.execute(Route::Chunk(lock.table, lock.chunk), &req, locks::conv::unlock).await
     }
 
     /// Renews a lock's lease (for `lock.lease` from now); the lease granted.
     pub async fn renew_chunk_lock(&self, lock: &ChunkLock) -> Result<Duration, LockError> {
         let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
         let req = Request::ChunkRenew { table, chunk, owner, token, lease_ms: locks::lease_ms(lock.lease) };
-        self.execute(chunk_route(table), &req, locks::conv::renew).await
+        self.execute(Route::Chunk(table, chunk), &req, locks::conv::renew).await
     }
 
     /// Keeps renewing `lock` in the background until the keeper is dropped
@@ -867,7 +891,7 @@ impl Client {
     pub async fn put_chunk_locked(&self, lock: &ChunkLock, payload: &[u8]) -> Result<Version, LockError> {
         let (table, chunk, owner, token) = (lock.table, lock.chunk, lock.owner, lock.token);
         let req = Request::ChunkPutLocked { table, chunk, owner, token, payload };
-        self.execute(chunk_route(table), &req, locks::conv::put_locked).await
+        self.execute(Route::Chunk(table, chunk), &req, locks::conv::put_locked).await
     }
 
     /// Reads several objects; one result per item, in order. Items are sent

@@ -6,7 +6,7 @@
 //! not per request).
 
 use crate::error::ClientError;
-use crate::tablet::{MapSource, Tablet, TabletMap};
+use crate::tablet::{ChunkSpan, MapSource, Tablet, TabletMap};
 use shoal_cluster::control::call_blocking_any;
 use shoal_cluster::tls::InternalTls;
 use shoal_cluster::{ClusterMap, ControlAuth, ControlRequest, ControlResponse, CoordinatorAddrs, ServerState};
@@ -70,7 +70,18 @@ pub fn tablet_map(map: &ClusterMap) -> Option<TabletMap> {
         .iter()
         .map(|g| g.members.iter().filter_map(|m| map.server(*m)).map(|s| s.native).collect())
         .collect();
-    Some(TabletMap::new(tablets, admin).with_groups(groups))
+    let chunks = map
+        .chunk_ranges
+        .iter()
+        .filter_map(|c| {
+            let s = map.server(c.master)?;
+            // A server declared dead creates nothing, even before its
+            // ranges have moved.
+            let creates = u64::from(c.node) == c.master.0 && s.state != ServerState::Down;
+            Some(ChunkSpan { table: c.table, node: c.node, lo: c.lo, hi: c.hi, server: s.native, creates })
+        })
+        .collect();
+    Some(TabletMap::new(tablets, admin).with_groups(groups).with_chunks(chunks))
 }
 
 /// Native addresses of every server not down (where a table's objects may be).

@@ -41,7 +41,7 @@ pub use error::{ClientError, IncrementError, LockError, ReadError, Rejected, Str
 pub use locks::{ChunkLock, LockKeeper, DEFAULT_LEASE, MAX_BACKOFF};
 pub use ops::{Consumed, Described, ItemResults, Object, Page, Produced, ResponseFrame, Stats, Ttl, Versioned};
 pub use stream::{decode_offsets, encode_offsets, Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
-pub use tablet::{MapSource, StaticMap, Tablet, TabletMap};
+pub use tablet::{ChunkSpan, MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{

@@ -25,6 +25,6 @@ pub use control::{
     ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, CoordinatorAddrs,
 };
 pub use map::{
-    split_hash_space, ClusterMap, FencedLog, Migration, OwnedPiece, OwnedSince, Partition, Recovery, ReplicaFloor,
-    ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
+    find_chunk_range, split_hash_space, ChunkRange, ClusterMap, FencedLog, Migration, OwnedPiece, OwnedSince,
+    Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };

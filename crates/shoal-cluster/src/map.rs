@@ -4,7 +4,7 @@
 //! servers and clients keep a copy and replace it with any newer one.
 
 use serde::{Deserialize, Serialize};
-use shoal_common::{KeyHash, LogId, SegmentId, StreamShape, TableId};
+use shoal_common::{ChunkId, KeyHash, LogId, SegmentId, StreamShape, TableId};
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -133,6 +133,53 @@ pub struct ClusterMap {
     /// when its master reports, or when the log is freed or dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreplicated: Vec<LogId>,
+    /// Who serves which chunk ids of the chunk tables (`docs/chunks.md`,
+    /// "In a cluster"), sorted by (table, node, first local id), ranges of
+    /// one (table, node) disjoint: [`ClusterMap::chunk_owner`] finds the
+    /// range of an id by binary search. Each server not down when a chunk
+    /// table is made, and each server that enlists later, gets the whole
+    /// local range of its own node id (its server id); a crash recovery
+    /// hands the dead server's ranges to recovery masters. A chunk id in
+    /// no range is served by nobody.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_ranges: Vec<ChunkRange>,
+}
+
+/// Chunk ids `node << 48 | lo ..= node << 48 | hi` of chunk table `table`
+/// and the server that serves them (gets, puts, removes, locks; creates
+/// too when `node` is `master`'s own server id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ChunkRange {
+    pub table: TableId,
+    pub node: u16,
+    pub lo: u64,
+    pub hi: u64,
+    pub master: ServerId,
+}
+
+impl ChunkRange {
+    /// The range of every local id of `node` in `table`.
+    pub fn whole(table: TableId, node: u16, master: ServerId) -> ChunkRange {
+        ChunkRange { table, node, lo: 0, hi: ChunkId::MAX_LOCAL, master }
+    }
+
+    /// Whether `id` of `table` is in the range.
+    pub fn contains(&self, table: TableId, id: ChunkId) -> bool {
+        self.table == table && self.node == id.node() && self.lo <= id.local() && id.local() <= self.hi
+    }
+
+    /// The sort key of [`ClusterMap::chunk_ranges`].
+    pub fn start(&self) -> (TableId, u16, u64) {
+        (self.table, self.node, self.lo)
+    }
+}
+
+/// The range of `ranges` (sorted by [`ChunkRange::start`], disjoint per
+/// table and node) holding `id` of `table`: one binary search.
+pub fn find_chunk_range(ranges: &[ChunkRange], table: TableId, id: ChunkId) -> Option<&ChunkRange> {
+    let key = (table, id.node(), id.local());
+    let i = ranges.partition_point(|r| r.start() <= key);
+    ranges[..i].last().filter(|r| r.contains(table, id))
 }
 
 /// Entries of `table`'s keys with hashes in `start_hash..=end_hash` are
@@ -260,13 +307,17 @@ pub struct Recovery {
     pub started_unix_ms: u64,
 }
 
-/// Key-hash ranges of tablets handed to one recovery master. Each entry of
-/// `tablets` has `master` = the recovery master; they become its tablets
-/// when it reports the partition done.
+/// Key-hash ranges of tablets, and chunk id ranges, handed to one recovery
+/// master. Each entry of `tablets` and `chunks` has `master` = the
+/// recovery master; they become its own when it reports the partition
+/// done.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Partition {
     pub master: ServerId,
     pub tablets: Vec<TabletInfo>,
+    /// The dead server's chunk id ranges this partition replays.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<ChunkRange>,
     pub done: bool,
 }
 
@@ -294,6 +345,23 @@ impl ClusterMap {
     /// The server that owns `(table, hash)`.
     pub fn locate(&self, table: TableId, hash: KeyHash) -> Option<&ServerInfo> {
         self.tablet(table, hash).and_then(|t| self.server(t.master))
+    }
+
+    /// The range holding chunk `id` of `table` and its server, if any
+    /// ([`ClusterMap::chunk_ranges`]).
+    pub fn chunk_owner(&self, table: TableId, id: ChunkId) -> Option<&ChunkRange> {
+        find_chunk_range(&self.chunk_ranges, table, id)
+    }
+
+    /// The servers that create chunks of `table`: those holding a range of
+    /// their own node id in it, ascending.
+    pub fn chunk_creators(&self, table: TableId) -> impl Iterator<Item = ServerId> + '_ {
+        let first = self.chunk_ranges.partition_point(|r| r.table < table);
+        self.chunk_ranges[first..]
+            .iter()
+            .take_while(move |r| r.table == table)
+            .filter(|r| u64::from(r.node) == r.master.0)
+            .map(|r| r.master)
     }
 
     /// The tablets `server` owns.
@@ -416,6 +484,65 @@ mod tests {
     }
 
     #[test]
+    fn chunk_owner_finds_the_range_of_an_id_by_binary_search() {
+        let r =
+            |table, node, lo, hi, master| ChunkRange { table: TableId(table), node, lo, hi, master: ServerId(master) };
+        let mut ranges = vec![
+            r(2, 1, 0, ChunkId::MAX_LOCAL, 1),
+            r(2, 3, 0, 99, 3),
+            r(2, 3, 100, 199, 4),
+            r(2, 3, 300, ChunkId::MAX_LOCAL, 5),
+            r(7, 1, 0, ChunkId::MAX_LOCAL, 2),
+            r(1, 4, 0, ChunkId::MAX_LOCAL, 4),
+        ];
+        ranges.sort();
+        let map = ClusterMap { chunk_ranges: ranges, ..ClusterMap::default() };
+        let owner = |table, node, local| map.chunk_owner(TableId(table), ChunkId::new(node, local)).map(|r| r.master.0);
+        assert_eq!(owner(2, 1, 1), Some(1));
+        assert_eq!(owner(2, 1, ChunkId::MAX_LOCAL), Some(1));
+        assert_eq!(owner(2, 3, 0), Some(3));
+        assert_eq!(owner(2, 3, 99), Some(3));
+        assert_eq!(owner(2, 3, 100), Some(4));
+        assert_eq!(owner(2, 3, 199), Some(4));
+        assert_eq!(owner(2, 3, 200), None, "a gap between ranges");
+        assert_eq!(owner(2, 3, 299), None);
+        assert_eq!(owner(2, 3, 300), Some(5));
+        assert_eq!(owner(2, 2, 5), None, "no range of node 2");
+        assert_eq!(owner(7, 1, 5), Some(2));
+        assert_eq!(owner(7, 3, 5), None, "node 3 has ranges in table 2 only");
+        assert_eq!(owner(1, 4, 5), Some(4));
+        assert_eq!(owner(3, 1, 5), None, "no such table");
+        assert_eq!(map.chunk_creators(TableId(2)).collect::<Vec<_>>(), vec![ServerId(1), ServerId(3)]);
+        assert_eq!(map.chunk_creators(TableId(7)).count(), 0, "server 2 holds node 1's range only");
+        assert_eq!(map.chunk_creators(TableId(1)).collect::<Vec<_>>(), vec![ServerId(4)]);
+        // Against a linear search over many random ranges and ids.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut many = Vec::new();
+        for table in 1..4u64 {
+            for node in 0..5u16 {
+                let mut lo = next() % 50;
+                while lo < 1000 {
+                    let hi = lo + next() % 40;
+                    many.push(r(table, node, lo, hi, next() % 9));
+                    lo = hi + 1 + next() % 3;
+                }
+            }
+        }
+        many.sort();
+        for _ in 0..5000 {
+            let (table, id) = (TableId(next() % 5), ChunkId::new((next() % 6) as u16, next() % 1100));
+            let linear = many.iter().find(|r| r.contains(table, id));
+            assert_eq!(find_chunk_range(&many, table, id), linear, "{table:?} {id:?}");
+        }
+    }
+
+    #[test]
     fn split_hash_space_covers_everything_once() {
         for n in [1, 2, 3, 7, 64] {
             let r = split_hash_space(n);
@@ -462,6 +589,7 @@ mod tests {
             migrations: Vec::new(),
             owned_since: Vec::new(),
             unreplicated: Vec::new(),
+            chunk_ranges: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

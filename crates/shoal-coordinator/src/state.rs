@@ -47,8 +47,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ClusterMap, FencedLog, Migration, OwnedSince, Partition, Recovery, ReplicaFloor,
-    ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ChunkRange, ClusterMap, FencedLog, Migration, OwnedSince, Partition, Recovery,
+    ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -216,6 +216,7 @@ impl ClusterState {
                 migrations: Vec::new(),
                 owned_since: Vec::new(),
                 unreplicated: Vec::new(),
+                chunk_ranges: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -252,11 +253,12 @@ impl ClusterState {
             ));
         }
         let mut state: ClusterState = serde_json::from_slice(bytes).map_err(|e| format!("malformed state: {e}"))?;
+        let upgraded = state.give_chunk_ranges_to_old_tables();
         state.check()?;
         state.format = STATE_FORMAT;
         state.replicas_config = replicas_config;
         let replicas = state.effective_replicas();
-        let changed = replicas != state.map.replicas;
+        let changed = replicas != state.map.replicas || upgraded;
         if changed {
             state.map.replicas = replicas;
             state.map.version += 1;
@@ -879,6 +881,10 @@ impl ClusterState {
                 let id = ServerId(self.next_server);
                 self.next_server += 1;
                 self.map.servers.push(ServerInfo { id, native, resp, backup, log, state: ServerState::Up });
+                let chunk_tables: Vec<TableId> = self.map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
+                for table in chunk_tables {
+                    self.give_own_chunk_range(table, id);
+                }
                 id
             }
         };
@@ -911,8 +917,11 @@ impl ClusterState {
     /// the previous table stopped. A `slots` table is slot-hashed: its id
     /// carries the flag (`shoal_common::slots::table_id`) and its tablets are whole slot ranges (at
     /// most one per slot). An existing table is returned unchanged.
-    /// A chunk table (`chunks`) has one tablet: its master creates every
-    /// chunk, with its own node id, and serves them (`docs/chunks.md`).
+    /// A chunk table (`chunks`) has one tablet, which no chunk is routed
+    /// by: every live server gets the whole range of chunk ids of its own
+    /// node id in it ([`ClusterMap::chunk_ranges`]; servers that enlist
+    /// later get theirs at enlistment), creates chunks with its node id
+    /// and serves them (`docs/chunks.md`, "In a cluster").
     ///
     /// A stream (`stream`, `docs/streams.md`) has one tablet per live
     /// server, at most one per streamlet (its streamlets are spread over
@@ -984,9 +993,59 @@ impl ClusterState {
             self.next_slot = self.next_slot.wrapping_add(1);
             self.map.tablets.push(TabletInfo { table: table.id, start_hash, end_hash, master });
         }
+        if chunks {
+            let servers: Vec<ServerId> = self.map.live_servers().map(|s| s.id).collect();
+            for server in servers {
+                self.give_own_chunk_range(table.id, server);
+            }
+        }
         self.map.tables.push(table.clone());
         self.bump();
         Outcome::changed(ControlResponse::Table { table })
+    }
+
+    /// A state saved before chunk id ranges has chunk tables without any:
+    /// each such table's one tablet master served every chunk of it. That
+    /// master gets the range of every node id of a server in the map that
+    /// is not another live server (the chunks it created and those it
+    /// recovered), and every other live server its own. Chunks of servers
+    /// already retired from the map are not found after the upgrade.
+    /// Returns whether anything changed.
+    fn give_chunk_ranges_to_old_tables(&mut self) -> bool {
+        let old: Vec<(TableId, ServerId)> = self
+            .map
+            .tables
+            .iter()
+            .filter(|t| t.chunks && !self.map.chunk_ranges.iter().any(|c| c.table == t.id))
+            .filter_map(|t| self.map.tablets.iter().find(|x| x.table == t.id).map(|x| (t.id, x.master)))
+            .collect();
+        for &(table, master) in &old {
+            let servers: Vec<(ServerId, bool)> =
+                self.map.servers.iter().map(|s| (s.id, s.state != ServerState::Down)).collect();
+            for (server, live) in servers {
+                let Ok(node) = u16::try_from(server.0) else { continue };
+                let to = if live { server } else { master };
+                let at = self.map.chunk_ranges.partition_point(|r| r.start() < (table, node, 0));
+                self.map.chunk_ranges.insert(at, ChunkRange::whole(table, node, to));
+            }
+        }
+        !old.is_empty()
+    }
+
+    /// Gives `server` the whole range of chunk ids of its own node id in
+    /// chunk table `table`, keeping `chunk_ranges` sorted. A server id
+    /// above 65535 does not fit a chunk id's node field: such a server gets
+    /// none (and creates no chunks).
+    fn give_own_chunk_range(&mut self, table: TableId, server: ServerId) {
+        let Ok(node) = u16::try_from(server.0) else {
+            return;
+        };
+        let range = ChunkRange::whole(table, node, server);
+        if self.map.chunk_ranges.iter().any(|r| r.table == table && r.node == node) {
+            return;
+        }
+        let at = self.map.chunk_ranges.partition_point(|r| r.start() < range.start());
+        self.map.chunk_ranges.insert(at, range);
     }
 
     fn drop_table(&mut self, name: &str) -> Outcome {
@@ -996,11 +1055,13 @@ impl ClusterState {
         let table = self.map.tables.remove(pos);
         self.map.tablets.retain(|t| t.table != table.id);
         self.map.owned_since.retain(|o| o.table != table.id);
+        self.map.chunk_ranges.retain(|r| r.table != table.id);
         // Recoveries no longer replay it (a partition may end up empty; its
         // master still reports it done).
         for r in self.map.recoveries.iter_mut() {
             for p in r.partitions.iter_mut() {
                 p.tablets.retain(|t| t.table != table.id);
+                p.chunks.retain(|c| c.table != table.id);
             }
         }
         self.bump();
@@ -1085,7 +1146,7 @@ impl ClusterState {
             self.log_versions.insert(*l, version);
             self.fence(*l, version);
         }
-        if self.map.tablets_of(server).next().is_none() {
+        if self.map.tablets_of(server).next().is_none() && !self.map.chunk_ranges.iter().any(|c| c.master == server) {
             // Nothing to serve again: the logs can go at once.
             self.free_logs(&logs);
             return true;
@@ -1168,6 +1229,9 @@ impl ClusterState {
                 for t in p.tablets.iter_mut() {
                     t.master = to;
                 }
+                for c in p.chunks.iter_mut() {
+                    c.master = to;
+                }
             }
         }
     }
@@ -1181,13 +1245,18 @@ impl ClusterState {
     /// server, and are dealt to the partitions in turn, so every partition
     /// gets a piece of every big tablet. The first partition's master
     /// rotates with the recovery id, spreading successive recoveries.
-    /// Returns false if the dead server had no tablets left: the recovery
-    /// is then finished and removed.
+    /// The dead server's chunk id ranges (of its own node id and any it
+    /// took over) are dealt whole, one per partition in turn after the
+    /// tablets' pieces, and stay the dead server's in the map until their
+    /// partition is done. Returns false if the dead server had no tablets
+    /// and no chunk ranges left: the recovery is then finished and removed.
     fn plan(&mut self, index: usize, up: &[ServerId]) -> bool {
         let (id, dead) = (self.map.recoveries[index].id, self.map.recoveries[index].dead);
         let (old, mut tablets): (Vec<TabletInfo>, Vec<TabletInfo>) =
             std::mem::take(&mut self.map.tablets).into_iter().partition(|t| t.master == dead);
-        if old.is_empty() {
+        let chunk_ranges: Vec<ChunkRange> =
+            self.map.chunk_ranges.iter().filter(|r| r.master == dead).copied().collect();
+        if old.is_empty() && chunk_ranges.is_empty() {
             self.map.tablets = tablets;
             let r = self.map.recoveries.remove(index);
             self.free_logs(&r.logs);
@@ -1195,10 +1264,11 @@ impl ClusterState {
         }
         let n = up.len();
         let room = MAX_TABLETS.saturating_sub(tablets.len() + old.len());
-        let per_tablet = n.min(1 + room / old.len()).max(1);
+        let per_tablet = n.min(1 + room / old.len().max(1)).max(1);
         let rotate = (id % n as u64) as usize;
-        let mut partitions: Vec<Partition> =
-            (0..n).map(|i| Partition { master: up[(i + rotate) % n], tablets: Vec::new(), done: false }).collect();
+        let mut partitions: Vec<Partition> = (0..n)
+            .map(|i| Partition { master: up[(i + rotate) % n], tablets: Vec::new(), chunks: Vec::new(), done: false })
+            .collect();
         let mut dealt = 0;
         for t in &old {
             // A chunk table's one tablet is recovered whole: its master
@@ -1216,7 +1286,12 @@ impl ClusterState {
                 dealt += 1;
             }
         }
-        partitions.retain(|p| !p.tablets.is_empty());
+        for range in chunk_ranges {
+            let p = &mut partitions[dealt % n];
+            p.chunks.push(ChunkRange { master: p.master, ..range });
+            dealt += 1;
+        }
+        partitions.retain(|p| !p.tablets.is_empty() || !p.chunks.is_empty());
         self.map.tablets = tablets;
         self.map.recoveries[index].partitions = partitions;
         true
@@ -1263,9 +1338,16 @@ impl ClusterState {
         let p = &mut self.map.recoveries[ri].partitions[partition as usize];
         p.done = true;
         let pieces: BTreeSet<RangeKey> = p.tablets.iter().map(range_key).collect();
+        let chunks: BTreeSet<(TableId, u16, u64, u64)> =
+            p.chunks.iter().map(|c| (c.table, c.node, c.lo, c.hi)).collect();
         for t in self.map.tablets.iter_mut() {
             if t.master == dead && pieces.contains(&range_key(t)) {
                 t.master = server;
+            }
+        }
+        for c in self.map.chunk_ranges.iter_mut() {
+            if c.master == dead && chunks.contains(&(c.table, c.node, c.lo, c.hi)) {
+                c.master = server;
             }
         }
         if let Some(segment) = since {
@@ -1372,6 +1454,7 @@ impl ClusterState {
                 s.state == ServerState::Down
                     && !map.recoveries.iter().any(|r| r.dead == s.id || r.partitions.iter().any(|p| p.master == s.id))
                     && !map.tablets.iter().any(|t| t.master == s.id)
+                    && !map.chunk_ranges.iter().any(|c| c.master == s.id)
                     && !map.migrations.iter().any(|m| m.from == s.id || m.to == s.id)
                     && !map.fenced.iter().any(|f| f.log == s.log && !f.free)
             })
@@ -1608,6 +1691,26 @@ impl ClusterState {
                     }
                 }
             }
+            // Likewise its chunk id ranges.
+            let mut ranges: BTreeSet<ChunkRange> =
+                self.map.chunk_ranges.iter().filter(|c| c.master == r.dead).copied().collect();
+            for (i, p) in r.partitions.iter().enumerate() {
+                for c in &p.chunks {
+                    if c.master != p.master {
+                        return Err(format!("recovery {id}: a chunk range of partition {i} names master {}", c.master));
+                    }
+                    let held = ChunkRange { master: r.dead, ..*c };
+                    if !p.done && !ranges.remove(&held) {
+                        return Err(format!("recovery {id}: partition {i} has a chunk range the dead server lacks"));
+                    }
+                }
+            }
+            if let Some(c) = ranges.first() {
+                return Err(format!(
+                    "recovery {id}: chunk range {}:{}:{}..={} of the dead server is in no unfinished partition",
+                    c.table.0, c.node, c.lo, c.hi
+                ));
+            }
             if let Some((table, start, end)) = owned.first() {
                 return Err(format!(
                     "recovery {id}: tablet {}:{start:#x}..{end:#x} of the dead server is in no unfinished partition",
@@ -1616,7 +1719,38 @@ impl ClusterState {
             }
         }
         self.check_migrations()?;
-        self.check_owned_since()
+        self.check_owned_since()?;
+        self.check_chunk_ranges()
+    }
+
+    /// `chunk_ranges`: sorted, with lo <= hi <= the largest local id, the
+    /// ranges of one (table, node) disjoint, each of a chunk table and a
+    /// known server; every server not down that fits a node id holds its
+    /// own node's whole range of every chunk table.
+    fn check_chunk_ranges(&self) -> Result<(), String> {
+        let ranges = &self.map.chunk_ranges;
+        for (i, c) in ranges.iter().enumerate() {
+            if c.lo > c.hi || c.hi > shoal_common::ChunkId::MAX_LOCAL {
+                return Err(format!("chunk range {}:{}:{}..={} is empty or too wide", c.table.0, c.node, c.lo, c.hi));
+            }
+            if !self.map.tables.iter().any(|t| t.id == c.table && t.chunks) || self.map.server(c.master).is_none() {
+                return Err(format!("chunk range of table {} names an unknown chunk table or server", c.table.0));
+            }
+            if let Some(prev) = i.checked_sub(1).map(|j| &ranges[j]) {
+                if prev.start() >= c.start() || ((prev.table, prev.node) == (c.table, c.node) && prev.hi >= c.lo) {
+                    return Err(format!("chunk ranges of table {} not sorted or overlapping", c.table.0));
+                }
+            }
+        }
+        for s in self.map.live_servers() {
+            let Ok(node) = u16::try_from(s.id.0) else { continue };
+            for t in self.map.tables.iter().filter(|t| t.chunks) {
+                if !ranges.contains(&ChunkRange::whole(t.id, node, s.id)) {
+                    return Err(format!("server {} has no range of its own chunk ids in table {}", s.id, t.id.0));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `owned_since`: each record names a known server and table, a range
@@ -2313,6 +2447,98 @@ mod tests {
         let now: Vec<&TabletInfo> = s.map().tablets.iter().filter(|t| t.table == table.id).collect();
         assert_eq!(now.len(), 1);
         assert_ne!(now[0].master, master);
+    }
+
+    /// Every live server gets the whole range of its own chunk ids in a new
+    /// chunk table, and a server that enlists later gets its own then; a
+    /// dead server's ranges (its own and one it took over) go to recovery
+    /// masters and are theirs once their partitions are done; a drop
+    /// removes them.
+    #[test]
+    fn chunk_ranges_follow_servers_through_enlistment_recovery_and_drop() {
+        let mut s = cluster(3);
+        let req = |name: &str| ControlRequest::CreateTable {
+            name: name.into(),
+            span: 0,
+            slots: false,
+            chunks: true,
+            stream: None,
+        };
+        let ControlResponse::Table { table } = apply(&mut s, req("g")) else { panic!("a chunk table") };
+        let owners = |s: &ClusterState| -> Vec<(u16, u64)> {
+            s.map().chunk_ranges.iter().filter(|c| c.table == table.id).map(|c| (c.node, c.master.0)).collect()
+        };
+        assert_eq!(owners(&s), vec![(1, 1), (2, 2), (3, 3)]);
+        assert_eq!(s.map().chunk_creators(table.id).map(|x| x.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let id = |node, local| shoal_common::ChunkId::new(node, local);
+        assert_eq!(s.map().chunk_owner(table.id, id(2, 77)).map(|c| c.master), Some(ServerId(2)));
+        let (four, log, _) = enlist(&mut s, None, 9004);
+        apply(&mut s, ControlRequest::HeadReplicated { server: four, log });
+        assert_eq!(owners(&s), vec![(1, 1), (2, 2), (3, 3), (4, 4)]);
+        // A server with chunk ranges and no tablets is still recovered.
+        let t = s.map().tablets.iter().find(|t| t.table == table.id).unwrap().clone();
+        let bare = [1, 2, 3].into_iter().find(|&x| x != t.master.0).unwrap();
+        assert!(down(&mut s, bare));
+        let r = recovery(&s, bare);
+        let moved: Vec<&ChunkRange> = r.partitions.iter().flat_map(|p| &p.chunks).collect();
+        assert_eq!(moved.len(), 1, "{r:?}");
+        assert_eq!((moved[0].node, moved[0].lo, moved[0].hi), (bare as u16, 0, shoal_common::ChunkId::MAX_LOCAL));
+        let taker = moved[0].master;
+        assert_eq!(s.map().chunk_owner(table.id, id(bare as u16, 5)).map(|c| c.master), Some(ServerId(bare)));
+        finish(&mut s, bare);
+        assert_eq!(s.map().chunk_owner(table.id, id(bare as u16, 5)).map(|c| c.master), Some(taker));
+        assert!(!s.map().chunk_creators(table.id).any(|x| x.0 == bare), "a taken-over range creates nothing");
+        // The taker dies too: both its own range and the one it took over
+        // go on.
+        assert!(down(&mut s, taker.0));
+        let r = recovery(&s, taker.0);
+        let mut nodes: Vec<u16> = r.partitions.iter().flat_map(|p| &p.chunks).map(|c| c.node).collect();
+        nodes.sort();
+        let mut expect = vec![bare as u16, taker.0 as u16];
+        expect.sort();
+        assert_eq!(nodes, expect);
+        finish(&mut s, taker.0);
+        for node in expect {
+            let owner = s.map().chunk_owner(table.id, id(node, 1)).unwrap().master;
+            assert_eq!(s.map().server(owner).unwrap().state, ServerState::Up);
+        }
+        assert_eq!(apply(&mut s, ControlRequest::DropTable { name: "g".into() }), ControlResponse::Ok);
+        assert!(s.map().chunk_ranges.is_empty());
+        let restored = ClusterState::decode(&s.encode(), None).unwrap().0;
+        assert_eq!(restored.map(), s.map());
+        let ControlResponse::Table { table } = apply(&mut s, req("h")) else { panic!("a chunk table") };
+        let restored = ClusterState::decode(&s.encode(), None).unwrap().0;
+        assert_eq!(restored.map().chunk_ranges, s.map().chunk_ranges, "saved with the state");
+        assert_eq!(restored.map().chunk_creators(table.id).count(), s.map().live_servers().count());
+    }
+
+    /// A state saved before chunk id ranges (chunk tables without any) is
+    /// upgraded when read: the table's tablet master gets the ranges of the
+    /// down servers' node ids (it served every chunk), live servers their
+    /// own; the map version moves so that the change is published.
+    #[test]
+    fn a_state_without_chunk_ranges_is_upgraded_when_read() {
+        let mut s = cluster(3);
+        let req = ControlRequest::CreateTable { name: "g".into(), span: 0, slots: false, chunks: true, stream: None };
+        let ControlResponse::Table { table } = apply(&mut s, req) else { panic!("a chunk table") };
+        let master = s.map().tablets.iter().find(|t| t.table == table.id).unwrap().master;
+        let other = [1, 2, 3].into_iter().find(|&x| x != master.0).unwrap();
+        assert!(down(&mut s, other));
+        finish(&mut s, other);
+        let mut old = s.clone();
+        old.map.chunk_ranges.clear();
+        let bytes = old.encode();
+        assert!(old.check().is_err(), "live servers without their own ranges");
+        let (read, changed) = ClusterState::decode(&bytes, None).unwrap();
+        assert!(changed);
+        assert_eq!(read.map().version, old.map.version + 1);
+        let owner =
+            |node: u64| read.map().chunk_owner(table.id, shoal_common::ChunkId::new(node as u16, 9)).unwrap().master;
+        assert_eq!(owner(other), master, "the dead server's node goes to the table's old master");
+        for s in read.map().live_servers() {
+            assert_eq!(owner(s.id.0), s.id);
+        }
+        assert!(!ClusterState::decode(&read.encode(), None).unwrap().1, "upgraded once");
     }
 
     /// A stream has one tablet per live server, at most one per streamlet,

@@ -1281,10 +1281,32 @@ pub struct Filtered {
     pub tombstones: u32,
 }
 
+/// Which entries a partition keeps ([`filter_entries`]). Any
+/// `FnMut(TableId, &[u8]) -> bool` is one that offers chunks under their
+/// [`chunk_key`].
+pub trait EntryFilter {
+    /// Whether to keep an entry of `key` of `table` (objects, tombstones,
+    /// stream batches under their streamlet's key).
+    fn keep_key(&mut self, table: TableId, key: &[u8]) -> bool;
+
+    /// Whether to keep a chunk entry or chunk tombstone of chunk
+    /// `node << 48 | local` of `table`. Every entry that names chunks is
+    /// classified here, one chunk at a time.
+    fn keep_chunk(&mut self, table: TableId, node: u16, local: u64) -> bool {
+        self.keep_key(table, &chunk_key(ChunkId::new(node, local)))
+    }
+}
+
+impl<F: FnMut(TableId, &[u8]) -> bool> EntryFilter for F {
+    fn keep_key(&mut self, table: TableId, key: &[u8]) -> bool {
+        self(table, key)
+    }
+}
+
 /// Copies, byte for byte and in order, the object and tombstone entries of
-/// `buf` for which `keep(table, key)` holds to the end of `out`: a
+/// `buf` that `keep` keeps to the end of `out`: a
 /// partition's share of a segment for recovery. Chunk entries and chunk
-/// tombstones are offered with [`chunk_key`] as their key, and so is each
+/// tombstones are offered to [`EntryFilter::keep_chunk`], and so is each
 /// record of a chunk run (a run kept in part is written again as the run
 /// of the records kept, with a CRC of its own), stream batches
 /// with their streamlet's key ([`shoal_common::streamlet_key`]); chunk versions
@@ -1292,27 +1314,19 @@ pub struct Filtered {
 /// checked (an entry whose key bytes were damaged must not be sorted into
 /// the wrong partition unnoticed), so `buf` should be a prefix that
 /// [`scan`] verified. Stops with the first entry that does not decode.
-pub fn filter_entries(
-    buf: &[u8],
-    keep: impl FnMut(TableId, &[u8]) -> bool,
-    out: &mut Vec<u8>,
-) -> Result<Filtered, FormatError> {
+pub fn filter_entries(buf: &[u8], keep: impl EntryFilter, out: &mut Vec<u8>) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, true)
 }
 
 /// [`filter_entries`] of bytes whose every entry's CRC was checked already
 /// (for example by `restore::verify_replica`): entries are not checked again.
-pub fn filter_entries_trusted(
-    buf: &[u8],
-    keep: impl FnMut(TableId, &[u8]) -> bool,
-    out: &mut Vec<u8>,
-) -> Result<Filtered, FormatError> {
+pub fn filter_entries_trusted(buf: &[u8], keep: impl EntryFilter, out: &mut Vec<u8>) -> Result<Filtered, FormatError> {
     filter_checked(buf, keep, out, false)
 }
 
 fn filter_checked(
     buf: &[u8],
-    mut keep: impl FnMut(TableId, &[u8]) -> bool,
+    mut keep: impl EntryFilter,
     out: &mut Vec<u8>,
     check: bool,
 ) -> Result<Filtered, FormatError> {
@@ -1323,13 +1337,13 @@ fn filter_checked(
         let kept = match entry {
             Entry::Object(o) => {
                 f.safe_version = f.safe_version.max(o.version.0.saturating_add(1));
-                let k = keep(o.table, o.key);
+                let k = keep.keep_key(o.table, o.key);
                 f.objects += k as u32;
                 k
             }
             Entry::Tombstone(t) => {
                 f.safe_version = f.safe_version.max(t.version.0.saturating_add(1));
-                let k = keep(t.table, t.key);
+                let k = keep.keep_key(t.table, t.key);
                 f.tombstones += k as u32;
                 k
             }
@@ -1338,17 +1352,17 @@ fn filter_checked(
                 false
             }
             Entry::Chunk(c) => {
-                let k = keep(c.table, &chunk_key(c.id));
+                let k = keep.keep_chunk(c.table, c.id.node(), c.id.local());
                 f.objects += k as u32;
                 k
             }
             Entry::ChunkTombstone(t) => {
-                let k = keep(t.table, &chunk_key(t.id));
+                let k = keep.keep_chunk(t.table, t.id.node(), t.id.local());
                 f.tombstones += k as u32;
                 k
             }
             Entry::StreamBatch(b) => {
-                let k = keep(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
+                let k = keep.keep_key(b.place.table, &shoal_common::streamlet_key(b.place.streamlet));
                 f.objects += k as u32;
                 k
             }
@@ -1356,8 +1370,9 @@ fn filter_checked(
                 // Each record goes where its id belongs; a run split by
                 // the filter is written again as the run of the records
                 // kept (with a CRC of its own).
+                let h = &run.header;
                 let kept: Vec<usize> =
-                    (0..run.len()).filter(|&i| keep(run.header.table, &chunk_key(run.id(i)))).collect();
+                    (0..run.len()).filter(|&i| keep.keep_chunk(h.table, h.node, run.id(i).local())).collect();
                 f.objects += kept.len() as u32;
                 if kept.len() == run.len() {
                     true
@@ -1365,7 +1380,6 @@ fn filter_checked(
                     if !kept.is_empty() {
                         let records: Vec<(u64, &[u8])> =
                             kept.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
-                        let h = &run.header;
                         encode_chunk_run(out, h.table, h.node, h.version, &records);
                     }
                     false
@@ -1394,11 +1408,11 @@ mod tests {
         encode_object(&mut b, TableId(1), Version(u64::MAX), b"k", b"v");
         encode_tombstone(&mut b, TableId(1), Version(u64::MAX), SegmentId(2), b"k");
         let mut out = Vec::new();
-        let f = filter_entries(&b, |_, _| true, &mut out).unwrap();
+        let f = filter_entries(&b, |_, _: &[u8]| true, &mut out).unwrap();
         assert_eq!(f, Filtered { safe_version: u64::MAX, objects: 1, tombstones: 1 });
         assert_eq!(out, b);
         out.clear();
-        assert_eq!(filter_entries_trusted(&b, |_, _| false, &mut out).unwrap().safe_version, u64::MAX);
+        assert_eq!(filter_entries_trusted(&b, |_, _: &[u8]| false, &mut out).unwrap().safe_version, u64::MAX);
     }
 
     /// A chunk entry whose local id is 0 or beyond 48 bits, or whose node
@@ -1429,7 +1443,8 @@ mod tests {
         encode_chunk_tombstone(&mut b, TableId(4), ChunkId::new(1, 8), Version(3), SegmentId(2));
         encode_chunk(&mut b, TableId(4), ChunkId::new(1, 9), Version(1), b"y");
         let mut out = Vec::new();
-        let f = filter_entries(&b, |t, k| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
+        let f =
+            filter_entries(&b, |t, k: &[u8]| t == TableId(4) && k != chunk_key(ChunkId::new(1, 9)), &mut out).unwrap();
         assert_eq!(f, Filtered { safe_version: 0, objects: 1, tombstones: 1 });
         assert_eq!(out, b[..out.len()]);
     }
@@ -1550,10 +1565,10 @@ mod tests {
         let want: Vec<_> = [1u64, 3, 5].iter().map(|&l| (ChunkId::new(7, l), Version(2), vec![l as u8; 4])).collect();
         assert_eq!(kept, want);
         out.clear();
-        assert_eq!(filter_entries(&b, |_, _| true, &mut out).unwrap().objects, 6);
+        assert_eq!(filter_entries(&b, |_, _: &[u8]| true, &mut out).unwrap().objects, 6);
         assert_eq!(out, b, "a run kept whole is copied byte for byte");
         out.clear();
-        assert_eq!(filter_entries(&b, |_, _| false, &mut out).unwrap().objects, 0);
+        assert_eq!(filter_entries(&b, |_, _: &[u8]| false, &mut out).unwrap().objects, 0);
         assert!(out.is_empty());
     }
 

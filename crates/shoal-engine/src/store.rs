@@ -1790,7 +1790,7 @@ impl Store {
         for (si, (id, seg)) in segments.into_iter().enumerate() {
             let verified = &seg[..format::scan(seg).verified_len];
             kept.clear();
-            let f = format::filter_entries(verified, |table, key| keep(id, table, key), &mut kept)
+            let f = format::filter_entries(verified, |table, key: &[u8]| keep(id, table, key), &mut kept)
                 .map_err(|reason| ReplayError::Corrupt { segment: si, offset: 0, reason })?;
             replay.report.segments += 1;
             replay.report.bytes_scanned += verified.len();

@@ -674,7 +674,7 @@ pub async fn read_partition(
         let Some(bytes) = fetched.remove(&segment) else { continue };
         let mut entries = Vec::new();
         let here = ranges.at(segment);
-        let f = format::filter_entries_trusted(&bytes, |table, key| wire::in_ranges(&here, table, key), &mut entries)
+        let f = format::filter_entries_trusted(&bytes, wire::PartFilter(&here), &mut entries)
             .map_err(|e| RestoreError::Corrupt { segment, message: e.to_string() })?;
         read.replica_bytes += bytes.len() as u64;
         read.entry_bytes += entries.len() as u64;

@@ -19,7 +19,8 @@
 //! (`docs/recovery.md`, "Stale replicas").
 
 use shoal_cluster::ServerId;
-use shoal_common::{key_hash, LogId, SegmentId, TableId};
+use shoal_common::{key_hash, ChunkId, LogId, SegmentId, TableId};
+use shoal_engine::format::EntryFilter;
 
 /// Bytes of every frame header.
 pub const HEADER_LEN: usize = 16;
@@ -39,7 +40,7 @@ pub const SEGMENT_PREFIX: usize = 16;
 /// Bytes of a HELLO body.
 pub const HELLO_LEN: usize = 32;
 /// Bytes of a READ_PART body before its key ranges: log id, range count,
-/// reserved.
+/// count of chunk id ranges among them (the last ones).
 pub const READ_PART_PREFIX: usize = 16;
 /// Bytes of one key range in a READ_PART body.
 pub const KEY_RANGE_LEN: usize = 24;
@@ -468,17 +469,31 @@ pub fn decode_segment(body: &[u8]) -> Result<(u64, ReplicaState, &[u8]), WireErr
 }
 
 /// Keys of one table whose key hashes lie in `start..=end` (a tablet, or
-/// a piece of one).
+/// a piece of one); or, with `chunks`, the chunks of one chunk table whose
+/// ids lie in `start..=end` (whole 64-bit ids, node and local id: a chunk
+/// id range of the cluster map, `ClusterMap::chunk_ranges`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyRange {
     pub table: TableId,
     pub start: u64,
     pub end: u64,
+    pub chunks: bool,
 }
 
 impl KeyRange {
+    /// A range of key hashes.
+    pub fn hashes(table: TableId, start: u64, end: u64) -> KeyRange {
+        KeyRange { table, start, end, chunks: false }
+    }
+
+    /// The chunk ids `node << 48 | lo ..= node << 48 | hi` of `table`.
+    pub fn chunk_ids(table: TableId, node: u16, lo: u64, hi: u64) -> KeyRange {
+        KeyRange { table, start: ChunkId::new(node, lo).0, end: ChunkId::new(node, hi).0, chunks: true }
+    }
+
+    /// Whether a key of `table` with hash `hash` is in this range of hashes.
     pub fn contains(&self, table: TableId, hash: u64) -> bool {
-        self.table == table && self.start <= hash && hash <= self.end
+        !self.chunks && self.table == table && self.start <= hash && hash <= self.end
     }
 }
 
@@ -488,12 +503,38 @@ pub fn in_ranges(ranges: &[KeyRange], table: TableId, key: &[u8]) -> bool {
     ranges.iter().any(|r| r.contains(table, hash))
 }
 
+/// Whether any chunk id range of `ranges` holds chunk `node << 48 | local`
+/// of `table`: how a recovery partition classifies every chunk entry and
+/// chunk tombstone (at the backups and at the recovery master).
+pub fn chunk_in_ranges(ranges: &[KeyRange], table: TableId, node: u16, local: u64) -> bool {
+    let id = ChunkId::new(node, local).0;
+    ranges.iter().any(|r| r.chunks && r.table == table && r.start <= id && id <= r.end)
+}
+
+/// A recovery partition's filter of log entries: keys by hash
+/// ([`in_ranges`]), chunks by id ([`chunk_in_ranges`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PartFilter<'a>(pub &'a [KeyRange]);
+
+impl EntryFilter for PartFilter<'_> {
+    fn keep_key(&mut self, table: TableId, key: &[u8]) -> bool {
+        in_ranges(self.0, table, key)
+    }
+
+    fn keep_chunk(&mut self, table: TableId, node: u16, local: u64) -> bool {
+        chunk_in_ranges(self.0, table, node, local)
+    }
+}
+
+/// A READ_PART of `ranges`: the ranges of key hashes first, then the chunk
+/// id ranges (their count in the word after the total).
 pub fn encode_read_part(log: LogId, segment: SegmentId, ranges: &[KeyRange], out: &mut Vec<u8>) {
     Header::encode(Kind::ReadPart, segment, READ_PART_PREFIX + ranges.len() * KEY_RANGE_LEN, out);
     out.extend_from_slice(&log.0.to_le_bytes());
     out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    for r in ranges {
+    let chunks = ranges.iter().filter(|r| r.chunks).count() as u32;
+    out.extend_from_slice(&chunks.to_le_bytes());
+    for r in ranges.iter().filter(|r| !r.chunks).chain(ranges.iter().filter(|r| r.chunks)) {
         out.extend_from_slice(&r.table.0.to_le_bytes());
         out.extend_from_slice(&r.start.to_le_bytes());
         out.extend_from_slice(&r.end.to_le_bytes());
@@ -510,16 +551,23 @@ pub fn read_part_len_ok(len: usize) -> bool {
 
 pub fn decode_read_part(body: &[u8]) -> Result<(LogId, Vec<KeyRange>), WireError> {
     let bad = || WireError::Malformed("READ_PART");
-    if !read_part_len_ok(body.len()) || body[12..16] != [0; 4] {
+    if !read_part_len_ok(body.len()) {
         return Err(bad());
     }
     let n = get_u32(body, 8) as usize;
-    if body.len() != READ_PART_PREFIX + n * KEY_RANGE_LEN {
+    let chunks = get_u32(body, 12) as usize;
+    if body.len() != READ_PART_PREFIX + n * KEY_RANGE_LEN || chunks > n {
         return Err(bad());
     }
     let ranges = body[READ_PART_PREFIX..]
         .chunks_exact(KEY_RANGE_LEN)
-        .map(|r| KeyRange { table: TableId(get_u64(r, 0)), start: get_u64(r, 8), end: get_u64(r, 16) })
+        .enumerate()
+        .map(|(i, r)| KeyRange {
+            table: TableId(get_u64(r, 0)),
+            start: get_u64(r, 8),
+            end: get_u64(r, 16),
+            chunks: i >= n - chunks,
+        })
         .collect();
     Ok((LogId(get_u64(body, 0)), ranges))
 }
@@ -699,8 +747,9 @@ mod tests {
     #[test]
     fn read_part_and_part_round_trip_and_check_lengths() {
         let ranges = vec![
-            KeyRange { table: TableId(1), start: 0, end: 99 },
-            KeyRange { table: TableId(2), start: 5, end: u64::MAX },
+            KeyRange::hashes(TableId(1), 0, 99),
+            KeyRange::hashes(TableId(2), 5, u64::MAX),
+            KeyRange::chunk_ids(TableId(4), 3, 10, 20),
         ];
         let mut out = Vec::new();
         encode_read_part(LogId(7), SegmentId(3), &ranges, &mut out);
@@ -710,8 +759,21 @@ mod tests {
         assert_eq!(decode_read_part(&out[HEADER_LEN..]).unwrap(), (LogId(7), ranges.clone()));
         assert!(decode_read_part(&out[HEADER_LEN..out.len() - 1]).is_err());
         let mut lying = out[HEADER_LEN..].to_vec();
-        lying[8] = 3;
+        lying[8] = 4;
         assert!(decode_read_part(&lying).is_err());
+        let mut lying = out[HEADER_LEN..].to_vec();
+        lying[12] = 4;
+        assert!(decode_read_part(&lying).is_err(), "more chunk ranges than ranges");
+        // Chunk ranges go last on the wire, whatever their order in the call.
+        let mut mixed = Vec::new();
+        encode_read_part(LogId(7), SegmentId(3), &[ranges[2], ranges[0], ranges[1]], &mut mixed);
+        assert_eq!(mixed, out);
+        assert!(chunk_in_ranges(&ranges, TableId(4), 3, 10));
+        assert!(chunk_in_ranges(&ranges, TableId(4), 3, 20));
+        assert!(!chunk_in_ranges(&ranges, TableId(4), 3, 21));
+        assert!(!chunk_in_ranges(&ranges, TableId(4), 2, 15), "another node");
+        assert!(!chunk_in_ranges(&ranges, TableId(1), 0, 5), "a range of hashes holds no chunks");
+        assert!(!in_ranges(&ranges[2..], TableId(4), &ChunkId::new(3, 15).0.to_le_bytes()), "nor the other way");
         assert!(!read_part_len_ok(READ_PART_PREFIX + (MAX_KEY_RANGES + 1) * KEY_RANGE_LEN));
 
         let info = PartInfo {

@@ -331,9 +331,9 @@ fn replay_parts(parts: &[restore::PartSegment]) -> Store {
 fn thirds() -> Vec<KeyRange> {
     let third = u64::MAX / 3;
     vec![
-        KeyRange { table: TableId(1), start: 0, end: third },
-        KeyRange { table: TableId(1), start: third + 1, end: 2 * third },
-        KeyRange { table: TableId(1), start: 2 * third + 1, end: u64::MAX },
+        KeyRange::hashes(TableId(1), 0, third),
+        KeyRange::hashes(TableId(1), third + 1, 2 * third),
+        KeyRange::hashes(TableId(1), 2 * third + 1, u64::MAX),
     ]
 }
 
@@ -392,7 +392,7 @@ fn read_partition_reads_nothing_from_an_incomplete_log_and_survives_a_corrupt_re
     let lost = store.log_segments().into_iter().map(|(id, _)| id).find(|id| *id != head).unwrap();
     replicate_log(&refs, &rec, |id, _, r| (id != lost).then(|| r.clone()));
     let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
-    let all = KeyRange { table: TableId(1), start: 0, end: u64::MAX };
+    let all = KeyRange::hashes(TableId(1), 0, u64::MAX);
 
     let (read, parts) = read_part(&addrs, vec![all], 0);
     match read {
@@ -461,7 +461,7 @@ fn stale_replicas_below_their_floor_are_never_used() {
     assert_eq!(found.head, Some(head));
     assert_eq!(head_bytes(&found), current.bytes());
     assert_eq!(found.segments.len(), members.len());
-    let all = KeyRange { table: TableId(1), start: 0, end: u64::MAX };
+    let all = KeyRange::hashes(TableId(1), 0, u64::MAX);
     let (read, parts) = read_part_with(&addrs, &floors, vec![all], 0);
     assert_eq!(read.unwrap().segments, members.len());
     let head_part = parts.iter().find(|p| p.segment == head).unwrap();

@@ -15,11 +15,11 @@ use shoal_cluster::auth::{AuthError, ClusterSecret, Credential, Identity, Secret
 use shoal_cluster::control::call_blocking_any;
 use shoal_cluster::CoordinatorAddrs;
 use shoal_cluster::{
-    ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse,
-    ReplicaFloor, ServerId, ServerState,
+    find_chunk_range, ChunkRange, ClusterMap, ControlAuth, ControlClient, ControlError, ControlErrorCode,
+    ControlRequest, ControlResponse, ReplicaFloor, ServerId, ServerState,
 };
 use shoal_common::dirlock::DirLock;
-use shoal_common::{KeyHash, LogId, SegmentId, TableId};
+use shoal_common::{ChunkId, KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig, PeerHandlers};
 use shoal_replication::master::{FloorRecorder, ReplicationMode as WireMode, Replicator, ReplicatorConfig};
@@ -469,6 +469,61 @@ impl ClusterNode {
         self.route_for(table, hash, true)
     }
 
+    /// Where a request on chunks `ids` of chunk table `table` is served
+    /// (`ClusterMap::chunk_ranges`), under one look at the map: `Local` if
+    /// every id is served here, else the route (as [`ClusterNode::route`]'s)
+    /// of the first that is not. An id in no range was never handed out
+    /// (every server that creates chunks holds the range of its node id,
+    /// and ranges only move): it counts as `Local`, and the store answers
+    /// that no such chunk exists.
+    pub fn route_chunks(&self, table: TableId, ids: &mut dyn Iterator<Item = ChunkId>) -> Route {
+        if self.is_dead() {
+            return Route::NoTablet;
+        }
+        let map = self.map.read();
+        for id in ids {
+            if let Some(r) = map.chunk_owner(table, id) {
+                match self.route_to(&map, Some(r.master)) {
+                    Route::Local => {}
+                    other => return other,
+                }
+            }
+        }
+        Route::Local
+    }
+
+    /// Where chunks of chunk table `table` are created with this server's
+    /// node id: here if it holds the range of its own node id's chunks
+    /// (`ClusterMap::chunk_creators`), `NoTablet` if not.
+    pub fn route_chunk_create(&self, table: TableId) -> Route {
+        if self.is_dead() {
+            return Route::NoTablet;
+        }
+        let map = self.map.read();
+        let mine = map.chunk_creators(table).any(|s| s == self.id);
+        self.route_to(&map, mine.then_some(self.id))
+    }
+
+    /// The route to a chunk range's `master` (none: `NoTablet`).
+    fn route_to(&self, map: &ClusterMap, master: Option<ServerId>) -> Route {
+        match master {
+            None => Route::NoTablet,
+            Some(m) if m == self.id => {
+                if self.is_recovering() {
+                    Route::Recovering
+                } else if !self.lease.held() {
+                    Route::NoLease
+                } else {
+                    Route::Local
+                }
+            }
+            Some(m) => match map.server(m) {
+                Some(s) if s.state != ServerState::Down => Route::Remote { native: s.native, resp: s.resp },
+                _ => Route::Recovering,
+            },
+        }
+    }
+
     fn route_for(&self, table: TableId, hash: KeyHash, read_only: bool) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
@@ -744,16 +799,20 @@ impl ClusterNode {
                 // from a server it declared dead.
                 let floors: restore::Floors = map.replica_floors_of(log).collect();
                 // Each piece counts from where the dead master's ownership
-                // of it began in this log (`map.owned_since`).
+                // of it began in this log (`map.owned_since`). Chunk id
+                // ranges count from the start: a chunk id is written only
+                // by the servers that served it in turn, each taking it
+                // over from the last (`docs/chunks.md`).
+                let chunk_ranges =
+                    part.chunks.iter().map(|c| (KeyRange::chunk_ids(c.table, c.node, c.lo, c.hi), SegmentId(0)));
                 let ranges = Arc::new(restore::PartitionRanges::new(
                     part.tablets
                         .iter()
                         .flat_map(|t| {
                             let pieces = map.owned_pieces(rec.dead, log, t.table, t.start_hash, t.end_hash);
-                            pieces
-                                .into_iter()
-                                .map(|p| (KeyRange { table: t.table, start: p.start_hash, end: p.end_hash }, p.from))
+                            pieces.into_iter().map(|p| (KeyRange::hashes(t.table, p.start_hash, p.end_hash), p.from))
                         })
+                        .chain(chunk_ranges)
                         .collect(),
                 ));
                 // Fence first: from here on the dead master (if it still
@@ -1070,11 +1129,17 @@ impl ClusterNode {
 
 /// The key ranges a server owns, each with the first segment of one of its
 /// logs whose entries of it count (`ClusterMap::owned_pieces`), sorted
-/// for lookup by key hash.
-struct OwnedRanges(Vec<(TableId, u64, u64, SegmentId)>);
+/// for lookup by key hash; and its chunk id ranges (which count from the
+/// start of every log).
+struct OwnedRanges {
+    keys: Vec<(TableId, u64, u64, SegmentId)>,
+    chunks: Vec<ChunkRange>,
+    chunk_tables: Vec<TableId>,
+}
 
 impl OwnedRanges {
-    /// `server`'s tablets in `map`, as they count in its log `log`.
+    /// `server`'s tablets and chunk id ranges in `map`, as they count in
+    /// its log `log`.
     fn of(map: &ClusterMap, server: ServerId, log: LogId) -> OwnedRanges {
         let mut v: Vec<(TableId, u64, u64, SegmentId)> = map
             .tablets_of(server)
@@ -1084,15 +1149,24 @@ impl OwnedRanges {
             })
             .collect();
         v.sort();
-        OwnedRanges(v)
+        let chunks = map.chunk_ranges.iter().filter(|c| c.master == server).copied().collect();
+        let chunk_tables = map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
+        OwnedRanges { keys: v, chunks, chunk_tables }
     }
 
-    /// Whether an entry of `table`'s `key` in `segment` is the server's.
+    /// Whether an entry of `table`'s `key` in `segment` is the server's. A
+    /// chunk entry comes with the chunk's id as its key
+    /// (`format::chunk_key`; the replay's filter offers chunks so).
     fn keeps(&self, segment: SegmentId, table: TableId, key: &[u8]) -> bool {
+        if self.chunk_tables.contains(&table) {
+            // A chunk table holds chunk entries only.
+            return <[u8; 8]>::try_from(key)
+                .is_ok_and(|id| find_chunk_range(&self.chunks, table, ChunkId(u64::from_le_bytes(id))).is_some());
+        }
         let hash = shoal_common::key_hash(table, key).0;
-        let i = self.0.partition_point(|r| (r.0, r.1) <= (table, hash));
+        let i = self.keys.partition_point(|r| (r.0, r.1) <= (table, hash));
         i > 0 && {
-            let (t, _, end, from) = self.0[i - 1];
+            let (t, _, end, from) = self.keys[i - 1];
             t == table && hash <= end && from <= segment
         }
     }

@@ -135,8 +135,8 @@ fn wait_map(cluster: &Cluster, what: &str, secs: u64, f: impl Fn(&ClusterMap) ->
     }
 }
 
-fn chunk_master(map: &ClusterMap, table: TableId) -> shoal_cluster::ServerId {
-    map.tablets.iter().find(|t| t.table == table).expect("the chunk table's tablet").master
+fn chunk_master(map: &ClusterMap, table: TableId, id: ChunkId) -> shoal_cluster::ServerId {
+    map.chunk_owner(table, id).expect("the chunk's id range").master
 }
 
 #[test]
@@ -148,9 +148,10 @@ fn a_killed_chunk_master_releases_its_locks_safely() {
     let mut a = cluster.client();
     let mut b = cluster.client();
     let table = a.create_chunk_table("graph").unwrap();
-    let map = wait_map(&cluster, "the chunk table", 10, |m| m.tables.iter().any(|t| t.id == table && t.chunks));
-    let victim = chunk_master(&map, table);
+    let map = wait_map(&cluster, "the chunk ranges", 10, |m| m.chunk_creators(table).count() == 4);
     let id: ChunkId = a.create_chunk(table, b"v0").unwrap();
+    // The server that created the chunk serves it (its own id range).
+    let victim = chunk_master(&map, table, id);
     assert_eq!(id.node() as u64, victim.0);
 
     // A holds the chunk and writes under its lock.
@@ -172,6 +173,7 @@ fn a_killed_chunk_master_releases_its_locks_safely() {
         m.server(victim).is_some_and(|s| s.state == ServerState::Down)
             && m.recoveries.is_empty()
             && m.tablets.iter().all(|t| t.master != victim)
+            && m.chunk_ranges.iter().all(|c| c.master != victim)
     });
 
     // The recovery master holds no lock of A's: B is refused only for the

@@ -620,9 +620,8 @@ impl Shared {
             return Err(format!("replica of log {} segment {} names another segment", log.0, segment.0));
         }
         let mut entries = Vec::with_capacity(r.bytes.len() / 2);
-        let f =
-            format::filter_entries_trusted(&r.bytes, |table, key| wire::in_ranges(ranges, table, key), &mut entries)
-                .map_err(|e| format!("replica of log {} segment {}: {e}", log.0, segment.0))?;
+        let f = format::filter_entries_trusted(&r.bytes, wire::PartFilter(ranges), &mut entries)
+            .map_err(|e| format!("replica of log {} segment {}: {e}", log.0, segment.0))?;
         let info = PartInfo {
             log_version: r.info.log_version,
             closed: r.info.state == ReplicaState::Closed,

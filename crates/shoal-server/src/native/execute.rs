@@ -6,7 +6,7 @@
 use crate::chunklocks::{LockError, Now};
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
-use shoal_common::streamlet_key;
+use shoal_common::{streamlet_key, ChunkId};
 use shoal_engine::format::chunk_key;
 use shoal_engine::{
     key_hash, EnumCursor, Expiry, KeyHash, RejectRules, Store, StoreError, StoreStats, StreamError, StreamShape,
@@ -394,12 +394,12 @@ fn apply<'s>(
             Response::CreateChunkTable { table: ctx.tables.create_chunk_table(name).map_err(table_status)? }
         }
         Request::ChunkCreate { table, payloads } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Create)?;
             let node = chunk_node(ctx)?;
             Response::ChunkCreate(store.create_chunks(table, node, &payloads).map_err(status_of)?)
         }
         Request::ChunkGet { table, ids } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut ids.iter().copied()))?;
             // Payloads go one after another into one buffer; the response
             // is refused before it outgrows the limit.
             let buf = &mut scratch.values;
@@ -424,20 +424,20 @@ fn apply<'s>(
             Response::ChunkGet(results.into_iter().map(|r| r.map(|(v, range)| (v, &buf[range]))).collect())
         }
         Request::ChunkPut { table, items } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut items.iter().map(|i| i.0)))?;
             Response::ChunkPut(
                 store.multi_put_chunks(table, &items).into_iter().map(|r| r.map_err(status_of)).collect(),
             )
         }
         Request::ChunkRemove { table, ids } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut ids.iter().copied()))?;
             // Removing a chunk releases its locks (the store tells the lock
             // table, `ServerContext::new`), before its id can be reused.
             let removed = store.multi_remove_chunks(table, &ids);
             Response::ChunkRemove(removed.into_iter().map(|r| r.map_err(status_of)).collect())
         }
         Request::ChunkLock { table, chunk, owner, mode, wait, lease_ms } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut std::iter::once(chunk)))?;
             // Only live chunks are locked, and the chunk stays live until
             // the grant is recorded (under its stripe lock): a lock never
             // outlives its chunk to be found on a new chunk of the same id.
@@ -451,18 +451,18 @@ fn apply<'s>(
             Response::ChunkLock { token: g.token, lease_ms: sat32(g.lease.as_millis() as usize) }
         }
         Request::ChunkUnlock { table, chunk, owner, token } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut std::iter::once(chunk)))?;
             ctx.locks.unlock(table, chunk, owner, token, Now::clock()).map_err(lock_status)?;
             Response::ChunkUnlock
         }
         Request::ChunkRenew { table, chunk, owner, token, lease_ms } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut std::iter::once(chunk)))?;
             let lease = Duration::from_millis(lease_ms.into());
             let granted = ctx.locks.renew(table, chunk, owner, token, lease, Now::clock()).map_err(lock_status)?;
             Response::ChunkRenew { lease_ms: sat32(granted.as_millis() as usize) }
         }
         Request::ChunkPutLocked { table, chunk, owner, token, payload } => {
-            chunk_table(ctx, table)?;
+            chunk_table(ctx, table, ChunkRoute::Ids(&mut std::iter::once(chunk)))?;
             // The check runs under the chunk's stripe lock just before the
             // append: no other owner can be granted the chunk in between.
             let put = store
@@ -592,23 +592,36 @@ fn stream_status(e: StreamError) -> ErrorStatus {
     }
 }
 
+/// What a chunk request needs of this server: to create chunks with its
+/// own node id, or to serve the chunks of these ids.
+enum ChunkRoute<'a> {
+    Create,
+    Ids(&'a mut dyn Iterator<Item = ChunkId>),
+}
+
 /// Chunk requests name a chunk table: `UNKNOWN_TABLE` for no table,
-/// `MALFORMED_REQUEST` for a key-value table. A chunk table has one
-/// tablet, whose master creates and serves all its chunks (in a cluster:
-/// `UNKNOWN_TABLET` or `RETRY` from another server, for the whole request,
-/// as for any key of the table).
-fn chunk_table(ctx: &ServerContext, table: TableId) -> Result<(), ErrorStatus> {
+/// `MALFORMED_REQUEST` for a key-value table. In a cluster, a server
+/// serves the chunks of the id ranges the map gives it, and creates chunks
+/// if it holds the range of its own node id (`ClusterMap::chunk_ranges`):
+/// a request with any other id, or a create on a server without its own
+/// range, is answered `UNKNOWN_TABLET` (the client refreshes its map and
+/// goes to the owner), one of ids being recovered `RETRY`, for the whole
+/// request, as for keys of tablets.
+fn chunk_table(ctx: &ServerContext, table: TableId, route: ChunkRoute<'_>) -> Result<(), ErrorStatus> {
     if ctx.tables.is_chunk_table(table) {
-        return route(ctx, table, CHUNK_ROUTE_KEY);
+        let Some(node) = &ctx.cluster else {
+            return Ok(());
+        };
+        return match route {
+            ChunkRoute::Create => routed(node, table, node.route_chunk_create(table)),
+            ChunkRoute::Ids(ids) => routed(node, table, node.route_chunks(table, ids)),
+        };
     }
     match ctx.store.has_table(table) {
         true => Err(ErrorStatus::MalformedRequest(format!("table {table} is not a chunk table"))),
         false => Err(ErrorStatus::UnknownTable(table)),
     }
 }
-
-/// The key whose hash routes every request of a chunk table (one tablet).
-pub const CHUNK_ROUTE_KEY: &[u8] = b"";
 
 /// The node id of the chunks this server creates: its server id in a
 /// cluster (at most 65535, the width of a chunk id's node field), 0 alone.

@@ -192,7 +192,7 @@ enum Layout {
 
 /// A client thread's connection.
 enum Conn {
-    Shoal(blocking::Client),
+    Shoal(Box<blocking::Client>),
     Redis(Resp),
 }
 
@@ -384,9 +384,9 @@ fn drive(mix: &Mix, seed: u64) -> Result<Tally, String> {
         Layout::Redis(addr) => Conn::Redis(Resp::with_wait(*addr, None)?),
         _ => {
             let coord = resolve("--coordinator", &args.coordinator)?;
-            Conn::Shoal(
+            Conn::Shoal(Box::new(
                 blocking::Client::connect_cluster(coord, client_config(args.threads)).map_err(|e| e.to_string())?,
-            )
+            ))
         }
     };
     let mut rng = StdRng::seed_from_u64(seed);
