@@ -8,6 +8,11 @@
 //! --max-secs. Throughput is ops / wall time of the phase; every fourth op
 //! is timed on its own for the latency histogram, so the clock reads cost
 //! the throughput little.
+//!
+//! With `--chunks`: the same four phases on chunks (read, put, create,
+//! remove of random ids; created 1,024 per call to populate) and on
+//! key-value objects with 8-byte keys, for DXRAM's comparison of a chunk
+//! table's CID table against the hash table without a network in between.
 
 use super::{emit_json, fit_memory, positive, store_config, Table, MIB};
 use clap::Args as ClapArgs;
@@ -16,9 +21,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use shoal_bench_baseline::{key_of, KEY_BYTES};
+use shoal_bench_baseline::key_of;
 use shoal_engine::format::object_len;
-use shoal_engine::{RejectRules, Store, StoreError, TableId, Version, WriteOp};
+use shoal_engine::{ChunkId, RejectRules, Store, StoreError, TableId, Version, WriteOp};
 use std::time::{Duration, Instant};
 
 const TABLE: TableId = TableId(1);
@@ -45,12 +50,18 @@ pub struct Args {
     /// Print one JSON object per result instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Chunks against key-value objects with 8-byte keys, one after the
+    /// other, each in a fresh store (the values are the chunks' payloads).
+    #[arg(long)]
+    pub chunks: bool,
 }
 
 /// One phase's rate and latencies.
 #[derive(Clone, Debug, Serialize)]
 pub struct OpsResult {
     pub bench: &'static str,
+    /// "kv" (10-byte keys), "kv8" (8-byte keys) or "chunks".
+    pub kind: &'static str,
     /// "read", "overwrite", "insert" or "remove".
     pub op: &'static str,
     pub objects: u64,
@@ -95,6 +106,7 @@ fn phase(name: &'static str, max: u64, time: Duration, mut op: impl FnMut(u64) -
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     OpsResult {
         bench: "ops",
+        kind: "kv",
         op: name,
         objects: 0,
         value_bytes: 0,
@@ -111,9 +123,11 @@ fn phase(name: &'static str, max: u64, time: Duration, mut op: impl FnMut(u64) -
 }
 
 fn print_table(results: &[OpsResult]) {
-    let mut t = Table::new(&["op", "ops", "secs", "ops/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns", "error"], 1);
+    let mut t =
+        Table::new(&["kind", "op", "ops", "secs", "ops/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns", "error"], 2);
     for r in results {
         t.row(vec![
+            r.kind.to_string(),
             r.op.to_string(),
             r.ops.to_string(),
             format!("{:.2}", r.secs),
@@ -136,10 +150,32 @@ pub fn run(args: &Args) -> Result<bool, String> {
     if !positive(args.max_secs) {
         return Err("--max-secs must be positive".into());
     }
+    let mut results = if args.chunks {
+        let mut r = run_chunks(args)?;
+        r.extend(run_kv(args, "kv8", |i: u64| i.to_le_bytes())?);
+        r
+    } else {
+        run_kv(args, "kv", key_of)?
+    };
+    for r in &mut results {
+        r.objects = args.objects;
+        r.value_bytes = args.value_size;
+    }
+    if args.json {
+        results.iter().for_each(emit_json);
+    } else {
+        print_table(&results);
+    }
+    Ok(results.iter().all(|r| r.error.is_none()))
+}
+
+/// The four phases on key-value objects with keys `key(i)`.
+fn run_kv<K: AsRef<[u8]>>(args: &Args, kind: &'static str, key: fn(u64) -> K) -> Result<Vec<OpsResult>, String> {
     let n = args.objects;
     let max_ops = args.ops.unwrap_or(n);
     let time = Duration::from_secs_f64(args.max_secs);
-    let entry = object_len(TABLE, Version(1), KEY_BYTES, args.value_size);
+    let key_len = key(0).as_ref().len();
+    let entry = object_len(TABLE, Version(1), key_len, args.value_size);
     let (segment, seglet) = (8 << 20, 64 << 10);
     // Room for three times the live data: the cleaner keeps up without pressure.
     let memory = fit_memory(3 * (n + max_ops) * entry as u64, segment, seglet, Some(entry))?;
@@ -147,7 +183,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     store.create_table(TABLE);
     if !args.json {
         println!(
-            "single-thread op rates: {n} objects, {KEY_BYTES}-byte keys, {}-byte values, memory {:.1} MiB, \
+            "single-thread op rates ({kind}): {n} objects, {key_len}-byte keys, {}-byte values, memory {:.1} MiB, \
              at most {max_ops} ops and {:.1} s per phase",
             args.value_size,
             memory as f64 / MIB,
@@ -159,8 +195,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let mut id = 0;
     while id < n {
         let end = (id + 64).min(n);
-        let keys: Vec<[u8; KEY_BYTES]> = (id..end).map(key_of).collect();
-        let ops: Vec<WriteOp> = keys.iter().map(|k| WriteOp::new(TABLE, k, &value, RejectRules::default())).collect();
+        let keys: Vec<K> = (id..end).map(key).collect();
+        let ops: Vec<WriteOp> =
+            keys.iter().map(|k| WriteOp::new(TABLE, k.as_ref(), &value, RejectRules::default())).collect();
         if let Some(e) = store.multi_write(&ops).into_iter().find_map(|r| r.err()) {
             return Err(format!("populating at object {id}: {e}"));
         }
@@ -171,34 +208,82 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let mut buf = Vec::with_capacity(args.value_size);
     eprintln!("ops: reads ...");
     results.push(phase("read", max_ops, time, |_| {
-        store.read_into(TABLE, &key_of(rng.gen_range(0..n)), RejectRules::default(), &mut buf).map(|_| ())
+        store.read_into(TABLE, key(rng.gen_range(0..n)).as_ref(), RejectRules::default(), &mut buf).map(|_| ())
     }));
     eprintln!("ops: overwrites ...");
     results.push(phase("overwrite", max_ops, time, |_| {
-        store.write(TABLE, &key_of(rng.gen_range(0..n)), &value, RejectRules::default()).map(|_| ())
+        store.write(TABLE, key(rng.gen_range(0..n)).as_ref(), &value, RejectRules::default()).map(|_| ())
     }));
     eprintln!("ops: inserts ...");
     let insert = phase("insert", max_ops, time, |i| {
-        store.write(TABLE, &key_of(n + i), &value, RejectRules::must_not_exist()).map(|_| ())
+        store.write(TABLE, key(n + i).as_ref(), &value, RejectRules::must_not_exist()).map(|_| ())
     });
     let mut inserted: Vec<u64> = (n..n + insert.ops).collect();
     results.push(insert);
     inserted.shuffle(&mut rng);
     eprintln!("ops: removes ...");
     results.push(phase("remove", inserted.len() as u64, time, |i| {
-        match store.remove(TABLE, &key_of(inserted[i as usize]), RejectRules::must_exist()) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
-        }
+        store.remove(TABLE, key(inserted[i as usize]).as_ref(), RejectRules::must_exist()).map(|_| ())
     }));
     for r in &mut results {
-        r.objects = n;
-        r.value_bytes = args.value_size;
+        r.kind = kind;
     }
-    if args.json {
-        results.iter().for_each(emit_json);
-    } else {
-        print_table(&results);
+    Ok(results)
+}
+
+/// The four phases on chunks: reads and puts of random ids, creates one
+/// at a time, removes of the created ones in random order.
+fn run_chunks(args: &Args) -> Result<Vec<OpsResult>, String> {
+    let n = args.objects;
+    let max_ops = args.ops.unwrap_or(n);
+    let time = Duration::from_secs_f64(args.max_secs);
+    let entry = shoal_engine::format::chunk_len(TABLE, ChunkId::new(0, n + max_ops), Version(1), args.value_size);
+    let (segment, seglet) = (8 << 20, 64 << 10);
+    let memory = fit_memory(3 * (n + max_ops) * entry as u64, segment, seglet, None)?;
+    let store = Store::new(store_config(memory, segment, seglet, None)).map_err(|e| e.to_string())?;
+    store.create_table(TABLE);
+    if !args.json {
+        println!(
+            "single-thread op rates (chunks): {n} chunks of {} bytes, memory {:.1} MiB, at most {max_ops} ops and \
+             {:.1} s per phase",
+            args.value_size,
+            memory as f64 / MIB,
+            args.max_secs
+        );
     }
-    Ok(results.iter().all(|r| r.error.is_none()))
+    eprintln!("ops: creating {n} chunks ...");
+    let value = vec![b'v'; args.value_size];
+    let mut ids: Vec<ChunkId> = Vec::with_capacity(n as usize);
+    while (ids.len() as u64) < n {
+        let k = (n - ids.len() as u64).min(1024) as usize;
+        let payloads = vec![value.as_slice(); k];
+        ids.extend(store.create_chunks(TABLE, 0, &payloads).map_err(|e| format!("creating chunks: {e}"))?);
+    }
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut results = Vec::new();
+    let mut buf = Vec::with_capacity(args.value_size);
+    eprintln!("ops: chunk reads ...");
+    results.push(phase("read", max_ops, time, |_| {
+        store.get_chunk_into(TABLE, ids[rng.gen_range(0..n) as usize], &mut buf).map(|_| ())
+    }));
+    eprintln!("ops: chunk puts ...");
+    results.push(phase("overwrite", max_ops, time, |_| {
+        store.put_chunk(TABLE, ids[rng.gen_range(0..n) as usize], &value).map(|_| ())
+    }));
+    eprintln!("ops: chunk creates ...");
+    let mut created = Vec::new();
+    let insert = phase("insert", max_ops, time, |_| {
+        created.push(store.create_chunk(TABLE, 0, &value)?);
+        Ok(())
+    });
+    results.push(insert);
+    created.shuffle(&mut rng);
+    eprintln!("ops: chunk removes ...");
+    results.push(phase("remove", created.len() as u64, time, |i| {
+        store.remove_chunk(TABLE, created[i as usize]).map(|_| ())
+    }));
+    for r in &mut results {
+        r.kind = "chunks";
+    }
+    Ok(results)
 }
