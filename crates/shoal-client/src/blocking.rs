@@ -32,6 +32,19 @@ pub(crate) enum Route {
     Admin,
 }
 
+impl Route {
+    /// The route of try `attempt` of a request: a create goes to the next
+    /// creator at each try, so that one that answers `RETRY` (its range
+    /// being recovered) or cannot be reached does not get every try (a
+    /// refused create applied nothing, so it may go anywhere).
+    pub(crate) fn at_attempt(self, attempt: u32) -> Route {
+        match self {
+            Route::ChunkCreate(t, n) => Route::ChunkCreate(t, n.wrapping_add(u64::from(attempt))),
+            other => other,
+        }
+    }
+}
+
 /// Where `route` goes in `map`.
 pub(crate) fn route_in(map: &TabletMap, route: Route) -> Result<SocketAddr, ClientError> {
     match route {
@@ -73,6 +86,30 @@ pub(crate) fn chunk_groups(
         }
     }
     groups
+}
+
+/// Records a failed request of a multi-chunk write: with one group the
+/// error is the call's (nothing was applied); with several, the groups
+/// before it may have been applied, so the failure becomes its items'
+/// results (the first item gets the error itself) and the call goes on,
+/// rather than one error that hides writes done. Returns the error when
+/// the call must end with it.
+pub(crate) fn group_failed<T>(
+    out: &mut [Option<Result<T, WriteError>>],
+    idx: &[usize],
+    groups: usize,
+    e: WriteError,
+) -> Result<(), WriteError> {
+    if groups == 1 {
+        return Err(e);
+    }
+    let said = e.to_string();
+    let mut first = Some(e);
+    for &i in idx {
+        let failed = first.take().unwrap_or_else(|| WriteError::Client(crate::ClientError::GroupFailed(said.clone())));
+        out[i] = Some(Err(failed));
+    }
+    Ok(())
 }
 
 /// A blocking Shoal client. Every operation routes by (table id, key hash)
@@ -191,7 +228,7 @@ impl Client {
     {
         let mut last = ErrorStatus::UnknownTablet;
         for attempt in 0..MAX_ATTEMPTS {
-            let addr = match self.route(route) {
+            let addr = match self.route(route.at_attempt(attempt)) {
                 Ok(a) => a,
                 // A table created since the map was fetched.
                 Err(ClientError::NoRoute(_)) if attempt == 0 => {
@@ -458,10 +495,18 @@ impl Client {
         items: &[(ChunkId, &[u8])],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
         let mut out: Vec<Option<Result<Version, WriteError>>> = items.iter().map(|_| None).collect();
-        for (first, idx) in chunk_groups(&self.map, table, items.iter().map(|i| i.0)) {
+        let groups = chunk_groups(&self.map, table, items.iter().map(|i| i.0));
+        let n = groups.len();
+        for (first, idx) in groups {
             let req = Request::ChunkPut { table, items: idx.iter().map(|&i| items[i]).collect() };
             let route = Route::Chunk(table, first);
-            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len()))?;
+            let got = match self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())) {
+                Ok(got) => got,
+                Err(e) => {
+                    group_failed(&mut out, &idx, n, e)?;
+                    continue;
+                }
+            };
             for (&i, r) in idx.iter().zip(got) {
                 out[i] = Some(r.map_err(item_error));
             }
@@ -481,10 +526,18 @@ impl Client {
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
         let mut out: Vec<Option<Result<Version, WriteError>>> = ids.iter().map(|_| None).collect();
-        for (first, idx) in chunk_groups(&self.map, table, ids.iter().copied()) {
+        let groups = chunk_groups(&self.map, table, ids.iter().copied());
+        let n = groups.len();
+        for (first, idx) in groups {
             let req = Request::ChunkRemove { table, ids: idx.iter().map(|&i| ids[i]).collect() };
             let route = Route::Chunk(table, first);
-            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len()))?;
+            let got = match self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())) {
+                Ok(got) => got,
+                Err(e) => {
+                    group_failed(&mut out, &idx, n, e)?;
+                    continue;
+                }
+            };
             for (&i, r) in idx.iter().zip(got) {
                 out[i] = Some(r.map_err(item_error));
             }

@@ -373,7 +373,7 @@ impl Client {
     {
         let mut last = ErrorStatus::UnknownTablet;
         for attempt in 0..MAX_ATTEMPTS {
-            let addr = match self.route(route) {
+            let addr = match self.route(route.at_attempt(attempt)) {
                 Ok(a) => a,
                 // A table created since the map was fetched.
                 Err(ClientError::NoRoute(_)) if attempt == 0 => {
@@ -756,10 +756,18 @@ impl Client {
         items: &[(ChunkId, &[u8])],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
         let mut out: Vec<Option<Result<Version, WriteError>>> = items.iter().map(|_| None).collect();
-        for (first, idx) in self.chunk_groups(table, items.iter().map(|i| i.0)) {
+        let groups = self.chunk_groups(table, items.iter().map(|i| i.0));
+        let n = groups.len();
+        for (first, idx) in groups {
             let req = Request::ChunkPut { table, items: idx.iter().map(|&i| items[i]).collect() };
             let route = Route::Chunk(table, first);
-            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await?;
+            let got = match self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await {
+                Ok(got) => got,
+                Err(e) => {
+                    crate::blocking::group_failed(&mut out, &idx, n, e)?;
+                    continue;
+                }
+            };
             for (&i, r) in idx.iter().zip(got) {
                 out[i] = Some(r.map_err(item_error));
             }
@@ -779,10 +787,18 @@ impl Client {
         ids: &[ChunkId],
     ) -> Result<Vec<Result<Version, WriteError>>, WriteError> {
         let mut out: Vec<Option<Result<Version, WriteError>>> = ids.iter().map(|_| None).collect();
-        for (first, idx) in self.chunk_groups(table, ids.iter().copied()) {
+        let groups = self.chunk_groups(table, ids.iter().copied());
+        let n = groups.len();
+        for (first, idx) in groups {
             let req = Request::ChunkRemove { table, ids: idx.iter().map(|&i| ids[i]).collect() };
             let route = Route::Chunk(table, first);
-            let got = self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await?;
+            let got = match self.execute::<_, WriteError>(route, &req, |r| conv::chunk_versions(r, idx.len())).await {
+                Ok(got) => got,
+                Err(e) => {
+                    crate::blocking::group_failed(&mut out, &idx, n, e)?;
+                    continue;
+                }
+            };
             for (&i, r) in idx.iter().zip(got) {
                 out[i] = Some(r.map_err(item_error));
             }

@@ -35,6 +35,12 @@ pub enum ClientError {
     /// The request would exceed the frame limit; it was not sent.
     #[error("request of {len} bytes exceeds the frame limit of {max}")]
     RequestTooLarge { len: usize, max: u32 },
+    /// A multi-chunk write went to several servers and the request that
+    /// carried this item failed (the first item of that request has the
+    /// error itself); the other requests' items were applied or not, each
+    /// as its own result says.
+    #[error("the request carrying this item failed: {0}")]
+    GroupFailed(String),
     /// The server kept answering "not my tablet" or "retry".
     #[error("gave up after {attempts} attempts, last status: {last}")]
     Unavailable { attempts: u32, last: ErrorStatus },

@@ -58,8 +58,11 @@ use std::net::SocketAddr;
 
 /// Version of the saved state's layout (`format` in `coordinator.json`).
 /// 2 added `credentials`; format 1 files are read (their servers have no
-/// credential until they next enlist) and saved as format 2.
-pub const STATE_FORMAT: u32 = 2;
+/// credential until they next enlist) and saved as format 2. 3 added chunk
+/// id ranges (`map.chunk_ranges`): an older state's chunk tables get
+/// theirs when it is read, and a coordinator that reads at most format 2
+/// refuses a format 3 state instead of dropping the ranges it does not know.
+pub const STATE_FORMAT: u32 = 3;
 /// Oldest layout [`ClusterState::decode`] reads.
 pub const OLDEST_STATE_FORMAT: u32 = 1;
 
@@ -253,7 +256,7 @@ impl ClusterState {
             ));
         }
         let mut state: ClusterState = serde_json::from_slice(bytes).map_err(|e| format!("malformed state: {e}"))?;
-        let upgraded = state.give_chunk_ranges_to_old_tables();
+        let upgraded = format.format < 3 && state.give_chunk_ranges_to_old_tables();
         state.check()?;
         state.format = STATE_FORMAT;
         state.replicas_config = replicas_config;
@@ -1004,13 +1007,16 @@ impl ClusterState {
         Outcome::changed(ControlResponse::Table { table })
     }
 
-    /// A state saved before chunk id ranges has chunk tables without any:
-    /// each such table's one tablet master served every chunk of it. That
-    /// master gets the range of every node id of a server in the map that
-    /// is not another live server (the chunks it created and those it
-    /// recovered), and every other live server its own. Chunks of servers
-    /// already retired from the map are not found after the upgrade.
-    /// Returns whether anything changed.
+    /// A state saved before chunk id ranges (format 2 and older) has chunk
+    /// tables without any: each such table's one tablet master served
+    /// every chunk of it. That master gets the range of every node id ever
+    /// handed out (below `next_server`; server ids are never reused) that
+    /// is not a live server's: the chunks it created and those it
+    /// recovered, including those of servers already retired from the map.
+    /// Every live server gets its own. Returns whether anything changed.
+    /// A state whose chunk table's master is down with its recovery in
+    /// flight gives that dead master the ranges, and the state check then
+    /// refuses it: upgrade with no recovery in flight (`docs/chunks.md`).
     fn give_chunk_ranges_to_old_tables(&mut self) -> bool {
         let old: Vec<(TableId, ServerId)> = self
             .map
@@ -1019,12 +1025,13 @@ impl ClusterState {
             .filter(|t| t.chunks && !self.map.chunk_ranges.iter().any(|c| c.table == t.id))
             .filter_map(|t| self.map.tablets.iter().find(|x| x.table == t.id).map(|x| (t.id, x.master)))
             .collect();
+        let live: BTreeSet<u64> =
+            self.map.servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.id.0).collect();
+        let last = self.next_server.saturating_sub(1).min(u64::from(u16::MAX));
         for &(table, master) in &old {
-            let servers: Vec<(ServerId, bool)> =
-                self.map.servers.iter().map(|s| (s.id, s.state != ServerState::Down)).collect();
-            for (server, live) in servers {
-                let Ok(node) = u16::try_from(server.0) else { continue };
-                let to = if live { server } else { master };
+            for id in 1..=last {
+                let node = id as u16;
+                let to = if live.contains(&id) { ServerId(id) } else { master };
                 let at = self.map.chunk_ranges.partition_point(|r| r.start() < (table, node, 0));
                 self.map.chunk_ranges.insert(at, ChunkRange::whole(table, node, to));
             }
@@ -1271,8 +1278,8 @@ impl ClusterState {
             .collect();
         let mut dealt = 0;
         for t in &old {
-            // A chunk table's one tablet is recovered whole: its master
-            // serves every chunk (`docs/chunks.md`).
+            // A chunk table's one tablet is recovered whole; it routes no
+            // chunk (the chunk id ranges do, below; `docs/chunks.md`).
             let chunks = self.map.tables.iter().any(|x| x.id == t.table && x.chunks);
             // Pieces of earlier recoveries are not cut below
             // MIN_RECOVERY_PIECE: the tablets of a table stay bounded.
@@ -2527,6 +2534,7 @@ mod tests {
         finish(&mut s, other);
         let mut old = s.clone();
         old.map.chunk_ranges.clear();
+        old.format = 2;
         let bytes = old.encode();
         assert!(old.check().is_err(), "live servers without their own ranges");
         let (read, changed) = ClusterState::decode(&bytes, None).unwrap();
@@ -2539,6 +2547,10 @@ mod tests {
             assert_eq!(owner(s.id.0), s.id);
         }
         assert!(!ClusterState::decode(&read.encode(), None).unwrap().1, "upgraded once");
+        // A format 3 state is taken as it is, ranges or none.
+        let mut new = old.clone();
+        new.format = STATE_FORMAT;
+        assert!(ClusterState::decode(&new.encode(), None).is_err(), "not upgraded, so refused by the check");
     }
 
     /// A stream has one tablet per live server, at most one per streamlet,

@@ -472,21 +472,28 @@ impl ClusterNode {
     /// Where a request on chunks `ids` of chunk table `table` is served
     /// (`ClusterMap::chunk_ranges`), under one look at the map: `Local` if
     /// every id is served here, else the route (as [`ClusterNode::route`]'s)
-    /// of the first that is not. An id in no range was never handed out
-    /// (every server that creates chunks holds the range of its node id,
-    /// and ranges only move): it counts as `Local`, and the store answers
-    /// that no such chunk exists.
+    /// of the first that is not. An id in no range of a node id this map
+    /// knows was never handed out (every server that creates chunks holds
+    /// the range of its node id, and ranges only move): it counts as
+    /// `Local`, and the store answers that no such chunk exists. An id of
+    /// a node id above every server this map knows is of a server that
+    /// enlisted after it (server ids only grow): `NoTablet`, so the client
+    /// refreshes its map and asks again, rather than being told that a
+    /// chunk another client created does not exist.
     pub fn route_chunks(&self, table: TableId, ids: &mut dyn Iterator<Item = ChunkId>) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
         }
         let map = self.map.read();
+        let newest = map.servers.iter().map(|s| s.id.0).max().unwrap_or(0);
         for id in ids {
-            if let Some(r) = map.chunk_owner(table, id) {
-                match self.route_to(&map, Some(r.master)) {
+            match map.chunk_owner(table, id) {
+                Some(r) => match self.route_to(&map, Some(r.master)) {
                     Route::Local => {}
                     other => return other,
-                }
+                },
+                None if u64::from(id.node()) > newest => return Route::NoTablet,
+                None => {}
             }
         }
         Route::Local

@@ -635,9 +635,10 @@ impl Target<'_> {
                 ),
                 code: AUTH,
             },
-            e @ (ClientError::Refused(_) | ClientError::Unavailable { .. } | ClientError::NoRoute(_)) => {
-                CliError::refused("refused", e.to_string())
-            }
+            e @ (ClientError::Refused(_)
+            | ClientError::Unavailable { .. }
+            | ClientError::NoRoute(_)
+            | ClientError::GroupFailed(_)) => CliError::refused("refused", e.to_string()),
             ClientError::Cluster(m) => CliError { kind: "connection", message: m, code: UNREACHABLE },
             ClientError::Tls(m) => CliError {
                 kind: "tls",

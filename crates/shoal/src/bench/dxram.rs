@@ -16,12 +16,12 @@
 //! RESP client of `shoal bench ycsb` (8-byte keys). Afterwards the
 //! tables are dropped (Redis: FLUSHALL).
 //!
-//! **Chunks over several masters.** A chunk table is one tablet on one
-//! master (`docs/chunks.md`, "In a cluster"). Until the coordinator keeps
-//! chunk-id ranges per server, the bench spreads chunks by hand: it
-//! creates `--chunk-tables` chunk tables (the coordinator hands single
-//! tablets round-robin to the servers), puts item `i` in table `i %
-//! tables`, and reports on how many masters the tables landed.
+//! **Chunks over several masters.** Every chunk table spans every server
+//! (chunk id ranges, `docs/chunks.md`, "In a cluster"): creates go
+//! round-robin over the servers. The bench still creates `--chunk-tables`
+//! chunk tables and puts item `i` in table `i % tables` (its stand-in from
+//! before id ranges); the `masters` column counts the tables' tablets,
+//! which no longer say where chunks are.
 
 use super::peers::key8;
 use super::ycsb::wire::{Reply, Req, Resp, Wire};
@@ -141,8 +141,8 @@ pub struct Args {
     /// Zipfian (0.99); latest is refused (the mix inserts nothing).
     #[arg(long, value_enum, default_value = "zipfian")]
     pub key_dist: KeyDist,
-    /// Chunk tables the chunks are spread over (item i in table i % N),
-    /// the stand-in for chunk-id ranges per server.
+    /// Chunk tables the chunks are spread over (item i in table i % N);
+    /// each spans every server.
     #[arg(long, default_value_t = 4)]
     pub chunk_tables: usize,
     /// Seed of the operation and item choices.
