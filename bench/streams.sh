@@ -210,9 +210,9 @@ shoal_run() {
         log "FAILED or incomplete: shoal bench stream P=$p B=$b Q=$q $* (see the error fields)"
     fi
     stop "$SHOAL_PID"
-    python3 - "$run" "$out" >>"$OUT" <<'EOF'
+    python3 - "$run" "$out" "$*" >>"$OUT" <<'EOF'
 import json, sys
-run, text = sys.argv[1:]
+run, text, extra = sys.argv[1:]
 for line in text.splitlines():
     if not line.strip():
         continue
@@ -220,7 +220,9 @@ for line in text.splitlines():
     if r.get("error"):
         print(f"shoal {r['phase']}: {r['error']}", file=sys.stderr)
     print(json.dumps({
-        "system": "shoal", "run": int(run), "phase": r["phase"], "producers": r["producers"],
+        # The --e2e run's produce phase ran beside its consumers: a phase of its own.
+        "system": "shoal", "run": int(run),
+        "phase": "produce_e2e" if r["phase"] == "produce" and "--e2e" in extra else r["phase"], "producers": r["producers"],
         "batch": r["batch"], "logs": r["logs"], "partitions": r["streamlets"], "records": r["records"],
         "records_per_sec": r["records_per_sec"], "mb_per_sec": r["mb_per_sec"],
         "p50_ms": r["p50_us"] / 1000, "p99_ms": r["p99_us"] / 1000, "error": r["error"],

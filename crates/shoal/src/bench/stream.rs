@@ -324,7 +324,13 @@ async fn run_async(a: Arc<Args>) -> Result<Vec<StreamResult>, String> {
         let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         format!("bench.stream.{ms}")
     });
-    let asked = StreamShape { streamlets: a.streamlets, logs: a.logs, segment_bytes: 0, group_segments: 0, group_timeout_ms: 0 };
+    let asked = StreamShape {
+        streamlets: a.streamlets,
+        logs: a.logs,
+        segment_bytes: 0,
+        group_segments: 0,
+        group_timeout_ms: 0,
+    };
     let (table, shape) = admin.create_stream(&name, asked).await.map_err(|e| format!("creating stream {name}: {e}"))?;
     if !a.json {
         println!(
@@ -403,10 +409,8 @@ async fn run_async(a: Arc<Args>) -> Result<Vec<StreamResult>, String> {
 }
 
 fn print_table(results: &[StreamResult]) {
-    let mut t = Table::new(
-        &["phase", "records", "secs", "records/s", "MB/s", "p50 us", "p99 us", "max us", "error"],
-        1,
-    );
+    let mut t =
+        Table::new(&["phase", "records", "secs", "records/s", "MB/s", "p50 us", "p99 us", "max us", "error"], 1);
     for r in results {
         t.row(vec![
             r.phase.to_string(),
