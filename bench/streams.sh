@@ -45,6 +45,7 @@ BATCHES="1,10,100,1000"
 PRODUCERS="1,2,4,8"     # Shoal, at B = 100
 LOGS="1,2,4"            # Shoal, at B = 100
 PEER_PRODUCERS=4        # Kafka and Redis multi-producer runs, at B = 100
+E2E_RECORDS=5000        # records of the one-at-a-time produce-to-consume runs
 STEP_TIMEOUT=180
 SKIP=""                 # systems to leave out, of shoal,kafka,redis
 OUT=""
@@ -64,6 +65,8 @@ Usage: bench/streams.sh [--quick] [options]
   --peer-producers N    producers of the Kafka and Redis multi-producer
                         runs (default $PEER_PRODUCERS; 0: none)
   --in-flight N         requests in flight per producer (default $IN_FLIGHT)
+  --e2e-records N       records of the one-at-a-time produce-to-consume
+                        latency runs, Shoal and Kafka (default $E2E_RECORDS; 0: none)
   --kafka-version V     Kafka's version on Maven Central (default $KAFKA_VERSION)
   --skip LIST           leave out some of shoal,kafka,redis
   --step-timeout SECS   limit of each step (default $STEP_TIMEOUT)
@@ -73,7 +76,7 @@ EOF
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --quick) RECORDS=100000; RUNS=1; BATCHES="1,100,1000"; PRODUCERS="1,4"; LOGS="1,4"; STEP_TIMEOUT=60; shift ;;
+        --quick) RECORDS=100000; RUNS=1; E2E_RECORDS=1000; BATCHES="1,100,1000"; PRODUCERS="1,4"; LOGS="1,4"; STEP_TIMEOUT=60; shift ;;
         --records) RECORDS="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
         --batches) BATCHES="$2"; shift 2 ;;
@@ -81,6 +84,7 @@ while [[ $# -gt 0 ]]; do
         --logs) LOGS="$2"; shift 2 ;;
         --peer-producers) PEER_PRODUCERS="$2"; shift 2 ;;
         --in-flight) IN_FLIGHT="$2"; shift 2 ;;
+        --e2e-records) E2E_RECORDS="$2"; shift 2 ;;
         --kafka-version) KAFKA_VERSION="$2"; shift 2 ;;
         --skip) SKIP="$2"; shift 2 ;;
         --step-timeout) STEP_TIMEOUT="$2"; shift 2 ;;
@@ -120,6 +124,7 @@ source "$ROOT/bench/lib.sh"
 
 # Records for batch size $1: a tenth at B = 1, half at B = 10.
 records_for() {
+    if [[ -n "${RECORDS_OVERRIDE:-}" ]]; then echo "$RECORDS_OVERRIDE"; return; fi
     case "$1" in
         1) echo $((RECORDS / 10)) ;;
         10) echo $((RECORDS / 2)) ;;
@@ -352,6 +357,32 @@ print(json.dumps(rec))
 EOF
 }
 
+# kafka_e2e RUN: Kafka's EndToEndLatency, one record at a time (sent with
+# acks=all, then polled by its consumer before the next is sent).
+kafka_e2e() {
+    local run="$1" out
+    kafka_topic 1
+    log "kafka: EndToEndLatency, $E2E_RECORDS records, round $run"
+    if ! out=$(timeout "$STEP_TIMEOUT" "${KAFKA_TOOL[@]}" org.apache.kafka.tools.EndToEndLatency \
+        --bootstrap-server "127.0.0.1:$KAFKA_PORT" --topic "$TOPIC" --num-records "$E2E_RECORDS" \
+        --producer-acks all --record-size 100 2>>"$WORK/kafka-tools.log"); then
+        log "FAILED: EndToEndLatency"
+    fi
+    python3 - "$run" "$out" >>"$OUT" <<'EOF'
+import json, re, sys
+run, text = sys.argv[1:]
+rec = {"system": "kafka", "run": int(run), "phase": "consume_e2e", "producers": 1, "batch": 1, "logs": 1,
+       "partitions": 1}
+m = re.search(r"50th = (\d+), 99th = (\d+)", text)
+if m:
+    # EndToEndLatency reports whole milliseconds.
+    rec.update(p50_ms=float(m.group(1)), p99_ms=float(m.group(2)), error=None)
+else:
+    rec.update(error="no percentiles in its output")
+print(json.dumps(rec))
+EOF
+}
+
 # --- Redis -----------------------------------------------------------------------
 
 start_redis() {
@@ -411,18 +442,23 @@ for run in $(seq "$RUNS"); do
             done
         done
         shoal_run "$run" 1 100 1 --e2e
+        # One record at a time, as Kafka's EndToEndLatency sends them.
+        if [[ "$E2E_RECORDS" -gt 0 ]]; then
+            RECORDS_OVERRIDE="$E2E_RECORDS" IN_FLIGHT=1 shoal_run "$run" 1 1 1 --e2e
+        fi
     fi
     if use kafka; then
         log "kafka: starting the broker, round $run"
         start_kafka
         for b in "${BATCH_LIST[@]}"; do kafka_run "$run" 1 "$b" 1; done
-        [[ "$PEER_PRODUCERS" -gt 1 ]] && kafka_run "$run" "$PEER_PRODUCERS" 100 "$PEER_PRODUCERS"
+        if [[ "$PEER_PRODUCERS" -gt 1 ]]; then kafka_run "$run" "$PEER_PRODUCERS" 100 "$PEER_PRODUCERS"; fi
+        if [[ "$E2E_RECORDS" -gt 0 ]]; then kafka_e2e "$run"; fi
         stop "$KAFKA_PID"; rm -rf "$KAFKA_DIR"
     fi
     if use redis; then
         start_redis
         for b in "${BATCH_LIST[@]}"; do redis_run "$run" 1 "$b"; done
-        [[ "$PEER_PRODUCERS" -gt 1 ]] && redis_run "$run" "$PEER_PRODUCERS" 100
+        if [[ "$PEER_PRODUCERS" -gt 1 ]]; then redis_run "$run" "$PEER_PRODUCERS" 100; fi
         stop "$REDIS_PID"
     fi
 done
@@ -459,7 +495,7 @@ print("\nratios of medians (records/s), same P and B; Shoal at Q=1 against one p
 print(f"{'phase':<8} {'P':>2} {'B':>5} {'Shoal/Kafka':>12} {'target':>7} {'Shoal/Redis':>12} {'target':>7}")
 for k in sorted(summary):
     system, phase, p, b, q, parts = k
-    if system != "kafka":
+    if system != "kafka" or phase == "consume_e2e":
         continue
     sq = q if p == 1 else p
     shoal = summary.get(("shoal", phase, p, b, sq, 1))
@@ -473,5 +509,10 @@ for k in sorted(summary):
     rt = 2.0 if phase == "produce" else None
     print(f"{phase:<8} {p:>2} {b:>5} {fmt(kr, '.2f'):>12} {('>=' + str(kt)):>7} {fmt(rr, '.2f'):>12}"
           f" {('>=' + str(rt)) if rt else '':>7}")
+shoal, kafka = summary.get(("shoal", "consume_e2e", 1, 1, 1, 1)), summary.get(("kafka", "consume_e2e", 1, 1, 1, 1))
+if shoal and kafka:
+    print(f"\nproduce-to-consume latency, one record at a time: Shoal p50 {fmt(shoal['p50_ms'], '.3f')} ms,"
+          f" p99 {fmt(shoal['p99_ms'], '.3f')} ms; Kafka (EndToEndLatency, whole ms) p50 {fmt(kafka['p50_ms'], '.0f')} ms,"
+          f" p99 {fmt(kafka['p99_ms'], '.0f')} ms")
 EOF
 log "results in $OUT"
