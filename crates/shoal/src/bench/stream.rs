@@ -50,7 +50,9 @@ pub struct Args {
     #[arg(long, value_name = "IP:PORT[,IP:PORT...]")]
     pub coordinator: Option<shoal_cluster::CoordinatorAddrs>,
     /// Name of the stream to create (default: bench.stream.<unix ms>, a
-    /// fresh one per run).
+    /// fresh one per run). An existing stream of that name and shape is
+    /// reused, and its older records then make the consume phase report
+    /// a mismatch.
     #[arg(long)]
     pub stream: Option<String>,
     /// Streamlets of the stream.
