@@ -23,8 +23,9 @@
 # Configurations: one producer with B = 1, 10, 100, 1000 on all three
 # systems; Shoal with P = 1, 2, 4, 8 producers and Q = 1, 2, 4 logs at
 # B = 100; Kafka and Redis with P = 4 at B = 100 (Kafka on a topic of 4
-# partitions); and Shoal's produce-to-consume latency (--e2e) at P = 1,
-# B = 100. Each configuration runs --runs times, the systems alternating
+# partitions); Shoal's produce-to-consume latency while producing (--e2e)
+# at P = 1, B = 100; and one record at a time, produced and read back
+# before the next: Shoal's --round-trip against Kafka's EndToEndLatency. Each configuration runs --runs times, the systems alternating
 # within a round; the summary gives medians and the ratios Shoal/Kafka and
 # Shoal/Redis. Every step runs under `timeout`; the script ends only the
 # processes it started, by PID. Results: a table on stdout and JSON lines
@@ -227,7 +228,9 @@ for line in text.splitlines():
     print(json.dumps({
         # The --e2e run's produce phase ran beside its consumers: a phase of its own.
         "system": "shoal", "run": int(run),
-        "phase": "produce_e2e" if r["phase"] == "produce" and "--e2e" in extra else r["phase"], "producers": r["producers"],
+        # --round-trip is compared with Kafka's EndToEndLatency (consume_e2e, B = 1).
+        "phase": "produce_e2e" if r["phase"] == "produce" and "--e2e" in extra
+                 else "consume_e2e" if r["phase"] == "round_trip" else r["phase"], "producers": r["producers"],
         "batch": r["batch"], "logs": r["logs"], "partitions": r["streamlets"], "records": r["records"],
         "records_per_sec": r["records_per_sec"], "mb_per_sec": r["mb_per_sec"],
         "p50_ms": r["p50_us"] / 1000, "p99_ms": r["p99_us"] / 1000, "error": r["error"],
@@ -444,7 +447,7 @@ for run in $(seq "$RUNS"); do
         shoal_run "$run" 1 100 1 --e2e
         # One record at a time, as Kafka's EndToEndLatency sends them.
         if [[ "$E2E_RECORDS" -gt 0 ]]; then
-            RECORDS_OVERRIDE="$E2E_RECORDS" IN_FLIGHT=1 shoal_run "$run" 1 1 1 --e2e
+            RECORDS_OVERRIDE="$E2E_RECORDS" IN_FLIGHT=1 shoal_run "$run" 1 1 1 --round-trip
         fi
     fi
     if use kafka; then

@@ -130,7 +130,8 @@ enum BenchCommand {
     /// then one Consumer per streamlet reads everything back. Reports
     /// records/s, MB/s and per-batch produce latency p50/p99; with --e2e
     /// the consumers read while producing and report produce-to-consume
-    /// latency per record.
+    /// latency per record; with --round-trip one record at a time is
+    /// produced and read back before the next (Kafka's EndToEndLatency).
     Stream(bench::stream::Args),
 }
 

@@ -19,6 +19,9 @@
 //! acknowledged in that streamlet. With `--e2e` the consumers instead run
 //! while the producers write, and each record's first 8 bytes (the time it
 //! was handed to the producer) give its produce-to-consume latency.
+//! With `--round-trip` one producer and one consumer take turns, as
+//! Kafka's `EndToEndLatency` does: a record is sent, its acknowledgement
+//! awaited, and the consumer polls until it has read it; then the next.
 
 use super::{emit_json, positive, Table};
 use clap::Args as ClapArgs;
@@ -84,8 +87,15 @@ pub struct Args {
     pub consume_bytes: u32,
     /// Consume while producing and report produce-to-consume latency
     /// (the consume rate is then bounded by the produce rate).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "round_trip")]
     pub e2e: bool,
+    /// Instead of the two phases: one record at a time, produced (its
+    /// acknowledgement awaited) and then read back by a consumer before
+    /// the next is sent (Kafka's EndToEndLatency); produce-to-consume
+    /// latency per record. --producers, --batch, --streamlets and
+    /// --in-flight do not apply.
+    #[arg(long)]
+    pub round_trip: bool,
     /// Print one JSON object per phase instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -96,7 +106,8 @@ pub struct Args {
 pub struct StreamResult {
     pub bench: &'static str,
     /// "produce", or "consume" (after producing), or "consume_e2e" (while
-    /// producing; latencies are produce-to-consume).
+    /// producing; latencies are produce-to-consume), or "round_trip"
+    /// (`--round-trip`).
     pub phase: &'static str,
     pub streamlets: u32,
     pub logs: u32,
@@ -299,6 +310,59 @@ fn result(a: &Args, logs: u32, phase: &'static str, records: u64, secs: f64, his
     }
 }
 
+/// `--round-trip`: one record at a time, sent, acknowledged and read back
+/// before the next; each record's latency from its send to its read.
+async fn round_trip(a: &Args, table: TableId, shape: StreamShape) -> Result<StreamResult, String> {
+    let config = ProducerConfig {
+        id: 0,
+        batch_bytes: 1,
+        linger: Duration::from_secs(3600),
+        max_in_flight: 1,
+        routing: Routing::RoundRobin,
+    };
+    let producer = Producer::new(connect(a).await?, table, shape, config);
+    let mut consumer = Consumer::new(connect(a).await?, table, 0, a.consume_bytes);
+    let mut hist = histogram();
+    let mut error = None;
+    let (started, mut n) = (Instant::now(), 0);
+    let deadline = started + Duration::from_secs_f64(a.duration);
+    'records: while n < a.records && Instant::now() < deadline {
+        let t0 = Instant::now();
+        // A batch of one record: sent at once.
+        if let Err(e) = producer.send(None, vec![b'x'; a.record_size]).await.wait().await {
+            error = Some(format!("record {n}: {e}"));
+            break;
+        }
+        loop {
+            match consumer.poll().await {
+                Ok(got) if got.is_empty() => {}
+                Ok(got) if got.len() == 1 => break,
+                Ok(got) => {
+                    error = Some(format!("record {n}: read {} records, sent one", got.len()));
+                    break 'records;
+                }
+                Err(e) => {
+                    error = Some(format!("record {n}: {e}"));
+                    break 'records;
+                }
+            }
+            if Instant::now() >= deadline {
+                error = Some(format!("record {n} was not read before the deadline"));
+                break 'records;
+            }
+        }
+        hist.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+        n += 1;
+    }
+    let mut r = result(a, shape.logs, "round_trip", n, started.elapsed().as_secs_f64(), &hist);
+    r.producers = 1;
+    r.streamlets = 1;
+    r.batch = 1;
+    r.in_flight = 1;
+    r.error = error;
+    Ok(r)
+}
+
 /// Starts one consumer task per streamlet, each with its own client.
 fn start_consumers(
     a: &Arc<Args>,
@@ -327,19 +391,28 @@ async fn run_async(a: Arc<Args>) -> Result<Vec<StreamResult>, String> {
         format!("bench.stream.{ms}")
     });
     let asked = StreamShape {
-        streamlets: a.streamlets,
+        streamlets: if a.round_trip { 1 } else { a.streamlets },
         logs: a.logs,
         segment_bytes: 0,
         group_segments: 0,
         group_timeout_ms: 0,
     };
     let (table, shape) = admin.create_stream(&name, asked).await.map_err(|e| format!("creating stream {name}: {e}"))?;
-    if !a.json {
+    if !a.json && a.round_trip {
+        println!(
+            "stream '{name}': {} log(s); one record of {} B at a time, produced and read back; \
+             at most {} records and {:.0} s",
+            shape.logs, a.record_size, a.records, a.duration
+        );
+    } else if !a.json {
         println!(
             "stream '{name}': {} streamlet(s) x {} log(s); {} producer(s), batches of {} records of {} B, \
              {} in flight each; at most {} records and {:.0} s",
             shape.streamlets, shape.logs, a.producers, a.batch, a.record_size, a.in_flight, a.records, a.duration
         );
+    }
+    if a.round_trip {
+        return Ok(vec![round_trip(&a, table, shape).await?]);
     }
     let epoch = Instant::now();
     let wants: Vec<Arc<AtomicU64>> = (0..shape.streamlets).map(|_| Arc::new(AtomicU64::new(u64::MAX))).collect();
