@@ -48,7 +48,8 @@ enum Command {
     /// Prometheus metrics on /metrics over HTTP. Options come from the
     /// flags, over an optional TOML file (--config), over the defaults.
     Server(Box<serve::ServerCommand>),
-    /// Benchmarks of the master store, and YCSB against a running server.
+    /// Benchmarks of the master store, and YCSB and streams against a
+    /// running server.
     ///
     /// Each is bounded in time and op count, prints an aligned table (or one
     /// JSON object per result with --json), and exits 1 if a run failed (for
@@ -129,6 +130,19 @@ enum BenchCommand {
     /// one of its keys, and (--impact-runs) throughput and p99 of clients of
     /// the other masters during the recovery (target >= 70% kept).
     Recovery(bench::recovery::Args),
+    /// Stream append and read-back throughput against a running server
+    /// (KerA Fig. 5.7-5.8).
+    ///
+    /// Creates a fresh stream (--streamlets, --logs per streamlet); P
+    /// producers (the client's Producer, own connections, producer ids
+    /// 0..P) append batches of --batch records of --record-size bytes with
+    /// at most --in-flight requests each, until --records or --duration;
+    /// then one Consumer per streamlet reads everything back. Reports
+    /// records/s, MB/s and per-batch produce latency p50/p99; with --e2e
+    /// the consumers read while producing and report produce-to-consume
+    /// latency per record; with --round-trip one record at a time is
+    /// produced and read back before the next (Kafka's EndToEndLatency).
+    Stream(bench::stream::Args),
 }
 
 fn main() -> ExitCode {
@@ -147,6 +161,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Ycsb(args)) => bench::ycsb::run(args),
         Command::Bench(BenchCommand::Dxram(args)) => bench::dxram::run(args),
         Command::Bench(BenchCommand::Recovery(args)) => bench::recovery::run(args),
+        Command::Bench(BenchCommand::Stream(args)) => bench::stream::run(args),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

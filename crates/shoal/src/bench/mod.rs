@@ -1,4 +1,5 @@
-//! Benchmarks of the master store and, with `ycsb`, of a running server.
+//! Benchmarks of the master store and, with `ycsb` and `stream`, of a
+//! running server.
 //! Each is bounded in count and time, prints an aligned table (or one JSON
 //! object per result with `--json`), and returns whether every run
 //! completed.
@@ -9,6 +10,7 @@ pub mod ops;
 pub mod overhead;
 pub mod peers;
 pub mod recovery;
+pub mod stream;
 pub mod utilization;
 pub mod ycsb;
 pub mod zipf;
