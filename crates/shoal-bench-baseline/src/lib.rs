@@ -8,12 +8,15 @@
 //! jemalloc in this crate's two binaries) runs in its own process and reads
 //! the same op stream from stdin. The generator runs in the parent, so its
 //! bookkeeping (one entry per live object) never inflates a worker's RSS.
+//! Servers reached over the network (Shoal's Redis port, redis-server,
+//! memcached) are driven by the same loop ([`run_ops`]) in the parent,
+//! sampling the server process' RSS instead of its own.
 
 pub mod rss;
 pub mod worker;
 pub mod workload;
 
-pub use worker::{baseline_main, run_worker, HashMapTarget, PhaseSample, Target, WorkerReport};
+pub use worker::{baseline_main, run_ops, run_worker, HashMapTarget, PhaseSample, Target, WorkerReport};
 pub use workload::{
     fill_value, key_of, write_ops, Generator, Op, OpReader, SizeDist, WorkloadParams, WorkloadSpec, KEY_BYTES,
     WORKLOADS,

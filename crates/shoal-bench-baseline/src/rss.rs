@@ -25,6 +25,19 @@ pub fn rss_bytes() -> u64 {
     pages * page_bytes()
 }
 
+/// Resident bytes of process `pid` (`VmRSS` of `/proc/PID/status`), or 0
+/// where that cannot be read (the process is gone).
+pub fn rss_of(pid: u32) -> u64 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +53,19 @@ mod tests {
         let after = rss_bytes();
         assert!(after >= before + (48 << 20), "rss {before} -> {after}");
         drop(v);
+    }
+
+    #[test]
+    fn rss_of_reads_this_process() {
+        if !std::path::Path::new("/proc/self/status").exists() {
+            return;
+        }
+        let own = rss_of(std::process::id());
+        assert!(own > 0);
+        // The two sources count the same pages, give or take what this
+        // test touched in between.
+        let statm = rss_bytes();
+        assert!(own.abs_diff(statm) < (8 << 20), "status {own}, statm {statm}");
+        assert_eq!(rss_of(u32::MAX), 0);
     }
 }

@@ -16,6 +16,12 @@ pub trait Target {
     fn delete(&mut self, key: &[u8]) -> Result<(), String>;
     /// Called at every RSS sample, so an engine can track peaks of its own statistics.
     fn sample(&mut self) {}
+    /// Called before every RSS sample: makes every op given so far applied
+    /// (a client that pipelines waits for its replies here), so that the
+    /// sample sees them.
+    fn sync(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Engine-specific statistics for the report (taken at the end).
     fn stats(&self) -> serde_json::Value {
         serde_json::Value::Null
@@ -69,6 +75,23 @@ pub fn run_worker<T: Target>(
     sample_every: u64,
 ) -> WorkerReport {
     let mut reader = OpReader::new(input);
+    let next = move || reader.next_op().map_err(|e| format!("reading the op stream: {e}"));
+    run_ops(engine, workload, make, next, sample_every, rss_bytes)
+}
+
+/// Applies the ops `next` gives (until `Ok(None)`) to the target `make`
+/// creates, sampling `rss` every `sample_every` ops: this process' own for
+/// a target in it, a server's for a target reached over the network.
+/// Baseline RSS is taken before `make` runs. A target error, or an error
+/// of `next`, ends the run with `error` set.
+pub fn run_ops<T: Target>(
+    engine: &str,
+    workload: &str,
+    make: impl FnOnce() -> Result<T, String>,
+    mut next: impl FnMut() -> Result<Option<Op>, String>,
+    sample_every: u64,
+    rss: impl Fn() -> u64,
+) -> WorkerReport {
     let mut value = Vec::with_capacity(1 << 16);
     let sample_every = sample_every.max(1);
     let mut report = WorkerReport {
@@ -76,7 +99,7 @@ pub fn run_worker<T: Target>(
         workload: workload.to_string(),
         ops: 0,
         elapsed_secs: 0.0,
-        baseline_rss_bytes: rss_bytes(),
+        baseline_rss_bytes: rss(),
         created_rss_bytes: 0,
         peak_rss_bytes: 0,
         live_value_bytes_at_peak: 0,
@@ -96,25 +119,30 @@ pub fn run_worker<T: Target>(
             return report;
         }
     };
-    report.created_rss_bytes = rss_bytes();
+    report.created_rss_bytes = rss();
     let (mut live, mut objects) = (0u64, 0u64);
-    /// Samples RSS (keeping the peak) and the target; returns the RSS.
-    fn sample<T: Target>(report: &mut WorkerReport, target: &mut T, live: u64) -> u64 {
-        let rss = rss_bytes();
+    // Samples RSS once the target applied every op so far (keeping the
+    // peak) and the target; returns the RSS.
+    let sample = |report: &mut WorkerReport, target: &mut T, live: u64| -> Result<u64, String> {
+        target.sync()?;
+        let rss = rss();
         if rss > report.peak_rss_bytes {
             report.peak_rss_bytes = rss;
             report.live_value_bytes_at_peak = live;
         }
         target.sample();
-        rss
+        Ok(rss)
+    };
+    if let Err(e) = sample(&mut report, &mut target, 0) {
+        report.error = Some(e);
+        return report;
     }
-    sample(&mut report, &mut target, 0);
     loop {
-        let op = match reader.next_op() {
+        let op = match next() {
             Ok(Some(op)) => op,
             Ok(None) => break,
             Err(e) => {
-                report.error = Some(format!("reading the op stream: {e}"));
+                report.error = Some(e);
                 break;
             }
         };
@@ -132,21 +160,28 @@ pub fn run_worker<T: Target>(
                 objects -= 1;
                 target.delete(&key_of(id))
             }
-            Op::PhaseEnd(phase) => {
-                let rss = sample(&mut report, &mut target, live);
+            Op::PhaseEnd(phase) => sample(&mut report, &mut target, live).map(|rss| {
                 report.phases.push(PhaseSample { phase, ops: report.ops, rss_bytes: rss, live_value_bytes: live });
+            }),
+        };
+        let result = result.and_then(|()| {
+            if report.ops.is_multiple_of(sample_every) {
+                sample(&mut report, &mut target, live).map(drop)
+            } else {
                 Ok(())
             }
-        };
+        });
         if let Err(e) = result {
             report.error = Some(format!("op {} ({op:?}): {e}", report.ops));
             break;
         }
-        if report.ops.is_multiple_of(sample_every) {
-            sample(&mut report, &mut target, live);
+    }
+    match sample(&mut report, &mut target, live) {
+        Ok(rss) => report.final_rss_bytes = rss,
+        Err(e) => {
+            report.error.get_or_insert(format!("at the end: {e}"));
         }
     }
-    report.final_rss_bytes = sample(&mut report, &mut target, live);
     report.final_live_value_bytes = live;
     report.final_objects = objects;
     report.engine_stats = target.stats();

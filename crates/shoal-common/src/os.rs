@@ -13,6 +13,12 @@ pub fn lower_this_thread_priority(nice: i32) {
     }
 }
 
+/// Whether this process runs as root (effective user id 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Ports [`free_local_port`] tried, so that successive picks differ.
 static PORTS_TRIED: AtomicU32 = AtomicU32::new(0);
 

@@ -86,6 +86,47 @@ fn memory_bench_runs_every_engine() {
     }
 }
 
+/// Whether `tool probe...` runs; in CI (`CI` set) a missing tool fails the
+/// test instead of skipping it.
+fn have_tool(tool: &str, probe: &[&str]) -> bool {
+    let ok = Command::new(tool).args(probe).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        let msg = format!(
+            "`{tool} {}` failed: install redis-server and memcached (scripts/check does this)",
+            probe.join(" ")
+        );
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    }
+    ok
+}
+
+#[test]
+fn memory_bench_over_resp_drives_servers() {
+    if !have_tool("redis-server", &["--version"]) || !have_tool("memcached", &["-V"]) {
+        return;
+    }
+    // The smallest scale whose 1.5x still makes a valid Shoal server (a
+    // store needs a few segments' worth of seglets).
+    let lines =
+        bench(&["memory", "--over-resp", "--scale", "0.12", "--workloads", "W3", "--server-memory-factors", "4"]);
+    assert_eq!(lines.len(), 3, "shoal-resp, redis, memcached: {lines:?}");
+    for (l, engine) in lines.iter().zip(["shoal-resp", "redis", "memcached"]) {
+        assert_eq!(l["engine"], engine);
+        assert!(l["error"].is_null(), "{l}");
+        // The server held the live values: its RSS grew by at least as much.
+        let grown = num(l, "peak_rss_bytes") - num(l, "baseline_rss_bytes");
+        assert!(grown >= num(l, "max_live_value_bytes"), "{l}");
+        assert!(num(l, "settled_rss_bytes") > 0.0, "{l}");
+        // W3 deletes 90% in phase 2: the live bytes at the end are what phase 3 added back.
+        let phases = l["phases"].as_array().expect("phases");
+        assert_eq!(phases.len(), 3, "{l}");
+        assert!(num(&phases[1], "live_value_bytes") < 0.2 * num(&phases[0], "live_value_bytes"), "{l}");
+    }
+    assert_eq!(lines[0]["memory_factor"].as_f64(), Some(4.0));
+    assert!(lines[0]["meets_target"].is_boolean());
+}
+
 #[test]
 fn utilization_bench_reports_throughput_and_ratio() {
     let lines = bench(&[

@@ -8,6 +8,13 @@
 //! it. This process generates the ops (one deterministic generator per run,
 //! seeded the same for every engine) and streams them to the child's stdin;
 //! the child samples its own RSS and prints a [`WorkerReport`].
+//!
+//! With `--over-resp` the engines are servers instead, reached over the
+//! network (see [`net`]): Shoal's through its Redis port, at each
+//! `--server-memory-factors` multiple of the live data, redis-server and
+//! memcached, each a fresh process per workload.
+
+mod net;
 
 use super::{emit_json, fit_memory, positive, store_config, Table, MIB};
 use clap::{Args as ClapArgs, ValueEnum};
@@ -42,6 +49,23 @@ pub struct Args {
     /// Engines to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "shoal,sys,jemalloc")]
     pub engines: Vec<Engine>,
+    /// Over the network: the engines become shoal-resp (a `shoal server`
+    /// through its Redis port, once per --server-memory-factors), redis
+    /// and memcached, each a fresh process per workload whose RSS is read
+    /// from /proc (replaces --engines).
+    #[arg(long)]
+    pub over_resp: bool,
+    /// shoal-resp's --memory, as multiples of the live-value cap
+    /// (comma-separated; one run per factor).
+    #[arg(long, value_delimiter = ',', default_value = "4,1.5")]
+    pub server_memory_factors: Vec<f64>,
+    /// The redis-server program for the redis engine.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_server: String,
+    /// The memcached program for the memcached engine (given 4x the
+    /// live-value cap for items, so that it never evicts).
+    #[arg(long, default_value = "memcached")]
+    pub memcached: String,
     /// Shoal's log memory as a multiple of the live-value cap (rounded up to
     /// whole 8 MiB segments, and raised to the smallest valid store).
     #[arg(long, default_value_t = 1.30)]
@@ -67,6 +91,12 @@ pub enum Engine {
     Sys,
     /// HashMap<Vec<u8>, Vec<u8>> over jemalloc.
     Jemalloc,
+    /// `shoal server`, driven through its Redis port.
+    ShoalResp,
+    /// redis-server, driven over RESP.
+    Redis,
+    /// memcached, driven over its text protocol.
+    Memcached,
 }
 
 impl Engine {
@@ -75,7 +105,15 @@ impl Engine {
             Engine::Shoal => "shoal",
             Engine::Sys => "hashmap-sys",
             Engine::Jemalloc => "hashmap-jemalloc",
+            Engine::ShoalResp => "shoal-resp",
+            Engine::Redis => "redis",
+            Engine::Memcached => "memcached",
         }
+    }
+
+    /// A server reached over the network rather than a worker process.
+    fn over_network(self) -> bool {
+        matches!(self, Engine::ShoalResp | Engine::Redis | Engine::Memcached)
     }
 }
 
@@ -181,6 +219,8 @@ pub struct MemoryResult {
     /// "before / deleted / after" distributions.
     pub description: String,
     pub engine: &'static str,
+    /// shoal-resp: its --memory as a multiple of the live-value cap.
+    pub memory_factor: Option<f64>,
     /// `None` when the run completed.
     pub error: Option<String>,
     pub scale: f64,
@@ -201,6 +241,8 @@ pub struct MemoryResult {
     pub final_ratio: f64,
     /// (final RSS - baseline RSS) / final live value bytes.
     pub final_ratio_net: f64,
+    /// Servers: RSS again a moment ([`net::SETTLE`]) after the last op.
+    pub settled_rss_bytes: Option<u64>,
     /// Shoal's target for `peak_ratio` (none for the baselines).
     pub target_peak_ratio: Option<f64>,
     pub meets_target: Option<bool>,
@@ -288,12 +330,20 @@ fn run_child(
 }
 
 /// The result of one (workload, engine) pair; a failed run has `error` set.
-fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadParams) -> MemoryResult {
+/// `factor`: shoal-resp's memory as a multiple of the cap.
+fn run_pair(
+    args: &Args,
+    spec: &WorkloadSpec,
+    engine: Engine,
+    factor: Option<f64>,
+    params: WorkloadParams,
+) -> MemoryResult {
     let mut result = MemoryResult {
         bench: "memory",
         workload: spec.name.to_string(),
         description: spec.describe(),
         engine: engine.name(),
+        memory_factor: factor,
         error: None,
         scale: args.scale,
         cap_bytes: params.cap_bytes,
@@ -309,51 +359,22 @@ fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadPa
         peak_ratio_net: 0.0,
         final_ratio: 0.0,
         final_ratio_net: 0.0,
+        settled_rss_bytes: None,
         target_peak_ratio: None,
         meets_target: None,
         shoal: None,
         phases: Vec::new(),
     };
-    let cmd = match engine {
-        Engine::Shoal => {
-            let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
-            let memory = match fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None) {
-                Ok(m) => m,
-                Err(e) => {
-                    result.error = Some(e);
-                    return result;
-                }
-            };
-            let exe = match std::env::current_exe() {
-                Ok(e) => e,
-                Err(e) => {
-                    result.error = Some(format!("locating the shoal executable: {e}"));
-                    return result;
-                }
-            };
-            let mut c = Command::new(exe);
-            c.arg("memory-worker")
-                .args(["--workload", spec.name])
-                .args(["--memory-bytes", &memory.to_string()])
-                .args(["--sample-every", &args.sample_every.to_string()]);
-            c
-        }
-        Engine::Sys | Engine::Jemalloc => {
-            let bin = if engine == Engine::Sys { "shoal-baseline-sys" } else { "shoal-baseline-jemalloc" };
-            match sibling(bin) {
-                Ok(p) => {
-                    let mut c = Command::new(p);
-                    c.args(["--workload", spec.name]).args(["--sample-every", &args.sample_every.to_string()]);
-                    c
-                }
-                Err(e) => {
-                    result.error = Some(e);
-                    return result;
-                }
-            }
-        }
+    let mut settled = None;
+    let report = if engine.over_network() {
+        run_server(args, spec, engine, factor, params).map(|(r, s)| {
+            settled = Some(s);
+            r
+        })
+    } else {
+        run_worker_process(args, spec, engine, params)
     };
-    let r = match run_child(cmd, spec, params, Duration::from_secs(args.worker_timeout)) {
+    let r = match report {
         Ok(r) => r,
         Err(e) => {
             result.error = Some(e);
@@ -366,6 +387,7 @@ fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadPa
     result.baseline_rss_bytes = r.baseline_rss_bytes;
     result.peak_rss_bytes = r.peak_rss_bytes;
     result.final_rss_bytes = r.final_rss_bytes;
+    result.settled_rss_bytes = settled;
     result.max_live_value_bytes = r.max_live_value_bytes;
     result.live_value_bytes_at_peak = r.live_value_bytes_at_peak;
     result.final_live_value_bytes = r.final_live_value_bytes;
@@ -374,13 +396,72 @@ fn run_pair(args: &Args, spec: &WorkloadSpec, engine: Engine, params: WorkloadPa
     result.final_ratio = ratio(r.final_rss_bytes, r.final_live_value_bytes);
     result.final_ratio_net = ratio(r.final_rss_bytes.saturating_sub(r.baseline_rss_bytes), r.final_live_value_bytes);
     result.phases = r.phases;
-    if engine == Engine::Shoal {
+    if matches!(engine, Engine::Shoal | Engine::ShoalResp) {
         let target = target_for(spec.name);
         result.target_peak_ratio = Some(target);
         result.meets_target = Some(result.error.is_none() && result.peak_ratio <= target);
+    }
+    if engine == Engine::Shoal {
         result.shoal = serde_json::from_value(r.engine_stats).ok();
     }
     result
+}
+
+/// One run of a server engine: its report, and its RSS [`net::SETTLE`] after the last op.
+fn run_server(
+    args: &Args,
+    spec: &WorkloadSpec,
+    engine: Engine,
+    factor: Option<f64>,
+    params: WorkloadParams,
+) -> Result<(WorkerReport, u64), String> {
+    let cap = params.cap_bytes as f64;
+    let server = net::start(&match engine {
+        Engine::ShoalResp => net::Spec::Shoal { memory_bytes: (cap * factor.unwrap_or(4.0)).ceil() as u64 },
+        Engine::Redis => net::Spec::Redis { bin: &args.redis_server },
+        _ => net::Spec::Memcached { bin: &args.memcached, memory_mib: (cap * 4.0 / MIB).ceil() as u64 + 64 },
+    })?;
+    let report = net::drive(&server, engine == Engine::Memcached, engine.name(), spec, params, args.sample_every);
+    std::thread::sleep(net::SETTLE);
+    let settled = shoal_bench_baseline::rss::rss_of(server.pid);
+    Ok((report, settled))
+}
+
+/// One run of an engine in a worker process.
+fn run_worker_process(
+    args: &Args,
+    spec: &WorkloadSpec,
+    engine: Engine,
+    params: WorkloadParams,
+) -> Result<WorkerReport, String> {
+    let cmd = match engine {
+        Engine::Shoal => {
+            let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
+            let memory = fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None)?;
+            let exe = std::env::current_exe().map_err(|e| format!("locating the shoal executable: {e}"))?;
+            let mut c = Command::new(exe);
+            c.arg("memory-worker")
+                .args(["--workload", spec.name])
+                .args(["--memory-bytes", &memory.to_string()])
+                .args(["--sample-every", &args.sample_every.to_string()]);
+            c
+        }
+        _ => {
+            let bin = if engine == Engine::Sys { "shoal-baseline-sys" } else { "shoal-baseline-jemalloc" };
+            let mut c = Command::new(sibling(bin)?);
+            c.args(["--workload", spec.name]).args(["--sample-every", &args.sample_every.to_string()]);
+            c
+        }
+    };
+    run_child(cmd, spec, params, Duration::from_secs(args.worker_timeout))
+}
+
+/// "shoal-resp x1.5" for a run with a memory factor, else the engine's name.
+fn engine_label(name: &str, factor: Option<f64>) -> String {
+    match factor {
+        Some(f) => format!("{name} x{f}"),
+        None => name.to_string(),
+    }
 }
 
 fn mib(b: u64) -> String {
@@ -398,6 +479,7 @@ fn print_table(results: &[MemoryResult]) {
             "net",
             "final/live",
             "net",
+            "settled/live",
             "target",
             "ok",
             "seglets MiB",
@@ -425,13 +507,14 @@ fn print_table(results: &[MemoryResult]) {
         };
         t.row(vec![
             r.workload.clone(),
-            r.engine.to_string(),
+            engine_label(r.engine, r.memory_factor),
             mib(r.peak_rss_bytes),
             mib(r.max_live_value_bytes),
             format!("{:.3}", r.peak_ratio),
             format!("{:.3}", r.peak_ratio_net),
             format!("{:.3}", r.final_ratio),
             format!("{:.3}", r.final_ratio_net),
+            r.settled_rss_bytes.map(|b| format!("{:.3}", ratio(b, r.final_live_value_bytes))).unwrap_or_default(),
             r.target_peak_ratio.map(|t| format!("<={t:.2}")).unwrap_or_default(),
             r.meets_target.map(|m| if m { "yes" } else { "NO" }.to_string()).unwrap_or_default(),
             seg,
@@ -447,8 +530,10 @@ fn print_table(results: &[MemoryResult]) {
     print!("{}", t.render());
     println!(
         "peak/live = peak RSS / max live value bytes; final/live = final RSS / final live value bytes; \
-         net = the same with the worker's RSS before creating the engine subtracted. Keys ({KEY_BYTES} B each) \
-         are not counted as live data."
+         net = the same with the worker's RSS before creating the engine subtracted (servers: their RSS \
+         before the client connected); settled/live = a server's RSS {}s after the last op / final live value \
+         bytes. Keys ({KEY_BYTES} B each) are not counted as live data.",
+        net::SETTLE.as_secs()
     );
 }
 
@@ -460,6 +545,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
     if !positive(args.shoal_memory_factor) {
         return Err("--shoal-memory-factor must be positive".into());
     }
+    if args.server_memory_factors.is_empty() || !args.server_memory_factors.iter().all(|&f| positive(f)) {
+        return Err("--server-memory-factors must be positive numbers".into());
+    }
     let mut specs = Vec::new();
     for w in &args.workloads {
         let spec = WorkloadSpec::find(w.trim())
@@ -467,7 +555,15 @@ pub fn run(args: &Args) -> Result<bool, String> {
         specs.push(spec);
     }
     let params = WorkloadParams::scaled(args.scale, args.seed);
-    if !args.json {
+    if !args.json && args.over_resp {
+        println!(
+            "memory efficiency (Rumble Table 3.1) over the network: cap {:.1} MiB live values, {:.1} MiB written; \
+             shoal-resp --memory at {:?} x cap, memcached -m 4 x cap",
+            params.cap_bytes as f64 / MIB,
+            params.total_write_bytes as f64 / MIB,
+            args.server_memory_factors
+        );
+    } else if !args.json {
         let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
         let memory = fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None)?;
         println!(
@@ -479,13 +575,25 @@ pub fn run(args: &Args) -> Result<bool, String> {
             args.shoal_memory_factor
         );
     }
+    // (engine, shoal-resp's memory factor), in the order they run.
+    let mut runs = Vec::new();
+    let engines =
+        if args.over_resp { &[Engine::ShoalResp, Engine::Redis, Engine::Memcached][..] } else { &args.engines };
+    for &engine in engines {
+        if engine == Engine::ShoalResp {
+            runs.extend(args.server_memory_factors.iter().map(|&f| (engine, Some(f))));
+        } else {
+            runs.push((engine, None));
+        }
+    }
     let mut results = Vec::new();
     for spec in specs {
-        for &engine in &args.engines {
-            eprintln!("memory: {} ({}) on {} ...", spec.name, spec.describe(), engine.name());
-            let r = run_pair(args, spec, engine, params);
+        for &(engine, factor) in &runs {
+            let name = engine_label(engine.name(), factor);
+            eprintln!("memory: {} ({}) on {name} ...", spec.name, spec.describe());
+            let r = run_pair(args, spec, engine, factor, params);
             if let Some(e) = &r.error {
-                eprintln!("memory: {} on {} FAILED: {e}", spec.name, engine.name());
+                eprintln!("memory: {} on {name} FAILED: {e}", spec.name);
             }
             if args.json {
                 emit_json(&r);

@@ -120,7 +120,10 @@ impl Peer {
 
     /// What the peer holds now.
     pub fn accounting(&mut self) -> Result<Accounting, String> {
-        let mut a = Accounting { rss_bytes: rss_of(self.pid), ..Accounting::default() };
+        let mut a = Accounting {
+            rss_bytes: Some(shoal_bench_baseline::rss::rss_of(self.pid)).filter(|&b| b > 0),
+            ..Accounting::default()
+        };
         let (kind, addr) = (self.kind, self.addr);
         let missing = |what: &str| format!("{} at {addr} did not report {what}", kind.name());
         match self.kind {
@@ -265,14 +268,6 @@ fn slab_chunk_bytes(text: &str) -> u64 {
         }
     }
     sizes.values().map(|(size, used)| size * used).sum()
-}
-
-/// VmRSS of process `pid` on this machine, if it is here.
-fn rss_of(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: u64 =
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kib * 1024)
 }
 
 #[cfg(test)]

@@ -24,12 +24,13 @@ use std::net::{SocketAddr, TcpStream};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-/// A request of the benchmark: read a record or write it whole, with a
-/// time to live in seconds (0: none).
+/// A request of the benchmark: read a record, write it whole (with a time
+/// to live in seconds, 0: none), or delete it.
 #[derive(Clone, Copy, Debug)]
 pub enum Req<'a> {
     Get(&'a [u8]),
     Set(&'a [u8], &'a [u8], u32),
+    Delete(&'a [u8]),
 }
 
 /// What a request got back.
@@ -37,9 +38,9 @@ pub enum Req<'a> {
 pub enum Reply {
     /// A read found the record.
     Found,
-    /// A read found no record.
+    /// A read, or a delete, found no record.
     NotFound,
-    /// A write was applied.
+    /// A write or a delete was applied.
     Stored,
     /// The server refused the request (its error text).
     Error(String),
@@ -102,6 +103,7 @@ impl Wire for Native {
             Req::Get(key) => Request::Read { table, key, rules },
             Req::Set(key, value, 0) => Request::Write { table, key, value, rules },
             Req::Set(key, value, ttl) => Request::WriteTtl { table, key, value, rules, ttl_ms: u64::from(ttl) * 1000 },
+            Req::Delete(key) => Request::Remove { table, key, rules },
         };
         let id = self.conn.send(&req).map_err(|e| e.to_string())?;
         self.ids.push(id);
@@ -118,7 +120,7 @@ impl Wire for Native {
                 .ok_or_else(|| format!("reply to request {} that was not sent", frame.request_id))?;
             let reply = match frame.reply().map_err(|e| e.to_string())? {
                 Ok(Response::Read { .. }) => Reply::Found,
-                Ok(Response::Write { .. } | Response::WriteTtl { .. }) => Reply::Stored,
+                Ok(Response::Write { .. } | Response::WriteTtl { .. } | Response::Remove { .. }) => Reply::Stored,
                 Ok(r) => return Err(format!("unexpected response {:?}", r.opcode())),
                 Err(ErrorStatus::ObjectDoesntExist) => Reply::NotFound,
                 Err(status) => Reply::Error(status.to_string()),
@@ -305,6 +307,7 @@ impl Wire for ClusterNative {
         let (key, value) = match req {
             Req::Get(key) => (key, None),
             Req::Set(_, _, ttl) if ttl > 0 => return Err("--ttl is not supported against a cluster".into()),
+            Req::Delete(_) => return Err("deletes are not supported against a cluster".into()),
             Req::Set(key, value, _) => (key, Some(value)),
         };
         self.bytes.extend_from_slice(key);
@@ -538,7 +541,10 @@ impl Resp {
         let Some((head, n)) = line(b)? else { return Ok(None) };
         let Some((&kind, rest)) = head.split_first() else { return Err("empty reply line".into()) };
         let reply = match kind {
-            b'+' | b':' => Reply::Stored,
+            b'+' => Reply::Stored,
+            // DEL's count of keys deleted.
+            b':' if number(rest)? == 0 => Reply::NotFound,
+            b':' => Reply::Stored,
             b'-' => Reply::Error(String::from_utf8_lossy(rest).into_owned()),
             b'_' => Reply::NotFound,
             b'$' => {
@@ -594,6 +600,10 @@ impl Wire for Resp {
                     wait = true;
                 }
             }
+            Req::Delete(key) => {
+                out.extend_from_slice(b"*2\r\n$3\r\nDEL\r\n");
+                bulk(out, key);
+            }
         }
         self.waits.push(wait);
         Ok(())
@@ -633,8 +643,8 @@ impl Memcached {
         Stream::connect(addr).map(Memcached)
     }
 
-    /// Parses one reply: `VALUE ... END` (one key), `END`, `STORED`, or an
-    /// error line.
+    /// Parses one reply: `VALUE ... END` (one key), `END`, `STORED`,
+    /// `DELETED`, `NOT_FOUND`, or an error line.
     pub fn parse(b: &[u8]) -> Result<Option<(Reply, usize)>, String> {
         let Some((head, n)) = line(b)? else { return Ok(None) };
         if let Some(rest) = head.strip_prefix(b"VALUE ") {
@@ -653,8 +663,8 @@ impl Memcached {
             return Ok(Some((Reply::Found, total)));
         }
         let reply = match head {
-            b"END" => Reply::NotFound,
-            b"STORED" => Reply::Stored,
+            b"END" | b"NOT_FOUND" => Reply::NotFound,
+            b"STORED" | b"DELETED" => Reply::Stored,
             other => Reply::Error(String::from_utf8_lossy(other).into_owned()),
         };
         Ok(Some((reply, n)))
@@ -665,7 +675,7 @@ impl Wire for Memcached {
     fn push(&mut self, req: Req<'_>) -> Result<(), String> {
         let out = &mut self.0.out;
         let key = match req {
-            Req::Get(key) | Req::Set(key, _, _) => key,
+            Req::Get(key) | Req::Set(key, _, _) | Req::Delete(key) => key,
         };
         if key.len() > 250 || key.iter().any(|c| c.is_ascii_whitespace() || c.is_ascii_control()) {
             return Err("memcached keys are at most 250 bytes without spaces or control characters".into());
@@ -681,6 +691,11 @@ impl Wire for Memcached {
                 out.extend_from_slice(key);
                 out.extend_from_slice(format!(" 0 {ttl} {}\r\n", value.len()).as_bytes());
                 out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            Req::Delete(key) => {
+                out.extend_from_slice(b"delete ");
+                out.extend_from_slice(key);
                 out.extend_from_slice(b"\r\n");
             }
         }
@@ -718,6 +733,8 @@ mod tests {
         assert!(Resp::parse(b"$3\r\nabcde").is_err());
         assert!(Resp::parse(b"*1\r\n").is_err());
         assert!(Resp::parse(b"$99999999999\r\n").is_err());
+        // DEL's count: a key deleted, or none.
+        assert_eq!(all(Resp::parse, b":1\r\n:0\r\n"), [Reply::Stored, Reply::NotFound]);
     }
 
     #[test]
@@ -738,5 +755,6 @@ mod tests {
         );
         assert_eq!(Memcached::parse(b"VALUE k 0 3\r\nabc\r\nEN").unwrap(), None);
         assert!(Memcached::parse(b"VALUE k 0 3\r\nabcdeEND\r\n").is_err());
+        assert_eq!(all(Memcached::parse, b"DELETED\r\nNOT_FOUND\r\n"), [Reply::Stored, Reply::NotFound]);
     }
 }
