@@ -131,21 +131,49 @@ fn should_clean(inner: &Inner) -> bool {
 /// target utilisation (`StoreConfig::target_utilisation`), by more than two
 /// segments, once it is larger than [`TARGET_FLOOR_SEGMENTS`] segments.
 fn below_target(inner: &Inner) -> bool {
+    target_excess(inner) > 1.0
+}
+
+/// Memory in use over what the live objects need at the target
+/// utilisation plus two segments: above 1, the log is below its target.
+/// 0 while the target is off or the log is within its floor.
+fn target_excess(inner: &Inner) -> f64 {
     let target = inner.config.target_utilisation;
     if target <= 0.0 {
-        return false;
+        return 0.0;
     }
     let pool = &inner.segs.pool;
     let seg = inner.segs.segment_bytes() as f64;
     let in_use = ((pool.total_seglets() as usize - pool.free_seglets()) * pool.seglet_bytes()) as f64;
     if in_use <= TARGET_FLOOR_SEGMENTS as f64 * seg {
-        return false;
+        return 0.0;
     }
     // Live objects only: tombstones are garbage in waiting, which combined
     // cleaning removes (their segments leave the log).
     let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64;
-    in_use > live / target + 2.0 * seg
+    in_use / (live / target + 2.0 * seg)
 }
+
+/// How long the cleaner rests after a pass made only for the target
+/// utilisation that took `took`. Near the target it rests as long as the
+/// pass took (at most half a core goes to cleaning; memory converges more
+/// slowly instead). Further above it, writes are outpacing the resting
+/// cleaner and memory would grow towards `--memory`, so it rests less,
+/// then not at all: resident memory follows the data at the price of a
+/// core while the writes last.
+fn rest_after(excess: f64, took: Duration) -> Duration {
+    if excess < REST_FULL_BELOW {
+        took
+    } else if excess < REST_NONE_ABOVE {
+        took / 4
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// [`rest_after`]'s bounds on [`target_excess`].
+const REST_FULL_BELOW: f64 = 1.1;
+const REST_NONE_ABOVE: f64 = 1.25;
 
 /// Below this many segments of memory in use, the log is not cleaned for
 /// the target utilisation (only when memory is short).
@@ -211,17 +239,18 @@ pub(crate) fn run(inner: std::sync::Arc<Inner>) {
             continue;
         }
         // Cleaning only for the target utilisation (memory is not short and
-        // no write waits) yields: after each such pass the cleaner rests as
-        // long as the pass took, so it takes at most half a core from the
-        // requests; resident memory then converges more slowly instead.
+        // no write waits) yields: after each such pass the cleaner rests
+        // (see `rest_after`), so it takes at most half a core from the
+        // requests while the log is near its target.
         let for_target_only = !memory_short(&inner) && !*inner.cleaner.requested.lock();
         let started = Instant::now();
         let freed = run_pass(&inner, false);
         trim(&inner);
-        if for_target_only && freed > 0 {
+        let rest = rest_after(target_excess(&inner), started.elapsed());
+        if for_target_only && freed > 0 && !rest.is_zero() {
             let mut req = inner.cleaner.requested.lock();
             if !*req && !inner.shutdown.load(Ordering::Acquire) {
-                inner.cleaner.wake.wait_for(&mut req, started.elapsed());
+                inner.cleaner.wake.wait_for(&mut req, rest);
             }
         }
         if freed == 0 {
@@ -556,24 +585,26 @@ fn relocate_segment(
                         e.chunks.extend(live.iter().map(|&i| (run.id(i), ChunkAt { r: old, index: i as u16 })));
                         continue;
                     }
-                    // The run of the live records, when it is smaller than
-                    // the run as it is; otherwise the run moves whole and
-                    // its records keep their indices. Relocation never
-                    // writes more than the bytes it moves, so a compacted
-                    // segment always fits in its own size.
+                    // A fully live run moves whole, byte for byte. A run
+                    // with a dead record is written again as the run of
+                    // its live records, even where that is larger (the
+                    // live ids may need wider distances): a dead record
+                    // carried into another segment would outlive the
+                    // tombstone that keeps it dead, which names the
+                    // segment it died in, and come back in a replay.
+                    // The growth is bounded (`relocation_slack`) and
+                    // reserved for (`relocation_bound`).
                     let mut rewritten = Vec::new();
                     if live.len() < h.count {
-                        let records: Vec<(u64, &[u8])> =
-                            live.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
-                        format::encode_chunk_run(&mut rewritten, h.table, h.node, h.version, &records);
-                        if rewritten.len() >= raw.len() {
-                            rewritten.clear();
-                        } else if let Err(e) = format::decode(raw) {
+                        if let Err(e) = format::decode(raw) {
                             // The records kept get a new CRC: the old one is
                             // checked first, so that a corruption in memory
                             // is not sealed in.
                             panic!("segment in slot {slot} is corrupt in memory at {at}: {e}");
                         }
+                        let records: Vec<(u64, &[u8])> =
+                            live.iter().map(|&i| (run.id(i).local(), run.chunk(i).payload)).collect();
+                        format::encode_chunk_run(&mut rewritten, h.table, h.node, h.version, &records);
                     }
                     let whole = rewritten.is_empty();
                     let bytes: &[u8] = if whole { raw } else { &rewritten };
@@ -591,7 +622,7 @@ fn relocate_segment(
                     }
                     inner.segs.slot(slot).live_bytes.fetch_sub(before, Ordering::Relaxed);
                     inner.segs.slot(w.slot).live_bytes.fetch_add(after, Ordering::Relaxed);
-                    inner.segs.slot(w.slot).run_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    inner.segs.slot(w.slot).run_slack.fetch_add(nh.relocation_slack() as u64, Ordering::Relaxed);
                     // A smaller run's records carry a larger share of its header.
                     inner.counters.live_bytes.fetch_add(after, Ordering::Relaxed);
                     inner.counters.live_bytes.fetch_sub(before, Ordering::Relaxed);
@@ -712,7 +743,7 @@ fn pack_chunks(inner: &Inner, slot: u32, singles: &mut [Single], spare: &mut Vec
         }
         inner.segs.slot(slot).live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
         inner.segs.slot(w.slot).live_bytes.fetch_add(after, Ordering::Relaxed);
-        inner.segs.slot(w.slot).run_bytes.fetch_add(packed.len() as u64, Ordering::Relaxed);
+        inner.segs.slot(w.slot).run_slack.fetch_add(h.relocation_slack() as u64, Ordering::Relaxed);
         inner.counters.live_bytes.fetch_add(after, Ordering::Relaxed);
         inner.counters.live_bytes.fetch_sub(before as u64, Ordering::Relaxed);
         written += packed.len() as u64;
@@ -750,19 +781,15 @@ fn estimate_bytes(inner: &Inner, slot: u32) -> usize {
 }
 
 /// The most bytes relocating a segment can write: its live and tombstone
-/// bytes, except that a chunk run with a dead record may move whole (its
-/// dead records with it); never more than the segment holds, since
-/// relocation never writes an entry larger than what it replaces. For
-/// reserving survivors; choosing by utilisation uses [`estimate_bytes`].
+/// bytes, plus, for its chunk runs, how much more rewriting a run as the
+/// run of its live records may take than their shares of it
+/// (`SegmentSlot::run_slack`; with many dead records and tiny payloads
+/// this can exceed what the segment holds, and such a segment is then not
+/// compacted). For reserving survivors; choosing by utilisation uses
+/// [`estimate_bytes`].
 fn relocation_bound(inner: &Inner, slot: u32) -> usize {
     let s = inner.segs.slot(slot);
-    let runs = s.run_bytes.load(Ordering::Relaxed) as usize;
-    let est = estimate_bytes(inner, slot);
-    if runs == 0 {
-        est
-    } else {
-        (est + runs).min(s.len.load(Ordering::Acquire) as usize)
-    }
+    estimate_bytes(inner, slot) + s.run_slack.load(Ordering::Relaxed) as usize
 }
 
 /// Segment compaction. Returns seglets freed (0: no segment worth it).
@@ -839,7 +866,7 @@ struct Chosen {
     id: SegmentId,
     slot: u32,
     /// The most bytes relocating it writes ([`relocation_bound`]): live
-    /// objects and chunks, tombstones believed live, chunk runs moved whole.
+    /// objects and chunks, tombstones believed live, chunk runs rewritten.
     bytes: usize,
     created: u64,
 }
@@ -1134,4 +1161,20 @@ fn scan_segment_tombstones(inner: &Inner, slot: u32, members: &Membership) {
     s.tomb_scanned_ms.store(inner.log.now_ms(), Ordering::Relaxed);
     s.tomb_gen.store(inner.cleaner.splices.load(Ordering::Relaxed), Ordering::Relaxed);
     inner.counters.tombstone_scans.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cleaner_rests_less_the_further_memory_is_above_its_target() {
+        let took = Duration::from_millis(40);
+        // Off, within the floor, or at the target: a full rest.
+        assert_eq!(rest_after(0.0, took), took);
+        assert_eq!(rest_after(1.05, took), took);
+        assert_eq!(rest_after(1.2, took), took / 4);
+        assert_eq!(rest_after(REST_NONE_ABOVE, took), Duration::ZERO);
+        assert_eq!(rest_after(3.0, took), Duration::ZERO);
+    }
 }

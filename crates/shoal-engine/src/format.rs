@@ -759,6 +759,18 @@ impl ChunkRunHeader {
         let share = self.ids_at / self.count + if i == 0 { self.ids_at % self.count } else { 0 };
         self.width + self.payload_len + share
     }
+
+    /// Most bytes the cleaner may write, beyond its live records' shares
+    /// of this run ([`Self::record_bytes`]), when it rewrites it as the
+    /// run of its live records: a header at its longest, and per record
+    /// the widest distance a subset of its ids can need (a subset spans
+    /// no more than the run: `width` bytes, or for consecutive ids the
+    /// bytes of `count - 1`).
+    pub fn relocation_slack(&self) -> usize {
+        let span = self.count as u64 - 1;
+        let widest = self.width.max((64 - span.leading_zeros() as usize).div_ceil(8));
+        MAX_RUN_HEADER_BYTES + self.count * widest
+    }
 }
 
 /// A chunk run entry (type 11), borrowed from the bytes it was decoded

@@ -77,10 +77,12 @@ pub struct SegmentSlot {
     /// Bytes of stream batch entries: the cleaner never picks a segment
     /// that holds any (set under the head lock, before it can close).
     pub stream_bytes: AtomicU64,
-    /// Bytes of chunk run entries written to it, live or not (soft state):
-    /// a run with a dead record may move whole, so the cleaner reserves
-    /// for a segment up to its live bytes plus these (`cleaner`).
-    pub run_bytes: AtomicU64,
+    /// Sum of `ChunkRunHeader::relocation_slack` over the chunk runs written
+    /// to it (soft state): relocating a run with a dead record rewrites it
+    /// as the run of its live records, which may be larger than their
+    /// shares of the old run by that much, so the cleaner reserves for a
+    /// segment up to its live bytes plus this (`cleaner`).
+    pub run_slack: AtomicU64,
     /// Bytes of its tombstones found dead by the last scan (Rumble §4.2.2).
     pub tomb_dead: AtomicU64,
     /// The cleaner's splice count when its tombstones were last scanned.
@@ -142,7 +144,7 @@ impl Segments {
                 live_bytes: AtomicU64::new(0),
                 tomb_bytes: AtomicU64::new(0),
                 stream_bytes: AtomicU64::new(0),
-                run_bytes: AtomicU64::new(0),
+                run_slack: AtomicU64::new(0),
                 tomb_dead: AtomicU64::new(0),
                 tomb_gen: AtomicU64::new(0),
                 created_ms: AtomicU64::new(0),
@@ -181,7 +183,7 @@ impl Segments {
         s.live_bytes.store(0, Ordering::Relaxed);
         s.tomb_bytes.store(0, Ordering::Relaxed);
         s.stream_bytes.store(0, Ordering::Relaxed);
-        s.run_bytes.store(0, Ordering::Relaxed);
+        s.run_slack.store(0, Ordering::Relaxed);
         s.tomb_dead.store(0, Ordering::Relaxed);
         s.tomb_gen.store(0, Ordering::Relaxed);
         s.created_ms.store(created_ms, Ordering::Relaxed);

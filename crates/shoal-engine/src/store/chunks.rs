@@ -109,15 +109,16 @@ fn encode_chunks(b: &mut Batch, items: &[(TableId, ChunkId, Version, &[u8])], ma
     placed
 }
 
-/// Adds the chunk runs of an appended batch to their segments' run bytes
-/// (`SegmentSlot::run_bytes`, which the cleaner reserves for).
+/// Adds the chunk runs of an appended batch to their segments' run slack
+/// (`SegmentSlot::run_slack`, which the cleaner reserves for).
 fn note_runs(segs: &crate::segment::Segments, b: &Batch, refs: &[crate::segment::LogRef], placed: &[Placed]) {
-    let mut seen: Vec<usize> = placed.iter().filter(|p| p.run).map(|p| p.entry).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    for e in seen {
-        let len = b.ends[e] - if e == 0 { 0 } else { b.ends[e - 1] };
-        segs.slot(refs[e].slot()).run_bytes.fetch_add(len as u64, Ordering::Relaxed);
+    let mut runs: Vec<usize> = placed.iter().filter(|p| p.run).map(|p| p.entry).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    for e in runs {
+        let start = if e == 0 { 0 } else { b.ends[e - 1] };
+        let h = format::parse_chunk_run_header(&b.buf[start..b.ends[e]]).expect("a run just written");
+        segs.slot(refs[e].slot()).run_slack.fetch_add(h.relocation_slack() as u64, Ordering::Relaxed);
     }
 }
 
