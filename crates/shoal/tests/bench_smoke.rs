@@ -128,6 +128,24 @@ fn memory_bench_over_resp_drives_servers() {
 }
 
 #[test]
+fn memory_bench_idle_growth_reports_rss_before_and_after() {
+    if !have_tool("redis-server", &["--version"]) || !have_tool("memcached", &["-V"]) {
+        return;
+    }
+    let lines = bench(&["memory", "--over-resp", "--idle-cycles", "20000", "--scale", "0.12"]);
+    assert_eq!(lines.len(), 4, "shoal-resp x4, x1.5, redis, memcached: {lines:?}");
+    for l in &lines {
+        assert_eq!(l["bench"], "memory-idle");
+        assert!(l["error"].is_null(), "{l}");
+        assert_eq!(num(l, "cycles"), 20000.0);
+        let start = num(l, "start_rss_bytes");
+        assert!(start > 0.0 && num(l, "peak_rss_bytes") >= start, "{l}");
+        assert!((num(l, "growth") - num(l, "end_rss_bytes") / start).abs() < 1e-9, "{l}");
+    }
+    assert!(lines[0]["meets_target"].is_boolean());
+}
+
+#[test]
 fn utilization_bench_reports_throughput_and_ratio() {
     let lines = bench(&[
         "utilization",

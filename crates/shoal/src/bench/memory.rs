@@ -66,6 +66,15 @@ pub struct Args {
     /// live-value cap for items, so that it never evicts).
     #[arg(long, default_value = "memcached")]
     pub memcached: String,
+    /// Instead of W1-W8, idle growth (with --over-resp or server
+    /// --engines): this many cycles of a SET and a DEL of one of
+    /// --idle-keys keys, beside as many keys that stay; RSS at the end
+    /// against RSS before the cycles (target: at most 1.2x for Shoal).
+    #[arg(long, default_value_t = 0)]
+    pub idle_cycles: u64,
+    /// Keys of the idle-growth run (each 50 bytes of value).
+    #[arg(long, default_value_t = 100)]
+    pub idle_keys: u64,
     /// Shoal's log memory as a multiple of the live-value cap (rounded up to
     /// whole 8 MiB segments, and raised to the smallest valid store).
     #[arg(long, default_value_t = 1.30)]
@@ -537,6 +546,105 @@ fn print_table(results: &[MemoryResult]) {
     );
 }
 
+/// One engine's idle-growth result.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleResult {
+    pub bench: &'static str,
+    pub engine: &'static str,
+    pub memory_factor: Option<f64>,
+    pub error: Option<String>,
+    pub keys: u64,
+    #[serde(flatten)]
+    pub churn: net::Churn,
+    /// End RSS / start RSS.
+    pub growth: f64,
+    /// Settled RSS / start RSS.
+    pub settled_growth: f64,
+    /// Shoal's: 1.2.
+    pub target_growth: Option<f64>,
+    pub meets_target: Option<bool>,
+}
+
+/// Idle-growth target for Shoal (issue 16).
+const IDLE_TARGET: f64 = 1.2;
+
+fn run_idle(args: &Args, runs: &[(Engine, Option<f64>)], params: WorkloadParams) -> Result<bool, String> {
+    let mut results = Vec::new();
+    for &(engine, factor) in runs {
+        if !engine.over_network() {
+            return Err(format!("--idle-cycles runs servers only (not {})", engine.name()));
+        }
+        let name = engine_label(engine.name(), factor);
+        eprintln!("memory: idle growth, {} cycles of {} keys, on {name} ...", args.idle_cycles, args.idle_keys);
+        let cap = params.cap_bytes as f64;
+        let spec = match engine {
+            Engine::ShoalResp => net::Spec::Shoal { memory_bytes: (cap * factor.unwrap_or(4.0)).ceil() as u64 },
+            Engine::Redis => net::Spec::Redis { bin: &args.redis_server },
+            _ => net::Spec::Memcached { bin: &args.memcached, memory_mib: (cap * 4.0 / MIB).ceil() as u64 + 64 },
+        };
+        let outcome = net::start(&spec)
+            .and_then(|server| net::churn(&server, engine == Engine::Memcached, args.idle_keys, 50, args.idle_cycles));
+        let shoal = engine == Engine::ShoalResp;
+        let (churn, error) = match outcome {
+            Ok(c) => (c, None),
+            Err(e) => (net::Churn::default(), Some(e)),
+        };
+        let growth = ratio(churn.end_rss_bytes, churn.start_rss_bytes);
+        let r = IdleResult {
+            bench: "memory-idle",
+            engine: engine.name(),
+            memory_factor: factor,
+            meets_target: shoal.then_some(error.is_none() && growth <= IDLE_TARGET),
+            error,
+            keys: args.idle_keys,
+            growth,
+            settled_growth: ratio(churn.settled_rss_bytes, churn.start_rss_bytes),
+            target_growth: shoal.then_some(IDLE_TARGET),
+            churn,
+        };
+        if args.json {
+            emit_json(&r);
+        }
+        results.push(r);
+    }
+    if !args.json {
+        let mut t = Table::new(
+            &[
+                "engine",
+                "start MiB",
+                "peak MiB",
+                "end MiB",
+                "settled MiB",
+                "end/start",
+                "settled/start",
+                "target",
+                "ok",
+                "secs",
+                "error",
+            ],
+            1,
+        );
+        for r in &results {
+            let c = &r.churn;
+            t.row(vec![
+                engine_label(r.engine, r.memory_factor),
+                mib(c.start_rss_bytes),
+                mib(c.peak_rss_bytes),
+                mib(c.end_rss_bytes),
+                mib(c.settled_rss_bytes),
+                format!("{:.3}", r.growth),
+                format!("{:.3}", r.settled_growth),
+                r.target_growth.map(|t| format!("<={t:.1}")).unwrap_or_default(),
+                r.meets_target.map(|m| if m { "yes" } else { "NO" }.to_string()).unwrap_or_default(),
+                format!("{:.1}", c.elapsed_secs),
+                r.error.clone().unwrap_or_default(),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    Ok(results.iter().all(|r| r.error.is_none()))
+}
+
 /// Runs the benchmark; false if a run failed.
 pub fn run(args: &Args) -> Result<bool, String> {
     if !positive(args.scale) {
@@ -555,7 +663,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
         specs.push(spec);
     }
     let params = WorkloadParams::scaled(args.scale, args.seed);
-    if !args.json && args.over_resp {
+    if args.json || args.idle_cycles > 0 {
+        // No header: JSON lines only, or the idle-growth table.
+    } else if args.over_resp {
         println!(
             "memory efficiency (Rumble Table 3.1) over the network: cap {:.1} MiB live values, {:.1} MiB written; \
              shoal-resp --memory at {:?} x cap, memcached -m 4 x cap",
@@ -563,7 +673,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
             params.total_write_bytes as f64 / MIB,
             args.server_memory_factors
         );
-    } else if !args.json {
+    } else {
         let want = (params.cap_bytes as f64 * args.shoal_memory_factor).ceil() as u64;
         let memory = fit_memory(want, SEGMENT_BYTES, SEGLET_BYTES, None)?;
         println!(
@@ -585,6 +695,12 @@ pub fn run(args: &Args) -> Result<bool, String> {
         } else {
             runs.push((engine, None));
         }
+    }
+    if args.idle_cycles > 0 {
+        if args.idle_keys == 0 {
+            return Err("--idle-keys must be at least 1".into());
+        }
+        return run_idle(args, &runs, params);
     }
     let mut results = Vec::new();
     for spec in specs {

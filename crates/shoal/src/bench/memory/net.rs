@@ -171,3 +171,58 @@ pub fn drive(
     let pid = server.pid;
     run_ops(engine, spec.name, make, move || Ok(ops.next()), sample_every, move || rss_of(pid))
 }
+
+/// What [`churn`] measured of one server.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Churn {
+    /// RSS with the keys written once, before the cycles.
+    pub start_rss_bytes: u64,
+    /// Highest RSS sampled during the cycles.
+    pub peak_rss_bytes: u64,
+    /// RSS right after the last cycle.
+    pub end_rss_bytes: u64,
+    /// RSS [`SETTLE`] after the last cycle.
+    pub settled_rss_bytes: u64,
+    pub cycles: u64,
+    pub elapsed_secs: f64,
+}
+
+/// Idle growth: writes `keys` keys of `value_bytes` that stay, then runs
+/// `cycles` cycles, each a SET then a DEL of one of `keys` other keys (in
+/// turn), pipelined [`DEPTH`] deep, sampling the server's RSS every
+/// 10,000 cycles. A store that holds a few KB should stay near its
+/// starting RSS however many commands it takes.
+pub fn churn(server: &Server, memcached: bool, keys: u64, value_bytes: usize, cycles: u64) -> Result<Churn, String> {
+    let wire: Box<dyn Wire> = if memcached {
+        Box::new(Memcached::connect(server.addr)?)
+    } else {
+        Box::new(Resp::with_wait(server.addr, None)?)
+    };
+    let mut t = WireTarget { wire, queued: 0 };
+    let value = vec![b'v'; value_bytes];
+    for i in 0..keys {
+        t.write(format!("idle:kept:{i}").as_bytes(), &value)?;
+    }
+    t.sync()?;
+    let rss = || rss_of(server.pid);
+    let mut c = Churn { start_rss_bytes: rss(), cycles, ..Churn::default() };
+    c.peak_rss_bytes = c.start_rss_bytes;
+    let started = Instant::now();
+    let churned: Vec<String> = (0..keys).map(|i| format!("idle:churn:{i}")).collect();
+    for n in 0..cycles {
+        let k = churned[(n % keys) as usize].as_bytes();
+        t.write(k, &value)?;
+        t.delete(k)?;
+        if n % 10_000 == 9_999 {
+            t.sync()?;
+            c.peak_rss_bytes = c.peak_rss_bytes.max(rss());
+        }
+    }
+    t.sync()?;
+    c.elapsed_secs = started.elapsed().as_secs_f64();
+    c.end_rss_bytes = rss();
+    c.peak_rss_bytes = c.peak_rss_bytes.max(c.end_rss_bytes);
+    std::thread::sleep(SETTLE);
+    c.settled_rss_bytes = rss();
+    Ok(c)
+}
