@@ -43,11 +43,16 @@
 //! * Every older version of the key was superseded by a write or a remove
 //!   that appended a tombstone naming the older version's segment, and the
 //!   cleaner keeps a tombstone while the segment it names is in the log
-//!   (`Membership::tombstone_live`). So each older version is either gone
-//!   with its segment or still covered by its tombstone; dropping the
-//!   newest version does not touch those tombstones. (A combined pass that
-//!   cleans the older version's segment together with the tombstone's
-//!   drops both in the same splice.)
+//!   (`Membership::tombstone_live`); or by an overwrite into the head that
+//!   held it, which left its tombstone out (`docs/cleaning.md`,
+//!   "Overwrites in the head need no tombstone"), and then the older
+//!   version is present only while the newer one is beside it in that
+//!   segment's replica. So each older version is either gone with its
+//!   segment or still covered by its tombstone or by the newer version
+//!   beside it (which a replay finds expired, a tombstone of its key);
+//!   dropping the newest version from memory touches none of these. (A
+//!   combined pass that cleans the older version's segment together with
+//!   the tombstone's drops both in the same splice.)
 //!
 //! Expiry here is by the store's clock at the start of the segment's
 //! relocation; an object that expires during it is relocated.

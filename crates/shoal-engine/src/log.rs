@@ -14,7 +14,7 @@ use crate::segment::{LogRef, Segments, SlotState};
 use parking_lot::Mutex;
 use shoal_common::{LogId, SegmentId, Version};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -120,6 +120,11 @@ pub struct Log {
     pub tomb_bytes: AtomicU64,
     /// Segments in the log (kept for cheap statistics).
     pub members_count: AtomicU64,
+    /// Tombstones (of objects and of chunks) appended so far.
+    pub tombstones_appended: AtomicU64,
+    /// The head's slot, for a writer's guess without the head lock
+    /// ([`Log::head_slot`]).
+    head_slot: AtomicU32,
     start: Instant,
 }
 
@@ -142,6 +147,8 @@ impl Log {
             safe_version: AtomicU64::new(1),
             tomb_bytes: AtomicU64::new(0),
             members_count: AtomicU64::new(0),
+            tombstones_appended: AtomicU64::new(0),
+            head_slot: AtomicU32::new(0),
             start,
         };
         {
@@ -205,6 +212,7 @@ impl Log {
             o.segment_opened(id, SegmentKind::Head);
         }
         self.write_group(&mut w, &b, 0..b.ends.len(), &mut Vec::new());
+        self.head_slot.store(w.slot, Ordering::Relaxed);
         h.w = w;
         true
     }
@@ -338,7 +346,33 @@ impl Log {
     /// on `NoSpace` nothing was appended.
     pub fn append(&self, b: &Batch, tier: Tier, refs: &mut Vec<LogRef>) -> Result<(), NoSpace> {
         let mut h = self.head.lock();
-        let need = self.plan(&h, b)?;
+        self.append_locked(&mut h, b, tier, refs)
+    }
+
+    /// [`Log::append`] only if every entry of `b` lands in the segment in
+    /// `slot`: that segment is the head and `b` fits in it. Ok(false),
+    /// having appended nothing, if not. A write whose batch leaves out the
+    /// tombstone of an object in `slot` appends it this way
+    /// (`docs/cleaning.md`, "Overwrites in the head need no tombstone").
+    pub fn append_within(&self, b: &Batch, tier: Tier, refs: &mut Vec<LogRef>, slot: u32) -> Result<bool, NoSpace> {
+        let mut h = self.head.lock();
+        // Entries only ever lengthen the segment, so the batch stays in the
+        // head exactly when the whole of it fits with its checksum entry.
+        if h.w.slot != slot || h.w.len + b.buf.len() + CHECKSUM_ENTRY_BYTES > self.segs.segment_bytes() {
+            return Ok(false);
+        }
+        self.append_locked(&mut h, b, tier, refs).map(|()| true)
+    }
+
+    /// The head's slot as last seen: a guess unless the caller holds
+    /// something that keeps the head from moving. [`Log::append_within`]
+    /// checks it under the head lock.
+    pub fn head_slot(&self) -> u32 {
+        self.head_slot.load(Ordering::Relaxed)
+    }
+
+    fn append_locked(&self, h: &mut HeadState, b: &Batch, tier: Tier, refs: &mut Vec<LogRef>) -> Result<(), NoSpace> {
+        let need = self.plan(h, b)?;
         let mut spare = Vec::with_capacity(need);
         for _ in 0..need {
             match self.segs.pool.alloc(tier) {
@@ -368,7 +402,7 @@ impl Log {
                     self.write_group(&mut w, b, first..i, refs);
                     h.w = w;
                 }
-                let ok = self.open_head(&mut h, &mut spare, tier);
+                let ok = self.open_head(h, &mut spare, tier);
                 assert!(ok, "planned seglets missing for a new head");
                 first = i;
                 len = h.w.len;
@@ -398,6 +432,7 @@ impl Log {
             if let Ok((t, len)) = format::decode_trusted(e) {
                 if let Some(seg) = t.tombstone_segment() {
                     *h.tomb_refs.entry(seg).or_default() += len as u64;
+                    self.tombstones_appended.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

@@ -362,6 +362,14 @@ pub struct StoreStats {
     pub sweep_ms: u64,
     /// (bytes appended by clients + bytes relocated) / bytes appended by clients.
     pub write_cost: f64,
+    /// Bytes appended by writes, removes and replays (entries, without the
+    /// checksum entries), the denominator of `write_cost`.
+    pub appended_bytes: u64,
+    /// Tombstones appended (of objects and chunks, by overwrites, removes
+    /// and replays), and overwrites that appended none because the object
+    /// they replaced was in the head with them (`docs/cleaning.md`).
+    pub tombstones_written: u64,
+    pub tombstones_elided: u64,
     /// Bytes of the pool made resident so far ahead of use by the
     /// populating thread: a few MiB past the memory in use, or with
     /// `StoreConfig::prefault` the whole pool (`memory_bytes` once done).
@@ -386,7 +394,9 @@ pub(crate) struct Counters {
     pub expiring: AtomicU64,
     /// Expired objects removed or replaced by a write.
     pub expired_lazily: AtomicU64,
-    _pad_writers: [u64; 7],
+    /// Overwrites that appended no tombstone ([`Inner::elidable`]).
+    pub tombstones_elided: AtomicU64,
+    _pad_writers: [u64; 6],
     // Readers.
     pub reads: AtomicU64,
     _pad_readers: [u64; 15],
@@ -602,6 +612,31 @@ impl Inner {
         r
     }
 
+    /// [`Inner::try_append`] only if all of `b` lands in the segment in
+    /// `slot` ([`Log::append_within`]): Ok(false), nothing appended, if not.
+    fn try_append_within(&self, b: &Batch, tier: Tier, refs: &mut Vec<LogRef>, slot: u32) -> Result<bool, NoSpace> {
+        refs.clear();
+        let r = self.log.append_within(b, tier, refs, slot);
+        if r == Ok(true) {
+            self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
+            cleaner::maybe_wake(self);
+        }
+        r
+    }
+
+    /// Whether the overwrite of `f` (found under its key's stripe lock)
+    /// may leave out `f`'s tombstone, provided the new object lands in the
+    /// same segment, the head (`docs/cleaning.md`, "Overwrites in the head
+    /// need no tombstone", has the proof): `f` is in `head`, the head's
+    /// slot as last seen ([`Log::head_slot`], read once per batch). Removes
+    /// never leave theirs out. The append that leaves it out must go
+    /// through [`Inner::try_append_within`] with `head`.
+    fn elidable(f: &Found, head: u32) -> bool {
+        // While the stripe lock is held `f` stays where it is (the cleaner
+        // moves or drops objects under it), so its slot holds its segment.
+        f.r.slot() == head
+    }
+
     /// Waits until the cleaner finished a pass after `seen`, or decides it
     /// cannot free memory. Err(OutOfMemory) when there is no hope.
     fn wait_for_space(&self, started: Instant) -> Result<(), StoreError> {
@@ -670,6 +705,9 @@ impl Inner {
         self.check_sizes(key, None)?;
         let hash = key_hash(table, key).0;
         let started = Instant::now();
+        // Cleared when the head moved away from the old object between the
+        // guess and the append: the next try appends the tombstone.
+        let mut may_elide = true;
         SCRATCH.with(|cell| {
             let (b, refs) = &mut *cell.borrow_mut();
             loop {
@@ -704,13 +742,29 @@ impl Inner {
                 b.clear();
                 format::encode_object_with(&mut b.buf, table, version, expiry, key, bytes);
                 b.mark();
-                if let Some(f) = found {
+                let head = self.log.head_slot();
+                let within = found.filter(|f| may_elide && Self::elidable(f, head)).map(|_| head);
+                if let (Some(f), None) = (found, within) {
                     self.push_tombstone(b, table, key, &f);
                 }
-                if self.try_append(b, Tier::Write, refs).is_err() {
-                    drop(lock);
-                    self.wait_for_space(started)?;
-                    continue;
+                let appended = match within {
+                    Some(slot) => self.try_append_within(b, Tier::Write, refs, slot),
+                    None => self.try_append(b, Tier::Write, refs).map(|()| true),
+                };
+                match appended {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        may_elide = false;
+                        continue;
+                    }
+                    Err(NoSpace) => {
+                        drop(lock);
+                        self.wait_for_space(started)?;
+                        continue;
+                    }
+                }
+                if within.is_some() {
+                    self.counters.tombstones_elided.fetch_add(1, Ordering::Relaxed);
                 }
                 let kv_len = key.len() + bytes.len();
                 self.install(table, hash, found, refs[0], b.ends[0], kv_len, expiry);
@@ -1383,9 +1437,15 @@ impl Store {
         let started = Instant::now();
         let mut b = Batch::default();
         let mut refs = Vec::new();
+        // As in `Inner::update`: cleared when the head moved meanwhile.
+        let mut may_elide = true;
         loop {
             let _locks: Vec<_> = stripes.iter().map(|s| inner.ht.lock_stripe(*s)).collect();
             b.clear();
+            // The slot of the head whose objects' tombstones this batch
+            // leaves out, and how many it leaves out.
+            let (mut within, mut elided) = (None, 0u64);
+            let head = inner.log.head_slot();
             // (index in idx, item, found, entry index of the object,
             // version, expiry, whether `found` had expired)
             let mut plan = Vec::new();
@@ -1410,7 +1470,12 @@ impl Store {
                 b.mark();
                 let obj = b.ends.len() - 1;
                 if let Some(f) = found {
-                    inner.push_tombstone(&mut b, op.table, op.key, &f);
+                    if may_elide && Inner::elidable(&f, head) {
+                        within = Some(head);
+                        elided += 1;
+                    } else {
+                        inner.push_tombstone(&mut b, op.table, op.key, &f);
+                    }
                 }
                 plan.push((j, i, found, obj, version, expiry, found.is_some() && live.is_none()));
             }
@@ -1422,7 +1487,18 @@ impl Store {
                 // stay unanswered: nothing is written.
                 return;
             }
-            if inner.try_append(&b, Tier::Write, &mut refs).is_err() {
+            let appended = match within {
+                Some(slot) => inner.try_append_within(&b, Tier::Write, &mut refs, slot),
+                None => inner.try_append(&b, Tier::Write, &mut refs).map(|()| true),
+            };
+            if appended == Ok(false) {
+                may_elide = false;
+                for (_, i, ..) in plan {
+                    results[i] = None;
+                }
+                continue;
+            }
+            if appended.is_err() {
                 drop(_locks);
                 if let Err(e) = inner.wait_for_space(started) {
                     for (_, i, ..) in plan {
@@ -1435,6 +1511,7 @@ impl Store {
                 }
                 continue;
             }
+            inner.counters.tombstones_elided.fetch_add(elided, Ordering::Relaxed);
             let len_of = |k: usize| b.ends[k] - if k == 0 { 0 } else { b.ends[k - 1] };
             // Overwrites first: an insert may move a slot of its bucket into
             // a new overflow bucket, which would stale the positions found.
@@ -1693,6 +1770,9 @@ impl Store {
             sweep_segments_scanned: c.sweep_segments.load(Ordering::Relaxed),
             sweep_ms: c.sweep_ns.load(Ordering::Relaxed) / 1_000_000,
             write_cost: if appended == 0 { 1.0 } else { (appended + relocated) as f64 / appended as f64 },
+            appended_bytes: appended,
+            tombstones_written: i.log.tombstones_appended.load(Ordering::Relaxed),
+            tombstones_elided: c.tombstones_elided.load(Ordering::Relaxed),
             prefaulted_bytes: i.segs.pool.populated_bytes() as u64,
         }
     }

@@ -283,6 +283,16 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
         "Segments the cleaner processed, by kind of pass.",
         [(&[("kind", "compaction")][..], t.segments_compacted), (&[("kind", "combined")][..], t.segments_cleaned)],
     )?;
+    s.counter(
+        "shoal_tombstones_written",
+        "Tombstones appended by overwrites, removes and replays.",
+        t.tombstones_written,
+    )?;
+    s.counter(
+        "shoal_tombstones_elided",
+        "Overwrites that appended no tombstone (the object they replaced was in the head with them).",
+        t.tombstones_elided,
+    )?;
     s.counter("shoal_cleaner_tombstone_scans", "Tombstone scans the cleaner ran.", t.tombstone_scans)?;
     s.counter("shoal_cleaner_relocated_bytes", "Bytes of live entries the cleaner relocated.", t.bytes_relocated)?;
     s.counter("shoal_cleaner_freed_bytes", "Seglet bytes the cleaner freed.", seglets(t.seglets_freed))?;

@@ -810,6 +810,9 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         sweep_segments_scanned,
         sweep_ms,
         write_cost,
+        appended_bytes,
+        tombstones_written,
+        tombstones_elided,
         prefaulted_bytes,
     } = ctx.store.stats();
     let s = &ctx.stats;
@@ -884,6 +887,9 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
         u("expiry_sweep_segments_scanned", sweep_segments_scanned),
         u("expiry_sweep_ms", sweep_ms),
         f("write_cost", write_cost),
+        u("appended_bytes", appended_bytes),
+        u("tombstones_written", tombstones_written),
+        u("tombstones_elided", tombstones_elided),
         u("prefaulted_bytes", prefaulted_bytes),
     ];
     let l = ctx.locks.stats(Now::clock());

@@ -92,9 +92,14 @@ pub struct UtilResult {
     pub ops_per_sec: f64,
     /// Value bytes overwritten per second, in MB (10^6 bytes).
     pub mb_per_sec: f64,
-    /// Write cost of the timed phase: 1 + bytes relocated / bytes appended,
-    /// the appended bytes estimated as overwrites x (object + tombstone entry).
+    /// Write cost of the timed phase: 1 + bytes relocated / bytes the
+    /// overwrites appended (objects and the tombstones not left out).
     pub write_cost: f64,
+    /// Tombstones the timed phase's overwrites appended, and overwrites
+    /// that appended none (`docs/cleaning.md`, "Overwrites in the head need
+    /// no tombstone").
+    pub tombstones_written: u64,
+    pub tombstones_elided: u64,
     /// The store's own cumulative write cost (fill and warm-up included).
     pub store_write_cost: f64,
     pub compactions: u64,
@@ -173,6 +178,8 @@ fn run_one(args: &Args, plan: &Plan, size: usize, dist: Dist, util: u32) -> Util
         ops_per_sec: 0.0,
         mb_per_sec: 0.0,
         write_cost: 0.0,
+        tombstones_written: 0,
+        tombstones_elided: 0,
         store_write_cost: 0.0,
         compactions: 0,
         combined_passes: 0,
@@ -225,19 +232,21 @@ fn run_one(args: &Args, plan: &Plan, size: usize, dist: Dist, util: u32) -> Util
     let s0 = store.stats();
     let (ops, t, err) = overwrite(&store, &chooser, &mut rng, &value, args.max_overwrites, plan.duration);
     let s1 = store.stats();
-    fill_timed(&mut r, &s0, &s1, ops, t, per_op);
+    fill_timed(&mut r, &s0, &s1, ops, t);
     r.error = err;
     r
 }
 
-fn fill_timed(r: &mut UtilResult, s0: &StoreStats, s1: &StoreStats, ops: u64, t: Duration, per_op: usize) {
+fn fill_timed(r: &mut UtilResult, s0: &StoreStats, s1: &StoreStats, ops: u64, t: Duration) {
     let secs = t.as_secs_f64().max(1e-9);
     r.overwrites = ops;
     r.secs = secs;
     r.ops_per_sec = ops as f64 / secs;
     r.mb_per_sec = (ops * r.value_bytes as u64) as f64 / secs / 1e6;
-    let appended = (ops * per_op as u64).max(1) as f64;
+    let appended = (s1.appended_bytes - s0.appended_bytes).max(1) as f64;
     r.write_cost = 1.0 + (s1.bytes_relocated - s0.bytes_relocated) as f64 / appended;
+    r.tombstones_written = s1.tombstones_written - s0.tombstones_written;
+    r.tombstones_elided = s1.tombstones_elided - s0.tombstones_elided;
     r.store_write_cost = s1.write_cost;
     r.compactions = s1.compactions - s0.compactions;
     r.combined_passes = s1.combined_passes - s0.combined_passes;
@@ -294,6 +303,7 @@ fn print_tables(results: &[UtilResult], ratios: &[RatioResult]) {
             "ops/s",
             "MB/s",
             "w-cost",
+            "elided",
             "store w-cost",
             "compact",
             "combined",
@@ -314,6 +324,7 @@ fn print_tables(results: &[UtilResult], ratios: &[RatioResult]) {
             format!("{:.0}", r.ops_per_sec),
             format!("{:.1}", r.mb_per_sec),
             format!("{:.3}", r.write_cost),
+            format!("{:.3}", r.tombstones_elided as f64 / (r.tombstones_written + r.tombstones_elided).max(1) as f64),
             format!("{:.3}", r.store_write_cost),
             r.compactions.to_string(),
             r.combined_passes.to_string(),

@@ -255,6 +255,8 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("live_bytes:{}", s.live_bytes);
             line!("live_key_value_bytes:{}", s.live_key_value_bytes);
             line!("tombstone_bytes:{}", s.tombstone_bytes);
+            line!("tombstones_written:{}", s.tombstones_written);
+            line!("tombstones_elided:{}", s.tombstones_elided);
             line!("memory_utilisation:{:.4}", s.memory_utilisation);
             line!("log_utilisation:{:.4}", s.log_utilisation);
             line!("hash_table_bytes:{}", s.hash_table_bytes);
