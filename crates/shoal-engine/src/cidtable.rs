@@ -9,10 +9,19 @@
 //! Readers take no lock: they load the slot under an epoch guard.
 //!
 //! Implementation: one table per node id (a store holds the chunks it
-//! created and, after recoveries, those of other nodes), each a page table
-//! of four 12-bit levels over the 48-bit local id; directories and leaves
-//! (4,096 8-byte slots, 32 KiB) are created on demand and never freed while
-//! the store lives. A slot is one `u64`:
+//! created and, after recoveries, those of other nodes), found through a
+//! two-level array of published pointers indexed by node id (two loads, no
+//! lock). A node's table is a radix tree over the 48-bit local id whose
+//! height grows with the largest id set: 4,096 cells per level (32 KiB),
+//! a leaf of slots below 4,096, one directory above it up to 2^24, and so
+//! on to 4 levels for the whole id space. Ids are handed out densely from
+//! 1, so a store of up to 16 M chunks of a node reads a slot in three
+//! dependent loads (root, directory, leaf). Levels and node tables are
+//! created on demand, published with one atomic store or compare-exchange
+//! and never freed or moved while the table lives (a grown tree keeps its
+//! old root as its first child), so a reader needs no epoch for them; the
+//! epoch guard protects only the log bytes a slot points at. A slot is one
+//! `u64`:
 //!
 //! ```text
 //!  0                   never used (or no entry survived a replay)
@@ -29,14 +38,20 @@
 //! never kill the new one at a replay.
 
 use crate::segment::{LogRef, OFFSET_BITS, SLOT_BITS};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, MutexGuard};
 use shoal_common::{ChunkId, Version};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const LEVEL_BITS: u32 = 12;
 const FANOUT: usize = 1 << LEVEL_BITS;
-const _: () = assert!(4 * LEVEL_BITS == ChunkId::LOCAL_BITS);
+/// The height of a tree whose root covers every local id (leaves are 0).
+const MAX_HEIGHT: u32 = 3;
+const _: () = assert!((MAX_HEIGHT + 1) * LEVEL_BITS == ChunkId::LOCAL_BITS);
+/// Node ids are split into a group (high byte) and a member (low byte).
+const NODE_FANOUT: usize = 256;
+const _: () = assert!(NODE_FANOUT * NODE_FANOUT == 1 << 16);
+/// Directory cells hold child addresses in a `u64`.
+const _: () = assert!(usize::BITS == 64);
 const FREE: u64 = 1 << 63;
 /// Stripe locks serialising writers of a chunk with the cleaner.
 const STRIPES: usize = 1024;
@@ -94,37 +109,158 @@ impl Slot {
     }
 }
 
-struct Leaf {
-    slots: Box<[AtomicU64]>,
-}
+/// A box published once through an atomic pointer: null until
+/// [`Published::get_or_create`] installs it, then never replaced, moved or
+/// freed until the `Published` is dropped (which takes `&mut`, so no
+/// reader is left). Readers take it with one acquire load.
+struct Published<T: Send + Sync>(AtomicPtr<T>);
 
-impl Leaf {
-    fn new() -> Leaf {
-        Leaf { slots: (0..FANOUT).map(|_| AtomicU64::new(0)).collect() }
+impl<T: Send + Sync> Published<T> {
+    const fn new() -> Published<T> {
+        Published(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    fn get(&self) -> Option<&T> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer came from `Box::into_raw` in
+        // `get_or_create` (published with release ordering, read with
+        // acquire, so the box's contents are visible) and is freed only by
+        // `drop`, which cannot run while `&self` is borrowed.
+        unsafe { p.as_ref() }
+    }
+
+    /// The published box, `make`'s if none was: `(it, whether it is
+    /// `make`'s)`. Two racing callers both make one; one wins, the other's
+    /// is dropped.
+    fn get_or_create(&self, make: impl FnOnce() -> Box<T>) -> (&T, bool) {
+        if let Some(t) = self.get() {
+            return (t, false);
+        }
+        let new = Box::into_raw(make());
+        match self.0.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: `new` is published now and lives as `get`'s do.
+            Ok(_) => (unsafe { &*new }, true),
+            Err(current) => {
+                // SAFETY: `new` was never published; this is its only owner.
+                drop(unsafe { Box::from_raw(new) });
+                // SAFETY: as in `get` (`current` is not null: the exchange
+                // failed because a box was published).
+                (unsafe { &*current }, false)
+            }
+        }
     }
 }
 
-struct Dir<T> {
-    children: Box<[OnceLock<Box<T>>]>,
-}
-
-impl<T> Dir<T> {
-    fn new() -> Dir<T> {
-        Dir { children: (0..FANOUT).map(|_| OnceLock::new()).collect() }
+impl<T: Send + Sync> Drop for Published<T> {
+    fn drop(&mut self) {
+        let p = *self.0.get_mut();
+        if !p.is_null() {
+            // SAFETY: as in `get`; `&mut self` means no borrow is left.
+            drop(unsafe { Box::from_raw(p) });
+        }
     }
 }
 
-fn index(local: u64, level: u32) -> usize {
-    ((local >> (LEVEL_BITS * level)) as usize) & (FANOUT - 1)
+/// One level of a node's radix tree: 4,096 cells over `LEVEL_BITS` bits of
+/// the local id. In a leaf (height 0) each cell is a slot; in a directory
+/// each is the address of the level below (0: not created yet), published
+/// once and owned by this level.
+struct Level {
+    height: u32,
+    cells: [AtomicU64; FANOUT],
 }
 
-/// The ids one node's chunks use: allocation state and the levels.
+impl Level {
+    fn new(height: u32) -> Box<Level> {
+        Box::new(Level { height, cells: [const { AtomicU64::new(0) }; FANOUT] })
+    }
+
+    /// Whether this level, as a root, covers `local`.
+    fn covers(&self, local: u64) -> bool {
+        local >> (LEVEL_BITS * (self.height + 1)) == 0
+    }
+
+    /// The cell of `local` at this level.
+    fn cell(&self, local: u64) -> &AtomicU64 {
+        &self.cells[((local >> (LEVEL_BITS * self.height)) as usize) & (FANOUT - 1)]
+    }
+
+    /// The level a directory cell's value points at (not 0).
+    fn child(&self, raw: u64) -> &Level {
+        debug_assert!(self.height > 0 && raw != 0);
+        // SAFETY: a directory cell holds 0 or the exposed address of a
+        // `Box<Level>` that it owns (`child_or_create`, or a grown root's
+        // first cell in `NodeTable::root_covering`), freed only when this
+        // level is dropped, which cannot happen while `&self` is borrowed.
+        unsafe { &*std::ptr::with_exposed_provenance::<Level>(raw as usize) }
+    }
+
+    /// The child of `local` (this a directory), created if there is none:
+    /// `(it, whether it was created here)`.
+    fn child_or_create(&self, local: u64) -> (&Level, bool) {
+        debug_assert!(self.height > 0);
+        let cell = self.cell(local);
+        let raw = cell.load(Ordering::Acquire);
+        if raw != 0 {
+            return (self.child(raw), false);
+        }
+        let new = Box::into_raw(Level::new(self.height - 1));
+        let addr = new.expose_provenance() as u64;
+        match cell.compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => (self.child(addr), true),
+            Err(current) => {
+                // SAFETY: `new` was never published; this is its only owner.
+                drop(unsafe { Box::from_raw(new) });
+                (self.child(current), false)
+            }
+        }
+    }
+
+    /// Calls `f` with every local id (ascending, `base` the first this
+    /// level covers) below `end` whose leaf exists, and its slot's value.
+    /// False once `end` is reached.
+    fn for_each(&self, base: u64, end: u64, f: &mut impl FnMut(u64, u64)) -> bool {
+        for (i, cell) in self.cells.iter().enumerate() {
+            let at = base | (i as u64) << (LEVEL_BITS * self.height);
+            if at >= end {
+                return false;
+            }
+            let raw = cell.load(Ordering::Acquire);
+            if self.height == 0 {
+                f(at, raw);
+            } else if raw != 0 && !self.child(raw).for_each(at, end, f) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Level {
+    fn drop(&mut self) {
+        if self.height == 0 {
+            return;
+        }
+        for cell in &mut self.cells {
+            let raw = *cell.get_mut();
+            if raw != 0 {
+                // SAFETY: the cell owns the box at `raw` (`child_or_create`),
+                // and `&mut self` means no borrow of it is left.
+                drop(unsafe { Box::from_raw(std::ptr::with_exposed_provenance_mut::<Level>(raw as usize)) });
+            }
+        }
+    }
+}
+
+/// The ids one node's chunks use: allocation state and the slots.
 struct NodeTable {
-    root: Dir<Dir<Dir<Leaf>>>,
+    /// The tree's root: null until the first slot is set, replaced only by
+    /// a taller root whose first child it becomes (under `grow`).
+    root: AtomicPtr<Level>,
+    grow: Mutex<()>,
     alloc: Mutex<Alloc>,
-    /// Leaves and directories created (for the memory statistics).
-    leaves: AtomicU64,
-    dirs: AtomicU64,
+    /// Levels created (for the memory statistics).
+    levels: AtomicU64,
 }
 
 #[derive(Default)]
@@ -138,74 +274,119 @@ struct Alloc {
 impl NodeTable {
     fn new() -> NodeTable {
         NodeTable {
-            root: Dir::new(),
+            root: AtomicPtr::new(std::ptr::null_mut()),
+            grow: Mutex::new(()),
             alloc: Mutex::new(Alloc { next: 1, free: Vec::new() }),
-            leaves: AtomicU64::new(0),
-            dirs: AtomicU64::new(1),
+            levels: AtomicU64::new(0),
         }
     }
 
-    fn leaf(&self, local: u64) -> Option<&Leaf> {
-        let d1 = self.root.children[index(local, 3)].get()?;
-        let d2 = d1.children[index(local, 2)].get()?;
-        d2.children[index(local, 1)].get().map(|l| &**l)
+    fn root(&self) -> Option<&Level> {
+        let p = self.root.load(Ordering::Acquire);
+        // SAFETY: a non-null root came from `Box::into_raw` in
+        // `root_covering`, published with release ordering; a replaced root
+        // lives on as the first child of its successor, and the tree is
+        // freed only by `drop`, which needs `&mut self`.
+        unsafe { p.as_ref() }
     }
 
-    fn leaf_or_create(&self, local: u64) -> &Leaf {
-        let d1 = self.root.children[index(local, 3)].get_or_init(|| {
-            self.dirs.fetch_add(1, Ordering::Relaxed);
-            Box::new(Dir::new())
-        });
-        let d2 = d1.children[index(local, 2)].get_or_init(|| {
-            self.dirs.fetch_add(1, Ordering::Relaxed);
-            Box::new(Dir::new())
-        });
-        d2.children[index(local, 1)].get_or_init(|| {
-            self.leaves.fetch_add(1, Ordering::Relaxed);
-            Box::new(Leaf::new())
-        })
+    /// The root, grown first (under `grow`) until it covers `local`.
+    fn root_covering(&self, local: u64) -> &Level {
+        if let Some(r) = self.root().filter(|r| r.covers(local)) {
+            return r;
+        }
+        let _grow = self.grow.lock();
+        loop {
+            let current = self.root.load(Ordering::Acquire);
+            // SAFETY: as in `root`.
+            let new = match unsafe { current.as_ref() } {
+                Some(r) if r.covers(local) => return r,
+                Some(r) => {
+                    let up = Level::new(r.height + 1);
+                    // The old root keeps every id it covered: they are the
+                    // ones whose bits above it are 0, the first cell. The
+                    // new root owns it (the pointer `Box::into_raw` gave,
+                    // so that `Level`'s drop may free it).
+                    up.cells[0].store(current.expose_provenance() as u64, Ordering::Relaxed);
+                    up
+                }
+                None => {
+                    let mut h = 0;
+                    while local >> (LEVEL_BITS * (h + 1)) != 0 {
+                        h += 1;
+                    }
+                    Level::new(h)
+                }
+            };
+            debug_assert!(new.height <= MAX_HEIGHT);
+            self.levels.fetch_add(1, Ordering::Relaxed);
+            self.root.store(Box::into_raw(new), Ordering::Release);
+        }
+    }
+
+    fn slot(&self, local: u64) -> Slot {
+        let Some(mut level) = self.root().filter(|r| r.covers(local)) else {
+            return Slot::Empty;
+        };
+        loop {
+            let raw = level.cell(local).load(Ordering::Acquire);
+            if level.height == 0 {
+                return Slot::decode(raw);
+            }
+            if raw == 0 {
+                return Slot::Empty;
+            }
+            level = level.child(raw);
+        }
+    }
+
+    fn set(&self, local: u64, s: Slot) {
+        let mut level = self.root_covering(local);
+        while level.height > 0 {
+            let (child, created) = level.child_or_create(local);
+            if created {
+                self.levels.fetch_add(1, Ordering::Relaxed);
+            }
+            level = child;
+        }
+        level.cell(local).store(s.encode(), Ordering::Release);
     }
 
     /// Calls `f` with every local id (ascending, from 1, below `end`)
     /// whose leaf exists, and its slot.
     fn for_each_slot(&self, end: u64, mut f: impl FnMut(u64, Slot)) {
-        for (i1, d1) in self.root.children.iter().enumerate() {
-            let Some(d1) = d1.get() else { continue };
-            for (i2, d2) in d1.children.iter().enumerate() {
-                let Some(d2) = d2.get() else { continue };
-                for (i3, leaf) in d2.children.iter().enumerate() {
-                    let Some(leaf) = leaf.get() else { continue };
-                    let base = ((i1 as u64) << 36) | ((i2 as u64) << 24) | ((i3 as u64) << 12);
-                    for (i, s) in leaf.slots.iter().enumerate() {
-                        let local = base | i as u64;
-                        if local == 0 {
-                            continue;
-                        }
-                        if local >= end {
-                            return;
-                        }
-                        f(local, Slot::decode(s.load(Ordering::Acquire)));
-                    }
+        if let Some(r) = self.root() {
+            r.for_each(0, end, &mut |local, raw| {
+                if local != 0 {
+                    f(local, Slot::decode(raw))
                 }
-            }
+            });
         }
-    }
-
-    fn slot(&self, local: u64) -> Slot {
-        match self.leaf(local) {
-            Some(l) => Slot::decode(l.slots[index(local, 0)].load(Ordering::Acquire)),
-            None => Slot::Empty,
-        }
-    }
-
-    fn set(&self, local: u64, s: Slot) {
-        self.leaf_or_create(local).slots[index(local, 0)].store(s.encode(), Ordering::Release);
     }
 }
 
+impl Drop for NodeTable {
+    fn drop(&mut self) {
+        let p = *self.root.get_mut();
+        if !p.is_null() {
+            // SAFETY: the root is owned by the table (`root_covering`), and
+            // `&mut self` means no borrow of it is left; the levels below
+            // are freed by `Level`'s drop.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// The node tables of one group of 256 node ids.
+type NodeGroup = [Published<NodeTable>; NODE_FANOUT];
+
 /// The CID tables of every node whose chunks the store holds.
 pub(crate) struct CidTable {
-    nodes: RwLock<Vec<(u16, Arc<NodeTable>)>>,
+    /// By the node id's high byte, then its low byte.
+    nodes: [Published<NodeGroup>; NODE_FANOUT],
+    /// The node ids whose table exists, in order of creation (for walks
+    /// over every table); appended to under its lock.
+    created: Mutex<Vec<u16>>,
     locks: Box<[Mutex<()>]>,
     /// Live chunks.
     pub live: AtomicU64,
@@ -221,27 +402,41 @@ pub(crate) struct Allocated {
 impl CidTable {
     pub fn new() -> CidTable {
         CidTable {
-            nodes: RwLock::new(Vec::new()),
+            nodes: [const { Published::new() }; NODE_FANOUT],
+            created: Mutex::new(Vec::new()),
             locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             live: AtomicU64::new(0),
         }
     }
 
-    fn node(&self, node: u16) -> Option<Arc<NodeTable>> {
-        self.nodes.read().iter().find(|(n, _)| *n == node).map(|(_, t)| t.clone())
+    /// The table of `node`, if it exists: two loads, no lock.
+    fn node(&self, node: u16) -> Option<&NodeTable> {
+        let group = self.nodes[usize::from(node >> 8)].get()?;
+        group[usize::from(node & 0xff)].get()
     }
 
-    fn node_or_create(&self, node: u16) -> Arc<NodeTable> {
+    /// The table of `node`, created if there is none. Created under the
+    /// `created` lock, and listed there before it is returned to anyone:
+    /// [`CidTable::tables`] (which takes the lock) misses no table that a
+    /// slot was set in before it was called.
+    fn node_or_create(&self, node: u16) -> &NodeTable {
         if let Some(t) = self.node(node) {
             return t;
         }
-        let mut nodes = self.nodes.write();
-        if let Some((_, t)) = nodes.iter().find(|(n, _)| *n == node) {
-            return t.clone();
+        let mut created = self.created.lock();
+        let (group, _) =
+            self.nodes[usize::from(node >> 8)].get_or_create(|| Box::new([const { Published::new() }; NODE_FANOUT]));
+        let (t, made) = group[usize::from(node & 0xff)].get_or_create(|| Box::new(NodeTable::new()));
+        if made {
+            created.push(node);
         }
-        let t = Arc::new(NodeTable::new());
-        nodes.push((node, t.clone()));
         t
+    }
+
+    /// Every node table, with its node id, in order of creation.
+    fn tables(&self) -> Vec<(u16, &NodeTable)> {
+        let created = self.created.lock();
+        created.iter().map(|&n| (n, self.node(n).expect("a created node table"))).collect()
     }
 
     /// The stripe index of a chunk id.
@@ -355,7 +550,7 @@ impl CidTable {
     /// none). No chunk of these nodes may be created meanwhile (a recovery
     /// master replays other nodes' chunks and creates only its own).
     pub fn rebuild_free_lists_of(&self, nodes: &std::collections::HashSet<u16>) {
-        for (_, t) in self.nodes.read().iter().filter(|(n, _)| nodes.contains(n)) {
+        for (_, t) in self.tables().into_iter().filter(|(n, _)| nodes.contains(n)) {
             let next = t.alloc.lock().next;
             let mut free = Vec::new();
             t.for_each_slot(next, |local, s| match s {
@@ -370,8 +565,7 @@ impl CidTable {
     /// Calls `f` with every live chunk's id and entry (for invariant checks
     /// and enumeration; not a snapshot).
     pub fn for_each_live(&self, mut f: impl FnMut(ChunkId, ChunkAt)) {
-        let nodes: Vec<(u16, Arc<NodeTable>)> = self.nodes.read().clone();
-        for (node, t) in nodes {
+        for (node, t) in self.tables() {
             let next = t.alloc.lock().next;
             t.for_each_slot(next, |local, s| {
                 if let Slot::Live(r) = s {
@@ -381,18 +575,21 @@ impl CidTable {
         }
     }
 
-    /// Bytes the tables take: slots, directories and free lists.
+    /// Bytes the tables take: levels, node directories and free lists.
     pub fn memory_bytes(&self) -> u64 {
-        let nodes = self.nodes.read();
-        nodes
+        let level = std::mem::size_of::<Level>() as u64;
+        let group = std::mem::size_of::<NodeGroup>() as u64;
+        let groups = self.nodes.iter().filter(|g| g.get().is_some()).count() as u64;
+        let tables: u64 = self
+            .tables()
             .iter()
             .map(|(_, t)| {
-                let leaf = (FANOUT * std::mem::size_of::<AtomicU64>()) as u64;
-                let dir = (FANOUT * std::mem::size_of::<OnceLock<Box<Leaf>>>()) as u64;
+                let table = std::mem::size_of::<NodeTable>() as u64;
                 let free = (t.alloc.lock().free.capacity() * 8) as u64;
-                t.leaves.load(Ordering::Relaxed) * leaf + t.dirs.load(Ordering::Relaxed) * dir + free
+                t.levels.load(Ordering::Relaxed) * level + table + free
             })
-            .sum()
+            .sum();
+        std::mem::size_of::<CidTable>() as u64 + groups * group + tables
     }
 }
 
@@ -459,5 +656,94 @@ mod tests {
         let a = t.allocate(3, 4).unwrap();
         let got: Vec<(u64, u64)> = a.iter().map(|x| (x.id.local(), x.version.0)).collect();
         assert_eq!(got, vec![(1, 1), (3, 1), (4, 10), (6, 1)]);
+    }
+
+    #[test]
+    fn node_tables_created_by_racing_threads_are_one_per_node() {
+        let t = CidTable::new();
+        // Node ids in two groups (high bytes 0 and 3), every thread
+        // creating every one, in its own order, and setting a slot in it.
+        let nodes: Vec<u16> = vec![0, 1, 255, 3 << 8, (3 << 8) | 7];
+        let seen: Vec<Vec<(u16, usize)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4usize)
+                .map(|w| {
+                    let (t, nodes) = (&t, &nodes);
+                    s.spawn(move || {
+                        let mut got = Vec::new();
+                        for k in 0..nodes.len() {
+                            let node = nodes[(k + w) % nodes.len()];
+                            let table = t.node_or_create(node);
+                            let id = ChunkId::new(node, 1 + w as u64);
+                            table.set(id.local(), Slot::Live(ChunkAt::entry(LogRef::new(1, w as u32 + 1))));
+                            got.push((node, std::ptr::from_ref(table) as usize));
+                        }
+                        got
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for node in &nodes {
+            let mut ptrs: Vec<usize> = seen.iter().flatten().filter(|(n, _)| n == node).map(|(_, p)| *p).collect();
+            ptrs.dedup();
+            assert_eq!(ptrs.len(), 1, "node {node}: every thread got the same table");
+            for w in 0..4u64 {
+                assert_eq!(
+                    t.live_ref(ChunkId::new(*node, 1 + w)),
+                    Some(ChunkAt::entry(LogRef::new(1, w as u32 + 1))),
+                    "node {node}: the slot thread {w} set"
+                );
+            }
+        }
+        let mut listed: Vec<u16> = t.tables().iter().map(|(n, _)| *n).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, nodes, "each table listed once");
+        assert_eq!(t.get(ChunkId::new(2, 1)), Slot::Empty, "a node never created");
+    }
+
+    #[test]
+    fn slots_stay_readable_while_the_tree_grows_under_readers() {
+        // Ids that make the root grow from a leaf to the full 4 levels.
+        // Ascending, each set once (a reader may see sets past the count
+        // it read).
+        let mut ids: Vec<u64> =
+            [1u64, 4095, 4096, 5 << 12, (1 << 24) - 1, 1 << 24, 3 << 30, 1 << 36, ChunkId::MAX_LOCAL]
+                .iter()
+                .flat_map(|&l| [l, l - 1])
+                .filter(|&l| l != 0)
+                .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let t = CidTable::new();
+        let published = AtomicU64::new(0);
+        let value = |i: usize| Slot::Live(ChunkAt { r: LogRef::new(2, i as u32 + 1), index: i as u16 });
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| loop {
+                    let done = published.load(Ordering::Acquire) as usize;
+                    for (i, &l) in ids[..done].iter().enumerate() {
+                        assert_eq!(t.get(ChunkId::new(9, l)), value(i), "id {l} after {done} sets");
+                    }
+                    if done == ids.len() {
+                        return;
+                    }
+                });
+            }
+            for (i, &l) in ids.iter().enumerate() {
+                t.note_id(ChunkId::new(9, l));
+                t.set(ChunkId::new(9, l), value(i));
+                published.store(i as u64 + 1, Ordering::Release);
+            }
+        });
+        let mut seen = Vec::new();
+        t.for_each_live(|id, _| seen.push(id.local()));
+        let mut want = ids.clone();
+        want.sort_unstable();
+        want.dedup();
+        assert_eq!(seen, want, "a walk finds every id, ascending");
+        // 4 levels on the path of every id: the root, and what it needed.
+        let table = t.node(9).unwrap();
+        assert_eq!(table.root().unwrap().height, MAX_HEIGHT);
+        assert!(t.memory_bytes() >= table.levels.load(Ordering::Relaxed) * std::mem::size_of::<Level>() as u64);
     }
 }

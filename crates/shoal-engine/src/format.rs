@@ -822,7 +822,12 @@ impl<'a> ChunkRunView<'a> {
 /// that the record sizes it gives end the entry exactly. The read path
 /// uses it to find one record without reading the rest.
 pub fn parse_chunk_run_header(prefix: &[u8]) -> Result<ChunkRunHeader, FormatError> {
-    let h = read_header(prefix)?;
+    parse_chunk_run_header_after(prefix, &read_header(prefix)?)
+}
+
+/// [`parse_chunk_run_header`] of an entry whose header `h` was read
+/// already (the read path reads it once per lookup).
+pub fn parse_chunk_run_header_after(prefix: &[u8], h: &EntryHeader) -> Result<ChunkRunHeader, FormatError> {
     if h.entry_type != EntryType::ChunkRun {
         return Err(FormatError::Malformed);
     }
@@ -1009,11 +1014,15 @@ fn parse_object_body<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<ObjectView<
 /// Decodes a full chunk entry without checking its CRC (the read path, as
 /// [`parse_object`]).
 pub fn parse_chunk(entry: &[u8]) -> Result<ChunkView<'_>, FormatError> {
-    let h = read_header(entry)?;
+    parse_chunk_after(entry, &read_header(entry)?)
+}
+
+/// [`parse_chunk`] of an entry whose header `h` was read already.
+pub fn parse_chunk_after<'a>(entry: &'a [u8], h: &EntryHeader) -> Result<ChunkView<'a>, FormatError> {
     if h.entry_type != EntryType::Chunk || entry.len() < h.total_len() {
         return Err(FormatError::Malformed);
     }
-    parse_chunk_body(&entry[..h.total_len()], &h)
+    parse_chunk_body(&entry[..h.total_len()], h)
 }
 
 fn get_chunk_id(entry: &[u8], pos: &mut usize) -> Result<ChunkId, FormatError> {

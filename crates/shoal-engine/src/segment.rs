@@ -305,16 +305,27 @@ impl Segments {
         self.bytes(slot, off, h.total_len())
     }
 
-    /// The first `max` bytes of the entry at `r` (all of it if shorter),
-    /// for readers that need only its fixed part. Same contract as
+    /// The entry header at `r` and the first `max` bytes of the entry (all
+    /// of it if shorter), for readers that need only its fixed part: one
+    /// look-up of the seglet and one parse of the header. Same contract as
     /// [`Segments::entry`].
-    pub fn entry_prefix(&self, r: LogRef, max: usize) -> Cow<'_, [u8]> {
+    pub fn entry_prefix(&self, r: LogRef, max: usize) -> (crate::format::EntryHeader, Cow<'_, [u8]>) {
         let slot = r.slot();
         let off = r.offset() as usize;
         let len = self.slots[slot as usize].len.load(Ordering::Acquire) as usize;
-        let hdr = self.bytes(slot, off, 4.min(len - off));
-        let h = crate::format::read_header(&hdr).expect("log reference to a malformed entry");
-        self.bytes(slot, off, h.total_len().min(max))
+        // The published bytes past the entry belong to later entries: read
+        // with it, then cut off.
+        let bytes = self.bytes(slot, off, max.min(len - off));
+        let h = crate::format::read_header(&bytes).expect("log reference to a malformed entry");
+        let n = h.total_len().min(bytes.len());
+        let prefix = match bytes {
+            Cow::Borrowed(b) => Cow::Borrowed(&b[..n]),
+            Cow::Owned(mut v) => {
+                v.truncate(n);
+                Cow::Owned(v)
+            }
+        };
+        (h, prefix)
     }
 
     /// Calls `f(offset, entry bytes)` for each entry of a segment, in place.

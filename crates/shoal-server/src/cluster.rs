@@ -95,6 +95,31 @@ pub struct RecoveryProgress {
     pub done: bool,
 }
 
+/// The cluster map this server acts on, with what routing derives from
+/// it once per map rather than once per request.
+struct HeldMap {
+    map: Arc<ClusterMap>,
+    /// The highest server id the map names (0 if none): a chunk id of a
+    /// node above it was created by a server that enlisted after this map
+    /// ([`ClusterNode::route_chunks`]).
+    newest_server: u64,
+}
+
+impl HeldMap {
+    fn new(map: Arc<ClusterMap>) -> HeldMap {
+        let newest_server = map.servers.iter().map(|s| s.id.0).max().unwrap_or(0);
+        HeldMap { map, newest_server }
+    }
+}
+
+impl std::ops::Deref for HeldMap {
+    type Target = ClusterMap;
+
+    fn deref(&self) -> &ClusterMap {
+        &self.map
+    }
+}
+
 /// This server's membership in a cluster.
 pub struct ClusterNode {
     pub id: ServerId,
@@ -107,7 +132,7 @@ pub struct ClusterNode {
     pub replicator: Arc<Replicator>,
     backup: Mutex<Option<Backup>>,
     backup_addr: SocketAddr,
-    map: RwLock<Arc<ClusterMap>>,
+    map: RwLock<HeldMap>,
     /// Earlier logs of this server to replay before serving.
     recover: Vec<LogId>,
     recovering: AtomicBool,
@@ -312,7 +337,7 @@ impl ClusterNode {
             replicator,
             backup: Mutex::new(Some(backup)),
             backup_addr,
-            map: RwLock::new(Arc::new(ClusterMap::default())),
+            map: RwLock::new(HeldMap::new(Arc::new(ClusterMap::default()))),
             recovering: AtomicBool::new(!recover.is_empty()),
             recover,
             head_reported: AtomicBool::new(false),
@@ -344,7 +369,7 @@ impl ClusterNode {
 
     /// The cluster map as last received.
     pub fn map(&self) -> Arc<ClusterMap> {
-        self.map.read().clone()
+        self.map.read().map.clone()
     }
 
     pub fn backup_addr(&self) -> SocketAddr {
@@ -453,7 +478,7 @@ impl ClusterNode {
         let backups: Vec<(ServerId, SocketAddr)> =
             map.live_servers().filter(|s| s.id != self.id).map(|s| (s.id, s.backup)).collect();
         self.replicator.set_backups(backups, map.replicas);
-        *held = Arc::new(map);
+        *held = HeldMap::new(Arc::new(map));
         true
     }
 
@@ -485,14 +510,13 @@ impl ClusterNode {
             return Route::NoTablet;
         }
         let map = self.map.read();
-        let newest = map.servers.iter().map(|s| s.id.0).max().unwrap_or(0);
         for id in ids {
             match map.chunk_owner(table, id) {
                 Some(r) => match self.route_to(&map, Some(r.master)) {
                     Route::Local => {}
                     other => return other,
                 },
-                None if u64::from(id.node()) > newest => return Route::NoTablet,
+                None if u64::from(id.node()) > map.newest_server => return Route::NoTablet,
                 None => {}
             }
         }
@@ -1279,6 +1303,27 @@ async fn ping(conns: &mut HashMap<SocketAddr, tokio::net::TcpStream>, addr: Sock
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn held_map_knows_its_newest_server() {
+        assert_eq!(HeldMap::new(Arc::new(ClusterMap::default())).newest_server, 0);
+        let mut map = ClusterMap::default();
+        for id in [3, 9, 5] {
+            let addr: SocketAddr = format!("127.0.0.1:{}", 7000 + id).parse().unwrap();
+            let state = ServerState::Up;
+            map.servers.push(shoal_cluster::ServerInfo {
+                id: ServerId(id),
+                native: addr,
+                resp: addr,
+                backup: addr,
+                log: LogId(id),
+                state,
+            });
+        }
+        let held = HeldMap::new(Arc::new(map));
+        assert_eq!(held.newest_server, 9);
+        assert_eq!(held.servers.len(), 3, "the map itself through the holder");
+    }
 
     #[test]
     fn the_credential_file_is_private_and_round_trips() {

@@ -129,14 +129,14 @@ impl Inner {
         Some(self.chunk_at(at, id))
     }
 
-    /// The chunk whose CID table slot holds `at`. A chunk entry is read
-    /// whole; of a chunk run only the fixed part, which places the record.
+    /// The chunk whose CID table slot holds `at`. The entry's first bytes
+    /// are read and its header parsed once: of a chunk run they place the
+    /// record; a chunk entry is in them whole when short, else read whole.
     fn chunk_at(&self, at: ChunkAt, id: ChunkId) -> ChunkFound {
-        let pre = self.segs.entry_prefix(at.r, format::MAX_RUN_HEADER_BYTES);
+        let (h, pre) = self.segs.entry_prefix(at.r, format::MAX_RUN_HEADER_BYTES);
         let off = at.r.offset() as usize;
-        let h = format::read_header(&pre).expect("the CID table points at an entry");
         if h.entry_type == format::EntryType::ChunkRun {
-            let run = format::parse_chunk_run_header(&pre).expect("the CID table points at a chunk run");
+            let run = format::parse_chunk_run_header_after(&pre, &h).expect("the CID table points at a chunk run");
             debug_assert!((at.index as usize) < run.count);
             return ChunkFound {
                 at,
@@ -147,9 +147,8 @@ impl Inner {
                 payload_len: run.payload_len,
             };
         }
-        drop(pre);
-        let e = self.segs.entry(at.r);
-        let c = format::parse_chunk(&e).expect("the CID table points at a chunk entry");
+        let e = if pre.len() == h.total_len() { pre } else { self.segs.entry(at.r) };
+        let c = format::parse_chunk_after(&e, &h).expect("the CID table points at a chunk entry");
         debug_assert_eq!(c.id, id);
         ChunkFound {
             at,

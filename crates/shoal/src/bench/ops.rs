@@ -13,6 +13,9 @@
 //! remove of random ids; created 1,024 per call to populate) and on
 //! key-value objects with 8-byte keys, for DXRAM's comparison of a chunk
 //! table's CID table against the hash table without a network in between.
+//! The chunk phases pick ids from the array their creates returned; the
+//! key-value phases compute their keys, or with `--held-keys` pick them
+//! from an array too, so that both pay the same load outside the store.
 
 use super::{emit_json, fit_memory, positive, store_config, Table, MIB};
 use clap::Args as ClapArgs;
@@ -54,6 +57,13 @@ pub struct Args {
     /// other, each in a fresh store (the values are the chunks' payloads).
     #[arg(long)]
     pub chunks: bool,
+    /// With --chunks: the key-value phases also pick the keys they read
+    /// and overwrite from an array of the keys held in memory (kind
+    /// "kv8-held"), as the chunk phases pick ids from the array their
+    /// creates returned, so that both pay the same load per op outside
+    /// the store (an 8 MB array for 1 M items).
+    #[arg(long, requires = "chunks")]
+    pub held_keys: bool,
 }
 
 /// One phase's rate and latencies.
@@ -152,7 +162,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
     }
     let mut results = if args.chunks {
         let mut r = run_chunks(args)?;
-        r.extend(run_kv(args, "kv8", |i: u64| i.to_le_bytes())?);
+        let kind = if args.held_keys { "kv8-held" } else { "kv8" };
+        r.extend(run_kv(args, kind, |i: u64| i.to_le_bytes())?);
         r
     } else {
         run_kv(args, "kv", key_of)?
@@ -170,7 +181,11 @@ pub fn run(args: &Args) -> Result<bool, String> {
 }
 
 /// The four phases on key-value objects with keys `key(i)`.
-fn run_kv<K: AsRef<[u8]>>(args: &Args, kind: &'static str, key: fn(u64) -> K) -> Result<Vec<OpsResult>, String> {
+fn run_kv<K: AsRef<[u8]> + Clone>(
+    args: &Args,
+    kind: &'static str,
+    key: fn(u64) -> K,
+) -> Result<Vec<OpsResult>, String> {
     let n = args.objects;
     let max_ops = args.ops.unwrap_or(n);
     let time = Duration::from_secs_f64(args.max_secs);
@@ -203,16 +218,20 @@ fn run_kv<K: AsRef<[u8]>>(args: &Args, kind: &'static str, key: fn(u64) -> K) ->
         }
         id = end;
     }
+    // The keys of reads and overwrites: computed, or (--held-keys) loaded
+    // from an array, as the chunk phases load ids.
+    let held: Vec<K> = if args.held_keys { (0..n).map(key).collect() } else { Vec::new() };
+    let pick = |i: u64| if held.is_empty() { key(i) } else { held[i as usize].clone() };
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut results = Vec::new();
     let mut buf = Vec::with_capacity(args.value_size);
     eprintln!("ops: reads ...");
     results.push(phase("read", max_ops, time, |_| {
-        store.read_into(TABLE, key(rng.gen_range(0..n)).as_ref(), RejectRules::default(), &mut buf).map(|_| ())
+        store.read_into(TABLE, pick(rng.gen_range(0..n)).as_ref(), RejectRules::default(), &mut buf).map(|_| ())
     }));
     eprintln!("ops: overwrites ...");
     results.push(phase("overwrite", max_ops, time, |_| {
-        store.write(TABLE, key(rng.gen_range(0..n)).as_ref(), &value, RejectRules::default()).map(|_| ())
+        store.write(TABLE, pick(rng.gen_range(0..n)).as_ref(), &value, RejectRules::default()).map(|_| ())
     }));
     eprintln!("ops: inserts ...");
     let insert = phase("insert", max_ops, time, |i| {
