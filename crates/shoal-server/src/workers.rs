@@ -25,7 +25,7 @@
 //! So the workers measure how busy they are (the time their runtime is not
 //! parked) and a balancer thread moves connections every [`WINDOW`]:
 //! * connections start on worker 0 (consolidated);
-//! * when worker 0 has been busy at least [`HOT`] of [`HOT_WINDOWS`]
+//! * when worker 0 has been busy at least [`WARM`] of [`HOT_WINDOWS`]
 //!   windows running and has several connections, half of them move to
 //!   the other worker: a trial. If the requests executed per second rise
 //!   by [`GAIN`] within [`TRIAL_WINDOWS`], the workers stay spread and new
@@ -34,6 +34,15 @@
 //!   [`MAX_BACKOFF`]);
 //! * spread workers consolidate again when together they are busy less
 //!   than [`COLD`] of one core for [`COLD_WINDOWS`] windows.
+//!
+//! A worker need not be saturated for spreading to pay. A few clients
+//! sending one request at a time leave one worker mostly idle, yet each
+//! request waits behind the others' and behind the client threads the
+//! worker's own replies wake on its core (the scheduler places a woken
+//! client beside its waker); on a second worker the requests of half the
+//! clients no longer wait. The trial measures whether that pays, so the
+//! bar to try is low ([`WARM`]); [`COLD`] is below it, so that workers
+//! consolidated for being cold are not at once tried again.
 //!
 //! A connection moves only between requests, with no reply owed and nothing
 //! awaited (see [`Placement::should_move`]): its front end then hands back
@@ -60,15 +69,16 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// How often the balancer looks at the workers.
 pub const WINDOW: Duration = Duration::from_millis(100);
 /// Busy fraction of worker 0 above which spreading is tried.
-pub const HOT: f64 = 0.9;
-/// Consecutive hot windows before a trial.
+pub const WARM: f64 = 0.3;
+/// Consecutive warm windows before a trial.
 pub const HOT_WINDOWS: u32 = 2;
 /// Windows a trial runs; its rate is measured over all but the first.
 pub const TRIAL_WINDOWS: u32 = 4;
 /// Rise in requests per second that makes a trial succeed.
 pub const GAIN: f64 = 1.1;
-/// Busy fraction of both workers together below which they consolidate.
-pub const COLD: f64 = 0.6;
+/// Busy fraction of both workers together below which they consolidate
+/// (below [`WARM`]: see the module comment).
+pub const COLD: f64 = 0.25;
 /// Consecutive cold windows before consolidating.
 pub const COLD_WINDOWS: u32 = 5;
 /// First and longest wait after a failed trial before the next.
@@ -386,7 +396,7 @@ impl Policy {
         let prev_rate = std::mem::replace(&mut self.last_rate, w.rate);
         match self.mode {
             Mode::Consolidated { hot } => {
-                let hot = if w.busy[0] >= HOT && w.connections0 >= 2 { hot + 1 } else { 0 };
+                let hot = if w.busy[0] >= WARM && w.connections0 >= 2 { hot + 1 } else { 0 };
                 self.mode = Mode::Consolidated { hot };
                 if hot >= HOT_WINDOWS && w.at >= self.no_trial_before {
                     self.mode = Mode::Trial {
