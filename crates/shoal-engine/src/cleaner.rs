@@ -99,6 +99,9 @@ pub(crate) struct CleanerState {
     /// Combined passes done: tombstones die only when one splices, so a
     /// segment scanned since the last one has no newly dead tombstones.
     splices: AtomicU64,
+    /// (appended bytes, live bytes) when a pass made for the target last
+    /// freed nothing: [`stalled`].
+    stalled: Mutex<Option<(u64, u64)>>,
 }
 
 impl CleanerState {
@@ -133,31 +136,59 @@ fn should_clean(inner: &Inner) -> bool {
 }
 
 /// Whether the log holds more memory than its live objects need at the
-/// target utilisation (`StoreConfig::target_utilisation`), by more than two
-/// segments, once it is larger than [`TARGET_FLOOR_SEGMENTS`] segments.
+/// target utilisation (`StoreConfig::target_utilisation`) plus its slack
+/// ([`target_excess`]), and the cleaner has not given up on that since
+/// the log last changed ([`CleanerState::stalled`]).
 fn below_target(inner: &Inner) -> bool {
-    target_excess(inner) > 1.0
+    target_excess(inner) > 1.0 && !stalled(inner)
 }
 
 /// Memory in use over what the live objects need at the target
-/// utilisation plus two segments: above 1, the log is below its target.
-/// 0 while the target is off or the log is within its floor.
+/// utilisation plus [`target_slack`]: above 1, the log is below its
+/// target. 0 while the target is off.
 fn target_excess(inner: &Inner) -> f64 {
     let target = inner.config.target_utilisation;
     if target <= 0.0 {
         return 0.0;
     }
     let pool = &inner.segs.pool;
-    let seg = inner.segs.segment_bytes() as f64;
     let in_use = ((pool.total_seglets() as usize - pool.free_seglets()) * pool.seglet_bytes()) as f64;
-    if in_use <= TARGET_FLOOR_SEGMENTS as f64 * seg {
-        return 0.0;
-    }
     // Live objects only: tombstones are garbage in waiting, which combined
     // cleaning removes (their segments leave the log).
-    let live = inner.counters.live_bytes.load(Ordering::Relaxed) as f64;
-    in_use / (live / target + 2.0 * seg)
+    let need = inner.counters.live_bytes.load(Ordering::Relaxed) as f64 / target;
+    in_use / (need + target_slack(inner, need))
 }
+
+/// What the log may hold beyond `need` (its live objects at the target
+/// utilisation) before it is cleaned for the target: an eighth of `need`,
+/// at least [`MIN_SLACK_BYTES`], at most two segments. In bytes, not
+/// segments, so that a store holding a few KB is cleaned down to a few
+/// MiB (its head rolled early, [`roll_dead_head`]) instead of being left
+/// with whole segments of dead objects.
+fn target_slack(inner: &Inner, need: f64) -> f64 {
+    let two_segments = 2.0 * inner.segs.segment_bytes() as f64;
+    (need / 8.0).max(MIN_SLACK_BYTES as f64).min(two_segments)
+}
+
+/// [`target_slack`]'s least slack: one huge page, the unit memory goes
+/// back to the OS in.
+const MIN_SLACK_BYTES: usize = 2 << 20;
+
+/// Whether the last pass made for the target freed nothing, and nothing
+/// has changed since that could let the next one do better: no append of
+/// [`STALL_RETRY_BYTES`] and no change of the live bytes (a drop or a
+/// remove). Keeps a log that cannot get nearer its target from being
+/// scanned twice a second for nothing.
+fn stalled(inner: &Inner) -> bool {
+    let s = inner.cleaner.stalled.lock();
+    s.is_some_and(|(appended, live)| {
+        inner.counters.appended_bytes.load(Ordering::Relaxed) < appended + STALL_RETRY_BYTES
+            && inner.counters.live_bytes.load(Ordering::Relaxed) == live
+    })
+}
+
+/// Appends after which a stalled cleaner looks at the target again.
+const STALL_RETRY_BYTES: u64 = 256 << 10;
 
 /// How long the cleaner rests after a pass made only for the target
 /// utilisation that took `took`. Near the target it rests as long as the
@@ -180,17 +211,52 @@ fn rest_after(excess: f64, took: Duration) -> Duration {
 const REST_FULL_BELOW: f64 = 1.1;
 const REST_NONE_ABOVE: f64 = 1.25;
 
-/// Below this many segments of memory in use, the log is not cleaned for
-/// the target utilisation (only when memory is short).
-const TARGET_FLOOR_SEGMENTS: usize = 4;
+/// A log of at most this many segments in use is small: its writers wake
+/// the cleaner when it passes its target ([`maybe_wake`]), since its
+/// garbage is mostly in a head that fills in a fraction of the cleaner's
+/// one-second look.
+const SMALL_LOG_SEGMENTS: usize = 4;
+
+/// The least a head must hold for [`roll_dead_head`] to close it early:
+/// 1 MiB, or an eighth of a segment if that is less.
+fn roll_min_bytes(inner: &Inner) -> usize {
+    (1 << 20).min(inner.segs.segment_bytes() / 8)
+}
+
+/// When a pass left the log above its target having found nothing to
+/// free, or in a small log ([`SMALL_LOG_SEGMENTS`]), what is dead is in
+/// the head, which no pass may clean (a store of a few keys set and
+/// deleted over and over): closes the head early, a short segment that
+/// the next pass can clean, if it holds at least [`roll_min_bytes`] and
+/// more than half of it is dead objects or tombstones. The segment is
+/// closed as any full head is (replicated, its digest written by the next
+/// head), so nothing about recovery changes; the cost is one more segment
+/// id and replica. Returns whether it rolled.
+fn roll_dead_head(inner: &Inner) -> bool {
+    let (_, slot) = inner.log.head();
+    let s = inner.segs.slot(slot);
+    let len = s.len.load(Ordering::Acquire) as usize;
+    let live = s.live_bytes.load(Ordering::Relaxed) as usize;
+    if len < roll_min_bytes(inner) || 2 * live > len {
+        return false;
+    }
+    let rolled = inner.log.roll_head(Tier::Write).is_ok();
+    if rolled {
+        inner.counters.heads_rolled.fetch_add(1, Ordering::Relaxed);
+    }
+    rolled
+}
 
 /// Free seglets kept resident when wholly free regions are given back to
-/// the OS: a segment's worth (the lowest free regions, handed out first),
-/// so that a burst of writes or a cleaning pass does not fault pages in.
-/// (The reserves need not be resident: a seglet given back is still free,
-/// and is faulted in when next written.)
+/// the OS: a quarter of the memory in use, at most a segment's worth (the
+/// lowest free regions, handed out first), so that a burst of writes or a
+/// cleaning pass does not fault pages in, while a small store keeps none
+/// beyond its own. (The reserves need not be resident: a seglet given back
+/// is still free, and is faulted in when next written.)
 fn warm_seglets(inner: &Inner) -> usize {
-    inner.config.seglets_per_segment()
+    let pool = &inner.segs.pool;
+    let in_use = pool.total_seglets() as usize - pool.free_seglets();
+    (in_use / 4).min(inner.config.seglets_per_segment())
 }
 
 /// Gives free memory beyond [`warm_seglets`] back to the OS, unless the
@@ -205,18 +271,44 @@ pub(crate) fn trim(inner: &Inner) {
     }
 }
 
-/// Wakes the cleaner if memory is low. Cheap: a few atomic loads. (The
-/// cleaner notices on its own, within a second, that the log is below its
-/// target utilisation: writes do not wake it for that.)
-pub(crate) fn maybe_wake(inner: &Inner) {
-    if inner.config.cleaner_thread && memory_short(inner) {
-        request(inner);
+/// Wakes the cleaner if memory is low, or if a small log has passed its
+/// target (checked once per [`SMALL_LOG_WAKE_BYTES`] of appends: `before`
+/// and `after` are the store's appended bytes around this append). Cheap:
+/// a few atomic loads. (A larger log is looked at by the cleaner on its
+/// own, within a second: its writes do not wake it for the target.)
+pub(crate) fn maybe_wake(inner: &Inner, before: u64, after: u64) {
+    if !inner.config.cleaner_thread {
+        return;
     }
+    if memory_short(inner) {
+        request(inner);
+    } else if before / SMALL_LOG_WAKE_BYTES != after / SMALL_LOG_WAKE_BYTES && small_log_below_target(inner) {
+        // Not `request`: a woken cleaner still rests as the target asks.
+        nudge(inner);
+    }
+}
+
+/// Appends between two looks of the writers at a small log's target.
+const SMALL_LOG_WAKE_BYTES: u64 = 256 << 10;
+
+fn small_log_below_target(inner: &Inner) -> bool {
+    small_log(inner) && below_target(inner)
+}
+
+/// Whether at most [`SMALL_LOG_SEGMENTS`] segments of memory are in use,
+/// with the target utilisation on.
+fn small_log(inner: &Inner) -> bool {
+    let pool = &inner.segs.pool;
+    let in_use = pool.total_seglets() as usize - pool.free_seglets();
+    inner.config.target_utilisation > 0.0 && in_use <= SMALL_LOG_SEGMENTS * inner.config.seglets_per_segment()
 }
 
 /// Wakes the cleaner thread to look at what it might do (the hash table's
 /// growth), without asking it to clean.
 pub(crate) fn nudge(inner: &Inner) {
+    // Under the lock the cleaner checks its conditions under, so that the
+    // wake-up is not lost between its check and its wait.
+    let _req = inner.cleaner.requested.lock();
     inner.cleaner.wake.notify_one();
 }
 
@@ -249,7 +341,18 @@ pub(crate) fn run(inner: std::sync::Arc<Inner>) {
         // requests while the log is near its target.
         let for_target_only = !memory_short(&inner) && !*inner.cleaner.requested.lock();
         let started = Instant::now();
-        let freed = run_pass(&inner, false);
+        let mut freed = run_pass(&inner, false);
+        if (freed == 0 || small_log(&inner)) && below_target(&inner) && roll_dead_head(&inner) {
+            freed += run_pass(&inner, false);
+        }
+        if freed == 0 && for_target_only {
+            *inner.cleaner.stalled.lock() = Some((
+                inner.counters.appended_bytes.load(Ordering::Relaxed),
+                inner.counters.live_bytes.load(Ordering::Relaxed),
+            ));
+        } else if freed > 0 {
+            *inner.cleaner.stalled.lock() = None;
+        }
         trim(&inner);
         let rest = rest_after(target_excess(&inner), started.elapsed());
         if for_target_only && freed > 0 && !rest.is_zero() {
@@ -328,7 +431,12 @@ pub(crate) fn run_pass(inner: &Inner, force_combined: bool) -> usize {
         let (l, _) = fractions(inner);
         let memory = (inner.segs.pool.total_seglets() as usize * inner.segs.pool.seglet_bytes()) as f64;
         let t = inner.log.tomb_bytes.load(Ordering::Relaxed) as f64 / memory;
+        // A small log is cleaned by combined passes: they are cheap there
+        // (a few segments, little live data) and free whole segments, their
+        // tombstones included, where compaction frees scattered seglets and
+        // keeps every tombstone naming the segment compacted.
         let combined_first = force_combined
+            || small_log(inner)
             || t / (1.0 - l).max(1e-9) >= inner.config.max_tombstone_ratio
             || inner.cleaner.last_compaction_failed.load(Ordering::Relaxed);
         let caching = inner.cleaner.evicting.load(Ordering::Relaxed);

@@ -63,8 +63,8 @@ pub struct StoreConfig {
     /// evict (cache mode; see [`Eviction`]).
     pub eviction: Eviction,
     /// The cleaner keeps the log at least this full (live objects over the
-    /// memory the log holds) once the log is
-    /// larger than a few segments, whatever `memory_bytes` allows, and
+    /// memory the log holds), beyond a slack of an eighth of that (2 MiB to
+    /// two segments), whatever `memory_bytes` allows, and
     /// gives freed memory back to the OS: resident memory follows the
     /// data. 0 turns it off (the cleaner then runs only when memory is
     /// short, as RAMCloud's).

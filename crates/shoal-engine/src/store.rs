@@ -356,6 +356,9 @@ pub struct StoreStats {
     /// seglets given back so far (`StoreConfig::target_utilisation`).
     pub seglets_returned_now: u64,
     pub seglets_returned: u64,
+    /// Heads the cleaner closed early because they were mostly dead and
+    /// the log was above its target (a small store under churn).
+    pub heads_rolled: u64,
     /// Sweep passes run, segments they scanned, and their time.
     pub sweep_passes: u64,
     pub sweep_segments_scanned: u64,
@@ -416,7 +419,9 @@ pub(crate) struct Counters {
     pub eviction_passes: AtomicU64,
     /// Seglets whose memory was given back to the OS (`Pool::trim`).
     pub seglets_returned: AtomicU64,
-    _pad_cleaner: [u64; 3],
+    /// Heads closed early by the cleaner (`cleaner::roll_dead_head`).
+    pub heads_rolled: AtomicU64,
+    _pad_cleaner: [u64; 2],
     // The expiry sweep.
     pub expired_swept: AtomicU64,
     pub sweep_passes: AtomicU64,
@@ -606,8 +611,8 @@ impl Inner {
         refs.clear();
         let r = self.log.append(b, tier, refs);
         if r.is_ok() {
-            self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
-            cleaner::maybe_wake(self);
+            let before = self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
+            cleaner::maybe_wake(self, before, before + b.buf.len() as u64);
         }
         r
     }
@@ -618,8 +623,8 @@ impl Inner {
         refs.clear();
         let r = self.log.append_within(b, tier, refs, slot);
         if r == Ok(true) {
-            self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
-            cleaner::maybe_wake(self);
+            let before = self.counters.appended_bytes.fetch_add(b.buf.len() as u64, Ordering::Relaxed);
+            cleaner::maybe_wake(self, before, before + b.buf.len() as u64);
         }
         r
     }
@@ -1766,6 +1771,7 @@ impl Store {
             eviction_passes: c.eviction_passes.load(Ordering::Relaxed),
             seglets_returned_now: i.segs.pool.returned_seglets() as u64,
             seglets_returned: c.seglets_returned.load(Ordering::Relaxed),
+            heads_rolled: c.heads_rolled.load(Ordering::Relaxed),
             sweep_passes: c.sweep_passes.load(Ordering::Relaxed),
             sweep_segments_scanned: c.sweep_segments.load(Ordering::Relaxed),
             sweep_ms: c.sweep_ns.load(Ordering::Relaxed) / 1_000_000,

@@ -49,9 +49,9 @@ pub struct ServerConfig {
     /// segments ("oldest", cache mode). See `docs/resp.md`, cache mode.
     #[serde(deserialize_with = "from_str")]
     pub eviction: Eviction,
-    /// The log utilisation the cleaner keeps once the log is larger than a
-    /// few segments, giving freed memory back to the OS (0: clean only when
-    /// memory is short). See `StoreConfig::target_utilisation`.
+    /// The log utilisation the cleaner keeps, beyond a slack of 2-16 MiB,
+    /// giving freed memory back to the OS (0: clean only when memory is
+    /// short). See `StoreConfig::target_utilisation`.
     pub target_utilisation: f64,
     /// Largest value a client may store.
     pub max_value_size: ByteSize,
@@ -583,11 +583,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "POLICY")]
     pub eviction: Option<Eviction>,
     /// Log utilisation the cleaner keeps (live data over the memory the
-    /// log holds) once the log is larger than a few segments, giving the
-    /// memory it frees back to the OS, so that resident memory follows the
-    /// data: about live data / this + the hash table (8 to 12 bytes per
-    /// object; it grows with the objects) + a few segments,
-    /// whatever --memory allows. 0 cleans only when --memory is nearly
+    /// log holds), giving the memory it frees back to the OS, so that
+    /// resident memory follows the data: about live data / this + a slack
+    /// of an eighth of that (2 to 16 MiB) + up to 8 MiB of warm free memory
+    /// + the hash table (8 to 12 bytes per object; it grows with the
+    /// objects), whatever --memory allows. 0 cleans only when --memory is nearly
     /// full (resident memory then grows to --memory and stays). Between
     /// 0.5 and 0.98 [default: 0.9].
     #[arg(long, value_name = "FRACTION")]

@@ -307,6 +307,11 @@ fn store(s: &mut Scrape, ctx: &ServerContext) -> Result {
         "Pool memory given back to the OS so far.",
         seglets(t.seglets_returned),
     )?;
+    s.counter(
+        "shoal_cleaner_heads_rolled",
+        "Head segments the cleaner closed early because they were mostly dead and the log was above its target.",
+        t.heads_rolled,
+    )?;
     s.counters(
         "shoal_expired_objects",
         "Objects reclaimed because they expired, by who reclaimed them.",

@@ -287,6 +287,7 @@ fn section(ctx: &ServerContext, name: &str, t: &mut String) {
             line!("eviction_passes:{}", s.eviction_passes);
             line!("seglets_returned_to_os_now:{}", s.seglets_returned_now);
             line!("seglets_returned_to_os:{}", s.seglets_returned);
+            line!("heads_rolled:{}", s.heads_rolled);
             line!("write_cost:{:.4}", s.write_cost);
             line!("tables:{}", ctx.tables.list().len());
             if let Some(sc) = ctx.cluster.as_ref().and_then(|n| n.sc.as_ref()) {
