@@ -6,11 +6,9 @@
 use shoal_engine::{RejectRules, Store, StoreConfig, TableId};
 use std::time::{Duration, Instant};
 
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
-}
+#[allow(dead_code)] // the shared helpers this file does not call
+mod common;
+use common::rss_bytes;
 
 #[test]
 fn resident_memory_returns_near_live_data_after_a_fill_then_delete() {

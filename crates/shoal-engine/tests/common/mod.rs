@@ -35,3 +35,12 @@ pub fn enumerate_all(store: &Store, table: TableId, batch: usize) -> BTreeMap<Ve
     }
     out
 }
+
+/// This process's resident set, from /proc (tests of memory given back to
+/// the OS run alone in their own test binary).
+#[allow(dead_code)]
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
