@@ -2,7 +2,8 @@
 //! many producers with per-producer sequence numbers, batching and
 //! pipelining, while consumers read every streamlet; every consumer sees
 //! each producer's records in order, and every acknowledged record exactly
-//! once. Refusals come back as clear errors.
+//! once. Instances of one consumer name split the groups (KerA's rule).
+//! Refusals come back as clear errors.
 
 use shoal_client::*;
 use shoal_server::{ByteSize, Server, ServerConfig};
@@ -290,4 +291,203 @@ async fn retention_removes_old_groups_and_consumers_go_on() {
     let stats = client.stats().await.unwrap();
     let trimmed = stats.iter().find(|(name, _)| name == "stream_groups_trimmed").map(|(_, v)| format!("{v:?}"));
     assert!(trimmed.as_ref().is_some_and(|t| t != "U64(0)"), "{trimmed:?}");
+}
+
+/// What one consumer instance read: (global read stamp, streamlet,
+/// producer, sequence number), and the reads of its last poll (not
+/// committed when it stops).
+struct Reads {
+    all: Vec<(u64, u32, u64, u64)>,
+    last_poll: Vec<(u32, u64, u64)>,
+}
+
+/// Polls `c` until `stop` says so; each poll's records get one stamp from
+/// `clock`, taken after the poll returns (so a group's reads by its next
+/// holder get later stamps than its previous holder's: the previous one
+/// committed them before the group was handed over).
+async fn read_as_instance(
+    mut c: GroupConsumer,
+    clock: Arc<std::sync::atomic::AtomicU64>,
+    mut stop: impl FnMut(&[(u64, u32, u64, u64)]) -> bool,
+) -> (GroupConsumer, Reads) {
+    let mut reads = Reads { all: Vec::new(), last_poll: Vec::new() };
+    while !stop(&reads.all) {
+        let batch = c.poll().await.unwrap();
+        let stamp = clock.fetch_add(1, Ordering::AcqRel);
+        if batch.is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        reads.last_poll.clear();
+        for r in &batch {
+            let (p, seq) = parse(&r.record);
+            reads.all.push((stamp, r.streamlet, p, seq));
+            reads.last_poll.push((r.streamlet, p, seq));
+        }
+    }
+    (c, reads)
+}
+
+/// KerA's rule (`docs/streams.md`, "Consumer names"): 4 producers with
+/// per-producer sequence numbers; 3 instances of one consumer name split
+/// the groups of 2 streamlets x 3 logs, the server handing each group to
+/// one instance at a time. A fourth instance reads some records and is
+/// dropped without committing its last poll; once its leases run out its
+/// groups go to the others, from its last commit. Then: every
+/// acknowledged record is read; the only records read twice are those of
+/// the dropped instance's last poll (read again after the lease expiry);
+/// leaving those out, every record is read exactly once and each
+/// producer's records of a streamlet in order across instances and
+/// hand-overs. Finally a new instance of the name (a restarted consumer)
+/// reads only records produced after everything was committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_of_one_name_share_groups_and_read_each_record_once() {
+    const PRODUCERS: u64 = 4;
+    const RECORDS: u64 = 2000;
+    const LEASE: Duration = Duration::from_millis(300);
+    let (_server, addr) = start();
+    let client = Client::connect(addr).await.unwrap();
+    let asked = StreamShape { streamlets: 2, logs: 0, segment_bytes: 4096, group_segments: 2, group_timeout_ms: 0 };
+    let (table, shape) = client.create_stream("billing-events", asked).await.unwrap();
+    let instance = |id: u64| {
+        let config = GroupConsumerConfig {
+            lease: LEASE,
+            max_groups: 2,
+            max_bytes: 2048,
+            ..GroupConsumerConfig::new("billing", id)
+        };
+        GroupConsumer::new(client.clone(), table, shape, config)
+    };
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+
+    // Producers, each acknowledged record noted.
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let routing = if p % 2 == 0 { Routing::ByKey } else { Routing::RoundRobin };
+                let config = ProducerConfig {
+                    id: p,
+                    batch_bytes: 600,
+                    linger: Duration::from_millis(2),
+                    max_in_flight: 4,
+                    routing,
+                };
+                let producer = Producer::new(client, table, shape, config);
+                let mut acks = Vec::new();
+                for seq in 0..RECORDS {
+                    acks.push((seq, producer.send(Some(&p.to_le_bytes()), record(p, seq)).await));
+                    if seq % 200 == 0 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                producer.flush().await;
+                let mut acked = Vec::new();
+                for (seq, ack) in acks {
+                    acked.push((ack.wait().await.expect("acknowledged").0, p, seq));
+                }
+                acked
+            })
+        })
+        .collect();
+
+    // The instance that dies: it stops after a poll that returned records,
+    // once it has read at least 300, and is dropped without committing.
+    let dead = {
+        let clock = clock.clone();
+        let c = instance(4);
+        tokio::spawn(async move { read_as_instance(c, clock, |all| all.len() >= 300).await })
+    };
+    let (dead_consumer, dead_reads) = dead.await.unwrap();
+    assert!(!dead_consumer.groups().is_empty(), "it dies holding groups");
+    drop(dead_consumer);
+    assert!(!dead_reads.last_poll.is_empty());
+
+    let total = (PRODUCERS * RECORDS) as usize;
+    // The survivors, started while the producers run, read until, together with the dead instance's
+    // committed reads, every acknowledged record is read.
+    let seen = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let dead_last: BTreeSet<(u32, u64, u64)> = dead_reads.last_poll.iter().copied().collect();
+    seen.lock()
+        .unwrap()
+        .extend(dead_reads.all.iter().map(|&(_, s, p, q)| (s, p, q)).filter(|r| !dead_last.contains(r)));
+    let survivors: Vec<_> = (1..=3)
+        .map(|id| {
+            let (c, clock, seen) = (instance(id), clock.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut counted = 0;
+                let (c, reads) = read_as_instance(c, clock, |all| {
+                    let mut seen = seen.lock().unwrap();
+                    seen.extend(all[counted..].iter().map(|&(_, s, p, q)| (s, p, q)));
+                    counted = all.len();
+                    seen.len() >= total
+                })
+                .await;
+                c.close().await.unwrap();
+                reads
+            })
+        })
+        .collect();
+    let mut acked: BTreeSet<(u32, u64, u64)> = BTreeSet::new();
+    for t in producers {
+        acked.extend(t.await.unwrap());
+    }
+    assert_eq!(acked.len(), total);
+    let mut reads = dead_reads.all.clone();
+    let mut per_instance = Vec::new();
+    for t in survivors {
+        let r = tokio::time::timeout(Duration::from_secs(60), t).await.expect("read everything within 60 s").unwrap();
+        per_instance.push(r.all.len());
+        reads.extend(r.all);
+    }
+
+    // Duplicates: only the dead instance's last poll, each read once more.
+    let mut count: HashMap<(u32, u64, u64), usize> = HashMap::new();
+    for &(_, s, p, q) in &reads {
+        *count.entry((s, p, q)).or_default() += 1;
+    }
+    for (r, n) in &count {
+        let allowed = if dead_last.contains(r) { 2 } else { 1 };
+        assert_eq!(*n, allowed, "record {r:?} read {n} time(s) ({per_instance:?} read per survivor)");
+    }
+    let read: BTreeSet<_> = count.keys().copied().collect();
+    assert_eq!(read, acked, "every acknowledged record read, and nothing else");
+    // Order: leaving out the dead instance's uncommitted reads, each
+    // producer's records of a streamlet come in sequence, in stamp order.
+    reads.sort_by_key(|r| r.0);
+    let dead_last_stamp = dead_reads.all.last().unwrap().0;
+    let mut dead_skipped = 0;
+    let mut last: HashMap<(u32, u64), u64> = HashMap::new();
+    for &(stamp, s, p, q) in &reads {
+        if stamp == dead_last_stamp {
+            dead_skipped += 1;
+            continue;
+        }
+        if let Some(prev) = last.insert((s, p), q) {
+            assert!(q > prev, "streamlet {s}: producer {p}'s record {q} read after {prev}");
+        }
+    }
+    assert_eq!(dead_skipped, dead_last.len());
+
+    // A restarted instance of the name resumes from the committed
+    // offsets: only what is produced now.
+    let producer = Producer::new(client.clone(), table, shape, ProducerConfig { id: 9, ..ProducerConfig::default() });
+    let mut acks = Vec::new();
+    for q in 0..20 {
+        acks.push(producer.send(None, record(9, q)).await);
+    }
+    producer.flush().await;
+    for a in acks {
+        a.wait().await.unwrap();
+    }
+    let restarted = instance(7);
+    let (_, r) = tokio::time::timeout(
+        Duration::from_secs(20),
+        read_as_instance(restarted, clock.clone(), |all| all.len() >= 20),
+    )
+    .await
+    .expect("the new records within 20 s");
+    let got: Vec<(u64, u64)> = r.all.iter().map(|&(_, _, p, q)| (p, q)).collect();
+    assert_eq!(got.len(), 20, "{got:?}");
+    assert!(got.iter().all(|&(p, _)| p == 9), "only the new records: {got:?}");
 }

@@ -372,6 +372,9 @@ pub fn op_name(index: usize) -> Option<&'static str> {
         Opcode::ChunkUnlock => "chunk_unlock",
         Opcode::ChunkRenew => "chunk_renew",
         Opcode::ChunkPutLocked => "chunk_put_locked",
+        Opcode::ClaimGroup => "claim_group",
+        Opcode::ConsumeClaimed => "consume_claimed",
+        Opcode::CommitGroup => "commit_group",
     })
 }
 
