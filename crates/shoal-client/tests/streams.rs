@@ -175,6 +175,28 @@ async fn refusals_are_clear_errors() {
     assert_eq!((c.records.len(), c.records[0].len(), c.next.position), (1, 3000, 1));
     let c = client.consume(table, 0, c.next, 10).await.unwrap();
     assert_eq!(c.records, vec![b"small".to_vec()]);
+
+    // Consumer names: a read or commit by an instance without the group's
+    // lease is refused; bad names, instances and streamlets too.
+    let who = Subscriber { table, streamlet: 0, name: "n", instance: 1, lease_ms: 5000 };
+    let other = Subscriber { instance: 2, ..who };
+    let claim = client.claim_group(who).await.unwrap().expect("a group");
+    assert_eq!(claim.from, StreamOffset { group: p.first.group, segment: 0, position: 0 });
+    assert!(matches!(client.consume_claimed(other, claim.from, 100).await, Err(StreamError::NotHeld)));
+    assert!(matches!(client.commit_group(other, claim.from, false).await, Err(StreamError::NotHeld)));
+    assert_eq!(client.consume_claimed(who, claim.from, 10).await.unwrap().records.len(), 1);
+    assert_eq!(client.claim_group(other).await.unwrap(), None, "the one log's group is held");
+    invalid(client.claim_group(Subscriber { name: "", ..who }).await.unwrap_err(), "1-255 bytes");
+    invalid(client.claim_group(Subscriber { instance: 0, ..who }).await.unwrap_err(), "instance id 0");
+    invalid(client.claim_group(Subscriber { lease_ms: 0, ..who }).await.unwrap_err(), "at least 1 ms");
+    invalid(client.claim_group(Subscriber { streamlet: 9, ..who }).await.unwrap_err(), "streamlet 9 does not exist");
+    invalid(client.claim_group(Subscriber { table: kv, ..who }).await.unwrap_err(), "not a stream");
+    let past = StreamOffset { position: 99, ..claim.from };
+    invalid(client.commit_group(who, past, false).await.unwrap_err(), "past the end of its group");
+    assert!(!client.commit_group(who, StreamOffset { position: 1, ..claim.from }, true).await.unwrap());
+    assert!(matches!(client.consume_claimed(who, claim.from, 10).await, Err(StreamError::NotHeld)), "released");
+    let again = client.claim_group(other).await.unwrap().expect("released: free again");
+    assert_eq!(again.from, StreamOffset { position: 1, ..claim.from }, "from the commit");
 }
 
 /// A consumer commits its offsets to a key-value table; one restarted from

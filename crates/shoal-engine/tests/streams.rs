@@ -564,6 +564,27 @@ mod model {
     }
 }
 
+/// `store`'s log replayed into a fresh store holding stream `STREAM` of
+/// `shape`, its segments in order and reversed; each checked.
+fn replayed_both_ways(store: &Store, shape: StreamShape) -> Vec<(bool, Store)> {
+    let segs = store.log_segments();
+    [false, true]
+        .into_iter()
+        .map(|reversed| {
+            let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+            if reversed {
+                s.reverse();
+            }
+            let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
+            rebuilt.create_table(STREAM);
+            rebuilt.create_stream(STREAM, shape).unwrap();
+            rebuilt.replay(s).unwrap();
+            rebuilt.check_invariants().unwrap();
+            (reversed, rebuilt)
+        })
+        .collect()
+}
+
 /// Consumer names' committed offsets (`docs/streams.md`, "Consumer
 /// names"): a commit inside a group keeps the name on it; a commit of the
 /// end of a closed group moves the name's cursor to its log's next group.
@@ -626,17 +647,7 @@ fn consumer_commits_move_cursors_survive_trims_and_replays() {
     let in_next = StreamOffset { group: next0, segment: 0, position: 1 };
     assert!(!store.commit_consumer(STREAM, 0, "a", in_next).unwrap().done);
     let after = store.consumer_cursors(STREAM, 0, "a").unwrap();
-    let segs = store.log_segments();
-    for reversed in [false, true] {
-        let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
-        if reversed {
-            s.reverse();
-        }
-        let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
-        rebuilt.create_table(STREAM);
-        rebuilt.create_stream(STREAM, shape()).unwrap();
-        rebuilt.replay(s).unwrap();
-        rebuilt.check_invariants().unwrap();
+    for (reversed, rebuilt) in replayed_both_ways(&store, shape()) {
         assert_eq!(rebuilt.consumer_cursors(STREAM, 0, "a").unwrap(), after, "reversed: {reversed}");
         assert_eq!(rebuilt.stream_trimmed(STREAM, 0).unwrap(), 1);
         assert_eq!(rebuilt.consumer_cursors(STREAM, 0, "n5").unwrap()[&0], mid);

@@ -122,6 +122,9 @@ impl Subscriptions {
         Subscriptions::default()
     }
 
+    /// The streamlet's leases, made if it has none: the caller has checked
+    /// that the streamlet exists, so the map holds at most one entry per
+    /// streamlet of the server's streams.
     fn streamlet(&self, table: TableId, streamlet: u32) -> SharedStreamlet {
         self.streamlets.lock().entry((table, streamlet)).or_default().clone()
     }
@@ -131,8 +134,9 @@ impl Subscriptions {
         self.leases.load(Ordering::Relaxed)
     }
 
-    /// Grants `instance` of consumer `name` a group of the streamlet that no
-    /// live instance of the name holds; `None` when there is none now.
+    /// Grants `instance` of consumer `name` a group of the streamlet (which
+    /// the caller has checked exists) that no live instance of the name
+    /// holds; `None` when there is none now.
     /// `heads` gives, under the streamlet's lock, each log's next group
     /// for the name (`Store::consumer_heads` of its committed cursors).
     /// Closed groups first (their records are all there), then open
@@ -205,7 +209,8 @@ impl Subscriptions {
     ) -> Result<T, E> {
         check(instance, lease)?;
         let not_held = |why| AssignError::NotHeld { name: name.to_owned(), instance, group, why };
-        let sl = self.streamlet(table, streamlet);
+        let sl = self.streamlets.lock().get(&(table, streamlet)).cloned();
+        let sl = sl.ok_or_else(|| not_held("no instance of the name holds a group"))?;
         let mut sl = sl.lock();
         let logs = sl.names.get_mut(name).ok_or_else(|| not_held("no instance of the name holds a group"))?;
         let (&log, l) = logs

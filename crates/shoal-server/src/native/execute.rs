@@ -491,6 +491,8 @@ fn apply<'s>(
         }
         Request::ClaimGroup(who) => {
             stream_table(ctx, who.table, who.streamlet)?;
+            // Leases are kept only for streamlets that exist.
+            store.stream_trimmed(who.table, who.streamlet).map_err(stream_status)?;
             let lease = Duration::from_millis(who.lease_ms.into());
             let (table, streamlet) = (who.table, who.streamlet);
             let claim =
