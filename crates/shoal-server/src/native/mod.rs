@@ -327,7 +327,7 @@ async fn serve_connection<S: ClientStream>(
 
 /// Operations of the native protocol, for its statistics (`/metrics`):
 /// index 0 is any unknown opcode, and every other is its opcode's value.
-pub const OPS: usize = 31;
+pub const OPS: usize = 34;
 
 /// The statistics index of `opcode` (see [`OPS`]).
 pub fn op_index(opcode: u8) -> usize {
