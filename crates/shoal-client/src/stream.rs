@@ -543,6 +543,13 @@ impl GroupConsumer {
                     self.held.remove(&(streamlet, group));
                     self.lost += 1;
                 }
+                // Removed by retention: give it up (the server releases it
+                // even though the commit is refused).
+                Err(StreamError::Invalid(_)) => {
+                    let _ = self.client.commit_group(self.who(streamlet), h.at, true).await;
+                    self.held.remove(&(streamlet, group));
+                    self.lost += 1;
+                }
                 Err(e) => return Err(e),
             }
         }

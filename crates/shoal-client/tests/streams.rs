@@ -265,6 +265,8 @@ async fn retention_removes_old_groups_and_consumers_go_on() {
     let shape = StreamShape { streamlets: 1, logs: 1, segment_bytes: 4096, group_segments: 2, group_timeout_ms: 0 };
     let (table, _) = client.create_stream("s", shape).await.unwrap();
     let mut consumer = Consumer::new(client.clone(), table, 0, 1000);
+    let config = GroupConsumerConfig { max_groups: 1, max_bytes: 1000, ..GroupConsumerConfig::new("g", 1) };
+    let mut named = GroupConsumer::new(client.clone(), table, shape, config);
     let mut seq = 0u64;
     let mut produce = |n: u64| {
         let client = client.clone();
@@ -281,6 +283,8 @@ async fn retention_removes_old_groups_and_consumers_go_on() {
     let first = consumer.poll().await.unwrap();
     assert!(!first.is_empty());
     let stopped_in = consumer.offsets().0[0];
+    assert_eq!(named.poll().await.unwrap().len(), first.len(), "the same first read");
+    assert_eq!(named.groups(), vec![(0, stopped_in.group)]);
     produce(500).await; // about 4x the limit
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let groups = loop {
@@ -310,6 +314,19 @@ async fn retention_removes_old_groups_and_consumers_go_on() {
     assert!(got.len() as u64 >= kept_records, "{} read, {kept_records} kept", got.len());
     assert!(got.windows(2).all(|w| w[0] < w[1]), "in order");
     assert_eq!(*got.last().unwrap(), 519, "the newest record is kept");
+    // So does an instance of a consumer name: its commit of the removed
+    // group is refused, it gives the group up and claims the first kept.
+    let mut named_got = Vec::new();
+    let mut empty = 0;
+    while empty < 2 {
+        let batch = named.poll().await.unwrap();
+        empty = if batch.is_empty() { empty + 1 } else { 0 };
+        named_got.extend(batch.iter().map(|r| u64::from_le_bytes(r.record[..8].try_into().unwrap())));
+    }
+    assert!(named.groups_lost() >= 1);
+    assert!(named_got.len() as u64 >= kept_records, "{} read, {kept_records} kept", named_got.len());
+    assert!(named_got.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert_eq!(named_got.last(), Some(&519));
     let stats = client.stats().await.unwrap();
     let trimmed = stats.iter().find(|(name, _)| name == "stream_groups_trimmed").map(|(_, v)| format!("{v:?}"));
     assert!(trimmed.as_ref().is_some_and(|t| t != "U64(0)"), "{trimmed:?}");

@@ -193,7 +193,8 @@ impl Subscriptions {
     /// found among the name's leases, not in the store: a group retention
     /// removed can still be released.)
     /// `f` answers whether it finished the group (a commit of its end):
-    /// the lease is then released, as it is when `release` is asked.
+    /// the lease is then released, as it is when `release` is asked (even
+    /// if `f` fails).
     #[allow(clippy::too_many_arguments)]
     pub fn holding<T, E: From<AssignError>>(
         &self,
@@ -222,7 +223,10 @@ impl Subscriptions {
         }
         // An expired lease nobody took over is still this instance's.
         l.until = now + lease.min(MAX_LEASE);
-        let (out, done) = f()?;
+        let result = f();
+        // Given back when asked even if `f` failed (a commit of a group
+        // retention removed): the instance wants no more of it.
+        let done = matches!(result, Ok((_, true)));
         if done || release {
             logs.remove(&log);
             self.leases.fetch_sub(1, Ordering::Relaxed);
@@ -230,7 +234,7 @@ impl Subscriptions {
                 sl.names.remove(name);
             }
         }
-        Ok(out)
+        result.map(|(out, _)| out)
     }
 
     /// Drops every expired lease, and streamlets left without any.
@@ -402,6 +406,15 @@ mod tests {
         let now = Instant::now();
         let a = claim(&s, &m, "n", 1, now).unwrap();
         s.holding(T, 0, "n", 1, a.group, LEASE, now, true, || Ok::<_, AssignError>(((), false))).unwrap();
+        assert_eq!(s.leases(), 0);
+        let b = claim(&s, &m, "n", 2, now).unwrap();
+        assert_eq!(b.group, 0);
+        // A release whose commit fails (its group was removed) still
+        // gives the group back.
+        let failed = s.holding(T, 0, "n", 2, b.group, LEASE, now, true, || {
+            Err::<((), bool), _>(AssignError::Invalid("group 0 was removed".into()))
+        });
+        assert!(failed.is_err());
         assert_eq!(s.leases(), 0);
         assert_eq!(claim(&s, &m, "n", 2, now).map(|c| c.group), Some(0));
         let heads = || Ok::<_, AssignError>(m.heads("n"));
