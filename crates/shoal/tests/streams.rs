@@ -191,6 +191,24 @@ fn wait_map(cluster: &Cluster, what: &str, secs: u64, f: impl Fn(&ClusterMap) ->
     }
 }
 
+/// SIGKILLs server `victim` of `cluster` (started under `root`) and waits
+/// until the coordinator has recovered all its tablets; the map then.
+fn kill_and_recover(cluster: &mut Cluster, root: &Root, victim: shoal_cluster::ServerId) -> ClusterMap {
+    let idx = (0..cluster.servers.len())
+        .find(|i| {
+            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
+                .is_ok_and(|s| s.trim() == victim.0.to_string())
+        })
+        .unwrap();
+    cluster.servers[idx].kill().unwrap();
+    cluster.servers[idx].wait().unwrap();
+    wait_map(cluster, "the recovery", 30, |m| {
+        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
+            && m.recoveries.is_empty()
+            && m.tablets.iter().all(|t| t.master != victim)
+    })
+}
+
 /// The master of `streamlet`: that of the tablet holding its key's hash.
 fn streamlet_master(map: &ClusterMap, table: TableId, streamlet: u32) -> shoal_cluster::ServerId {
     let h = key_hash(table, &streamlet_key(streamlet)).0;
@@ -218,19 +236,7 @@ fn a_killed_streamlet_master_is_recovered_and_every_acknowledged_record_is_read_
     std::thread::sleep(Duration::from_secs(2));
     let before = load.acks();
     assert!(before > 500, "only {before} records acknowledged before the kill");
-    let idx = (0..cluster.servers.len())
-        .find(|i| {
-            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
-                .is_ok_and(|s| s.trim() == victim.0.to_string())
-        })
-        .unwrap();
-    cluster.servers[idx].kill().unwrap();
-    cluster.servers[idx].wait().unwrap();
-    let map = wait_map(&cluster, "the recovery", 30, |m| {
-        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
-            && m.recoveries.is_empty()
-            && m.tablets.iter().all(|t| t.master != victim)
-    });
+    let map = kill_and_recover(&mut cluster, &root, victim);
     assert_ne!(streamlet_master(&map, table, 0), victim);
     // Producing goes on at the new master.
     let after_recovery = load.acks();
@@ -290,19 +296,7 @@ fn retention_survives_the_recovery_of_a_killed_streamlet_master() {
         assert!(Instant::now() < deadline, "retention removed nothing of streamlet 0 ({} groups)", groups.len());
         std::thread::sleep(Duration::from_millis(100));
     };
-    let idx = (0..cluster.servers.len())
-        .find(|i| {
-            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
-                .is_ok_and(|s| s.trim() == victim.0.to_string())
-        })
-        .unwrap();
-    cluster.servers[idx].kill().unwrap();
-    cluster.servers[idx].wait().unwrap();
-    wait_map(&cluster, "the recovery", 30, |m| {
-        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
-            && m.recoveries.is_empty()
-            && m.tablets.iter().all(|t| t.master != victim)
-    });
+    kill_and_recover(&mut cluster, &root, victim);
     let ledger = load.finish();
     let mut c = cluster.client();
     for streamlet in 0..SHAPE.streamlets {
@@ -381,19 +375,7 @@ fn consumer_offsets_survive_the_recovery_of_a_killed_streamlet_master() {
     assert!(before.len() >= 1700, "{}", before.len());
     let committed = before.last().map(|(o, _)| StreamOffset { position: o.position + 1, ..*o }).unwrap();
 
-    let idx = (0..cluster.servers.len())
-        .find(|i| {
-            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
-                .is_ok_and(|s| s.trim() == victim.0.to_string())
-        })
-        .unwrap();
-    cluster.servers[idx].kill().unwrap();
-    cluster.servers[idx].wait().unwrap();
-    let map = wait_map(&cluster, "the recovery", 30, |m| {
-        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
-            && m.recoveries.is_empty()
-            && m.tablets.iter().all(|t| t.master != victim)
-    });
+    let map = kill_and_recover(&mut cluster, &root, victim);
     assert_ne!(streamlet_master(&map, table, 0), victim);
     let mut c = cluster.client();
     assert!(
