@@ -338,6 +338,10 @@ async fn retention_removes_old_groups_and_consumers_go_on() {
 struct Reads {
     all: Vec<(u64, u32, u64, u64)>,
     last_poll: Vec<(u32, u64, u64)>,
+    /// When the poll of each stamp returned.
+    returned: HashMap<u64, std::time::Instant>,
+    /// When the last poll that returned records started.
+    last_poll_started: Option<std::time::Instant>,
 }
 
 /// Polls `c` until `stop` says so; each poll's records get one stamp from
@@ -349,14 +353,17 @@ async fn read_as_instance(
     clock: Arc<std::sync::atomic::AtomicU64>,
     mut stop: impl FnMut(&[(u64, u32, u64, u64)]) -> bool,
 ) -> (GroupConsumer, Reads) {
-    let mut reads = Reads { all: Vec::new(), last_poll: Vec::new() };
+    let mut reads = Reads { all: Vec::new(), last_poll: Vec::new(), returned: HashMap::new(), last_poll_started: None };
     while !stop(&reads.all) {
+        let started = std::time::Instant::now();
         let batch = c.poll().await.unwrap();
         let stamp = clock.fetch_add(1, Ordering::AcqRel);
         if batch.is_empty() {
             tokio::time::sleep(Duration::from_millis(2)).await;
             continue;
         }
+        reads.returned.insert(stamp, std::time::Instant::now());
+        reads.last_poll_started = Some(started);
         reads.last_poll.clear();
         for r in &batch {
             let (p, seq) = parse(&r.record);
@@ -474,9 +481,17 @@ async fn instances_of_one_name_share_groups_and_read_each_record_once() {
     assert_eq!(acked.len(), total);
     let mut reads = dead_reads.all.clone();
     let mut per_instance = Vec::new();
+    // The dropped instance's last poll renewed its leases no earlier than
+    // it started: nobody gets those groups before a lease after that.
+    let lease_out = dead_reads.last_poll_started.unwrap() + LEASE;
     for t in survivors {
         let r = tokio::time::timeout(Duration::from_secs(60), t).await.expect("read everything within 60 s").unwrap();
         per_instance.push(r.all.len());
+        for &(stamp, s, p, q) in &r.all {
+            if dead_last.contains(&(s, p, q)) {
+                assert!(r.returned[&stamp] >= lease_out, "({s}, {p}, {q}) read again before the lease ran out");
+            }
+        }
         reads.extend(r.all);
     }
 
