@@ -26,6 +26,7 @@
 //! * The claim's choice (reading the cursors and heads) and a commit's
 //!   cursor update run under the streamlet's lock, so a claim never sees a
 //!   commit half done: a group committed done is never handed out again.
+//!   A read is checked under it and served after (it changes nothing).
 //! * Bounded: at most [`MAX_NAMES`] names with leases per streamlet, and
 //!   [`MAX_LEASES`] leases on the server (expired ones are swept first);
 //!   a name has at most one lease per log, so its live instances are at

@@ -692,7 +692,8 @@ impl Store {
 
     /// Makes streamlet `streamlet`'s trim point `keep` durable-to-be: an
     /// object of the stream's table under the streamlet's key holding it
-    /// (8 bytes, little-endian), which a replay applies
+    /// with the consumer names' offsets (`stream_meta`), which a replay
+    /// applies
     /// ([`Store::finish_replay`]). The caller waits until the log is
     /// durable past it before [`Store::trim_stream`], so that no replay can
     /// bring back some of the groups below `keep` without the point that

@@ -510,22 +510,15 @@ fn apply<'s>(
             stream_table(ctx, who.table, who.streamlet)?;
             let lease = Duration::from_millis(who.lease_ms.into());
             let subs = &ctx.subscriptions;
-            let (next, end_of_group, records) = subs.holding(
-                who.table,
-                who.streamlet,
-                who.name,
-                who.instance,
-                from.group,
-                lease,
-                Instant::now(),
-                false,
-                || {
-                    Ok::<_, ErrorStatus>((
-                        read_group(store, (who.table, who.streamlet), from, max_bytes, scratch, max_response)?,
-                        false,
-                    ))
-                },
-            )?;
+            // Checked (and renewed) under the streamlet's lock, read outside
+            // it, so instances' reads do not wait for each other: a read
+            // racing its lease's expiry returns records that the next
+            // holder reads too, from the last commit, as it would anyway.
+            let now = Instant::now();
+            let renew = || Ok::<_, ErrorStatus>(((), false));
+            subs.holding(who.table, who.streamlet, who.name, who.instance, from.group, lease, now, false, renew)?;
+            let (next, end_of_group, records) =
+                read_group(store, (who.table, who.streamlet), from, max_bytes, scratch, max_response)?;
             Response::ConsumeClaimed { next, end_of_group, records }
         }
         Request::CommitGroup { who, at, release } => {
