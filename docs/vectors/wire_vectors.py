@@ -15,6 +15,7 @@ OP = {
     "chunk_remove": 15, "create_table": 16, "drop_table": 17, "get_table_id": 18, "stats": 19, "auth": 20, "create_chunk_table": 21,
     "create_stream": 22, "produce": 23, "consume": 24, "describe_stream": 25,
     "chunk_lock": 27, "chunk_unlock": 28, "chunk_renew": 29, "chunk_put_locked": 30,
+    "claim_group": 31, "consume_claimed": 32, "commit_group": 33,
 }
 
 STATUS = {
@@ -157,6 +158,20 @@ VECTORS = [
      frame("chunk_lock", 29, bytes([STATUS["lock_table_full"]]) + struct.pack("<I", 100000), response=True)),
     ("chunk-lock response (id 30, owner limit: limit 10000)",
      frame("chunk_lock", 30, bytes([STATUS["lock_owner_limit"]]) + struct.pack("<I", 10000), response=True)),
+    ("claim-group request (id 31, table 6, streamlet 1, instance 5, lease 3000 ms, consumer `billing`)",
+     frame("claim_group", 31, struct.pack("<QIQI", 6, 1, 5, 3000) + name("billing"))),
+    ("claim-group response (id 31, granted: log 2, from group 3, segment 1, position 4; lease 3000 ms)",
+     frame("claim_group", 31, ok(struct.pack("<BIQIII", 1, 2, 3, 1, 4, 3000)), response=True)),
+    ("claim-group response (id 32, no group free now)",
+     frame("claim_group", 32, ok(bytes(25)), response=True)),
+    ("consume-claimed request (id 33, table 6, streamlet 1, instance 5, lease 3000 ms, group 3, segment 1, position 4, max 4096 bytes, consumer `billing`)",
+     frame("consume_claimed", 33, struct.pack("<QIQIQIII", 6, 1, 5, 3000, 3, 1, 4, 4096) + name("billing"))),
+    ("consume-claimed response (id 33, lease not held)",
+     frame("consume_claimed", 33, bytes([STATUS["lock_lost"]]), response=True)),
+    ("commit-group request (id 34, table 6, streamlet 1, instance 5, lease 3000 ms, group 3, segment 1, position 9, release, consumer `billing`)",
+     frame("commit_group", 34, struct.pack("<QIQIQIIB", 6, 1, 5, 3000, 3, 1, 9, 1) + name("billing"))),
+    ("commit-group response (id 34, done)",
+     frame("commit_group", 34, ok(bytes([1])), response=True)),
 ]
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ use crate::ops::{
 };
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::{
-    key_hash, ChunkId, ErrorStatus, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem, Request, Response,
-    StreamOffset, StreamShape, TableId, Version, WriteItem, HEADER_LEN,
+    key_hash, ChunkId, ErrorStatus, GroupClaim, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem, Request,
+    Response, StreamOffset, StreamShape, Subscriber, TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -438,6 +438,28 @@ impl Client {
     ) -> Result<Described, StreamError> {
         let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
         self.execute(stream_route(table, streamlet), &req, conv::describe_stream)
+    }
+
+    /// [`crate::Client::claim_group`].
+    pub fn claim_group(&mut self, who: Subscriber<'_>) -> Result<Option<GroupClaim>, StreamError> {
+        self.execute(stream_route(who.table, who.streamlet), &Request::ClaimGroup(who), conv::claim_group)
+    }
+
+    /// [`crate::Client::consume_claimed`].
+    pub fn consume_claimed(
+        &mut self,
+        who: Subscriber<'_>,
+        from: StreamOffset,
+        max_bytes: u32,
+    ) -> Result<Consumed, StreamError> {
+        let req = Request::ConsumeClaimed { who, from, max_bytes };
+        self.execute(stream_route(who.table, who.streamlet), &req, conv::consume)
+    }
+
+    /// [`crate::Client::commit_group`].
+    pub fn commit_group(&mut self, who: Subscriber<'_>, at: StreamOffset, release: bool) -> Result<bool, StreamError> {
+        let req = Request::CommitGroup { who, at, release };
+        self.execute(stream_route(who.table, who.streamlet), &req, conv::commit_group)
     }
 
     pub fn create_chunk_table(&mut self, name: &str) -> Result<TableId, TableError> {

@@ -20,8 +20,8 @@ use crate::ops::{
 use crate::tablet::{MapSource, StaticMap, TabletMap};
 use shoal_proto::LockMode;
 use shoal_proto::{
-    check_frame, key_hash, ChunkId, ErrorStatus, KeyHash, ReadItem, RejectRules, RemoveItem, Request, Response,
-    StreamOffset, StreamShape, TableId, Version, WriteItem, HEADER_LEN,
+    check_frame, key_hash, ChunkId, ErrorStatus, GroupClaim, KeyHash, ReadItem, RejectRules, RemoveItem, Request,
+    Response, StreamOffset, StreamShape, Subscriber, TableId, Version, WriteItem, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -678,6 +678,40 @@ impl Client {
     ) -> Result<Described, StreamError> {
         let req = Request::DescribeStream { table, streamlet, from_group, max_groups };
         self.execute(stream_route(table, streamlet), &req, conv::describe_stream).await
+    }
+
+    /// Claims a group of `who.streamlet` for instance `who.instance` of
+    /// consumer `who.name`: one no other live instance of the name holds,
+    /// under a lease (`docs/streams.md`, "Consumer names"); `None` when
+    /// none is free now. [`crate::GroupConsumer`] uses it.
+    pub async fn claim_group(&self, who: Subscriber<'_>) -> Result<Option<GroupClaim>, StreamError> {
+        self.execute(stream_route(who.table, who.streamlet), &Request::ClaimGroup(who), conv::claim_group).await
+    }
+
+    /// Reads a group the instance holds, as [`Client::consume`]; renews
+    /// its lease. [`StreamError::NotHeld`] once the lease is lost.
+    pub async fn consume_claimed(
+        &self,
+        who: Subscriber<'_>,
+        from: StreamOffset,
+        max_bytes: u32,
+    ) -> Result<Consumed, StreamError> {
+        let req = Request::ConsumeClaimed { who, from, max_bytes };
+        self.execute(stream_route(who.table, who.streamlet), &req, conv::consume).await
+    }
+
+    /// Commits the name's offset `at` in a group the instance holds,
+    /// durably; renews the lease, or gives the group up when `release`.
+    /// True when `at` was the end of the closed group: the name is done
+    /// with it and the instance no longer holds it.
+    pub async fn commit_group(
+        &self,
+        who: Subscriber<'_>,
+        at: StreamOffset,
+        release: bool,
+    ) -> Result<bool, StreamError> {
+        let req = Request::CommitGroup { who, at, release };
+        self.execute(stream_route(who.table, who.streamlet), &req, conv::commit_group).await
     }
 
     /// The connection to the master of `streamlet` of stream `table` (for

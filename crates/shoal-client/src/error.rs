@@ -137,6 +137,12 @@ pub enum StreamError {
     Invalid(String),
     #[error("server out of memory")]
     OutOfMemory,
+    /// A read or commit of a group by a consumer instance that does not
+    /// hold its lease (`LOCK_LOST`): its lease ran out and another
+    /// instance took the group, the name is done with it, or the server
+    /// recovered the streamlet since. Claim a group again.
+    #[error("this consumer instance does not hold the group's lease any more; claim again")]
+    NotHeld,
     #[error(transparent)]
     Client(#[from] ClientError),
 }
@@ -147,6 +153,7 @@ impl From<ErrorStatus> for StreamError {
             ErrorStatus::UnknownTable(t) => StreamError::UnknownTable(t),
             ErrorStatus::OutOfMemory => StreamError::OutOfMemory,
             ErrorStatus::MalformedRequest(why) => StreamError::Invalid(why),
+            ErrorStatus::LockLost => StreamError::NotHeld,
             s => StreamError::Client(ClientError::Refused(s)),
         }
     }

@@ -40,12 +40,15 @@ pub use conn::{ClientConfig, Connection, Credentials};
 pub use error::{ClientError, IncrementError, LockError, ReadError, Rejected, StreamError, TableError, WriteError};
 pub use locks::{ChunkLock, LockKeeper, DEFAULT_LEASE, MAX_BACKOFF};
 pub use ops::{Consumed, Described, ItemResults, Object, Page, Produced, ResponseFrame, Stats, Ttl, Versioned};
-pub use stream::{decode_offsets, encode_offsets, Ack, AckResult, Consumer, Producer, ProducerConfig, Routing};
+pub use stream::{
+    decode_offsets, encode_offsets, Ack, AckResult, Consumer, GroupConsumer, GroupConsumerConfig, GroupRecord,
+    Producer, ProducerConfig, Routing,
+};
 pub use tablet::{ChunkSpan, MapSource, StaticMap, Tablet, TabletMap};
 pub use tls::ClientTls;
 
 pub use shoal_proto::{
-    key_hash, streamlet_key, ChunkId, ErrorStatus, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem, Request,
-    Response, StatValue, StreamGroup, StreamOffset, StreamShape, TableId, UnixMillis, Version, WriteItem,
-    MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS,
+    key_hash, streamlet_key, ChunkId, ErrorStatus, GroupClaim, KeyHash, LockMode, ReadItem, RejectRules, RemoveItem,
+    Request, Response, StatValue, StreamGroup, StreamOffset, StreamShape, Subscriber, TableId, UnixMillis, Version,
+    WriteItem, MAX_CONSUMER_NAME, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS,
 };

@@ -4,8 +4,8 @@
 
 use crate::error::ClientError;
 use shoal_proto::{
-    decode_response, ChunkId, ErrorStatus, Response, StatValue, StreamGroup, StreamOffset, StreamShape, TableId,
-    UnixMillis, Version,
+    decode_response, ChunkId, ErrorStatus, GroupClaim, Response, StatValue, StreamGroup, StreamOffset, StreamShape,
+    TableId, UnixMillis, Version,
 };
 use std::time::Duration;
 
@@ -331,9 +331,24 @@ pub(crate) mod conv {
 
     pub fn consume(r: Response<'_>) -> Result<Consumed, ClientError> {
         match r {
-            Response::Consume { next, end_of_group, records } => {
+            Response::Consume { next, end_of_group, records }
+            | Response::ConsumeClaimed { next, end_of_group, records } => {
                 Ok(Consumed { records: records.into_iter().map(<[u8]>::to_vec).collect(), next, end_of_group })
             }
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn claim_group(r: Response<'_>) -> Result<Option<GroupClaim>, ClientError> {
+        match r {
+            Response::ClaimGroup(c) => Ok(c),
+            r => Err(mismatch(&r)),
+        }
+    }
+
+    pub fn commit_group(r: Response<'_>) -> Result<bool, ClientError> {
+        match r {
+            Response::CommitGroup { done } => Ok(done),
             r => Err(mismatch(&r)),
         }
     }

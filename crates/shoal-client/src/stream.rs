@@ -10,6 +10,10 @@
 //! order it sent them. Every record's [`Ack`] resolves once its batch is
 //! durable (or failed).
 //!
+//! [`GroupConsumer`] is one instance of a consumer name: the server hands
+//! it groups no other instance of the name holds and keeps the name's
+//! offsets (`docs/streams.md`, "Consumer names: one consumer per group").
+//!
 //! [`Consumer`] reads one streamlet, keeping an offset per group (and may
 //! commit them to a key-value table, to resume there after a restart). It reads
 //! the groups of each log of the MultiLog one at a time, in id order, and
@@ -405,6 +409,218 @@ impl Consumer {
                 g.at = c.next;
             }
             out.extend(c.records);
+        }
+        Ok(out)
+    }
+}
+
+/// A [`GroupConsumer`]'s settings.
+#[derive(Clone, Debug)]
+pub struct GroupConsumerConfig {
+    /// The consumer name: instances sharing it split the stream's groups,
+    /// one instance per group at a time, and share committed offsets.
+    pub name: String,
+    /// This instance's id (not 0), unique among the name's instances.
+    pub instance: u64,
+    /// The lease asked for: a group whose holder neither reads nor commits
+    /// for this long goes to another instance (the server grants at most
+    /// 60 s).
+    pub lease: Duration,
+    /// Most groups held at once.
+    pub max_groups: usize,
+    /// Bytes asked for per read of a group.
+    pub max_bytes: u32,
+}
+
+impl GroupConsumerConfig {
+    pub fn new(name: &str, instance: u64) -> GroupConsumerConfig {
+        GroupConsumerConfig {
+            name: name.to_owned(),
+            instance,
+            lease: Duration::from_secs(10),
+            max_groups: 4,
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A record a [`GroupConsumer`] read, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupRecord {
+    pub streamlet: u32,
+    pub offset: StreamOffset,
+    pub record: Vec<u8>,
+}
+
+/// A group a [`GroupConsumer`] holds.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    /// Where the next read starts.
+    at: StreamOffset,
+    /// What the server has committed for the name.
+    committed: StreamOffset,
+    /// The last read found nothing new in the (open) group.
+    idle: bool,
+    /// The last read reached the end of the closed group.
+    end: bool,
+}
+
+/// One instance of a consumer name over every streamlet of a stream, with
+/// the server assigning groups (`docs/streams.md`, "Consumer names: one
+/// consumer per group"): it claims up to `max_groups` groups no other
+/// live instance of the name holds, reads them, and commits its offsets
+/// to the server, which keeps them durably for the name.
+///
+/// Offsets are committed at the start of each [`GroupConsumer::poll`] (the
+/// records the previous poll returned: process them before polling again)
+/// and by [`GroupConsumer::commit`]. A group read to its closed end is
+/// committed done and given back; a group found idle (open, nothing new)
+/// is given back too, so that the instances rotate over the logs that
+/// have data. An instance that stops (crashes) loses its groups when its
+/// leases run out; the next holder starts at the last committed offset,
+/// so the records it had read since its last commit are read again: with
+/// no failures, every record is read exactly once by the name.
+pub struct GroupConsumer {
+    client: Client,
+    table: TableId,
+    streamlets: u32,
+    config: GroupConsumerConfig,
+    held: BTreeMap<(u32, u64), Held>,
+    /// The streamlet the next claim starts at (round robin).
+    next_streamlet: u32,
+    lost: u64,
+}
+
+impl GroupConsumer {
+    /// An instance of `config.name` reading stream `table` of `shape`.
+    pub fn new(client: Client, table: TableId, shape: StreamShape, mut config: GroupConsumerConfig) -> GroupConsumer {
+        config.max_groups = config.max_groups.max(1);
+        let next_streamlet = (config.instance % u64::from(shape.streamlets.max(1))) as u32;
+        let streamlets = shape.streamlets.max(1);
+        GroupConsumer { client, table, streamlets, config, held: BTreeMap::new(), next_streamlet, lost: 0 }
+    }
+
+    fn who(&self, streamlet: u32) -> shoal_proto::Subscriber<'_> {
+        shoal_proto::Subscriber {
+            table: self.table,
+            streamlet,
+            name: &self.config.name,
+            instance: self.config.instance,
+            lease_ms: u32::try_from(self.config.lease.as_millis()).unwrap_or(u32::MAX).max(1),
+        }
+    }
+
+    /// Groups held now: (streamlet, group id).
+    pub fn groups(&self) -> Vec<(u32, u64)> {
+        self.held.keys().copied().collect()
+    }
+
+    /// Groups this instance lost before finishing them: its lease ran out
+    /// and another instance took them, or retention removed them.
+    pub fn groups_lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Commits every held group's offset; gives back the groups read to
+    /// their end and the idle ones (all of them with `release_all`).
+    async fn commit_held(&mut self, release_all: bool) -> Result<(), StreamError> {
+        let held: Vec<((u32, u64), Held)> = self.held.iter().map(|(k, h)| (*k, *h)).collect();
+        for ((streamlet, group), h) in held {
+            let release = release_all || h.idle;
+            if h.at == h.committed && !release && !h.end {
+                continue;
+            }
+            match self.client.commit_group(self.who(streamlet), h.at, release).await {
+                Ok(done) if done || release => {
+                    self.held.remove(&(streamlet, group));
+                }
+                Ok(_) => {
+                    if let Some(h) = self.held.get_mut(&(streamlet, group)) {
+                        h.committed = h.at;
+                    }
+                }
+                Err(StreamError::NotHeld) => {
+                    self.held.remove(&(streamlet, group));
+                    self.lost += 1;
+                }
+                // Removed by retention: give it up (the server releases it
+                // even though the commit is refused).
+                Err(StreamError::Invalid(_)) => {
+                    let _ = self.client.commit_group(self.who(streamlet), h.at, true).await;
+                    self.held.remove(&(streamlet, group));
+                    self.lost += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the offsets of what [`GroupConsumer::poll`] returned so far
+    /// (durably, on the server), keeping the groups.
+    pub async fn commit(&mut self) -> Result<(), StreamError> {
+        self.commit_held(false).await
+    }
+
+    /// Commits and gives back every group, for another instance to go on.
+    pub async fn close(mut self) -> Result<(), StreamError> {
+        self.commit_held(true).await
+    }
+
+    /// Claims groups until `max_groups` are held or no streamlet has one
+    /// free, trying each streamlet at most once.
+    async fn claim(&mut self) -> Result<(), StreamError> {
+        for i in 0..self.streamlets {
+            if self.held.len() >= self.config.max_groups {
+                return Ok(());
+            }
+            let streamlet = (self.next_streamlet + i) % self.streamlets;
+            if let Some(c) = self.client.claim_group(self.who(streamlet)).await? {
+                self.held
+                    .insert((streamlet, c.from.group), Held { at: c.from, committed: c.from, idle: false, end: false });
+            }
+        }
+        self.next_streamlet = (self.next_streamlet + 1) % self.streamlets;
+        Ok(())
+    }
+
+    /// Commits what the previous poll returned, claims groups, and reads
+    /// each held group once; the records read (empty when there is nothing
+    /// new).
+    pub async fn poll(&mut self) -> Result<Vec<GroupRecord>, StreamError> {
+        self.commit_held(false).await?;
+        self.claim().await?;
+        let mut out = Vec::new();
+        let keys: Vec<(u32, u64)> = self.held.keys().copied().collect();
+        for (streamlet, group) in keys {
+            let at = self.held[&(streamlet, group)].at;
+            let c = match self.client.consume_claimed(self.who(streamlet), at, self.config.max_bytes).await {
+                Ok(c) => c,
+                Err(StreamError::NotHeld) => {
+                    self.held.remove(&(streamlet, group));
+                    self.lost += 1;
+                    continue;
+                }
+                // Removed by retention (or the stream dropped): give it up.
+                Err(StreamError::Invalid(_)) => {
+                    let _ = self.client.commit_group(self.who(streamlet), at, true).await;
+                    self.held.remove(&(streamlet, group));
+                    self.lost += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let n = c.records.len() as u32;
+            let first = c.next.position - n;
+            for (i, record) in c.records.into_iter().enumerate() {
+                let offset = StreamOffset { position: first + i as u32, ..c.next };
+                out.push(GroupRecord { streamlet, offset, record });
+            }
+            if let Some(h) = self.held.get_mut(&(streamlet, group)) {
+                h.at = c.next;
+                h.idle = n == 0 && !c.end_of_group;
+                h.end = c.end_of_group;
+            }
         }
         Ok(out)
     }

@@ -35,7 +35,7 @@ pub use shoal_common::{
     key_hash, ChunkId, KeyHash, LogId, SegmentId, StreamOffset, StreamShape, TableId, UnixMillis, Version,
 };
 pub use store::{
-    ChunkGone, Commit, Consumed, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta, Produced, RejectRules,
-    Replay, ReplayError, ReplayReport, Retention, Store, StoreError, StoreStats, StreamError, Txn, WriteOp,
-    MAX_ATOMIC_BATCH, MAX_BATCH_RECORDS, RECORD_OVERHEAD,
+    ChunkGone, Commit, Committed, Consumed, ConsumerHead, EnumCursor, EnumeratedObject, Expiry, GroupInfo, ObjectMeta,
+    Produced, RejectRules, Replay, ReplayError, ReplayReport, Retention, Store, StoreError, StoreStats, StreamError,
+    Txn, WriteOp, MAX_ATOMIC_BATCH, MAX_BATCH_RECORDS, MAX_CONSUMER_NAME, MAX_CONSUMER_NAMES, RECORD_OVERHEAD,
 };

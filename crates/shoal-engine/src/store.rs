@@ -33,8 +33,10 @@ use std::time::Instant;
 
 mod chunks;
 pub(crate) use chunks::RUN_PAYLOAD_BYTES;
+mod stream_meta;
 mod streams;
 mod txn;
+pub use stream_meta::{Committed, ConsumerHead, MAX_CONSUMER_NAME, MAX_CONSUMER_NAMES};
 pub use streams::{Consumed, GroupInfo, Produced, Retention, StreamError, MAX_BATCH_RECORDS, RECORD_OVERHEAD};
 pub use txn::{Commit, Txn};
 

@@ -563,3 +563,93 @@ mod model {
         }
     }
 }
+
+/// `store`'s log replayed into a fresh store holding stream `STREAM` of
+/// `shape`, its segments in order and reversed; each checked.
+fn replayed_both_ways(store: &Store, shape: StreamShape) -> Vec<(bool, Store)> {
+    let segs = store.log_segments();
+    [false, true]
+        .into_iter()
+        .map(|reversed| {
+            let mut s: Vec<&[u8]> = segs.iter().map(|s| s.1.as_slice()).collect();
+            if reversed {
+                s.reverse();
+            }
+            let rebuilt = Store::new(common::small_config(2048, false)).unwrap();
+            rebuilt.create_table(STREAM);
+            rebuilt.create_stream(STREAM, shape).unwrap();
+            rebuilt.replay(s).unwrap();
+            rebuilt.check_invariants().unwrap();
+            (reversed, rebuilt)
+        })
+        .collect()
+}
+
+/// Consumer names' committed offsets (`docs/streams.md`, "Consumer
+/// names"): a commit inside a group keeps the name on it; a commit of the
+/// end of a closed group moves the name's cursor to its log's next group.
+/// The offsets share the streamlet's object with retention's trim point:
+/// a trim keeps them, and a replay of the log, in either segment order,
+/// brings back both.
+#[test]
+fn consumer_commits_move_cursors_survive_trims_and_replays() {
+    let store = Store::new(common::small_config(1024, false)).unwrap();
+    store.create_table(STREAM);
+    store.create_stream(STREAM, shape()).unwrap();
+    // Producers 0 and 1: logs 0 and 1 of streamlet 0; group 0 fills.
+    for i in 0..6u64 {
+        store.produce(STREAM, 0, 0, &[record(0, i, 2000)]).unwrap();
+    }
+    store.produce(STREAM, 0, 1, &[record(1, 0, 10)]).unwrap();
+    let groups = store.stream_groups(STREAM, 0, 0, usize::MAX).unwrap();
+    let g0 = groups[0];
+    assert!(g0.closed && g0.log == 0, "{groups:?}");
+    let heads = store.consumer_heads(STREAM, 0, &Default::default()).unwrap();
+    let log1 = groups.iter().find(|g| g.log == 1).unwrap().id;
+    assert_eq!(heads.iter().map(|h| (h.log, h.group)).collect::<Vec<_>>(), vec![(0, 0), (1, log1)], "{heads:?}");
+    assert!(heads[0].closed && heads[0].unread && !heads[1].closed);
+
+    let mid = StreamOffset { group: 0, segment: 0, position: 1 };
+    assert!(!store.commit_consumer(STREAM, 0, "a", mid).unwrap().done);
+    let cursors = store.consumer_cursors(STREAM, 0, "a").unwrap();
+    assert_eq!(cursors[&0], mid);
+    assert_eq!(store.consumer_heads(STREAM, 0, &cursors).unwrap()[0].from, mid);
+    // The end of closed group 0: done; the name's next group of log 0 is
+    // the one after it (not group 1, of log 1).
+    let end = StreamOffset { group: 0, segment: g0.segments - 1, position: 0 };
+    let end =
+        StreamOffset { position: store.consume(STREAM, 0, end, usize::MAX, |_| {}).unwrap().next.position, ..end };
+    assert!(store.commit_consumer(STREAM, 0, "a", end).unwrap().done);
+    let cursors = store.consumer_cursors(STREAM, 0, "a").unwrap();
+    let heads = store.consumer_heads(STREAM, 0, &cursors).unwrap();
+    let next0 = groups.iter().find(|g| g.log == 0 && g.id > 0).unwrap().id;
+    assert_eq!(heads.iter().map(|h| (h.log, h.group)).collect::<Vec<_>>(), vec![(0, next0), (1, log1)], "{heads:?}");
+    assert_eq!(heads[0].from, StreamOffset { group: next0, segment: 0, position: 0 });
+    assert!(store.consumer_cursors(STREAM, 0, "b").unwrap().is_empty(), "names are separate");
+
+    // Bad commits change nothing.
+    let past = StreamOffset { position: 99, ..mid };
+    assert_eq!(store.commit_consumer(STREAM, 0, "a", past), Err(StreamError::InvalidOffset(past)));
+    assert!(matches!(store.commit_consumer(STREAM, 0, "", mid), Err(StreamError::Consumers(_))));
+    assert!(matches!(store.commit_consumer(STREAM, 0, &"x".repeat(256), mid), Err(StreamError::Consumers(_))));
+    for i in 1..shoal_engine::MAX_CONSUMER_NAMES {
+        store.commit_consumer(STREAM, 0, &format!("n{i}"), mid).unwrap();
+    }
+    let e = store.commit_consumer(STREAM, 0, "one-too-many", mid).unwrap_err();
+    assert!(e.to_string().contains("maximum of 32 consumer names"), "{e}");
+    assert_eq!(store.consumer_cursors(STREAM, 0, "a").unwrap(), cursors);
+
+    // Retention's trim point is written into the same object: the
+    // offsets stay, and a replay restores both.
+    store.mark_stream_trimmed(STREAM, 0, 1).unwrap();
+    store.trim_stream(STREAM, 0, 1).unwrap();
+    assert_eq!(store.consumer_cursors(STREAM, 0, "a").unwrap(), cursors);
+    let in_next = StreamOffset { group: next0, segment: 0, position: 1 };
+    assert!(!store.commit_consumer(STREAM, 0, "a", in_next).unwrap().done);
+    let after = store.consumer_cursors(STREAM, 0, "a").unwrap();
+    for (reversed, rebuilt) in replayed_both_ways(&store, shape()) {
+        assert_eq!(rebuilt.consumer_cursors(STREAM, 0, "a").unwrap(), after, "reversed: {reversed}");
+        assert_eq!(rebuilt.stream_trimmed(STREAM, 0).unwrap(), 1);
+        assert_eq!(rebuilt.consumer_cursors(STREAM, 0, "n5").unwrap()[&0], mid);
+    }
+}

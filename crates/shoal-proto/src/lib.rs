@@ -36,7 +36,7 @@ pub use frame::{FrameError, DEFAULT_MAX_BODY_BYTES};
 pub use request::{LockMode, Opcode, ReadItem, RejectRules, RemoveItem, Request, WriteItem, MAX_CHUNK_CREATE};
 pub use response::{decode_response, encode_error, Object, Response, Stat, StatValue};
 pub use status::{ErrorStatus, StatusCode};
-pub use stream::{StreamGroup, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS};
+pub use stream::{GroupClaim, StreamGroup, Subscriber, MAX_CONSUMER_NAME, MAX_DESCRIBE_GROUPS, MAX_PRODUCE_RECORDS};
 pub use wire::DecodeError;
 
 pub use shoal_common::{

@@ -3,12 +3,12 @@
 //! relative to the start of the body (or of a multi-op item).
 
 use crate::frame::{encode_header, finish_frame};
-use crate::stream;
+use crate::stream::{self, Subscriber};
 use crate::wire::{get_u32, get_u64, len32, put_str16, DecodeError, Reader};
 use shoal_common::{ChunkId, StreamOffset, StreamShape, TableId, Version};
 
 /// The operations. Matched exhaustively: adding one shows every place to
-/// update. Codes 32-255 are reserved for the cluster (tablet maps,
+/// update. Codes 34-255 are reserved for the cluster (tablet maps,
 /// replication) and later versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -43,6 +43,9 @@ pub enum Opcode {
     ChunkUnlock = 28,
     ChunkRenew = 29,
     ChunkPutLocked = 30,
+    ClaimGroup = 31,
+    ConsumeClaimed = 32,
+    CommitGroup = 33,
 }
 
 impl Opcode {
@@ -79,6 +82,9 @@ impl Opcode {
             28 => ChunkUnlock,
             29 => ChunkRenew,
             30 => ChunkPutLocked,
+            31 => ClaimGroup,
+            32 => ConsumeClaimed,
+            33 => CommitGroup,
             _ => return None,
         })
     }
@@ -435,6 +441,24 @@ pub enum Request<'a> {
         from_group: u64,
         max_groups: u32,
     },
+    /// A group of the streamlet for this instance of the consumer name,
+    /// one no other live instance of the name holds, under a lease
+    /// (`docs/streams.md`, "Consumer names").
+    ClaimGroup(Subscriber<'a>),
+    /// CONSUME of a group the instance holds; renews its lease.
+    ConsumeClaimed {
+        who: Subscriber<'a>,
+        from: StreamOffset,
+        max_bytes: u32,
+    },
+    /// Commits the name's offset `at` in a group the instance holds
+    /// (durably); renews the lease, or releases the group when `release`
+    /// or when `at` is the end of the closed group (done).
+    CommitGroup {
+        who: Subscriber<'a>,
+        at: StreamOffset,
+        release: bool,
+    },
 }
 
 fn put_key_op(out: &mut Vec<u8>, table: TableId, rules: &RejectRules, key: &[u8]) {
@@ -498,7 +522,8 @@ impl<'a> Request<'a> {
             | Request::CreateStream { .. }
             | Request::Produce { .. }
             | Request::ChunkUnlock { .. }
-            | Request::ChunkPutLocked { .. } => true,
+            | Request::ChunkPutLocked { .. }
+            | Request::CommitGroup { .. } => true,
             Request::Ping
             | Request::Read { .. }
             | Request::ReadTtl { .. }
@@ -511,6 +536,9 @@ impl<'a> Request<'a> {
             | Request::ChunkGet { .. }
             | Request::Consume { .. }
             | Request::DescribeStream { .. }
+            // A claim or a read changes leases only, which are not logged.
+            | Request::ClaimGroup(_)
+            | Request::ConsumeClaimed { .. }
             // Repeating a lock or renewal is harmless: an owner that holds
             // the lock gets the same token again.
             | Request::ChunkLock { .. }
@@ -550,6 +578,9 @@ impl<'a> Request<'a> {
             Request::ChunkUnlock { .. } => Opcode::ChunkUnlock,
             Request::ChunkRenew { .. } => Opcode::ChunkRenew,
             Request::ChunkPutLocked { .. } => Opcode::ChunkPutLocked,
+            Request::ClaimGroup(_) => Opcode::ClaimGroup,
+            Request::ConsumeClaimed { .. } => Opcode::ConsumeClaimed,
+            Request::CommitGroup { .. } => Opcode::CommitGroup,
         }
     }
 
@@ -665,6 +696,9 @@ impl<'a> Request<'a> {
             Request::DescribeStream { table, streamlet, from_group, max_groups } => {
                 stream::put_describe(out, *table, *streamlet, *from_group, *max_groups)
             }
+            Request::ClaimGroup(who) => stream::put_claim(out, who),
+            Request::ConsumeClaimed { who, from, max_bytes } => stream::put_consume_claimed(out, who, from, *max_bytes),
+            Request::CommitGroup { who, at, release } => stream::put_commit(out, who, at, *release),
             Request::Auth { user, password } => {
                 out.extend_from_slice(&len16(user).to_le_bytes());
                 out.extend_from_slice(&len16(password).to_le_bytes());
@@ -843,6 +877,15 @@ impl<'a> Request<'a> {
             Opcode::DescribeStream => {
                 let (table, streamlet, from_group, max_groups) = stream::get_describe(&mut r)?;
                 Request::DescribeStream { table, streamlet, from_group, max_groups }
+            }
+            Opcode::ClaimGroup => Request::ClaimGroup(stream::get_claim(&mut r)?),
+            Opcode::ConsumeClaimed => {
+                let (who, from, max_bytes) = stream::get_consume_claimed(&mut r)?;
+                Request::ConsumeClaimed { who, from, max_bytes }
+            }
+            Opcode::CommitGroup => {
+                let (who, at, release) = stream::get_commit(&mut r)?;
+                Request::CommitGroup { who, at, release }
             }
             Opcode::Auth => {
                 let f = r.fixed(auth_op::FIXED)?;

@@ -4,7 +4,7 @@
 use crate::frame::{encode_header, finish_frame, FLAG_RESPONSE};
 use crate::request::{len32_count, Opcode};
 use crate::status::{ErrorStatus, StatusCode};
-use crate::stream::{self, StreamGroup};
+use crate::stream::{self, GroupClaim, StreamGroup};
 use crate::wire::{get_u32, get_u64, len32, put_str8, DecodeError, Reader};
 use shoal_common::{ChunkId, StreamOffset, StreamShape, TableId, UnixMillis, Version};
 use std::borrow::Cow;
@@ -183,6 +183,19 @@ pub enum Response<'a> {
         shape: StreamShape,
         groups: Vec<StreamGroup>,
     },
+    /// CLAIM_GROUP: the group granted, or none free now.
+    ClaimGroup(Option<GroupClaim>),
+    /// CONSUME_CLAIMED: as CONSUME.
+    ConsumeClaimed {
+        next: StreamOffset,
+        end_of_group: bool,
+        records: Vec<&'a [u8]>,
+    },
+    /// COMMIT_GROUP: whether the group is done for the name (the offset
+    /// was the end of the closed group; its lease is released).
+    CommitGroup {
+        done: bool,
+    },
 }
 
 fn put_u64(out: &mut Vec<u8>, v: u64) {
@@ -222,6 +235,9 @@ impl<'a> Response<'a> {
             Response::ChunkUnlock => Opcode::ChunkUnlock,
             Response::ChunkRenew { .. } => Opcode::ChunkRenew,
             Response::ChunkPutLocked { .. } => Opcode::ChunkPutLocked,
+            Response::ClaimGroup(_) => Opcode::ClaimGroup,
+            Response::ConsumeClaimed { .. } => Opcode::ConsumeClaimed,
+            Response::CommitGroup { .. } => Opcode::CommitGroup,
         }
     }
 
@@ -318,9 +334,12 @@ impl<'a> Response<'a> {
                 stream::put_shape(out, shape);
             }
             Response::Produce { first, count } => stream::put_produced(out, first, *count),
-            Response::Consume { next, end_of_group, records } => {
+            Response::Consume { next, end_of_group, records }
+            | Response::ConsumeClaimed { next, end_of_group, records } => {
                 stream::put_consumed(out, next, *end_of_group, records)
             }
+            Response::ClaimGroup(c) => stream::put_claimed(out, c),
+            Response::CommitGroup { done } => stream::put_committed(out, *done),
             Response::DescribeStream { shape, groups } => stream::put_described(out, shape, groups),
             Response::Stats(stats) => {
                 let n = stats.len().min(u16::MAX as usize);
@@ -462,6 +481,12 @@ pub fn decode_response(opcode: u8, body: &[u8]) -> Result<Result<Response<'_>, E
             let (next, end_of_group, records) = stream::get_consumed(&mut r)?;
             Response::Consume { next, end_of_group, records }
         }
+        Opcode::ConsumeClaimed => {
+            let (next, end_of_group, records) = stream::get_consumed(&mut r)?;
+            Response::ConsumeClaimed { next, end_of_group, records }
+        }
+        Opcode::ClaimGroup => Response::ClaimGroup(stream::get_claimed(&mut r)?),
+        Opcode::CommitGroup => Response::CommitGroup { done: stream::get_committed(&mut r)? },
         Opcode::DescribeStream => {
             let (shape, groups) = stream::get_described(&mut r)?;
             Response::DescribeStream { shape, groups }

@@ -299,3 +299,175 @@ pub(crate) fn get_described(r: &mut Reader<'_>) -> Result<(StreamShape, Vec<Stre
     }
     Ok((s, groups))
 }
+
+/// Longest consumer name in the consumer-name requests, in bytes.
+pub const MAX_CONSUMER_NAME: usize = 255;
+
+/// The head of CLAIM_GROUP, CONSUME_CLAIMED and COMMIT_GROUP: table,
+/// streamlet, instance, lease; then per opcode (below), then the consumer
+/// name (u16 length and UTF-8 bytes, 1-255 of them).
+mod claim {
+    pub const TABLE: usize = 0;
+    pub const STREAMLET: usize = 8;
+    pub const INSTANCE: usize = 12;
+    pub const LEASE_MS: usize = 20;
+    pub const HEAD: usize = 24;
+    /// CONSUME_CLAIMED: offset, max bytes.
+    pub const READ_OFFSET: usize = HEAD;
+    pub const READ_MAX_BYTES: usize = HEAD + 16;
+    pub const READ_FIXED: usize = HEAD + 20;
+    /// COMMIT_GROUP: offset, flags (bit 0: release the group).
+    pub const COMMIT_OFFSET: usize = HEAD;
+    pub const COMMIT_FLAGS: usize = HEAD + 16;
+    pub const COMMIT_FIXED: usize = HEAD + 17;
+    pub const RELEASE: u8 = 0x01;
+}
+const _: () = assert!(claim::LEASE_MS + 4 == claim::HEAD);
+const _: () = assert!(claim::READ_MAX_BYTES + 4 == claim::READ_FIXED);
+const _: () = assert!(claim::COMMIT_FLAGS + 1 == claim::COMMIT_FIXED);
+
+/// CLAIM_GROUP response: flags (bit 0: a group is granted), log, offset to
+/// read from, lease granted (ms); all zero but flags when none is.
+mod claimed {
+    pub const FLAGS: usize = 0;
+    pub const LOG: usize = 1;
+    pub const FROM: usize = 5;
+    pub const LEASE_MS: usize = 21;
+    pub const LEN: usize = 25;
+    pub const GRANTED: u8 = 0x01;
+}
+const _: () = assert!(claimed::LEASE_MS + 4 == claimed::LEN);
+
+/// COMMIT_GROUP response: flags (bit 0: the group is done for the name).
+mod committed {
+    pub const DONE: u8 = 0x01;
+}
+
+/// Who asks, in the consumer-name requests: the stream and streamlet, the
+/// consumer name, the instance (not 0) and the lease it asks for (ms, not
+/// 0; the server may grant less).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Subscriber<'a> {
+    pub table: TableId,
+    pub streamlet: u32,
+    pub name: &'a str,
+    pub instance: u64,
+    pub lease_ms: u32,
+}
+
+/// A group granted by CLAIM_GROUP: its log, where to read it from (the
+/// name's committed offset in it, or its start), and the lease granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupClaim {
+    pub log: u32,
+    pub from: StreamOffset,
+    pub lease_ms: u32,
+}
+
+fn put_subscriber_head(out: &mut Vec<u8>, s: &Subscriber<'_>) {
+    out.extend_from_slice(&s.table.0.to_le_bytes());
+    out.extend_from_slice(&s.streamlet.to_le_bytes());
+    out.extend_from_slice(&s.instance.to_le_bytes());
+    out.extend_from_slice(&s.lease_ms.to_le_bytes());
+}
+
+fn get_subscriber<'a>(f: &[u8], r: &mut Reader<'a>) -> Result<Subscriber<'a>, DecodeError> {
+    let name = r.str16()?;
+    if name.is_empty() || name.len() > MAX_CONSUMER_NAME {
+        return Err(DecodeError::Malformed("a consumer name has 1-255 bytes"));
+    }
+    let instance = get_u64(f, claim::INSTANCE);
+    if instance == 0 {
+        return Err(DecodeError::Malformed("consumer instance id 0 is reserved"));
+    }
+    let lease_ms = get_u32(f, claim::LEASE_MS);
+    if lease_ms == 0 {
+        return Err(DecodeError::Malformed("a consumer group lease must be at least 1 ms"));
+    }
+    Ok(Subscriber {
+        table: TableId(get_u64(f, claim::TABLE)),
+        streamlet: get_u32(f, claim::STREAMLET),
+        name,
+        instance,
+        lease_ms,
+    })
+}
+
+pub(crate) fn put_claim(out: &mut Vec<u8>, s: &Subscriber<'_>) {
+    put_subscriber_head(out, s);
+    put_str16(out, s.name);
+}
+
+pub(crate) fn get_claim<'a>(r: &mut Reader<'a>) -> Result<Subscriber<'a>, DecodeError> {
+    let f = r.fixed(claim::HEAD)?;
+    get_subscriber(f, r)
+}
+
+pub(crate) fn put_consume_claimed(out: &mut Vec<u8>, s: &Subscriber<'_>, from: &StreamOffset, max_bytes: u32) {
+    put_subscriber_head(out, s);
+    put_offset(out, from);
+    out.extend_from_slice(&max_bytes.to_le_bytes());
+    put_str16(out, s.name);
+}
+
+pub(crate) fn get_consume_claimed<'a>(r: &mut Reader<'a>) -> Result<(Subscriber<'a>, StreamOffset, u32), DecodeError> {
+    let f = r.fixed(claim::READ_FIXED)?;
+    let s = get_subscriber(f, r)?;
+    Ok((s, offset_at(f, claim::READ_OFFSET), get_u32(f, claim::READ_MAX_BYTES)))
+}
+
+pub(crate) fn put_commit(out: &mut Vec<u8>, s: &Subscriber<'_>, at: &StreamOffset, release: bool) {
+    put_subscriber_head(out, s);
+    put_offset(out, at);
+    out.push(if release { claim::RELEASE } else { 0 });
+    put_str16(out, s.name);
+}
+
+pub(crate) fn get_commit<'a>(r: &mut Reader<'a>) -> Result<(Subscriber<'a>, StreamOffset, bool), DecodeError> {
+    let f = r.fixed(claim::COMMIT_FIXED)?;
+    let release = match f[claim::COMMIT_FLAGS] {
+        0 => false,
+        claim::RELEASE => true,
+        _ => return Err(DecodeError::Malformed("unknown COMMIT_GROUP flags")),
+    };
+    let s = get_subscriber(f, r)?;
+    Ok((s, offset_at(f, claim::COMMIT_OFFSET), release))
+}
+
+pub(crate) fn put_claimed(out: &mut Vec<u8>, c: &Option<GroupClaim>) {
+    let mut f = [0u8; claimed::LEN];
+    if let Some(c) = c {
+        f[claimed::FLAGS] = claimed::GRANTED;
+        f[claimed::LOG..claimed::FROM].copy_from_slice(&c.log.to_le_bytes());
+        let mut o = Vec::with_capacity(offset::LEN);
+        put_offset(&mut o, &c.from);
+        f[claimed::FROM..claimed::LEASE_MS].copy_from_slice(&o);
+        f[claimed::LEASE_MS..].copy_from_slice(&c.lease_ms.to_le_bytes());
+    }
+    out.extend_from_slice(&f);
+}
+
+pub(crate) fn get_claimed(r: &mut Reader<'_>) -> Result<Option<GroupClaim>, DecodeError> {
+    let f = r.fixed(claimed::LEN)?;
+    match f[claimed::FLAGS] {
+        0 if f[1..].iter().all(|&b| b == 0) => Ok(None),
+        claimed::GRANTED => Ok(Some(GroupClaim {
+            log: get_u32(f, claimed::LOG),
+            from: offset_at(f, claimed::FROM),
+            lease_ms: get_u32(f, claimed::LEASE_MS),
+        })),
+        _ => Err(DecodeError::Malformed("bad CLAIM_GROUP response flags")),
+    }
+}
+
+pub(crate) fn put_committed(out: &mut Vec<u8>, done: bool) {
+    out.push(if done { committed::DONE } else { 0 });
+}
+
+pub(crate) fn get_committed(r: &mut Reader<'_>) -> Result<bool, DecodeError> {
+    match r.u8()? {
+        0 => Ok(false),
+        committed::DONE => Ok(true),
+        _ => Err(DecodeError::Malformed("unknown COMMIT_GROUP response flags")),
+    }
+}

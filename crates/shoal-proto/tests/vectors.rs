@@ -433,3 +433,70 @@ fn key_hash_matches_documented_vectors() {
     assert_eq!(key_hash(TableId(65), b"foo").0, 0xbe5a_5e06_cccf_c836);
     assert_eq!(key_hash(TableId(65), b"{user1000}.following").0, 0x35cc_5a1b_4139_4a5b);
 }
+
+/// Consumer names (`docs/wire-format.md`, "Consumer names"): the vectors
+/// of `docs/vectors/wire_vectors.py`; names of 0 or more than 255 bytes,
+/// instance 0, lease 0 and unknown flags are malformed.
+#[test]
+fn consumer_name_messages_match_the_vectors_and_refuse_bad_fields() {
+    let who = Subscriber { table: TableId(6), streamlet: 1, name: "billing", instance: 5, lease_ms: 3000 };
+    check_request(Request::ClaimGroup(who), 31, "53 01 1f 00 1f 00 00 00 00 00 00 00 21 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 05 00 00 00 00 00 00 00 b8 0b 00 00 07 00 62 69 6c 6c 69 6e 67");
+    let claim = GroupClaim { log: 2, from: StreamOffset { group: 3, segment: 1, position: 4 }, lease_ms: 3000 };
+    check_response(Ok(Response::ClaimGroup(Some(claim))), Opcode::ClaimGroup, 31, "53 01 1f 01 1f 00 00 00 00 00 00 00 1a 00 00 00 00 01 02 00 00 00 03 00 00 00 00 00 00 00 01 00 00 00 04 00 00 00 b8 0b 00 00");
+    check_response(Ok(Response::ClaimGroup(None)), Opcode::ClaimGroup, 32, "53 01 1f 01 20 00 00 00 00 00 00 00 1a 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00");
+    check_request(
+        Request::ConsumeClaimed { who, from: claim.from, max_bytes: 4096 },
+        33,
+        "53 01 20 00 21 00 00 00 00 00 00 00 35 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 05 00 00 00 00 00 00 00 b8 0b 00 00 03 00 00 00 00 00 00 00 01 00 00 00 04 00 00 00 00 10 00 00 07 00 62 69 6c 6c 69 6e 67",
+    );
+    check_response(
+        Err(ErrorStatus::LockLost),
+        Opcode::ConsumeClaimed,
+        33,
+        "53 01 20 01 21 00 00 00 00 00 00 00 01 00 00 00 16",
+    );
+    let at = StreamOffset { position: 9, ..claim.from };
+    check_request(Request::CommitGroup { who, at, release: true }, 34, "53 01 21 00 22 00 00 00 00 00 00 00 32 00 00 00 06 00 00 00 00 00 00 00 01 00 00 00 05 00 00 00 00 00 00 00 b8 0b 00 00 03 00 00 00 00 00 00 00 01 00 00 00 09 00 00 00 01 07 00 62 69 6c 6c 69 6e 67");
+    check_response(
+        Ok(Response::CommitGroup { done: true }),
+        Opcode::CommitGroup,
+        34,
+        "53 01 21 01 22 00 00 00 00 00 00 00 02 00 00 00 00 01",
+    );
+
+    let long = "x".repeat(MAX_CONSUMER_NAME + 1);
+    for (bad, why) in [
+        (Subscriber { name: "", ..who }, "a consumer name has 1-255 bytes"),
+        (Subscriber { name: &long, ..who }, "a consumer name has 1-255 bytes"),
+        (Subscriber { instance: 0, ..who }, "consumer instance id 0 is reserved"),
+        (Subscriber { lease_ms: 0, ..who }, "a consumer group lease must be at least 1 ms"),
+    ] {
+        for req in [
+            Request::ClaimGroup(bad),
+            Request::ConsumeClaimed { who: bad, from: at, max_bytes: 1 },
+            Request::CommitGroup { who: bad, at, release: false },
+        ] {
+            let mut out = Vec::new();
+            req.encode(1, &mut out);
+            let (h, b) = body(&out);
+            assert_eq!(Request::decode(h.opcode, b), Err(DecodeError::Malformed(why)), "{req:?}");
+        }
+    }
+    let mut out = Vec::new();
+    Request::CommitGroup { who, at, release: false }.encode(1, &mut out);
+    out[HEADER_LEN + 40] = 2;
+    assert_eq!(
+        Request::decode(Opcode::CommitGroup as u8, &out[HEADER_LEN..]),
+        Err(DecodeError::Malformed("unknown COMMIT_GROUP flags"))
+    );
+    let mut res = vec![0u8; 26];
+    res[1] = 2;
+    assert_eq!(
+        decode_response(Opcode::ClaimGroup as u8, &res),
+        Err(DecodeError::Malformed("bad CLAIM_GROUP response flags"))
+    );
+    assert_eq!(
+        decode_response(Opcode::CommitGroup as u8, &[0, 3]),
+        Err(DecodeError::Malformed("unknown COMMIT_GROUP response flags"))
+    );
+}

@@ -44,6 +44,9 @@ pub struct ServerContext {
     /// The chunk locks of the chunk tables this server serves (not logged:
     /// a crash recovery releases them; `docs/chunks.md`, "Locks").
     pub locks: Arc<crate::chunklocks::LockTable>,
+    /// The group leases of consumer names on the streamlets this server
+    /// serves (in memory only: `subscriptions`).
+    pub subscriptions: crate::subscriptions::Subscriptions,
     /// The Redis streams of the RESP port: their indexes and the signal
     /// blocked XREADs wait on (`resp::xstream`).
     pub xstreams: crate::resp::xstream::XStreams,
@@ -146,6 +149,7 @@ impl ServerContext {
         store.on_chunk_gone(Arc::new(move |table, id| gone.forget(table, [id])));
         Ok(ServerContext {
             locks,
+            subscriptions: Default::default(),
             xstreams: Default::default(),
             load: Default::default(),
             admin,

@@ -19,6 +19,8 @@
 //! * [`native`]: Shoal's native binary protocol front end.
 //! * [`stream`]: what a front end serves a connection over, plain TCP or
 //!   TLS ([`stream::ClientStream`]), and how either moves between workers.
+//! * [`subscriptions`]: consumer names' group leases (one consumer per
+//!   group, KerA's rule).
 //! * [`tls`]: TLS on the client ports: certificates, the bounded handshake.
 //! * [`metrics`]: the server's Prometheus metrics, gathered at scrape time,
 //!   and the front ends' per-operation counters and latency histograms;
@@ -58,6 +60,7 @@ pub mod sc;
 pub mod server;
 mod spin;
 pub mod stream;
+pub mod subscriptions;
 pub mod tls;
 mod workers;
 

@@ -333,4 +333,21 @@ fn stream_commands() {
     assert!(fails(addr, &["stream", "produce", "kv", "x"], 1).contains("not a stream"));
     assert!(fails(addr, &["stream", "consume", "clicks", "--from", "9"], 1).contains("group 9 does not exist"));
     assert!(fails(addr, &["stream", "consume", "clicks", "--from", "1:x"], 2).contains("not group"));
+
+    // As a consumer name: what the name has not committed, then nothing;
+    // --limit stops part way and the next run goes on from there. (The
+    // streamlet may also hold `a b c`, from producer 0 in another log.)
+    let streamlet = s.to_string();
+    let named = |limit: Option<&str>| {
+        let mut args = vec!["stream", "consume", "clicks", "--streamlet", &streamlet, "--name", "billing"];
+        args.extend(limit.map(|l| ["--limit", l]).into_iter().flatten());
+        ok(addr, &args).lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let first = named(Some("30"));
+    assert_eq!(first.len(), 30, "{first:?}");
+    let mut lines: Vec<String> = first.into_iter().filter(|l| l.starts_with("line")).collect();
+    lines.extend(named(None).into_iter().filter(|l| l.starts_with("line")));
+    assert_eq!(lines, (0..100).map(|i| format!("line{i}")).collect::<Vec<_>>(), "in order, each once");
+    assert!(named(None).is_empty(), "everything was committed");
+    assert!(fails(addr, &["stream", "consume", "clicks", "--name", ""], 1).contains("a consumer name has 1-255 bytes"));
 }

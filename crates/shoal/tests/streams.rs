@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use shoal_client::blocking::Client;
-use shoal_client::{key_hash, streamlet_key, ClientConfig, StreamOffset, StreamShape, TableId};
+use shoal_client::{key_hash, streamlet_key, ClientConfig, StreamOffset, StreamShape, Subscriber, TableId};
 use shoal_cluster::{ClusterMap, ServerState};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -191,6 +191,24 @@ fn wait_map(cluster: &Cluster, what: &str, secs: u64, f: impl Fn(&ClusterMap) ->
     }
 }
 
+/// SIGKILLs server `victim` of `cluster` (started under `root`) and waits
+/// until the coordinator has recovered all its tablets; the map then.
+fn kill_and_recover(cluster: &mut Cluster, root: &Root, victim: shoal_cluster::ServerId) -> ClusterMap {
+    let idx = (0..cluster.servers.len())
+        .find(|i| {
+            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
+                .is_ok_and(|s| s.trim() == victim.0.to_string())
+        })
+        .unwrap();
+    cluster.servers[idx].kill().unwrap();
+    cluster.servers[idx].wait().unwrap();
+    wait_map(cluster, "the recovery", 30, |m| {
+        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
+            && m.recoveries.is_empty()
+            && m.tablets.iter().all(|t| t.master != victim)
+    })
+}
+
 /// The master of `streamlet`: that of the tablet holding its key's hash.
 fn streamlet_master(map: &ClusterMap, table: TableId, streamlet: u32) -> shoal_cluster::ServerId {
     let h = key_hash(table, &streamlet_key(streamlet)).0;
@@ -218,19 +236,7 @@ fn a_killed_streamlet_master_is_recovered_and_every_acknowledged_record_is_read_
     std::thread::sleep(Duration::from_secs(2));
     let before = load.acks();
     assert!(before > 500, "only {before} records acknowledged before the kill");
-    let idx = (0..cluster.servers.len())
-        .find(|i| {
-            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
-                .is_ok_and(|s| s.trim() == victim.0.to_string())
-        })
-        .unwrap();
-    cluster.servers[idx].kill().unwrap();
-    cluster.servers[idx].wait().unwrap();
-    let map = wait_map(&cluster, "the recovery", 30, |m| {
-        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
-            && m.recoveries.is_empty()
-            && m.tablets.iter().all(|t| t.master != victim)
-    });
+    let map = kill_and_recover(&mut cluster, &root, victim);
     assert_ne!(streamlet_master(&map, table, 0), victim);
     // Producing goes on at the new master.
     let after_recovery = load.acks();
@@ -290,19 +296,7 @@ fn retention_survives_the_recovery_of_a_killed_streamlet_master() {
         assert!(Instant::now() < deadline, "retention removed nothing of streamlet 0 ({} groups)", groups.len());
         std::thread::sleep(Duration::from_millis(100));
     };
-    let idx = (0..cluster.servers.len())
-        .find(|i| {
-            std::fs::read_to_string(root.0.join(format!("server-{i}/data/server-id")))
-                .is_ok_and(|s| s.trim() == victim.0.to_string())
-        })
-        .unwrap();
-    cluster.servers[idx].kill().unwrap();
-    cluster.servers[idx].wait().unwrap();
-    wait_map(&cluster, "the recovery", 30, |m| {
-        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
-            && m.recoveries.is_empty()
-            && m.tablets.iter().all(|t| t.master != victim)
-    });
+    kill_and_recover(&mut cluster, &root, victim);
     let ledger = load.finish();
     let mut c = cluster.client();
     for streamlet in 0..SHAPE.streamlets {
@@ -322,5 +316,80 @@ fn retention_survives_the_recovery_of_a_killed_streamlet_master() {
         }
         assert!(checked > 0, "streamlet {streamlet}: no acknowledged record kept");
     }
+    cluster.kill_all();
+}
+
+/// Reads what instance `who` of a consumer name can claim in its streamlet
+/// (every group, one at a time, each to what it holds now), committing
+/// after each read, until `want` records are read or nothing is left:
+/// the records read, and the offset each claim started at.
+fn read_as_name(c: &mut Client, who: Subscriber<'_>, want: usize) -> (Vec<(StreamOffset, Vec<u8>)>, Vec<StreamOffset>) {
+    let (mut out, mut claims) = (Vec::new(), Vec::new());
+    while out.len() < want {
+        let Some(claim) = c.claim_group(who).unwrap() else { break };
+        claims.push(claim.from);
+        let mut at = claim.from;
+        loop {
+            let got = c.consume_claimed(who, at, 1024).unwrap();
+            let n = got.records.len() as u32;
+            for (i, r) in got.records.into_iter().enumerate() {
+                out.push((StreamOffset { position: got.next.position - n + i as u32, ..got.next }, r));
+            }
+            at = got.next;
+            let nothing = n == 0 && !got.end_of_group;
+            if c.commit_group(who, at, nothing).unwrap() || nothing || out.len() >= want {
+                break;
+            }
+        }
+        if claims.len() > 1 && claims[claims.len() - 2] == claim.from {
+            break;
+        }
+    }
+    (out, claims)
+}
+
+/// Consumer names' offsets are durable (`docs/streams.md`, "Consumer
+/// names"): an instance reads part of streamlet 0 and commits; its master
+/// is SIGKILLed; after the recovery the instance's lease is gone (leases
+/// are not logged), and a new instance of the name claims from the
+/// committed offset and reads the rest: together, every record once, in
+/// order.
+#[test]
+fn consumer_offsets_survive_the_recovery_of_a_killed_streamlet_master() {
+    let root = Root::new("streams-consumer-kill");
+    let mut cluster = Cluster::start(&root.0, 4, 2, 0);
+    let (table, _) = cluster.client().create_stream("events", SHAPE).unwrap();
+    let map =
+        wait_map(&cluster, "the stream", 10, |m| m.tables.iter().any(|t| t.id == table && t.stream == Some(SHAPE)));
+    let victim = streamlet_master(&map, table, 0);
+    let mut c = cluster.client();
+    const RECORDS: u64 = 3000;
+    for batch in 0..RECORDS / 50 {
+        let records: Vec<Vec<u8>> = (batch * 50..(batch + 1) * 50).map(|q| record(0, q)).collect();
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        c.produce(table, 0, 0, &refs).unwrap();
+    }
+    assert!(c.describe_stream(table, 0, 0, 100).unwrap().groups.len() >= 2, "several groups");
+    let first = Subscriber { table, streamlet: 0, name: "audit", instance: 1, lease_ms: 30_000 };
+    let (before, _) = read_as_name(&mut c, first, 1700);
+    assert!(before.len() >= 1700, "{}", before.len());
+    let committed = before.last().map(|(o, _)| StreamOffset { position: o.position + 1, ..*o }).unwrap();
+
+    let map = kill_and_recover(&mut cluster, &root, victim);
+    assert_ne!(streamlet_master(&map, table, 0), victim);
+    let mut c = cluster.client();
+    assert!(
+        matches!(c.consume_claimed(first, committed, 1024), Err(shoal_client::StreamError::NotHeld)),
+        "leases are not logged: the new master holds none"
+    );
+    let second = Subscriber { instance: 2, ..first };
+    let (after, claims) = read_as_name(&mut c, second, usize::MAX);
+    // At the committed offset, or (when the last read reached the end of a
+    // closed group, which the commit then marked done) at the start of the
+    // log's next group: every group here is producer 0's, in log 0.
+    let next_group = StreamOffset { group: committed.group + 1, segment: 0, position: 0 };
+    assert!(claims[0] == committed || claims[0] == next_group, "{:?} after a commit of {committed}", claims[0]);
+    let seqs: Vec<u64> = before.iter().chain(&after).map(|(_, r)| parse(r).1).collect();
+    assert_eq!(seqs, (0..RECORDS).collect::<Vec<_>>(), "every record once, in order");
     cluster.kill_all();
 }

@@ -66,6 +66,9 @@ pub enum StreamError {
     InvalidBatch(String),
     /// Live data and stream data fill the memory.
     OutOfMemory,
+    /// A consumer name's commit refused: a name too long, too many names
+    /// in the streamlet, offsets that no longer fit a value.
+    Consumers(String),
 }
 
 impl std::fmt::Display for StreamError {
@@ -87,6 +90,7 @@ impl std::fmt::Display for StreamError {
             StreamError::InvalidOffset(o) => write!(f, "offset {o} is past the end of its group"),
             StreamError::InvalidBatch(why) => write!(f, "invalid batch: {why}"),
             StreamError::OutOfMemory => write!(f, "out of memory: live data fills the store"),
+            StreamError::Consumers(why) => write!(f, "{why}"),
         }
     }
 }
@@ -148,18 +152,21 @@ pub(crate) struct Streams {
     pub bytes: AtomicU64,
 }
 
-struct Stream {
-    shape: StreamShape,
+pub(super) struct Stream {
+    pub(super) shape: StreamShape,
     streamlets: Box<[Streamlet]>,
     /// Set under every log lock by [`Store::drop_stream`]: no produce
     /// appends after it.
     dropped: AtomicBool,
 }
 
-struct Streamlet {
+pub(super) struct Streamlet {
     /// The MultiLog: each log's append lock and active group.
     logs: Box<[Mutex<LogHead>]>,
-    groups: RwLock<BTreeMap<u64, Arc<RwLock<Group>>>>,
+    /// Held over every read-modify-write of the streamlet's object (trim
+    /// point and consumer offsets, `stream_meta`).
+    pub(super) meta: Mutex<()>,
+    pub(super) groups: RwLock<BTreeMap<u64, Arc<RwLock<Group>>>>,
     next_group: AtomicU64,
     /// Every group below this id was removed by retention.
     trimmed: AtomicU64,
@@ -170,23 +177,23 @@ struct LogHead {
     active: Option<Arc<RwLock<Group>>>,
 }
 
-struct Group {
-    id: u64,
-    log: u32,
+pub(super) struct Group {
+    pub(super) id: u64,
+    pub(super) log: u32,
     /// `LogState::now_ms` when it opened.
     opened_ms: u64,
     /// `LogState::now_ms` of its last append (of its replay, for a
     /// replayed group): retention's age.
     last_ms: u64,
-    closed: bool,
-    segments: Vec<Seg>,
+    pub(super) closed: bool,
+    pub(super) segments: Vec<Seg>,
 }
 
 #[derive(Default)]
-struct Seg {
+pub(super) struct Seg {
     /// In index order; `first` positions are consecutive.
     batches: Vec<BatchRef>,
-    records: u32,
+    pub(super) records: u32,
     bytes: u64,
 }
 
@@ -206,24 +213,25 @@ impl Stream {
                 groups: RwLock::new(BTreeMap::new()),
                 next_group: AtomicU64::new(0),
                 trimmed: AtomicU64::new(0),
+                meta: Mutex::new(()),
             })
             .collect();
         Stream { shape, streamlets, dropped: AtomicBool::new(false) }
     }
 
-    fn streamlet(&self, streamlet: u32) -> Result<&Streamlet, StreamError> {
+    pub(super) fn streamlet(&self, streamlet: u32) -> Result<&Streamlet, StreamError> {
         self.streamlets
             .get(streamlet as usize)
             .ok_or(StreamError::NoSuchStreamlet { streamlet, streamlets: self.shape.streamlets })
     }
 
-    fn timed_out(&self, g: &Group, now_ms: u64) -> bool {
+    pub(super) fn timed_out(&self, g: &Group, now_ms: u64) -> bool {
         self.shape.group_timeout_ms > 0 && now_ms.saturating_sub(g.opened_ms) >= self.shape.group_timeout_ms
     }
 }
 
 impl Streamlet {
-    fn group(&self, streamlet: u32, group: u64) -> Result<Arc<RwLock<Group>>, StreamError> {
+    pub(super) fn group(&self, streamlet: u32, group: u64) -> Result<Arc<RwLock<Group>>, StreamError> {
         let groups = self.groups.read();
         if let Some(g) = groups.get(&group) {
             return Ok(g.clone());
@@ -275,7 +283,7 @@ impl Seg {
 }
 
 impl Inner {
-    fn stream(&self, table: TableId) -> Result<Arc<Stream>, StreamError> {
+    pub(super) fn stream(&self, table: TableId) -> Result<Arc<Stream>, StreamError> {
         self.streams.map.read().get(&table).cloned().ok_or(StreamError::UnknownStream(table))
     }
 
@@ -503,7 +511,7 @@ impl Store {
     /// Closes `group` if its time is up. Under its log's append lock, so no
     /// produce is placing a batch in it meanwhile: once a reader sees it
     /// closed, it holds every record it will ever hold.
-    fn close_if_timed_out(&self, stream: &Stream, sl: &Streamlet, group: &Arc<RwLock<Group>>) {
+    pub(super) fn close_if_timed_out(&self, stream: &Stream, sl: &Streamlet, group: &Arc<RwLock<Group>>) {
         let (log, open) = {
             let g = group.read();
             (g.log, !g.closed && stream.timed_out(&g, self.inner.log.now_ms()))
@@ -684,24 +692,15 @@ impl Store {
 
     /// Makes streamlet `streamlet`'s trim point `keep` durable-to-be: an
     /// object of the stream's table under the streamlet's key holding it
-    /// (8 bytes, little-endian), which a replay applies
+    /// with the consumer names' offsets (`stream_meta`), which a replay
+    /// applies
     /// ([`Store::finish_replay`]). The caller waits until the log is
     /// durable past it before [`Store::trim_stream`], so that no replay can
     /// bring back some of the groups below `keep` without the point that
     /// removes them. Object requests of clients cannot reach a stream's
     /// table, so no client can write it.
     pub fn mark_stream_trimmed(&self, table: TableId, streamlet: u32, keep: u64) -> Result<Version, StreamError> {
-        let stream = self.inner.stream(table)?;
-        stream.streamlet(streamlet)?;
-        let key = shoal_common::streamlet_key(streamlet);
-        let keep = match self.read(table, &key, RejectRules::default()) {
-            Ok((v, _)) => keep.max(trim_point(&v).unwrap_or(0)),
-            Err(_) => keep,
-        };
-        self.write(table, &key, &keep.to_le_bytes(), RejectRules::default()).map_err(|e| match e {
-            StoreError::OutOfMemory => StreamError::OutOfMemory,
-            _ => StreamError::UnknownStream(table),
-        })
+        self.write_trim_point(table, streamlet, keep)
     }
 
     /// Removes streamlet `streamlet`'s groups below `keep` from the index,
@@ -763,20 +762,12 @@ impl Store {
             self.inner.streams.map.read().iter().map(|(t, s)| (*t, s.clone())).collect();
         for (table, stream) in streams {
             for i in 0..stream.shape.streamlets {
-                let key = shoal_common::streamlet_key(i);
-                if let Some(keep) =
-                    self.read(table, &key, RejectRules::default()).ok().and_then(|(v, _)| trim_point(&v))
-                {
+                if let Some(keep) = self.stored_trim_point(table, i).filter(|&k| k > 0) {
                     let _ = self.trim_stream(table, i, keep);
                 }
             }
         }
     }
-}
-
-/// A trim point object's value: the first group id kept.
-fn trim_point(value: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(value.try_into().ok()?))
 }
 
 impl Store {

@@ -6,6 +6,7 @@
 use crate::chunklocks::{LockError, Now};
 use crate::cluster::Route;
 use crate::context::{Durability, ServerContext, ServerStats, TableError};
+use crate::subscriptions::AssignError;
 use shoal_common::{streamlet_key, ChunkId};
 use shoal_engine::format::chunk_key;
 use shoal_engine::{
@@ -13,11 +14,11 @@ use shoal_engine::{
     TableId, WriteOp,
 };
 use shoal_proto::{
-    encode_error, DecodeError, ErrorStatus, Header, Object, Opcode, Request, Response, Stat, StatValue, StreamGroup,
-    Version, MAX_DESCRIBE_GROUPS,
+    encode_error, DecodeError, ErrorStatus, GroupClaim, Header, Object, Opcode, Request, Response, Stat, StatValue,
+    StreamGroup, StreamOffset, Version, MAX_DESCRIBE_GROUPS,
 };
 use std::borrow::Cow;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Objects an ENUMERATE returns when the request asks for 0 (the default),
 /// and the most it returns whatever it asks for.
@@ -484,34 +485,61 @@ fn apply<'s>(
         }
         Request::Consume { table, streamlet, from, max_bytes } => {
             stream_table(ctx, table, streamlet)?;
-            // Records go one after another into one buffer; the reply
-            // (21 bytes and the records, 4 bytes of length each) stays
-            // within the response limit, unless one record alone exceeds it.
-            let max = (max_bytes as usize).min(max_response.saturating_sub(64));
-            let buf = &mut scratch.values;
-            buf.clear();
-            let mut ends = Vec::new();
-            let c = store
-                .consume(table, streamlet, from, max, |r| {
-                    buf.extend_from_slice(r);
-                    ends.push(buf.len());
-                })
-                .map_err(stream_status)?;
-            let size = 64 + buf.len() + 4 * ends.len();
-            if size > max_response {
-                return Err(ErrorStatus::FrameTooLarge { len: sat32(size), max: sat32(max_response) });
-            }
-            let buf = &scratch.values;
-            let mut start = 0;
-            let records = ends
-                .iter()
-                .map(|&end| {
-                    let r = &buf[start..end];
-                    start = end;
-                    r
-                })
-                .collect();
-            Response::Consume { next: c.next, end_of_group: c.end_of_group, records }
+            let (next, end_of_group, records) =
+                read_group(store, (table, streamlet), from, max_bytes, scratch, max_response)?;
+            Response::Consume { next, end_of_group, records }
+        }
+        Request::ClaimGroup(who) => {
+            stream_table(ctx, who.table, who.streamlet)?;
+            // Leases are kept only for streamlets that exist.
+            store.stream_trimmed(who.table, who.streamlet).map_err(stream_status)?;
+            let lease = Duration::from_millis(who.lease_ms.into());
+            let (table, streamlet) = (who.table, who.streamlet);
+            let claim =
+                ctx.subscriptions.claim(table, streamlet, who.name, who.instance, lease, Instant::now(), || {
+                    let cursors = store.consumer_cursors(table, streamlet, who.name).map_err(stream_status)?;
+                    store.consumer_heads(table, streamlet, &cursors).map_err(stream_status)
+                })?;
+            Response::ClaimGroup(claim.map(|c| GroupClaim {
+                log: c.log,
+                from: c.from,
+                lease_ms: sat32(c.lease.as_millis() as usize),
+            }))
+        }
+        Request::ConsumeClaimed { who, from, max_bytes } => {
+            stream_table(ctx, who.table, who.streamlet)?;
+            let lease = Duration::from_millis(who.lease_ms.into());
+            let subs = &ctx.subscriptions;
+            // Checked (and renewed) under the streamlet's lock, read outside
+            // it, so instances' reads do not wait for each other: a read
+            // racing its lease's expiry returns records that the next
+            // holder reads too, from the last commit, as it would anyway.
+            let now = Instant::now();
+            let renew = || Ok::<_, ErrorStatus>(((), false));
+            subs.holding(who.table, who.streamlet, who.name, who.instance, from.group, lease, now, false, renew)?;
+            let (next, end_of_group, records) =
+                read_group(store, (who.table, who.streamlet), from, max_bytes, scratch, max_response)?;
+            Response::ConsumeClaimed { next, end_of_group, records }
+        }
+        Request::CommitGroup { who, at, release } => {
+            stream_table(ctx, who.table, who.streamlet)?;
+            let lease = Duration::from_millis(who.lease_ms.into());
+            let subs = &ctx.subscriptions;
+            let done = subs.holding(
+                who.table,
+                who.streamlet,
+                who.name,
+                who.instance,
+                at.group,
+                lease,
+                Instant::now(),
+                release,
+                || {
+                    let c = store.commit_consumer(who.table, who.streamlet, who.name, at).map_err(stream_status)?;
+                    Ok::<_, ErrorStatus>((c.done, c.done))
+                },
+            )?;
+            Response::CommitGroup { done }
         }
         Request::DescribeStream { table, streamlet, from_group, max_groups } => {
             stream_table(ctx, table, streamlet)?;
@@ -535,6 +563,57 @@ fn apply<'s>(
             }
         }
     })
+}
+
+/// CONSUME's read: records of one group from `from`, into the
+/// connection's scratch buffer. The reply (21 bytes and the records, 4
+/// bytes of length each) stays within the response limit, unless one
+/// record alone exceeds it.
+fn read_group<'s>(
+    store: &Store,
+    (table, streamlet): (TableId, u32),
+    from: StreamOffset,
+    max_bytes: u32,
+    scratch: &'s mut Scratch,
+    max_response: usize,
+) -> Result<(StreamOffset, bool, Vec<&'s [u8]>), ErrorStatus> {
+    let max = (max_bytes as usize).min(max_response.saturating_sub(64));
+    let buf = &mut scratch.values;
+    buf.clear();
+    let mut ends = Vec::new();
+    let c = store
+        .consume(table, streamlet, from, max, |r| {
+            buf.extend_from_slice(r);
+            ends.push(buf.len());
+        })
+        .map_err(stream_status)?;
+    let size = 64 + buf.len() + 4 * ends.len();
+    if size > max_response {
+        return Err(ErrorStatus::FrameTooLarge { len: sat32(size), max: sat32(max_response) });
+    }
+    let buf = &scratch.values;
+    let mut start = 0;
+    let records = ends
+        .iter()
+        .map(|&end| {
+            let r = &buf[start..end];
+            start = end;
+            r
+        })
+        .collect();
+    Ok((c.next, c.end_of_group, records))
+}
+
+/// Consumer names' refusals: a lease not held is `LOCK_LOST` (claim
+/// again); a bound reached or a bad argument, `MALFORMED_REQUEST` saying
+/// which.
+impl From<AssignError> for ErrorStatus {
+    fn from(e: AssignError) -> ErrorStatus {
+        match e {
+            AssignError::NotHeld { .. } => ErrorStatus::LockLost,
+            AssignError::Full(_) | AssignError::Invalid(_) => ErrorStatus::MalformedRequest(e.to_string()),
+        }
+    }
 }
 
 /// Default stream segment: 1 MiB of records.
@@ -588,7 +667,8 @@ fn stream_status(e: StreamError) -> ErrorStatus {
         | StreamError::NoSuchGroup { .. }
         | StreamError::Trimmed { .. }
         | StreamError::InvalidOffset(_)
-        | StreamError::InvalidBatch(_) => ErrorStatus::MalformedRequest(e.to_string()),
+        | StreamError::InvalidBatch(_)
+        | StreamError::Consumers(_) => ErrorStatus::MalformedRequest(e.to_string()),
     }
 }
 

@@ -327,7 +327,7 @@ async fn serve_connection<S: ClientStream>(
 
 /// Operations of the native protocol, for its statistics (`/metrics`):
 /// index 0 is any unknown opcode, and every other is its opcode's value.
-pub const OPS: usize = 31;
+pub const OPS: usize = 34;
 
 /// The statistics index of `opcode` (see [`OPS`]).
 pub fn op_index(opcode: u8) -> usize {
@@ -372,6 +372,9 @@ pub fn op_name(index: usize) -> Option<&'static str> {
         Opcode::ChunkUnlock => "chunk_unlock",
         Opcode::ChunkRenew => "chunk_renew",
         Opcode::ChunkPutLocked => "chunk_put_locked",
+        Opcode::ClaimGroup => "claim_group",
+        Opcode::ConsumeClaimed => "consume_claimed",
+        Opcode::CommitGroup => "commit_group",
     })
 }
 

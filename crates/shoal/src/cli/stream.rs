@@ -5,7 +5,7 @@ use super::{lookup, lossy, show_value, CliError, Common, Target, USAGE};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use shoal_client::blocking::Client;
-use shoal_client::{key_hash, Consumed, StreamError, StreamOffset, StreamShape, MAX_PRODUCE_RECORDS};
+use shoal_client::{key_hash, Consumed, StreamError, StreamOffset, StreamShape, Subscriber, MAX_PRODUCE_RECORDS};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
@@ -96,6 +96,18 @@ pub struct ConsumeArgs {
     /// Stop after this many records.
     #[arg(long)]
     pub limit: Option<u64>,
+    /// Read as an instance of this consumer name: the server hands out
+    /// groups no other live instance of the name holds, from the name's
+    /// committed offsets, and the offsets of what is printed are committed
+    /// (docs/streams.md, "Consumer names").
+    #[arg(long, conflicts_with = "from")]
+    pub name: Option<String>,
+    /// With --name: this instance's id [default: the process id].
+    #[arg(long, requires = "name")]
+    pub instance: Option<u64>,
+    /// With --name: the lease on a group, in ms.
+    #[arg(long, default_value_t = 10_000, requires = "name")]
+    pub lease_ms: u32,
     #[command(flatten)]
     pub common: Common,
 }
@@ -118,6 +130,7 @@ impl Target<'_> {
             StreamError::OutOfMemory => {
                 CliError::refused("out_of_memory", "the server is out of memory: live data fills it")
             }
+            StreamError::NotHeld => CliError::refused("lease_lost", e.to_string()),
             StreamError::Client(e) => self.client(e),
         }
     }
@@ -262,6 +275,11 @@ fn consume(c: &mut Client, a: &ConsumeArgs, server: &str, json: bool) -> Result<
     let t = Target { server, table: &a.stream, key: None };
     let table = lookup(c, &t)?;
     let mut left = a.limit.unwrap_or(u64::MAX);
+    if let Some(name) = &a.name {
+        let instance = a.instance.unwrap_or(u64::from(std::process::id())).max(1);
+        let who = Subscriber { table, streamlet: a.streamlet, name, instance, lease_ms: a.lease_ms };
+        return consume_named(c, &t, who, a.max_bytes, &mut left, json);
+    }
     // One group from an offset: read to what it holds now.
     if let Some(from) = a.from {
         let (mut at, mut end) = (from, false);
@@ -312,6 +330,46 @@ fn consume(c: &mut Client, a: &ConsumeArgs, server: &str, json: bool) -> Result<
         }
     }
     done(last, end, json)
+}
+
+/// `consume --name`: claims groups of the streamlet for the instance, one
+/// at a time, prints what each holds now, commits the offset of what was
+/// printed after each read, and gives the group back once it is done or
+/// has nothing more; stops when the groups left to claim have nothing new.
+fn consume_named(
+    c: &mut Client,
+    t: &Target<'_>,
+    who: Subscriber<'_>,
+    max_bytes: u32,
+    left: &mut u64,
+    json: bool,
+) -> Result<(), CliError> {
+    let err = |e| t.stream_error(e);
+    let mut idle = std::collections::HashSet::new();
+    while *left > 0 {
+        let Some(claim) = c.claim_group(who).map_err(err)? else { break };
+        let mut at = claim.from;
+        if idle.contains(&at.group) {
+            c.commit_group(who, at, true).map_err(err)?;
+            break;
+        }
+        loop {
+            let got = c.consume_claimed(who, at, max_bytes).map_err(err)?;
+            at = print(&got, left, json)?;
+            let nothing = got.records.is_empty() && !got.end_of_group;
+            let stop = *left == 0 || nothing;
+            if c.commit_group(who, at, stop).map_err(err)? || stop {
+                if nothing {
+                    idle.insert(at.group);
+                }
+                break;
+            }
+        }
+    }
+    if !json {
+        let _ = writeln!(std::io::stderr(), "committed for consumer '{}' (instance {})", who.name, who.instance);
+    }
+    Ok(())
 }
 
 /// Prints a read's records (at most `left` more); the offset after the
