@@ -584,10 +584,10 @@ pub struct ServerArgs {
     pub eviction: Option<Eviction>,
     /// Log utilisation the cleaner keeps (live data over the memory the
     /// log holds), giving the memory it frees back to the OS, so that
-    /// resident memory follows the data: about live data / this + a slack
-    /// of an eighth of that (2 to 16 MiB) + up to 8 MiB of warm free memory
-    /// + the hash table (8 to 12 bytes per object; it grows with the
-    /// objects), whatever --memory allows. 0 cleans only when --memory is nearly
+    /// resident memory follows the data: about live data / this, plus a
+    /// slack of an eighth of that (2 to 16 MiB), plus up to 8 MiB of warm
+    /// free memory, plus the hash table (8 to 12 bytes per object; it grows
+    /// with the objects), whatever --memory allows. 0 cleans only when --memory is nearly
     /// full (resident memory then grows to --memory and stays). Between
     /// 0.5 and 0.98 [default: 0.9].
     #[arg(long, value_name = "FRACTION")]
