@@ -65,7 +65,7 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
         .map_err(|e| usage(format!("--cluster-secret-file: {e}")))?;
     let auth = ControlAuth { secret, identity: None, tls };
     let timeout = Duration::from_secs_f64(a.common.timeout);
-    let req = ControlRequest::StartMigration { table: a.table.clone(), start_hash: a.start, to: ServerId(a.to) };
+    let req = ControlRequest::StartMigration { table: a.table.clone(), start_hash: a.start, to: ServerId(a.to), chunks: None };
     let map = match control(coordinator, &auth, &req, timeout)? {
         ControlResponse::Map { map } => map,
         ControlResponse::Error { code, message } => return Err(refused(code, message)),
