@@ -405,16 +405,20 @@ impl ClusterMap {
 
     /// The servers that create chunks of `table`: those holding the whole
     /// range of their own node id in it ([`ChunkRange::is_creators`]),
-    /// ascending. A server that moved part of its own range away creates
+    /// ascending, and not while any of its node's ids of the table are
+    /// moving. A server that moved part of its own range away creates
     /// no chunks of the table until it holds all of it again: only then
     /// can it hand out any free id of its node without one being another
-    /// server's.
+    /// server's. (While its range moves whole, the entry is not split, but
+    /// a create then would make a chunk the move may have passed.)
     pub fn chunk_creators(&self, table: TableId) -> impl Iterator<Item = ServerId> + '_ {
         let first = self.chunk_ranges.partition_point(|r| r.table < table);
         self.chunk_ranges[first..]
             .iter()
             .take_while(move |r| r.table == table)
-            .filter(|r| r.is_creators())
+            .filter(move |r| {
+                r.is_creators() && !self.chunk_migrations.iter().any(|m| m.table == table && m.node == r.node)
+            })
             .map(|r| r.master)
     }
 

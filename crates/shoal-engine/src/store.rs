@@ -279,6 +279,9 @@ pub struct Replay {
     chunk_nodes: HashSet<u16>,
     /// A chunk migration's replay ([`Replay::for_chunk_migration`]).
     chunk_migration: bool,
+    /// The node whose chunks this store creates meanwhile, if any
+    /// ([`Replay::creating`]): its free list is left alone.
+    creating: Option<u16>,
     pub report: ReplayReport,
 }
 
@@ -291,6 +294,15 @@ impl Replay {
     /// one id cannot be two chunks in one store.
     pub fn for_chunk_migration() -> Replay {
         Replay { chunk_migration: true, ..Replay::default() }
+    }
+
+    /// A replay (a crash recovery's partition) into a store that creates
+    /// chunks of `node` while it runs: that node's free list is not rebuilt
+    /// at the end (a rebuild could hand out again an id just allocated, or
+    /// one that moved to another server). Chunks of `node` replayed here
+    /// came back from a server that had taken them over.
+    pub fn creating(node: u16) -> Replay {
+        Replay { creating: Some(node), ..Replay::default() }
     }
 
     /// Remembers that every version of (table, key) up to `version` is
@@ -2040,7 +2052,11 @@ impl Store {
     pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
         if !replay.chunk_migration {
-            inner.cids.rebuild_free_lists_of(&replay.chunk_nodes);
+            let mut nodes = replay.chunk_nodes.clone();
+            if let Some(n) = replay.creating {
+                nodes.remove(&n);
+            }
+            inner.cids.rebuild_free_lists_of(&nodes);
         }
         // Streams' trim points, whichever came first in the replay: the
         // point or batches of the groups below it.

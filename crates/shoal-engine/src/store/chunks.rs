@@ -620,8 +620,8 @@ impl Store {
     /// *without* chunk tombstones, and returns how many went: for ids this
     /// server no longer serves (they moved away, or a move to here was
     /// given up), as [`Store::forget_range`] does for keys. Their locks go
-    /// (the `on_chunk_gone` callback). Each id's slot keeps the version it
-    /// had, marked removed, and is *not* put on its node's free list: a
+    /// (the `on_chunk_gone` callback). Each id's slot
+    /// is left as if never used, and is *not* put on its node's free list: a
     /// create here never hands it out again while the store lives, so the
     /// id cannot become a second chunk beside the one that moved. Never for
     /// ids this server serves: a crash would bring them back from the log.
@@ -640,6 +640,11 @@ impl Store {
             let _lock = inner.cids.lock(id);
             if let Ok(f) = inner.find_chunk_in(table, id) {
                 inner.uninstall_chunk(table, id, f, f.version, false);
+                // Never used, as far as this store knows now: the chunk
+                // lives on elsewhere, and if it comes back (a move or a
+                // recovery) at the version it has, nothing here may take
+                // it for removed.
+                inner.cids.set(id, Slot::Empty);
                 gone += 1;
             }
         }

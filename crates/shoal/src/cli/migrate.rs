@@ -1,6 +1,7 @@
-//! `shoal migrate`: moves one tablet to another server while clients keep
-//! using it (`docs/migration.md`). Asks the coordinator to start the move,
-//! then follows the cluster map until the move commits or aborts.
+//! `shoal migrate`: moves one tablet, or one range of chunk ids, to another
+//! server while clients keep using it (`docs/migration.md`,
+//! `docs/chunks.md`). Asks the coordinator to start the move, then follows
+//! the cluster map until the move commits or aborts.
 
 use super::{CliError, Common, REFUSED, UNREACHABLE, USAGE};
 use clap::Args;
@@ -15,14 +16,29 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct MigrateArgs {
-    /// The table whose tablet moves.
+    /// The table whose tablet (or, for a chunk table, whose chunk ids)
+    /// moves.
     #[arg(long, value_name = "NAME")]
     pub table: String,
     /// The tablet's first key hash, in hex (0x...) or decimal, as `shoal
     /// tablet list` prints it (the error for a wrong one lists the
-    /// table's tablet starts too).
-    #[arg(long, value_name = "HASH", value_parser = parse_hash)]
-    pub start: u64,
+    /// table's tablet starts too). Not with --node.
+    #[arg(long, value_name = "HASH", value_parser = parse_hash, required_unless_present = "node", conflicts_with = "node")]
+    pub start: Option<u64>,
+    /// Moves chunk ids of a chunk table instead of a tablet: those of this
+    /// node id (the server id that created them, the top 16 bits of a chunk
+    /// id), with local ids --lo..=--hi. They must lie in one range of one
+    /// server (a part of one is split off).
+    #[arg(long, value_name = "NODE", requires_all = ["lo", "hi"])]
+    pub node: Option<u16>,
+    /// First local id of the chunk ids that move (with --node), in hex
+    /// (0x...) or decimal.
+    #[arg(long, value_name = "LOCAL", value_parser = parse_local, requires = "node")]
+    pub lo: Option<u64>,
+    /// Last local id of the chunk ids that move (with --node); 0xffffffffffff
+    /// is the last there is.
+    #[arg(long, value_name = "LOCAL", value_parser = parse_local, requires = "node")]
+    pub hi: Option<u64>,
     /// The id of the server to move it to (an up server other than its
     /// master).
     #[arg(long, value_name = "SERVER_ID")]
@@ -50,6 +66,15 @@ pub(super) fn parse_hash(s: &str) -> Result<u64, String> {
     n.map_err(|e| format!("not a 64-bit key hash ({e}): give it in hex (0x...) or decimal"))
 }
 
+fn parse_local(s: &str) -> Result<u64, String> {
+    parse_hash(s).map_err(|_| {
+        format!(
+            "not a local chunk id: give it in hex (0x...) or decimal, at most {:#x}",
+            shoal_common::ChunkId::MAX_LOCAL
+        )
+    })
+}
+
 /// Runs `shoal migrate`.
 pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
     let usage = |message: String| CliError { kind: "usage", message, code: USAGE };
@@ -65,7 +90,14 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
         .map_err(|e| usage(format!("--cluster-secret-file: {e}")))?;
     let auth = ControlAuth { secret, identity: None, tls };
     let timeout = Duration::from_secs_f64(a.common.timeout);
-    let req = ControlRequest::StartMigration { table: a.table.clone(), start_hash: a.start, to: ServerId(a.to), chunks: None };
+    if let (Some(node), Some(lo), Some(hi)) = (a.node, a.lo, a.hi) {
+        let span = shoal_cluster::ChunkSpan { node, lo, hi };
+        return run_chunks(a, coordinator, &auth, timeout, span);
+    }
+    let start =
+        a.start.ok_or_else(|| usage("shoal migrate needs --start (a tablet) or --node, --lo and --hi".into()))?;
+    let req =
+        ControlRequest::StartMigration { table: a.table.clone(), start_hash: start, to: ServerId(a.to), chunks: None };
     let map = match control(coordinator, &auth, &req, timeout)? {
         ControlResponse::Map { map } => map,
         ControlResponse::Error { code, message } => return Err(refused(code, message)),
@@ -75,7 +107,7 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
         .migrations
         .iter()
         .rev()
-        .find(|m| m.start_hash == a.start && m.to == ServerId(a.to))
+        .find(|m| m.start_hash == start && m.to == ServerId(a.to))
         .cloned()
         .ok_or_else(|| CliError::refused("protocol", "the coordinator's map has no record of the move"))?;
     let started = Instant::now();
@@ -135,6 +167,85 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
             "aborted",
             format!(
                 "migration {} aborted after {ms} ms: the tablet stays with server {} (the source's log says why)",
+                m.id,
+                owner.map_or("?".to_string(), |o| o.to_string())
+            ),
+        ));
+    }
+}
+
+/// `shoal migrate --node N --lo A --hi B`: the move of chunk ids `span`.
+fn run_chunks(
+    a: &MigrateArgs,
+    coordinator: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    timeout: Duration,
+    span: shoal_cluster::ChunkSpan,
+) -> Result<(), CliError> {
+    let req = ControlRequest::StartMigration {
+        table: a.table.clone(),
+        start_hash: 0,
+        to: ServerId(a.to),
+        chunks: Some(span),
+    };
+    let map = match control(coordinator, auth, &req, timeout)? {
+        ControlResponse::Map { map } => map,
+        ControlResponse::Error { code, message } => return Err(refused(code, message)),
+        other => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
+    };
+    let m = map
+        .chunk_migrations
+        .iter()
+        .rev()
+        .find(|m| (m.node, m.lo, m.hi, m.to) == (span.node, span.lo, span.hi, ServerId(a.to)))
+        .cloned()
+        .ok_or_else(|| CliError::refused("protocol", "the coordinator's map has no record of the move"))?;
+    let what = format!("chunk ids {}:{:#x}..={:#x} of table {}", m.node, m.lo, m.hi, a.table);
+    let started = Instant::now();
+    if a.no_wait {
+        match a.common.json {
+            true => out!("{}", json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "started" })),
+            false => out!("migration {} started: {what}, server {} -> {}", m.id, m.from, m.to),
+        }
+        return Ok(());
+    }
+    if !a.common.json {
+        eprintln!("migration {}: moving {what} from server {} to server {} ...", m.id, m.from, m.to);
+    }
+    let deadline = started + Duration::from_secs_f64(a.wait);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let map = match control(coordinator, auth, &ControlRequest::GetMap, timeout) {
+            Ok(ControlResponse::Map { map }) => map,
+            Ok(_) | Err(_) if Instant::now() < deadline => continue,
+            Ok(other) => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
+            Err(e) => return Err(e),
+        };
+        if map.chunk_migrations.iter().any(|x| x.id == m.id) {
+            if Instant::now() >= deadline {
+                return Err(CliError::refused(
+                    "timeout",
+                    format!("migration {} is still in progress after {} s (it goes on)", m.id, a.wait),
+                ));
+            }
+            continue;
+        }
+        let ms = started.elapsed().as_millis() as u64;
+        let owner = map.chunk_owner(m.table, shoal_common::ChunkId::new(m.node, m.lo)).map(|r| r.master);
+        if owner == Some(m.to) {
+            match a.common.json {
+                true => out!(
+                    "{}",
+                    json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "committed", "ms": ms })
+                ),
+                false => out!("migration {} committed in {ms} ms: {what} are served by server {}", m.id, m.to),
+            }
+            return Ok(());
+        }
+        return Err(CliError::refused(
+            "aborted",
+            format!(
+                "migration {} aborted after {ms} ms: {what} stay with server {} (the source's log says why)",
                 m.id,
                 owner.map_or("?".to_string(), |o| o.to_string())
             ),

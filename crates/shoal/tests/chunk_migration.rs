@@ -1,0 +1,302 @@
+//! Migration of chunk id ranges on a real cluster (see `common`,
+//! `docs/chunks.md`): client threads create, put, remove and read chunks
+//! and keep a ledger of every acknowledged write while a range of one
+//! server's own chunk ids moves to a second server, on to a third and back
+//! home (`shoal migrate --node`), or moves and its new server is
+//! SIGKILLed. Afterwards every acknowledged write reads back with its last
+//! acknowledged payload, every acknowledged remove stays removed, and no
+//! client saw an error (moves are retried by the client library).
+
+mod common;
+
+use common::*;
+use shoal_client::{ChunkId, ClientConfig, TableId};
+use shoal_cluster::{ClusterMap, ServerId, ServerState};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Per chunk id, its last acknowledged payload, or `None` once removed.
+type Ledger = Arc<Mutex<HashMap<ChunkId, Option<Vec<u8>>>>>;
+
+/// Each thread creates chunks (every fifth operation, or when it has
+/// none), removes one of its own (every seventh), reads one, and puts new
+/// payloads into its own otherwise. A write enters the ledger once
+/// acknowledged; a remove is entered before it is sent, so that a create
+/// of another thread that reuses the id (only possible once the remove
+/// took effect) is entered after it. Any error a call returns is counted:
+/// the client library retries `RETRY` and `UNKNOWN_TABLET` itself, so a
+/// move must surface none.
+struct Load {
+    stop: Arc<AtomicBool>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    ledger: Ledger,
+    acks: Arc<AtomicU64>,
+    errors: Arc<Mutex<Vec<String>>>,
+    uncertain: Arc<Mutex<HashSet<ChunkId>>>,
+}
+
+impl Load {
+    fn start(coordinator: SocketAddr, table: TableId, threads: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ledger: Ledger = Arc::default();
+        let acks = Arc::new(AtomicU64::new(0));
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let uncertain: Arc<Mutex<HashSet<ChunkId>>> = Arc::default();
+        let handles = (0..threads)
+            .map(|t| {
+                let (stop, ledger, acks, errors) = (stop.clone(), ledger.clone(), acks.clone(), errors.clone());
+                let uncertain = uncertain.clone();
+                std::thread::spawn(move || {
+                    let mut c =
+                        shoal_client::blocking::Client::connect_cluster(coordinator, ClientConfig::default()).unwrap();
+                    let mut mine: Vec<ChunkId> = Vec::new();
+                    let mut n = 0u64;
+                    // Bounded in count as well as by `stop`.
+                    while !stop.load(Ordering::Relaxed) && n < 200_000 {
+                        n += 1;
+                        let payload = format!("t{t}-n{n}").into_bytes();
+                        let failed = if mine.is_empty() || n.is_multiple_of(5) {
+                            c.create_chunk(table, &payload)
+                                .map(|id| {
+                                    mine.push(id);
+                                    ledger.lock().unwrap().insert(id, Some(payload));
+                                })
+                                .err()
+                                .map(|e| e.to_string())
+                        } else if n.is_multiple_of(7) && mine.len() > 4 {
+                            let id = mine.swap_remove((n as usize * 13) % mine.len());
+                            ledger.lock().unwrap().insert(id, None);
+                            c.remove_chunk(table, id)
+                                .map(|_| ())
+                                .inspect_err(|_| {
+                                    uncertain.lock().unwrap().insert(id);
+                                })
+                                .err()
+                                .map(|e| e.to_string())
+                        } else if n.is_multiple_of(3)
+                            && !uncertain.lock().unwrap().contains(&mine[(n as usize * 11) % mine.len()])
+                        {
+                            let id = mine[(n as usize * 11) % mine.len()];
+                            let want = ledger.lock().unwrap()[&id].clone();
+                            match c.get_chunk(table, id) {
+                                Ok((got, _)) if Some(&got) == want.as_ref() => None,
+                                Ok((got, _)) => Some(format!(
+                                    "chunk {id}: read {:?}, last acknowledged {:?}",
+                                    String::from_utf8_lossy(&got),
+                                    want.map(|w| String::from_utf8_lossy(&w).into_owned())
+                                )),
+                                Err(e) => Some(e.to_string()),
+                            }
+                        } else {
+                            let id = mine[(n as usize * 7) % mine.len()];
+                            c.put_chunk(table, id, &payload)
+                                .map(|_| {
+                                    ledger.lock().unwrap().insert(id, Some(payload));
+                                })
+                                .inspect_err(|_| {
+                                    uncertain.lock().unwrap().insert(id);
+                                })
+                                .err()
+                                .map(|e| e.to_string())
+                        };
+                        match failed {
+                            None => {
+                                acks.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Some(e) => errors.lock().unwrap().push(format!("thread {t}, op {n}: {e}")),
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load { stop, handles, ledger, acks, errors, uncertain }
+    }
+
+    fn acks(&self) -> u64 {
+        self.acks.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `more` further operations were acknowledged (at most 30 s).
+    fn wait_for(&self, more: u64) {
+        let (want, deadline) = (self.acks() + more, Instant::now() + Duration::from_secs(30));
+        while self.acks() < want {
+            assert!(Instant::now() < deadline, "the load stalled at {} acknowledged operations", self.acks());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the clients; returns the ledger, the errors they saw and the
+    /// ids whose last write failed.
+    fn finish(self) -> (HashMap<ChunkId, Option<Vec<u8>>>, Vec<String>, HashSet<ChunkId>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+        let ledger = self.ledger.lock().unwrap().clone();
+        let errors = self.errors.lock().unwrap().clone();
+        let uncertain = self.uncertain.lock().unwrap().clone();
+        (ledger, errors, uncertain)
+    }
+}
+
+/// Every chunk of the ledger holds its last acknowledged payload, and every
+/// removed one is absent; returns how many were live and removed.
+/// Ids in `uncertain` (a put or remove of theirs failed, so it may or may
+/// not have been applied) are not checked.
+fn check_ledger(
+    c: &mut shoal_client::blocking::Client,
+    table: TableId,
+    ledger: &HashMap<ChunkId, Option<Vec<u8>>>,
+    uncertain: &HashSet<ChunkId>,
+) -> (usize, usize) {
+    let ids: Vec<ChunkId> = ledger.keys().copied().collect();
+    let (mut live, mut removed, mut wrong) = (0, 0, Vec::new());
+    for batch in ids.chunks(500) {
+        let got = c.get_chunks(table, batch).unwrap();
+        for (id, g) in batch.iter().zip(got) {
+            match (&ledger[id], g) {
+                (Some(want), Ok((payload, _))) if payload == *want => live += 1,
+                (None, Err(shoal_client::ReadError::NotFound)) => removed += 1,
+                _ if uncertain.contains(id) => {}
+                (want, got) => wrong.push(format!(
+                    "chunk {id}: acknowledged {:?}, read {:?}",
+                    want.as_ref().map(|w| String::from_utf8_lossy(w).into_owned()),
+                    got.map(|(p, v)| (String::from_utf8_lossy(&p).into_owned(), v))
+                )),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} chunks wrong, e.g. {:?}",
+        wrong.len(),
+        ledger.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    (live, removed)
+}
+
+/// Runs `shoal migrate` of node `node`'s local ids `lo..=hi` to `to` and
+/// waits for its commit.
+fn migrate(cluster: &Cluster, node: u16, lo: u64, hi: u64, to: ServerId) -> u64 {
+    let (node, lo, hi, to) = (node.to_string(), lo.to_string(), format!("{hi:#x}"), to.0.to_string());
+    let out = cluster.cli(&["migrate", "--table", "graph", "--node", &node, "--lo", &lo, "--hi", &hi, "--to", &to]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "migrate failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["state"], "committed", "{v}");
+    v["ms"].as_u64().unwrap()
+}
+
+fn owner(map: &ClusterMap, table: TableId, node: u16, local: u64) -> ServerId {
+    map.chunk_owner(table, ChunkId::new(node, local)).expect("a range holds every id").master
+}
+
+/// Starts a 3-server cluster with a chunk table "graph" and a load on it;
+/// returns them once the load has written chunks of every server.
+fn loaded(name: &str) -> (Root, Cluster, TableId, Load) {
+    let root = Root::new(name);
+    let cluster = Cluster::start(&root.0, 3, 1, 0);
+    let table = cluster.client().create_chunk_table("graph").unwrap();
+    cluster.wait_for_map("the chunk ranges", 10, |m| m.chunk_creators(table).count() == 3);
+    let load = Load::start(cluster.coordinator, table, 3);
+    load.wait_for(6000);
+    (root, cluster, table, load)
+}
+
+/// A range of one server's own ids (local ids 1 to 2^40, a part of its
+/// range: the entry is split) moves to a second server under load, then
+/// on to a third, then home; each move commits, the ids keep their numbers
+/// and are served by the new server, the source creates no chunks while
+/// any part of its own range is away and creates again once it is whole.
+#[test]
+fn a_chunk_range_moves_under_load_and_back_losing_nothing() {
+    let started = Instant::now();
+    let (_root, cluster, table, load) = loaded("chunk-migrate-load");
+    let map = cluster.map().unwrap();
+    let servers: Vec<ServerId> = map.servers.iter().map(|s| s.id).collect();
+    let (home, second, third) = (servers[0], servers[1], servers[2]);
+    let node = home.0 as u16;
+    let hi = 1u64 << 40;
+    let ms = migrate(&cluster, node, 1, hi, second);
+    let map = cluster.map().unwrap();
+    assert_eq!(owner(&map, table, node, 1), second);
+    assert_eq!(owner(&map, table, node, hi), second);
+    assert_eq!(owner(&map, table, node, hi + 1), home, "the rest of the range stays");
+    assert!(!map.chunk_creators(table).any(|s| s == home), "part of its own range is away: it creates nothing");
+    load.wait_for(1000);
+    let on = migrate(&cluster, node, 1, hi, third);
+    assert_eq!(owner(&cluster.map().unwrap(), table, node, 7), third);
+    load.wait_for(1000);
+    let back = migrate(&cluster, node, 1, hi, home);
+    let map = cluster.map().unwrap();
+    assert_eq!(
+        map.chunk_ranges.iter().filter(|r| r.table == table && r.node == node).count(),
+        1,
+        "home again, the range is whole: {:?}",
+        map.chunk_ranges
+    );
+    assert!(map.chunk_creators(table).any(|s| s == home), "it creates again");
+    load.wait_for(1000);
+    let (ledger, errors, uncertain) = load.finish();
+    assert!(errors.is_empty(), "{} errors reached the clients: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    let of_home = ledger.keys().filter(|id| id.node() == node).count();
+    assert!(of_home > 50, "only {of_home} chunks of the moved node in the ledger");
+    let mut c = shoal_client::blocking::Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain);
+    assert!(removed > 20, "only {removed} removed chunks checked");
+    // New chunks of the home server take ids it never gave away while its
+    // range was away (it created none meanwhile).
+    let fresh: Vec<ChunkId> = (0..6).map(|_| c.create_chunk(table, b"after").unwrap()).collect();
+    assert!(fresh.iter().any(|id| id.node() == node), "{fresh:?}");
+    for id in &fresh {
+        assert!(!matches!(ledger.get(id), Some(Some(_))), "{id} was live and handed out again");
+    }
+    let mut one = shoal_client::blocking::Client::connect(cluster.map().unwrap().server(home).unwrap().native).unwrap();
+    assert!(stat(&one.stats().unwrap(), "migration_chunks_sent").unwrap() > 0);
+    eprintln!(
+        "moves committed in {ms}, {on} and {back} ms; {} chunks checked ({live} live, {removed} removed) in {:.1} s",
+        ledger.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A range moves, then its new server is SIGKILLed under load: the crash
+/// recovery brings the moved chunks back from the target's log (the copy
+/// was durable there before the commit), with their last acknowledged
+/// payloads, and chunks removed at the source before or during the move
+/// stay removed.
+#[test]
+fn a_moved_chunk_range_survives_a_crash_of_its_new_server() {
+    let (_root, mut cluster, table, load) = loaded("chunk-migrate-crash");
+    let map = cluster.map().unwrap();
+    let servers: Vec<ServerId> = map.servers.iter().map(|s| s.id).collect();
+    let (home, target) = (servers[0], servers[1]);
+    let node = home.0 as u16;
+    migrate(&cluster, node, 0, shoal_common::ChunkId::MAX_LOCAL, target);
+    load.wait_for(1000);
+    let idx = cluster.process_of(target);
+    cluster.servers[idx].kill().unwrap();
+    cluster.servers[idx].wait().unwrap();
+    cluster.wait_for_map("the recovery of the target", 30, |m| {
+        m.server(target).is_some_and(|s| s.state == ServerState::Down)
+            && m.recoveries.is_empty()
+            && m.chunk_ranges.iter().all(|c| c.master != target)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (ledger, errors, uncertain) = load.finish();
+    // Operations on the killed server's chunks may fail while it is being
+    // declared dead (a write in flight to it is not acknowledged); none may
+    // be lost.
+    eprintln!("{} errors while the target died, {} ids left uncertain: {errors:?}", errors.len(), uncertain.len());
+    assert!(uncertain.len() < 20, "{uncertain:?}: {errors:?}");
+    let of_home = ledger.keys().filter(|id| id.node() == node).count();
+    assert!(of_home > 50, "only {of_home} chunks of the moved node in the ledger");
+    let mut c = shoal_client::blocking::Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain);
+    assert!(removed > 20, "only {removed} removed chunks checked ({live} live)");
+    cluster.kill_all();
+}
