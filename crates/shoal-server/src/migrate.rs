@@ -1125,7 +1125,7 @@ fn check_chunk_entries(body: &[u8], m: &ChunkMigration) -> Result<u64, String> {
 
 /// The ids of a chunk GONE body (u64 each), each checked to be in `m`'s range.
 fn gone_chunk_ids(body: &[u8], m: &ChunkMigration) -> Result<Vec<ChunkId>, String> {
-    if body.len() % 8 != 0 {
+    if !body.len().is_multiple_of(8) {
         return Err(format!("a chunk GONE body is whole u64 ids, not {} bytes", body.len()));
     }
     let ids: Vec<ChunkId> =

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Per chunk id, its last acknowledged payload, or `None` once removed.
-type Ledger = Arc<Mutex<HashMap<ChunkId, Option<Vec<u8>>>>>;
+type Ledger = Arc<Mutex<Payloads>>;
+type Payloads = HashMap<ChunkId, Option<Vec<u8>>>;
 
 /// Each thread creates chunks (every fifth operation, or when it has
 /// none), removes one of its own (every seventh), reads one, and puts new
@@ -130,7 +131,7 @@ impl Load {
 
     /// Stops the clients; returns the ledger, the errors they saw and the
     /// ids whose last write failed.
-    fn finish(self) -> (HashMap<ChunkId, Option<Vec<u8>>>, Vec<String>, HashSet<ChunkId>) {
+    fn finish(self) -> (Payloads, Vec<String>, HashSet<ChunkId>) {
         self.stop.store(true, Ordering::Relaxed);
         for h in self.handles {
             h.join().unwrap();
@@ -149,7 +150,7 @@ impl Load {
 fn check_ledger(
     c: &mut shoal_client::blocking::Client,
     table: TableId,
-    ledger: &HashMap<ChunkId, Option<Vec<u8>>>,
+    ledger: &Payloads,
     uncertain: &HashSet<ChunkId>,
 ) -> (usize, usize) {
     let ids: Vec<ChunkId> = ledger.keys().copied().collect();
@@ -299,4 +300,86 @@ fn a_moved_chunk_range_survives_a_crash_of_its_new_server() {
     let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain);
     assert!(removed > 20, "only {removed} removed chunks checked ({live} live)");
     cluster.kill_all();
+}
+
+/// The delta of a chunk move: while the copy is under way (the target
+/// stopped with SIGSTOP after BEGIN, so the source waits on its first
+/// batch) the range is still served, and a client removes and overwrites
+/// its chunks, each acknowledged at once. Once the target runs again, the
+/// frozen delta sends the overwritten chunks again and removes the ids that
+/// went: nothing removed comes back, nothing written is lost.
+#[test]
+fn chunk_writes_during_the_copy_reach_the_target_in_the_delta() {
+    let root = Root::new("chunk-migrate-delta");
+    // R = 0: the stopped target is nobody's backup.
+    let cluster = Cluster::start_with(&root.0, 3, 0, 0, &["--memory", "256MiB"]);
+    let mut c = cluster.client();
+    let table = c.create_chunk_table("graph").unwrap();
+    cluster.wait_for_map("the chunk ranges", 10, |m| m.chunk_creators(table).count() == 3);
+    // 300 chunks of 64 KB of one server (creates go to the servers in
+    // turn): a batch of the copy (1 MB) holds 16 of them, so the copy is
+    // still under way when the target stops.
+    let old = format!("old{}", "y".repeat(64 << 10)).into_bytes();
+    let mut ids = Vec::new();
+    let node = c.create_chunk(table, &old).unwrap().node();
+    while ids.len() < 300 {
+        let made = c.create_chunks(table, &[old.as_slice(); 10]).unwrap();
+        ids.extend(made.into_iter().filter(|id| id.node() == node));
+    }
+    let (lo, hi) = (ids.iter().map(|i| i.local()).min().unwrap(), ids.iter().map(|i| i.local()).max().unwrap());
+    let map = cluster.map().unwrap();
+    let to = map.servers.iter().find(|s| s.id.0 != u64::from(node)).unwrap().id;
+    let (node_s, lo_s, hi_s, to_s) = (node.to_string(), lo.to_string(), hi.to_string(), to.0.to_string());
+    let args =
+        ["migrate", "--no-wait", "--table", "graph", "--node", &node_s, "--lo", &lo_s, "--hi", &hi_s, "--to", &to_s];
+    let out = cluster.cli(&args);
+    assert!(out.status.success(), "{out:?}");
+    let target = cluster.process_of(to);
+    let log = cluster.root.join(format!("server-{target}/log"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving chunk ids") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pid = cluster.servers[target].id();
+    signal(pid, "-STOP");
+    let started = Instant::now();
+    let mut changed = 0;
+    for (i, id) in ids.iter().enumerate().take(200) {
+        if started.elapsed() > Duration::from_millis(400) {
+            break;
+        }
+        if i % 2 == 0 {
+            c.remove_chunk(table, *id).unwrap();
+        } else {
+            c.put_chunk(table, *id, b"new").unwrap();
+        }
+        changed += 1;
+    }
+    signal(pid, "-CONT");
+    assert!(changed >= 40, "only {changed} writes in 400 ms while the range was being copied");
+    let map = cluster.wait_for_map("the move committed", 30, |m| {
+        m.chunk_migrations.is_empty() && m.chunk_owner(table, ids[0]).is_some_and(|r| r.master == to)
+    });
+    assert_eq!(owner(&map, table, node, hi), to);
+    for (i, id) in ids.iter().enumerate() {
+        let got = c.get_chunk(table, *id);
+        match i {
+            i if i < changed && i % 2 == 0 => assert!(
+                matches!(got, Err(shoal_client::ReadError::NotFound)),
+                "chunk {i} removed during the copy came back: {:?}",
+                got.map(|v| v.1)
+            ),
+            i if i < changed => assert_eq!(got.unwrap().0, b"new", "chunk {i} written during the copy"),
+            i => assert_eq!(got.unwrap().0, old, "chunk {i}"),
+        }
+    }
+    let mut at = shoal_client::blocking::Client::connect(map.server(to).unwrap().native).unwrap();
+    let removed = stat(&at.stats().unwrap(), "migration_chunks_removed").unwrap();
+    assert!(removed > 0, "no chunk was removed at the target by the delta");
+    eprintln!("{changed} chunk writes and removes during the copy; the target removed {removed} for the delta");
+    let source_log = cluster.root.join(format!("server-{}/log", cluster.process_of(ServerId(u64::from(node)))));
+    for line in std::fs::read_to_string(source_log).unwrap().lines().filter(|l| l.contains("migration")) {
+        eprintln!("source: {line}");
+    }
 }
