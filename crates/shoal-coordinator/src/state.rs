@@ -507,25 +507,9 @@ impl ClusterState {
                 ),
             ));
         };
-        let Some(target) = self.map.server(to) else {
-            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {to}")));
-        };
-        if target.state != ServerState::Up {
-            return Outcome::unchanged(invalid(format!("server {to} is not up ({:?})", target.state)));
-        }
-        if t.master == to {
-            return Outcome::unchanged(invalid(format!("server {to} masters that tablet already")));
-        }
-        if self.draining.contains(&to) {
-            return Outcome::unchanged(invalid(format!(
-                "server {to} is being drained (shoal drain): it takes no tablets"
-            )));
-        }
-        if self.map.server(t.master).map(|s| s.state) != Some(ServerState::Up) {
-            return Outcome::unchanged(invalid(format!(
-                "the tablet's master, server {}, is not up (it is being recovered)",
-                t.master
-            )));
+        if let Some(refused) = self.refuse_move(t.master, to, ("masters that tablet", "tablets", "the tablet's master"))
+        {
+            return Outcome::unchanged(refused);
         }
         if let Some(m) = self.map.migrations.iter().find(|m| m.table == id && m.start_hash == start_hash) {
             return Outcome::unchanged(invalid(format!("that tablet is moving already (migration {})", m.id)));
@@ -568,12 +552,8 @@ impl ClusterState {
         // The target's log takes the tablet's only copy: it must be one a
         // recovery would look for (`map.unreplicated`). Not an
         // `invalid_request`, which the source takes for an abort: it retries.
-        let to = self.map.migrations[i].to;
-        if let Some(log) = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l)) {
-            return Outcome::unchanged(error(
-                ControlErrorCode::Internal,
-                format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
-            ));
+        if let Some(refused) = self.unreplicated_target(self.map.migrations[i].to) {
+            return Outcome::unchanged(refused);
         }
         let m = self.map.migrations.remove(i);
         let t = self
@@ -635,25 +615,9 @@ impl ClusterState {
                 range.master, range.hi
             )));
         }
-        let Some(target) = self.map.server(to) else {
-            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {to}")));
-        };
-        if target.state != ServerState::Up {
-            return Outcome::unchanged(invalid(format!("server {to} is not up ({:?})", target.state)));
-        }
-        if range.master == to {
-            return Outcome::unchanged(invalid(format!("server {to} serves those chunk ids already")));
-        }
-        if self.draining.contains(&to) {
-            return Outcome::unchanged(invalid(format!(
-                "server {to} is being drained (shoal drain): it takes no chunk ids"
-            )));
-        }
-        if self.map.server(range.master).map(|s| s.state) != Some(ServerState::Up) {
-            return Outcome::unchanged(invalid(format!(
-                "the chunk ids' server, server {}, is not up (it is being recovered)",
-                range.master
-            )));
+        let words = ("serves those chunk ids", "chunk ids", "the chunk ids' server");
+        if let Some(refused) = self.refuse_move(range.master, to, words) {
+            return Outcome::unchanged(refused);
         }
         if let Some(m) = self.map.chunk_migrations.iter().find(|m| m.table == id && m.node == node && m.lo == range.lo)
         {
@@ -685,6 +649,40 @@ impl ClusterState {
         Outcome::changed(ControlResponse::Map { map: self.map.clone() })
     }
 
+    /// The refusal of a commit to `to` while its log is not one a recovery
+    /// would look for (`map.unreplicated`): `internal`, which the source
+    /// retries (an `invalid_request` would make it abort).
+    fn unreplicated_target(&self, to: ServerId) -> Option<ControlResponse> {
+        let log = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l))?;
+        Some(error(
+            ControlErrorCode::Internal,
+            format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
+        ))
+    }
+
+    /// Why a move from `from` to `to` may not start (`None`: it may): `to`
+    /// must be known, up, not `from` and not draining, and `from` up. `words` name, for the
+    /// refusals, what `to` does already, what it takes, and who `from` is.
+    fn refuse_move(&self, from: ServerId, to: ServerId, words: (&str, &str, &str)) -> Option<ControlResponse> {
+        let (holds, takes, source) = words;
+        let Some(target) = self.map.server(to) else {
+            return Some(error(ControlErrorCode::NotFound, format!("no server {to}")));
+        };
+        if target.state != ServerState::Up {
+            return Some(invalid(format!("server {to} is not up ({:?})", target.state)));
+        }
+        if from == to {
+            return Some(invalid(format!("server {to} {holds} already")));
+        }
+        if self.draining.contains(&to) {
+            return Some(invalid(format!("server {to} is being drained (shoal drain): it takes no {takes}")));
+        }
+        if self.map.server(from).map(|s| s.state) != Some(ServerState::Up) {
+            return Some(invalid(format!("{source}, server {from}, is not up (it is being recovered)")));
+        }
+        None
+    }
+
     /// [`ClusterState::finish_migration`] of the chunk migration at `i`:
     /// the range's entry goes to the target, which owns it from `since`
     /// of its log on, and the source's record of it goes.
@@ -696,12 +694,8 @@ impl ClusterState {
                 m.id, m.from
             )));
         }
-        let to = m.to;
-        if let Some(log) = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l)) {
-            return Outcome::unchanged(error(
-                ControlErrorCode::Internal,
-                format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
-            ));
+        if let Some(refused) = self.unreplicated_target(m.to) {
+            return Outcome::unchanged(refused);
         }
         let m = self.map.chunk_migrations.remove(i);
         let r = self

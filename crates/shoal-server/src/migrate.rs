@@ -349,25 +349,38 @@ async fn drive(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) {
                 c.again_bytes,
                 c.gone,
             );
-            node.migrations.frozen_ms.fetch_add(c.frozen.as_millis() as u64, Ordering::Relaxed);
             // No read may be served here once the target may serve.
-            node.migrations.freeze_reads(m);
-            if resolve(node, m.id, Some(c.since), "").await {
-                node.migrations.committed.fetch_add(1, Ordering::Relaxed);
-                info!("migration {}: committed after {} ms", m.id, started.elapsed().as_millis());
-            } else {
-                node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
-            }
+            commit(node, m.id, &c, started, || node.migrations.freeze_reads(m)).await;
         }
         Err(why) => {
-            warn!("migration {}: {why}; aborting", m.id);
             let mut body = Vec::with_capacity(BEGIN_LEN);
             encode_begin(&mut body, m, Version(0));
-            tell_target_abort(node, m.id, m.to, ABORT, &body).await;
-            resolve(node, m.id, None, &why).await;
-            node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
+            abort(node, m.id, m.to, &why, ABORT, &body).await;
         }
     }
+}
+
+/// The end of a copied move `id`: reads frozen too (`freeze_reads`), then
+/// the commit asked for until the coordinator decides.
+async fn commit(node: &Arc<ClusterNode>, id: u64, c: &Copied, started: Instant, freeze_reads: impl FnOnce()) {
+    node.migrations.frozen_ms.fetch_add(c.frozen.as_millis() as u64, Ordering::Relaxed);
+    freeze_reads();
+    if resolve(node, id, Some(c.since), "").await {
+        node.migrations.committed.fetch_add(1, Ordering::Relaxed);
+        info!("migration {id}: committed after {} ms", started.elapsed().as_millis());
+    } else {
+        node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The end of a move `id` whose copy failed (`why`): the target told to
+/// drop its copy (an ABORT frame of `kind` with the BEGIN's `body`), and
+/// the abort asked for until the coordinator decides.
+async fn abort(node: &Arc<ClusterNode>, id: u64, to: ServerId, why: &str, kind: u8, body: &[u8]) {
+    warn!("migration {id}: {why}; aborting");
+    tell_target_abort(node, id, to, kind, body).await;
+    resolve(node, id, None, why).await;
+    node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Asks the coordinator to commit (`since`: where the copy begins in the
@@ -504,35 +517,56 @@ async fn send_tablet<S: AsyncRead + AsyncWrite + Unpin>(
     body: &mut Vec<u8>,
     mut want: impl FnMut(&[u8], Version) -> bool,
 ) -> Result<(u64, u64), String> {
-    let (mut objects, mut bytes) = (0, 0);
     let mut cursor = Some(EnumCursor(m.start_hash));
+    let moving = |map: &ClusterMap| map.migrations.iter().any(|x| x.id == m.id);
+    send_batches(node, s, body, &node.migrations.objects_sent, moving, |body| {
+        let Some(c) = cursor else { return Ok((0, true)) };
+        let mut n = 0;
+        cursor = store
+            .enumerate_versioned_entries_range(m.table, c, m.end_hash, STEP_OBJECTS, |e, key, version| {
+                if want(key, version) {
+                    body.extend_from_slice(e);
+                    n += 1;
+                }
+            })
+            .map_err(|e| format!("cannot read the tablet: {e}"))?;
+        Ok((n, cursor.is_none()))
+    })
+    .await
+}
+
+/// Sends ENTRIES batches of about [`BATCH_BYTES`] that `fill` makes, one
+/// walk step at a time (each call appends a step's entries to the body and
+/// says how many, and whether the walk is over); between batches, checks
+/// that the move is still `moving` in this server's map. Counts the
+/// entries sent in `sent`; returns how many entries and bytes went.
+async fn send_batches<S: AsyncRead + AsyncWrite + Unpin>(
+    node: &Arc<ClusterNode>,
+    s: &mut S,
+    body: &mut Vec<u8>,
+    sent: &AtomicU64,
+    moving: impl Fn(&ClusterMap) -> bool,
+    mut fill: impl FnMut(&mut Vec<u8>) -> Result<(u64, bool), String>,
+) -> Result<(u64, u64), String> {
+    let (mut entries, mut bytes) = (0, 0);
     loop {
         body.clear();
-        let mut n = 0u64;
-        while let Some(c) = cursor {
-            cursor = store
-                .enumerate_versioned_entries_range(m.table, c, m.end_hash, STEP_OBJECTS, |e, key, version| {
-                    if want(key, version) {
-                        body.extend_from_slice(e);
-                        n += 1;
-                    }
-                })
-                .map_err(|e| format!("cannot read the tablet: {e}"))?;
-            if body.len() >= BATCH_BYTES {
-                break;
-            }
+        let (mut n, mut done) = (0u64, false);
+        while !done && body.len() < BATCH_BYTES {
+            let (k, over) = fill(body)?;
+            (n, done) = (n + k, over);
         }
         if !body.is_empty() {
             call(s, ENTRIES, body).await?;
-            objects += n;
+            entries += n;
             bytes += body.len() as u64;
-            node.migrations.objects_sent.fetch_add(n, Ordering::Relaxed);
+            sent.fetch_add(n, Ordering::Relaxed);
             node.migrations.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
         }
-        if cursor.is_none() {
-            return Ok((objects, bytes));
+        if done {
+            return Ok((entries, bytes));
         }
-        if !node.map().migrations.iter().any(|x| x.id == m.id) {
+        if !moving(&node.map()) {
             return Err("the coordinator dropped the migration".into());
         }
     }
@@ -563,21 +597,9 @@ async fn drive_chunks(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &ChunkMigr
                 c.again,
                 c.gone,
             );
-            node.migrations.frozen_ms.fetch_add(c.frozen.as_millis() as u64, Ordering::Relaxed);
-            node.migrations.freeze_chunks(m, true);
-            if resolve(node, m.id, Some(c.since), "").await {
-                node.migrations.committed.fetch_add(1, Ordering::Relaxed);
-                info!("migration {}: committed after {} ms", m.id, started.elapsed().as_millis());
-            } else {
-                node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
-            }
+            commit(node, m.id, &c, started, || node.migrations.freeze_chunks(m, true)).await;
         }
-        Err(why) => {
-            warn!("migration {}: {why}; aborting", m.id);
-            tell_target_abort(node, m.id, m.to, CHUNK_ABORT, &encode_chunk_begin(m)).await;
-            resolve(node, m.id, None, &why).await;
-            node.migrations.aborted.fetch_add(1, Ordering::Relaxed);
-        }
+        Err(why) => abort(node, m.id, m.to, &why, CHUNK_ABORT, &encode_chunk_begin(m)).await,
     }
 }
 
@@ -636,38 +658,22 @@ async fn send_chunks<S: AsyncRead + AsyncWrite + Unpin>(
     body: &mut Vec<u8>,
     mut want: impl FnMut(ChunkId, Version) -> bool,
 ) -> Result<(u64, u64), String> {
-    let (mut chunks, mut bytes) = (0, 0);
     let mut cursor = Some(m.lo);
-    loop {
-        body.clear();
-        let mut n = 0u64;
-        while let Some(from) = cursor {
-            cursor = store
-                .chunk_range_entries(m.table, m.node, from, m.hi, STEP_CHUNKS, |e, id, version| {
-                    if want(id, version) {
-                        body.extend_from_slice(e);
-                        n += 1;
-                    }
-                })
-                .map_err(|e| format!("cannot read the chunks: {e}"))?;
-            if body.len() >= BATCH_BYTES {
-                break;
-            }
-        }
-        if !body.is_empty() {
-            call(s, ENTRIES, body).await?;
-            chunks += n;
-            bytes += body.len() as u64;
-            node.migrations.chunks_sent.fetch_add(n, Ordering::Relaxed);
-            node.migrations.bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-        }
-        if cursor.is_none() {
-            return Ok((chunks, bytes));
-        }
-        if !node.map().chunk_migrations.iter().any(|x| x.id == m.id) {
-            return Err("the coordinator dropped the migration".into());
-        }
-    }
+    let moving = |map: &ClusterMap| map.chunk_migrations.iter().any(|x| x.id == m.id);
+    send_batches(node, s, body, &node.migrations.chunks_sent, moving, |body| {
+        let Some(from) = cursor else { return Ok((0, true)) };
+        let mut n = 0;
+        cursor = store
+            .chunk_range_entries(m.table, m.node, from, m.hi, STEP_CHUNKS, |e, id, version| {
+                if want(id, version) {
+                    body.extend_from_slice(e);
+                    n += 1;
+                }
+            })
+            .map_err(|e| format!("cannot read the chunks: {e}"))?;
+        Ok((n, cursor.is_none()))
+    })
+    .await
 }
 
 /// Sends one frame and waits for its answer: `Ok` with the answer's body,
@@ -1011,35 +1017,17 @@ impl Target {
         hi: u64,
         begin: bool,
     ) -> Result<Option<ChunkMigration>, String> {
-        let deadline = Instant::now() + MAP_PATIENCE;
-        loop {
-            let map = node.map();
-            if let Some(m) = map.chunk_migrations.iter().find(|m| m.id == id) {
-                if m.from != self.from
-                    || m.to != node.id
-                    || m.table != table
-                    || m.node != chunk_node
-                    || m.lo != lo
-                    || m.hi != hi
-                {
-                    return Err(format!(
-                        "migration {id} is not a move of those chunk ids from server {} to here",
-                        self.from
-                    ));
-                }
-                return Ok(Some(m.clone()));
-            }
-            if !begin {
-                if map.chunk_owner(table, ChunkId::new(chunk_node, lo)).is_some_and(|r| r.master == node.id) {
-                    return Err("those chunk ids are this server's now".into());
-                }
-                return Ok(None);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("no migration {id} in this server's map (version {})", map.version));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let me = node.id;
+        self.expect_record(
+            node,
+            id,
+            begin,
+            "those chunk ids",
+            |map| map.chunk_migrations.iter().find(|m| m.id == id).cloned(),
+            |m| (m.from, m.to, m.table, m.node, m.lo, m.hi) == (self.from, me, table, chunk_node, lo, hi),
+            |map| map.chunk_owner(table, ChunkId::new(chunk_node, lo)).is_some_and(|r| r.master == me),
+        )
+        .await
     }
 
     /// The migration `id` of the map, checked to be from this connection's
@@ -1055,26 +1043,47 @@ impl Target {
         end: u64,
         begin: bool,
     ) -> Result<Option<Migration>, String> {
+        let me = node.id;
+        self.expect_record(
+            node,
+            id,
+            begin,
+            "that tablet",
+            |map| map.migrations.iter().find(|m| m.id == id).cloned(),
+            |m| (m.from, m.to, m.table, m.start_hash, m.end_hash) == (self.from, me, table, start, end),
+            |map| map.tablet(table, KeyHash(start)).is_some_and(|t| t.master == me),
+        )
+        .await
+    }
+
+    /// The record of migration `id` in this server's map (`find`), which
+    /// must `fit` (from this connection's source to this server, over
+    /// exactly the range named: `what`); waits a little for a map that
+    /// lags. Without a record, an ABORT (`begin` false) is fine (`None`)
+    /// unless the range is `mine` now (the move committed here).
+    #[allow(clippy::too_many_arguments)]
+    async fn expect_record<R>(
+        &self,
+        node: &Arc<ClusterNode>,
+        id: u64,
+        begin: bool,
+        what: &str,
+        find: impl Fn(&ClusterMap) -> Option<R>,
+        fits: impl Fn(&R) -> bool,
+        mine: impl Fn(&ClusterMap) -> bool,
+    ) -> Result<Option<R>, String> {
         let deadline = Instant::now() + MAP_PATIENCE;
         loop {
             let map = node.map();
-            if let Some(m) = map.migrations.iter().find(|m| m.id == id) {
-                if m.from != self.from
-                    || m.to != node.id
-                    || m.table != table
-                    || m.start_hash != start
-                    || m.end_hash != end
-                {
-                    return Err(format!(
-                        "migration {id} is not a move of that tablet from server {} to here",
-                        self.from
-                    ));
+            if let Some(m) = find(&map) {
+                if !fits(&m) {
+                    return Err(format!("migration {id} is not a move of {what} from server {} to here", self.from));
                 }
-                return Ok(Some(m.clone()));
+                return Ok(Some(m));
             }
             if !begin {
-                if map.tablet(table, KeyHash(start)).is_some_and(|t| t.master == node.id) {
-                    return Err("that tablet is this server's now".into());
+                if mine(&map) {
+                    return Err(format!("the move of {what} committed here already"));
                 }
                 return Ok(None);
             }

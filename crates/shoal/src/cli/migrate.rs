@@ -8,7 +8,9 @@ use clap::Args;
 use serde_json::json;
 use shoal_cluster::auth::ClusterSecret;
 use shoal_cluster::control::call_blocking_any;
-use shoal_cluster::{ControlAuth, ControlError, ControlRequest, ControlResponse, CoordinatorAddrs, ServerId};
+use shoal_cluster::{
+    ClusterMap, ControlAuth, ControlError, ControlRequest, ControlResponse, CoordinatorAddrs, ServerId,
+};
 use shoal_common::KeyHash;
 use std::io::Write;
 use std::path::PathBuf;
@@ -90,138 +92,141 @@ pub(super) fn run(a: &MigrateArgs) -> Result<(), CliError> {
         .map_err(|e| usage(format!("--cluster-secret-file: {e}")))?;
     let auth = ControlAuth { secret, identity: None, tls };
     let timeout = Duration::from_secs_f64(a.common.timeout);
-    if let (Some(node), Some(lo), Some(hi)) = (a.node, a.lo, a.hi) {
-        let span = shoal_cluster::ChunkSpan { node, lo, hi };
-        return run_chunks(a, coordinator, &auth, timeout, span);
-    }
-    let start =
-        a.start.ok_or_else(|| usage("shoal migrate needs --start (a tablet) or --node, --lo and --hi".into()))?;
-    let req =
-        ControlRequest::StartMigration { table: a.table.clone(), start_hash: start, to: ServerId(a.to), chunks: None };
-    let map = match control(coordinator, &auth, &req, timeout)? {
-        ControlResponse::Map { map } => map,
-        ControlResponse::Error { code, message } => return Err(refused(code, message)),
-        other => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
+    let moving = match (a.node, a.lo, a.hi) {
+        (Some(node), Some(lo), Some(hi)) => {
+            start_chunk_move(a, coordinator, &auth, timeout, shoal_cluster::ChunkSpan { node, lo, hi })?
+        }
+        _ => {
+            let start = a
+                .start
+                .ok_or_else(|| usage("shoal migrate needs --start (a tablet) or --node, --lo and --hi".into()))?;
+            start_tablet_move(a, coordinator, &auth, timeout, start)?
+        }
     };
+    follow(a, coordinator, &auth, timeout, moving)
+}
+
+/// A move the coordinator recorded: its id and servers, what moves (for
+/// messages), whether a map still has it, and who serves it in a map.
+struct Moving {
+    id: u64,
+    from: ServerId,
+    to: ServerId,
+    what: String,
+    in_progress: Box<dyn Fn(&ClusterMap) -> bool>,
+    owner: Box<Owner>,
+}
+
+/// Who serves what moves, in a map.
+type Owner = dyn Fn(&ClusterMap) -> Option<ServerId>;
+
+/// Asks the coordinator for `req`; the map it answers with.
+fn start(
+    coordinator: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ClusterMap, CliError> {
+    match control(coordinator, auth, req, timeout)? {
+        ControlResponse::Map { map } => Ok(map),
+        ControlResponse::Error { code, message } => Err(refused(code, message)),
+        other => Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
+    }
+}
+
+fn no_record() -> CliError {
+    CliError::refused("protocol", "the coordinator's map has no record of the move")
+}
+
+/// Starts the move of `a.table`'s tablet at `start`.
+fn start_tablet_move(
+    a: &MigrateArgs,
+    coordinator: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    timeout: Duration,
+    start_hash: u64,
+) -> Result<Moving, CliError> {
+    let to = ServerId(a.to);
+    let req = ControlRequest::StartMigration { table: a.table.clone(), start_hash, to, chunks: None };
+    let map = start(coordinator, auth, &req, timeout)?;
     let m = map
         .migrations
         .iter()
         .rev()
-        .find(|m| m.start_hash == start && m.to == ServerId(a.to))
+        .find(|m| m.start_hash == start_hash && m.to == to)
         .cloned()
-        .ok_or_else(|| CliError::refused("protocol", "the coordinator's map has no record of the move"))?;
-    let started = Instant::now();
-    if a.no_wait {
-        match a.common.json {
-            true => out!("{}", json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "started" })),
-            false => out!(
-                "migration {} started: table {} tablet {:#018x}..{:#018x}, server {} -> {}",
-                m.id,
-                a.table,
-                m.start_hash,
-                m.end_hash,
-                m.from,
-                m.to
-            ),
-        }
-        return Ok(());
-    }
-    if !a.common.json {
-        eprintln!(
-            "migration {}: moving table {} tablet {:#018x}..{:#018x} from server {} to server {} ...",
-            m.id, a.table, m.start_hash, m.end_hash, m.from, m.to
-        );
-    }
-    let deadline = started + Duration::from_secs_f64(a.wait);
-    loop {
-        std::thread::sleep(Duration::from_millis(50));
-        let map = match control(coordinator, &auth, &ControlRequest::GetMap, timeout) {
-            Ok(ControlResponse::Map { map }) => map,
-            // A coordinator failing over: its standby answers soon.
-            Ok(_) | Err(_) if Instant::now() < deadline => continue,
-            Ok(other) => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
-            Err(e) => return Err(e),
-        };
-        if map.migrations.iter().any(|x| x.id == m.id) {
-            if Instant::now() >= deadline {
-                return Err(CliError::refused(
-                    "timeout",
-                    format!("migration {} is still in progress after {} s (it goes on)", m.id, a.wait),
-                ));
-            }
-            continue;
-        }
-        let ms = started.elapsed().as_millis() as u64;
-        let owner = map.tablet(m.table, KeyHash(m.start_hash)).map(|t| t.master);
-        if owner == Some(m.to) {
-            match a.common.json {
-                true => out!(
-                    "{}",
-                    json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "committed", "ms": ms })
-                ),
-                false => out!("migration {} committed in {ms} ms: the tablet is served by server {}", m.id, m.to),
-            }
-            return Ok(());
-        }
-        return Err(CliError::refused(
-            "aborted",
-            format!(
-                "migration {} aborted after {ms} ms: the tablet stays with server {} (the source's log says why)",
-                m.id,
-                owner.map_or("?".to_string(), |o| o.to_string())
-            ),
-        ));
-    }
+        .ok_or_else(no_record)?;
+    let (id, table) = (m.id, m.table);
+    Ok(Moving {
+        id,
+        from: m.from,
+        to,
+        what: format!("table {} tablet {:#018x}..{:#018x}", a.table, m.start_hash, m.end_hash),
+        in_progress: Box::new(move |map| map.migrations.iter().any(|x| x.id == id)),
+        owner: Box::new(move |map| map.tablet(table, KeyHash(start_hash)).map(|t| t.master)),
+    })
 }
 
-/// `shoal migrate --node N --lo A --hi B`: the move of chunk ids `span`.
-fn run_chunks(
+/// Starts the move of chunk ids `span` of `a.table`.
+fn start_chunk_move(
     a: &MigrateArgs,
     coordinator: &CoordinatorAddrs,
     auth: &ControlAuth,
     timeout: Duration,
     span: shoal_cluster::ChunkSpan,
-) -> Result<(), CliError> {
-    let req = ControlRequest::StartMigration {
-        table: a.table.clone(),
-        start_hash: 0,
-        to: ServerId(a.to),
-        chunks: Some(span),
-    };
-    let map = match control(coordinator, auth, &req, timeout)? {
-        ControlResponse::Map { map } => map,
-        ControlResponse::Error { code, message } => return Err(refused(code, message)),
-        other => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
-    };
+) -> Result<Moving, CliError> {
+    let to = ServerId(a.to);
+    let req = ControlRequest::StartMigration { table: a.table.clone(), start_hash: 0, to, chunks: Some(span) };
+    let map = start(coordinator, auth, &req, timeout)?;
     let m = map
         .chunk_migrations
         .iter()
         .rev()
-        .find(|m| (m.node, m.lo, m.hi, m.to) == (span.node, span.lo, span.hi, ServerId(a.to)))
+        .find(|m| (m.node, m.lo, m.hi, m.to) == (span.node, span.lo, span.hi, to))
         .cloned()
-        .ok_or_else(|| CliError::refused("protocol", "the coordinator's map has no record of the move"))?;
-    let what = format!("chunk ids {}:{:#x}..={:#x} of table {}", m.node, m.lo, m.hi, a.table);
+        .ok_or_else(no_record)?;
+    let (id, table, first) = (m.id, m.table, shoal_common::ChunkId::new(m.node, m.lo));
+    Ok(Moving {
+        id,
+        from: m.from,
+        to,
+        what: format!("chunk ids {}:{:#x}..={:#x} of table {}", m.node, m.lo, m.hi, a.table),
+        in_progress: Box::new(move |map| map.chunk_migrations.iter().any(|x| x.id == id)),
+        owner: Box::new(move |map| map.chunk_owner(table, first).map(|r| r.master)),
+    })
+}
+
+/// Follows `m` in the coordinator's map until it commits (Ok) or aborts,
+/// printing the outcome (or, with `--no-wait`, that it started).
+fn follow(
+    a: &MigrateArgs,
+    coordinator: &CoordinatorAddrs,
+    auth: &ControlAuth,
+    timeout: Duration,
+    m: Moving,
+) -> Result<(), CliError> {
     let started = Instant::now();
     if a.no_wait {
         match a.common.json {
             true => out!("{}", json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "started" })),
-            false => out!("migration {} started: {what}, server {} -> {}", m.id, m.from, m.to),
+            false => out!("migration {} started: {}, server {} -> {}", m.id, m.what, m.from, m.to),
         }
         return Ok(());
     }
     if !a.common.json {
-        eprintln!("migration {}: moving {what} from server {} to server {} ...", m.id, m.from, m.to);
+        eprintln!("migration {}: moving {} from server {} to server {} ...", m.id, m.what, m.from, m.to);
     }
     let deadline = started + Duration::from_secs_f64(a.wait);
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let map = match control(coordinator, auth, &ControlRequest::GetMap, timeout) {
             Ok(ControlResponse::Map { map }) => map,
+            // A coordinator failing over: its standby answers soon.
             Ok(_) | Err(_) if Instant::now() < deadline => continue,
             Ok(other) => return Err(CliError::refused("protocol", format!("the coordinator answered {other:?}"))),
             Err(e) => return Err(e),
         };
-        if map.chunk_migrations.iter().any(|x| x.id == m.id) {
+        if (m.in_progress)(&map) {
             if Instant::now() >= deadline {
                 return Err(CliError::refused(
                     "timeout",
@@ -231,22 +236,23 @@ fn run_chunks(
             continue;
         }
         let ms = started.elapsed().as_millis() as u64;
-        let owner = map.chunk_owner(m.table, shoal_common::ChunkId::new(m.node, m.lo)).map(|r| r.master);
+        let owner = (m.owner)(&map);
         if owner == Some(m.to) {
             match a.common.json {
                 true => out!(
                     "{}",
                     json!({ "migration": m.id, "from": m.from.0, "to": m.to.0, "state": "committed", "ms": ms })
                 ),
-                false => out!("migration {} committed in {ms} ms: {what} are served by server {}", m.id, m.to),
+                false => out!("migration {} committed in {ms} ms: {} served by server {}", m.id, m.what, m.to),
             }
             return Ok(());
         }
         return Err(CliError::refused(
             "aborted",
             format!(
-                "migration {} aborted after {ms} ms: {what} stay with server {} (the source's log says why)",
+                "migration {} aborted after {ms} ms: {} stays with server {} (the source's log says why)",
                 m.id,
+                m.what,
                 owner.map_or("?".to_string(), |o| o.to_string())
             ),
         ));
