@@ -1220,6 +1220,45 @@ mod tests {
         assert!(check_entries(&flipped, &moving(3, 0, half)).is_err(), "a bad CRC is refused");
     }
 
+    #[test]
+    fn chunk_frames_take_chunks_and_ids_of_the_moving_range_only() {
+        let m = ChunkMigration {
+            id: 1,
+            table: TableId(3),
+            node: 2,
+            lo: 10,
+            hi: 19,
+            from: ServerId(2),
+            to: ServerId(1),
+            started_unix_ms: 0,
+        };
+        let entry = |table, node, local| {
+            let mut e = Vec::new();
+            format::encode_chunk(&mut e, TableId(table), ChunkId::new(node, local), Version(1), b"payload");
+            e
+        };
+        let body = [entry(3, 2, 10), entry(3, 2, 19)].concat();
+        assert_eq!(check_chunk_entries(&body, &m), Ok(2));
+        for (t, n, l) in [(3, 2, 9), (3, 2, 20), (3, 1, 15), (4, 2, 15)] {
+            let bad = [entry(3, 2, 12), entry(t, n, l)].concat();
+            assert!(check_chunk_entries(&bad, &m).unwrap_err().contains("outside"), "{t} {n} {l}");
+        }
+        let mut torn = body.clone();
+        torn.pop();
+        assert!(check_chunk_entries(&torn, &m).is_err(), "a torn entry is refused");
+        let mut flipped = body.clone();
+        flipped[5] ^= 0x40;
+        assert!(check_chunk_entries(&flipped, &m).is_err(), "a bad CRC is refused");
+        let mut object = Vec::new();
+        format::encode_object(&mut object, TableId(3), Version(1), b"k", b"v");
+        assert!(check_chunk_entries(&object, &m).unwrap_err().contains("not a chunk"));
+        let ids = |v: &[u64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let inside = ids(&[ChunkId::new(2, 10).0, ChunkId::new(2, 19).0]);
+        assert_eq!(gone_chunk_ids(&inside, &m).unwrap(), vec![ChunkId::new(2, 10), ChunkId::new(2, 19)]);
+        assert!(gone_chunk_ids(&ids(&[ChunkId::new(2, 20).0]), &m).is_err());
+        assert!(gone_chunk_ids(&inside[..12], &m).is_err(), "ids are whole u64s");
+    }
+
     #[tokio::test]
     async fn frames_round_trip_and_oversized_lengths_are_refused_before_reading() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
