@@ -234,8 +234,8 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
-    /// Moves one tablet to another server while clients keep using it
-    /// (docs/migration.md).
+    /// Moves one tablet, or a range of chunk ids, to another server while
+    /// clients keep using it (docs/migration.md, docs/chunks.md).
     ///
     /// `shoal migrate --coordinator ADDR --table NAME --start HASH --to
     /// SERVER_ID`: the tablet of NAME that begins at key hash HASH (hex
