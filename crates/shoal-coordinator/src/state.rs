@@ -709,7 +709,6 @@ impl ClusterState {
         if let Some(segment) = since {
             self.owned_from_of(m.to, m.table, Some(m.node), m.lo, m.hi, segment);
         }
-        self.coalesce_chunk_ranges();
         self.committed_migrations.push(m.id);
         if self.committed_migrations.len() > MAX_COMMITTED {
             self.committed_migrations.remove(0);
@@ -718,17 +717,23 @@ impl ClusterState {
         Outcome::changed(ControlResponse::Ok)
     }
 
-    /// Joins adjacent chunk ranges of one (table, node) served by one
+    /// Joins adjacent chunk ranges of one (table, node) served by one up
     /// server, except ranges moving: a range that came back to its server,
-    /// or the pieces a refused or aborted move left, become one entry
-    /// again (so a server whose own range came back whole creates again).
+    /// or the pieces an aborted move left (also one aborted by a server's
+    /// death), become one entry again, so a server whose own range is
+    /// whole again creates again. Ranges of a server not up are left
+    /// alone: a recovery's partitions name them exactly. Part of every
+    /// change ([`ClusterState::bump`]).
     fn coalesce_chunk_ranges(&mut self) {
         let moving: BTreeSet<(TableId, u16, u64)> =
             self.map.chunk_migrations.iter().map(|m| (m.table, m.node, m.lo)).collect();
+        let up: BTreeSet<ServerId> =
+            self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
         let mut out: Vec<ChunkRange> = Vec::with_capacity(self.map.chunk_ranges.len());
         for r in self.map.chunk_ranges.drain(..) {
             if let Some(last) = out.last_mut() {
                 if (last.table, last.node, last.master) == (r.table, r.node, r.master)
+                    && up.contains(&r.master)
                     && last.hi.checked_add(1) == Some(r.lo)
                     && !moving.contains(&last.start())
                     && !moving.contains(&r.start())
@@ -756,7 +761,6 @@ impl ClusterState {
                 )));
             }
             self.map.chunk_migrations.remove(i);
-            self.coalesce_chunk_ranges();
             self.bump();
             return Outcome::changed(ControlResponse::Ok);
         }
@@ -1667,6 +1671,7 @@ impl ClusterState {
     /// takes the new version as its epoch).
     fn bump(&mut self) {
         self.drop_stale_migrations();
+        self.coalesce_chunk_ranges();
         self.retire_dead_servers();
         self.forget_old_freed_logs();
         self.map.replicas = self.effective_replicas();
@@ -2914,6 +2919,7 @@ mod tests {
         assert!(down(&mut s, 2));
         assert!(s.map().chunk_migrations.is_empty());
         assert_eq!(s.map().chunk_owner(t.id, shoal_common::ChunkId::new(1, 15)).unwrap().master, ServerId(1));
+        assert!(s.map().chunk_creators(t.id).any(|x| x == ServerId(1)), "the source's range is whole again");
         let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(1), since: None });
         assert_eq!(code(late), ControlErrorCode::InvalidRequest);
         // Dropping the table drops a move of its ids.
