@@ -3,9 +3,11 @@
 //! and keep a ledger of every acknowledged write while a range of one
 //! server's own chunk ids moves to a second server, on to a third and back
 //! home (`shoal migrate --node`), or moves and its new server is
-//! SIGKILLed. Afterwards every acknowledged write reads back with its last
-//! acknowledged payload, every acknowledged remove stays removed, and no
-//! client saw an error (moves are retried by the client library).
+//! SIGKILLed, or its source or target is SIGKILLed in the middle of the
+//! copy. Afterwards every acknowledged write reads back with its last
+//! acknowledged payload and every acknowledged remove stays removed; where
+//! no server dies, no client saw an error (moves are retried by the client
+//! library).
 
 mod common;
 
@@ -145,6 +147,9 @@ impl Load {
 
 /// Every chunk of the ledger holds its last acknowledged payload, and every
 /// removed one is absent; returns how many were live and removed.
+/// A removed id found holding the payload of a create that failed (so it
+/// may have been applied: `errors` name the thread and operation, the
+/// payload is made of them) is fine too: that create reused the id.
 /// Ids in `uncertain` (a put or remove of theirs failed, so it may or may
 /// not have been applied) are not checked.
 fn check_ledger(
@@ -152,7 +157,15 @@ fn check_ledger(
     table: TableId,
     ledger: &Payloads,
     uncertain: &HashSet<ChunkId>,
+    errors: &[String],
 ) -> (usize, usize) {
+    let unacknowledged: HashSet<Vec<u8>> = errors
+        .iter()
+        .filter_map(|e| {
+            let (t, rest) = e.strip_prefix("thread ")?.split_once(", op ")?;
+            Some(format!("t{t}-n{}", rest.split_once(':')?.0).into_bytes())
+        })
+        .collect();
     let ids: Vec<ChunkId> = ledger.keys().copied().collect();
     let (mut live, mut removed, mut wrong) = (0, 0, Vec::new());
     for batch in ids.chunks(500) {
@@ -162,6 +175,7 @@ fn check_ledger(
                 (Some(want), Ok((payload, _))) if payload == *want => live += 1,
                 (None, Err(shoal_client::ReadError::NotFound)) => removed += 1,
                 _ if uncertain.contains(id) => {}
+                (None, Ok((payload, _))) if unacknowledged.contains(&payload) => {}
                 (want, got) => wrong.push(format!(
                     "chunk {id}: acknowledged {:?}, read {:?}",
                     want.as_ref().map(|w| String::from_utf8_lossy(w).into_owned()),
@@ -247,7 +261,7 @@ fn a_chunk_range_moves_under_load_and_back_losing_nothing() {
     let of_home = ledger.keys().filter(|id| id.node() == node).count();
     assert!(of_home > 50, "only {of_home} chunks of the moved node in the ledger");
     let mut c = shoal_client::blocking::Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
-    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain);
+    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain, &errors);
     assert!(removed > 20, "only {removed} removed chunks checked");
     // New chunks of the home server take ids it never gave away while its
     // range was away (it created none meanwhile).
@@ -297,7 +311,7 @@ fn a_moved_chunk_range_survives_a_crash_of_its_new_server() {
     let of_home = ledger.keys().filter(|id| id.node() == node).count();
     assert!(of_home > 50, "only {of_home} chunks of the moved node in the ledger");
     let mut c = shoal_client::blocking::Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
-    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain);
+    let (live, removed) = check_ledger(&mut c, table, &ledger, &uncertain, &errors);
     assert!(removed > 20, "only {removed} removed chunks checked ({live} live)");
     cluster.kill_all();
 }
@@ -320,12 +334,7 @@ fn chunk_writes_during_the_copy_reach_the_target_in_the_delta() {
     // turn): a batch of the copy (1 MB) holds 16 of them, so the copy is
     // still under way when the target stops.
     let old = format!("old{}", "y".repeat(64 << 10)).into_bytes();
-    let mut ids = Vec::new();
-    let node = c.create_chunk(table, &old).unwrap().node();
-    while ids.len() < 300 {
-        let made = c.create_chunks(table, &[old.as_slice(); 10]).unwrap();
-        ids.extend(made.into_iter().filter(|id| id.node() == node));
-    }
+    let (node, ids) = chunks_of_one_node(&mut c, table, &old, 300);
     let (lo, hi) = (ids.iter().map(|i| i.local()).min().unwrap(), ids.iter().map(|i| i.local()).max().unwrap());
     let map = cluster.map().unwrap();
     let to = map.servers.iter().find(|s| s.id.0 != u64::from(node)).unwrap().id;
@@ -382,4 +391,106 @@ fn chunk_writes_during_the_copy_reach_the_target_in_the_delta() {
     for line in std::fs::read_to_string(source_log).unwrap().lines().filter(|l| l.contains("migration")) {
         eprintln!("source: {line}");
     }
+}
+
+/// Creates chunks of `payload` until `n` of them are of one node (creates
+/// go to the servers in turn); returns that node and those ids.
+fn chunks_of_one_node(
+    c: &mut shoal_client::blocking::Client,
+    table: TableId,
+    payload: &[u8],
+    n: usize,
+) -> (u16, Vec<ChunkId>) {
+    let node = c.create_chunk(table, payload).unwrap().node();
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        let made = c.create_chunks(table, &[payload; 10]).unwrap();
+        ids.extend(made.into_iter().filter(|id| id.node() == node));
+    }
+    (node, ids)
+}
+
+/// A server's whole range moves under load, with 20 MB of its chunks so
+/// that the copy takes a while, and the source (`source`) or the target is
+/// SIGKILLed as soon as the target is receiving. The move aborts with the
+/// victim's death; the range is recovered (from the source's log: the
+/// target never served it) and every acknowledged write, of the load and
+/// of the preloaded chunks, is there.
+fn kill_mid_move(name: &str, source: bool) {
+    let root = Root::new(name);
+    let mut cluster = Cluster::start_with(&root.0, 3, 1, 0, &["--memory", "256MiB"]);
+    let mut c = cluster.client();
+    let table = c.create_chunk_table("graph").unwrap();
+    cluster.wait_for_map("the chunk ranges", 10, |m| m.chunk_creators(table).count() == 3);
+    let old = format!("old{}", "y".repeat(64 << 10)).into_bytes();
+    let (node, preloaded) = chunks_of_one_node(&mut c, table, &old, 300);
+    let from = ServerId(u64::from(node));
+    let to = cluster.map().unwrap().servers.iter().find(|s| s.id != from).unwrap().id;
+    let load = Load::start(cluster.coordinator, table, 3);
+    load.wait_for(2000);
+    let (node_s, to_s, hi) = (node.to_string(), to.0.to_string(), ChunkId::MAX_LOCAL.to_string());
+    let out = cluster.cli(&[
+        "migrate",
+        "--no-wait",
+        "--table",
+        "graph",
+        "--node",
+        &node_s,
+        "--lo",
+        "0",
+        "--hi",
+        &hi,
+        "--to",
+        &to_s,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let log = cluster.root.join(format!("server-{}/log", cluster.process_of(to)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("receiving chunk ids") {
+        assert!(Instant::now() < deadline, "the target never began receiving");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let moving = cluster.map().unwrap().chunk_migrations.len();
+    let victim = if source { from } else { to };
+    let idx = cluster.process_of(victim);
+    let _ = cluster.servers[idx].kill();
+    let _ = cluster.servers[idx].wait();
+    let map = cluster.wait_for_map("the victim declared dead and recovered", 30, |m| {
+        m.server(victim).is_some_and(|s| s.state == ServerState::Down)
+            && m.chunk_migrations.is_empty()
+            && m.recoveries.is_empty()
+    });
+    let now = owner(&map, table, node, preloaded[0].local());
+    match source {
+        true => assert_ne!(now, from, "the source's range was recovered elsewhere"),
+        false => assert_eq!(now, from, "the aborted move left the range at its source"),
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (ledger, errors, uncertain) = load.finish();
+    eprintln!(
+        "{} killed with {moving} move(s) in progress; {} errors, {} uncertain",
+        victim,
+        errors.len(),
+        uncertain.len()
+    );
+    assert_eq!(moving, 1, "the victim was killed while the move was in progress");
+    assert!(uncertain.len() < 20, "{uncertain:?}: {errors:?}");
+    let mut c = shoal_client::blocking::Client::connect_cluster(cluster.coordinator, ClientConfig::default()).unwrap();
+    check_ledger(&mut c, table, &ledger, &uncertain, &errors);
+    for batch in preloaded.chunks(50) {
+        for got in c.get_chunks(table, batch).unwrap() {
+            assert_eq!(got.unwrap().0, old);
+        }
+    }
+    cluster.kill_all();
+}
+
+#[test]
+fn a_chunk_move_whose_target_is_killed_mid_copy_loses_nothing() {
+    kill_mid_move("chunk-migrate-kill-target", false);
+}
+
+#[test]
+fn a_chunk_move_whose_source_is_killed_mid_copy_loses_nothing() {
+    kill_mid_move("chunk-migrate-kill-source", true);
 }
