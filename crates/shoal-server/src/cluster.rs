@@ -529,8 +529,9 @@ impl ClusterNode {
     }
 
     /// Where chunks of chunk table `table` are created with this server's
-    /// node id: here if it holds the range of its own node id's chunks
-    /// (`ClusterMap::chunk_creators`), `NoTablet` if not.
+    /// node id: here if it holds the whole range of its own node id's
+    /// chunks and none of it is moving (`ClusterMap::chunk_creators`),
+    /// `NoTablet` if not.
     pub fn route_chunk_create(&self, table: TableId) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
