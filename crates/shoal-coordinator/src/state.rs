@@ -752,29 +752,26 @@ impl ClusterState {
         if self.committed_migrations.contains(&id) {
             return Outcome::unchanged(invalid(format!("migration {id} committed: the tablet has moved")));
         }
-        if let Some(i) = self.map.chunk_migrations.iter().position(|m| m.id == id) {
-            let m = &self.map.chunk_migrations[i];
-            if m.from != server && m.to != server {
-                return Outcome::unchanged(invalid(format!(
-                    "migration {id} is between servers {} and {}, not {server}",
-                    m.from, m.to
-                )));
-            }
-            self.map.chunk_migrations.remove(i);
-            self.bump();
-            return Outcome::changed(ControlResponse::Ok);
-        }
-        let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
+        // (is it a chunk move, its index, its servers)
+        let found = match self.map.chunk_migrations.iter().position(|m| m.id == id) {
+            Some(i) => Some((true, i, self.map.chunk_migrations[i].from, self.map.chunk_migrations[i].to)),
+            None => self.map.migrations.iter().position(|m| m.id == id).map(|i| {
+                let m = &self.map.migrations[i];
+                (false, i, m.from, m.to)
+            }),
+        };
+        let Some((chunks, i, from, to)) = found else {
             return Outcome::unchanged(ControlResponse::Ok);
         };
-        let m = &self.map.migrations[i];
-        if m.from != server && m.to != server {
+        if from != server && to != server {
             return Outcome::unchanged(invalid(format!(
-                "migration {id} is between servers {} and {}, not {server}",
-                m.from, m.to
+                "migration {id} is between servers {from} and {to}, not {server}"
             )));
         }
-        self.map.migrations.remove(i);
+        match chunks {
+            true => drop(self.map.chunk_migrations.remove(i)),
+            false => drop(self.map.migrations.remove(i)),
+        }
         self.bump();
         Outcome::changed(ControlResponse::Ok)
     }

@@ -450,16 +450,9 @@ fn encode_begin(out: &mut Vec<u8>, m: &Migration, safe: Version) {
 /// changed meanwhile; `Ok` once the target holds all of it durably (the
 /// tablet frozen here for writes).
 async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Result<Copied, String> {
-    let addr = node.map().server(m.to).map(|s| s.backup).ok_or_else(|| format!("no server {} in the map", m.to))?;
-    let mut s = shoal_replication::dial::connect_migration(addr, node.id)
-        .await
-        .map_err(|e| format!("cannot reach server {}: {e}", m.to))?;
     let mut body = Vec::with_capacity(BATCH_BYTES + (2 << 20));
     encode_begin(&mut body, m, store.safe_version());
-    let begun = call(&mut s, BEGIN, &body).await?;
-    let since = <[u8; 8]>::try_from(begun.as_slice())
-        .map(|b| SegmentId(u64::from_le_bytes(b)))
-        .map_err(|_| format!("the target answered BEGIN with {} bytes, not a segment id", begun.len()))?;
+    let (mut s, since) = begin(node, m.to, BEGIN, &body).await?;
     let mut copied = Copied { since, ..Copied::default() };
 
     // 1. Every live object as it is now, the tablet served meanwhile. A
@@ -505,6 +498,26 @@ async fn copy(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &Migration) -> Res
     call(&mut s, DONE, &[]).await?;
     copied.frozen = frozen.elapsed();
     Ok(copied)
+}
+
+/// Connects to `to`'s replication port as a migration's source and sends
+/// a BEGIN frame (`kind`, `body`); returns the connection and the first
+/// segment of the target's log that will hold the copy (BEGIN's answer).
+async fn begin(
+    node: &Arc<ClusterNode>,
+    to: ServerId,
+    kind: u8,
+    body: &[u8],
+) -> Result<(shoal_cluster::tls::InternalStream, SegmentId), String> {
+    let addr = node.map().server(to).map(|s| s.backup).ok_or_else(|| format!("no server {to} in the map"))?;
+    let mut s = shoal_replication::dial::connect_migration(addr, node.id)
+        .await
+        .map_err(|e| format!("cannot reach server {to}: {e}"))?;
+    let begun = call(&mut s, kind, body).await?;
+    let since = <[u8; 8]>::try_from(begun.as_slice())
+        .map(|b| SegmentId(u64::from_le_bytes(b)))
+        .map_err(|_| format!("the target answered BEGIN with {} bytes, not a segment id", begun.len()))?;
+    Ok((s, since))
 }
 
 /// Sends the entries of `m`'s tablet that `want(key, version)` picks, in
@@ -613,14 +626,7 @@ fn encode_chunk_begin(m: &ChunkMigration) -> Vec<u8> {
 /// put, so (id, version) names the contents sent; no chunk of the range
 /// is created meanwhile (its server does not hold its whole own range).
 async fn copy_chunks(node: &Arc<ClusterNode>, store: &Arc<Store>, m: &ChunkMigration) -> Result<Copied, String> {
-    let addr = node.map().server(m.to).map(|s| s.backup).ok_or_else(|| format!("no server {} in the map", m.to))?;
-    let mut s = shoal_replication::dial::connect_migration(addr, node.id)
-        .await
-        .map_err(|e| format!("cannot reach server {}: {e}", m.to))?;
-    let begun = call(&mut s, CHUNK_BEGIN, &encode_chunk_begin(m)).await?;
-    let since = <[u8; 8]>::try_from(begun.as_slice())
-        .map(|b| SegmentId(u64::from_le_bytes(b)))
-        .map_err(|_| format!("the target answered BEGIN with {} bytes, not a segment id", begun.len()))?;
+    let (mut s, since) = begin(node, m.to, CHUNK_BEGIN, &encode_chunk_begin(m)).await?;
     let mut copied = Copied { since, ..Copied::default() };
     let mut body = Vec::with_capacity(BATCH_BYTES + (2 << 20));
     let mut sent: HashMap<ChunkId, Version> = HashMap::new();
