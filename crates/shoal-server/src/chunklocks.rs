@@ -573,7 +573,13 @@ impl LockTable {
     /// off at once; past that the oldest is dropped.
     pub fn hold_off(&self, table: TableId, node: u16, lo: u64, hi: u64, now: Now) {
         let until = now.at + self.config.max_lease;
+        let own = self.config.own_node;
         self.with_inner(|inner| {
+            // The grace for another node's chunks runs from now too, not
+            // from the first request after the hold-off.
+            if node != own {
+                inner.first_seen.entry((table, node)).or_insert(now.at);
+            }
             inner.held_off.retain(|h| h.4 > now.at);
             if inner.held_off.len() >= MAX_HELD_OFF {
                 inner.held_off.remove(0);
@@ -837,6 +843,11 @@ mod tests {
         lock(own(20), now).unwrap();
         lock(own(15), now.plus(max)).unwrap();
         assert!(t.lock(TableId(2), own(15), 1, LockMode::Exclusive, LEASE, false, now).is_ok(), "another table");
+        // Another node's chunks: the grace runs beside the hold-off, not after it.
+        let foreign = ChunkId::new(7, 12);
+        t.hold_off(T, 7, 10, 19, now);
+        assert!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max - ms(1))).is_err());
+        t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max)).unwrap();
     }
 
     #[test]

@@ -494,3 +494,40 @@ fn a_chunk_move_whose_target_is_killed_mid_copy_loses_nothing() {
 fn a_chunk_move_whose_source_is_killed_mid_copy_loses_nothing() {
     kill_mid_move("chunk-migrate-kill-source", true);
 }
+
+/// A move releases the locks of the chunks it moves, safely, as a crash
+/// recovery does (`docs/chunks.md`, "Migration of id ranges"): the
+/// holder's renewal and fenced put at the new server answer `Lost` (the
+/// put writes nothing), and the new server grants the chunk to nobody
+/// until the longest lease has passed since the copy, then grants it.
+#[test]
+fn a_moved_chunk_range_releases_its_locks_safely() {
+    let root = Root::new("chunk-migrate-locks");
+    let max_lease = Duration::from_millis(2000);
+    let cluster = Cluster::start_with(&root.0, 2, 1, 0, &["--chunk-lock-max-lease-ms", "2000"]);
+    let mut c = cluster.client();
+    let table = c.create_chunk_table("graph").unwrap();
+    cluster.wait_for_map("the chunk ranges", 10, |m| m.chunk_creators(table).count() == 2);
+    let id = c.create_chunk(table, b"locked").unwrap();
+    let lock = c.try_lock_chunk(table, id, shoal_client::LockMode::Exclusive, max_lease).unwrap();
+    let map = cluster.map().unwrap();
+    let to = map.servers.iter().find(|s| s.id.0 != u64::from(id.node())).unwrap().id;
+    migrate(&cluster, id.node(), 0, ChunkId::MAX_LOCAL, to);
+    let moved = Instant::now();
+    assert!(matches!(c.renew_chunk_lock(&lock), Err(shoal_client::LockError::Lost)));
+    assert!(matches!(c.put_chunk_locked(&lock, b"stale"), Err(shoal_client::LockError::Lost)));
+    let mut other = cluster.client();
+    other.set_lock_owner(lock.owner.wrapping_add(1));
+    let busy = other.try_lock_chunk(table, id, shoal_client::LockMode::Exclusive, max_lease);
+    if moved.elapsed() < max_lease / 2 {
+        assert!(matches!(busy, Err(shoal_client::LockError::Busy { .. })), "{busy:?}");
+    }
+    let got =
+        other.lock_chunk(table, id, shoal_client::LockMode::Exclusive, max_lease, Duration::from_secs(10)).unwrap();
+    let waited = moved.elapsed();
+    assert!(waited >= max_lease - Duration::from_millis(300), "granted {waited:?} after the move");
+    assert!(waited < max_lease * 2, "granted only {waited:?} after the move: the graces ran one after the other");
+    assert!(got.token > lock.token, "tokens grow: {} then {}", lock.token, got.token);
+    assert_eq!(c.get_chunk(table, id).unwrap().0, b"locked", "the stale fenced put wrote nothing");
+    eprintln!("the moved chunk was granted again {waited:?} after the commit (longest lease {max_lease:?})");
+}
