@@ -119,7 +119,24 @@ pub enum ControlRequest {
     /// (`invalid_request`) for a chunk table or stream, a target that is
     /// the master already or not up, a master not up, or a tablet already
     /// moving or being recovered.
-    StartMigration { table: String, start_hash: u64, to: ServerId },
+    ///
+    /// With `chunks`, the move is of local ids `lo..=hi` of node `node`'s
+    /// chunks of chunk table `table` instead (`docs/chunks.md`, "Migration
+    /// of id ranges"; `start_hash` is ignored): the ids must lie in one
+    /// range of `map.chunk_ranges`, which is split so that they are a
+    /// range of their own, recorded in `map.chunk_migrations`. Refused
+    /// (`not_found`) for an unknown table or server, ids in no range;
+    /// (`invalid_request`) for a key-value table, `lo > hi` or `hi` past
+    /// the largest local id, ids over two ranges or of a range moving or
+    /// being recovered, a target that serves them already or is not up
+    /// or is draining.
+    StartMigration {
+        table: String,
+        start_hash: u64,
+        to: ServerId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chunks: Option<crate::map::ChunkSpan>,
+    },
     /// `server`, the source of migration `id`, has handed every object of
     /// the tablet to the target, which holds them durably: the coordinator
     /// makes the target the tablet's master and drops the record, in one

@@ -143,6 +143,44 @@ pub struct ClusterMap {
     /// no range is served by nobody.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunk_ranges: Vec<ChunkRange>,
+    /// Moves of chunk id ranges in progress (`docs/chunks.md`, "Migration
+    /// of id ranges"): each names one entry of `chunk_ranges` exactly,
+    /// still served by `from`, which drives the move as for a tablet. Ids
+    /// are shared with `migrations` (one counter), so `FinishMigration` and
+    /// `AbortMigration` name either kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_migrations: Vec<ChunkMigration>,
+}
+
+/// Local ids `lo..=hi` of node `node`'s chunks: the part of a chunk id
+/// range a `StartMigration` moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChunkSpan {
+    pub node: u16,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// A chunk id range moving from its server `from` to `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkMigration {
+    /// Unique per cluster, never reused (shared with tablet migrations).
+    pub id: u64,
+    pub table: TableId,
+    pub node: u16,
+    pub lo: u64,
+    pub hi: u64,
+    pub from: ServerId,
+    pub to: ServerId,
+    /// When the coordinator recorded it (ms since the Unix epoch).
+    pub started_unix_ms: u64,
+}
+
+impl ChunkMigration {
+    /// Whether chunk `id` of `table` is in the moving range.
+    pub fn contains(&self, table: TableId, id: ChunkId) -> bool {
+        self.table == table && self.node == id.node() && self.lo <= id.local() && id.local() <= self.hi
+    }
 }
 
 /// Chunk ids `node << 48 | lo ..= node << 48 | hi` of chunk table `table`
@@ -172,6 +210,13 @@ impl ChunkRange {
     pub fn start(&self) -> (TableId, u16, u64) {
         (self.table, self.node, self.lo)
     }
+
+    /// Whether this is every local id of its node's chunks, served by the
+    /// server of that node id: the one case where its server creates
+    /// chunks of the table (`docs/chunks.md`, "Who creates").
+    pub fn is_creators(&self) -> bool {
+        u64::from(self.node) == self.master.0 && self.lo == 0 && self.hi == ChunkId::MAX_LOCAL
+    }
 }
 
 /// The range of `ranges` (sorted by [`ChunkRange::start`], disjoint per
@@ -186,7 +231,10 @@ pub fn find_chunk_range(ranges: &[ChunkRange], table: TableId, id: ChunkId) -> O
 /// `server`'s only from segment `segment` of its log `log` on: those in
 /// lower segments of `log`, and any in an older log of the server, were
 /// written while the range was someone else's or before it left this
-/// server (RAMCloud's log position per tablet assignment).
+/// server (RAMCloud's log position per tablet assignment). With
+/// `chunk_node`, the record is of the chunk ids of that node with local ids
+/// `start_hash..=end_hash` instead (a chunk id range gained by a move or a
+/// recovery).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnedSince {
     pub server: ServerId,
@@ -195,6 +243,8 @@ pub struct OwnedSince {
     pub start_hash: u64,
     pub end_hash: u64,
     pub segment: SegmentId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_node: Option<u16>,
 }
 
 /// A piece of a key range and the first segment of one log whose entries
@@ -353,14 +403,22 @@ impl ClusterMap {
         find_chunk_range(&self.chunk_ranges, table, id)
     }
 
-    /// The servers that create chunks of `table`: those holding a range of
-    /// their own node id in it, ascending.
+    /// The servers that create chunks of `table`: those holding the whole
+    /// range of their own node id in it ([`ChunkRange::is_creators`]),
+    /// ascending, and not while any of its node's ids of the table are
+    /// moving. A server that moved part of its own range away creates
+    /// no chunks of the table until it holds all of it again: only then
+    /// can it hand out any free id of its node without one being another
+    /// server's. (While its range moves whole, the entry is not split, but
+    /// a create then would make a chunk the move may have passed.)
     pub fn chunk_creators(&self, table: TableId) -> impl Iterator<Item = ServerId> + '_ {
         let first = self.chunk_ranges.partition_point(|r| r.table < table);
         self.chunk_ranges[first..]
             .iter()
             .take_while(move |r| r.table == table)
-            .filter(|r| u64::from(r.node) == r.master.0)
+            .filter(move |r| {
+                r.is_creators() && !self.chunk_migrations.iter().any(|m| m.table == table && m.node == r.node)
+            })
             .map(|r| r.master)
     }
 
@@ -387,10 +445,43 @@ impl ClusterMap {
     /// (the server has owned it since the table was made), counts from
     /// segment 0.
     pub fn owned_pieces(&self, server: ServerId, log: LogId, table: TableId, start: u64, end: u64) -> Vec<OwnedPiece> {
+        self.pieces_of(server, log, table, None, start, end)
+    }
+
+    /// [`ClusterMap::owned_pieces`] for the local ids `lo..=hi` of node
+    /// `node`'s chunks of `table` (a piece's `start_hash..=end_hash` are
+    /// local ids).
+    pub fn owned_chunk_pieces(
+        &self,
+        server: ServerId,
+        log: LogId,
+        table: TableId,
+        node: u16,
+        lo: u64,
+        hi: u64,
+    ) -> Vec<OwnedPiece> {
+        self.pieces_of(server, log, table, Some(node), lo, hi)
+    }
+
+    fn pieces_of(
+        &self,
+        server: ServerId,
+        log: LogId,
+        table: TableId,
+        chunk_node: Option<u16>,
+        start: u64,
+        end: u64,
+    ) -> Vec<OwnedPiece> {
         let mut records: Vec<&OwnedSince> = self
             .owned_since
             .iter()
-            .filter(|o| o.server == server && o.table == table && o.start_hash <= end && start <= o.end_hash)
+            .filter(|o| {
+                o.server == server
+                    && o.table == table
+                    && o.chunk_node == chunk_node
+                    && o.start_hash <= end
+                    && start <= o.end_hash
+            })
             .collect();
         records.sort_by_key(|o| o.start_hash);
         let mut pieces = Vec::new();
@@ -463,6 +554,7 @@ mod tests {
             start_hash: start,
             end_hash: end,
             segment: SegmentId(segment),
+            chunk_node: None,
         };
         let map = ClusterMap {
             owned_since: vec![rec(1, 5, 10, 19, 7), rec(1, 6, 30, 39, 2), rec(1, 4, 40, 49, 9), rec(2, 5, 0, 99, 3)],
@@ -512,7 +604,11 @@ mod tests {
         assert_eq!(owner(7, 3, 5), None, "node 3 has ranges in table 2 only");
         assert_eq!(owner(1, 4, 5), Some(4));
         assert_eq!(owner(3, 1, 5), None, "no such table");
-        assert_eq!(map.chunk_creators(TableId(2)).collect::<Vec<_>>(), vec![ServerId(1), ServerId(3)]);
+        assert_eq!(
+            map.chunk_creators(TableId(2)).collect::<Vec<_>>(),
+            vec![ServerId(1)],
+            "server 3 holds only part of its own node's ids: it creates none"
+        );
         assert_eq!(map.chunk_creators(TableId(7)).count(), 0, "server 2 holds node 1's range only");
         assert_eq!(map.chunk_creators(TableId(1)).collect::<Vec<_>>(), vec![ServerId(4)]);
         // Against a linear search over many random ranges and ids.
@@ -590,6 +686,7 @@ mod tests {
             owned_since: Vec::new(),
             unreplicated: Vec::new(),
             chunk_ranges: Vec::new(),
+            chunk_migrations: Vec::new(),
             tablets: split_hash_space(2)
                 .into_iter()
                 .enumerate()

@@ -384,7 +384,7 @@ async fn run(service: Arc<Service>, id: u64, steps: Vec<Step>, drain: Option<Ser
             Step::Move { table, name, start_hash, end_hash, from, to, bytes, objects } => {
                 number += 1;
                 let started = Instant::now();
-                let req = ControlRequest::StartMigration { table: name.clone(), start_hash, to };
+                let req = ControlRequest::StartMigration { table: name.clone(), start_hash, to, chunks: None };
                 let map = match service.change(req).await {
                     ControlResponse::Map { map } => map,
                     ControlResponse::Error { message, .. } => {

@@ -1062,7 +1062,13 @@ impl Service {
                     state.map().version
                 );
             }
-            (ControlRequest::StartMigration { table, start_hash, to }, ControlResponse::Map { map }) => {
+            (ControlRequest::StartMigration { table, to, chunks: Some(c), .. }, ControlResponse::Map { map }) => {
+                info!(
+                    "migration of chunk ids {}:{}..={} of table '{table}' to server {to} started (map version {})",
+                    c.node, c.lo, c.hi, map.version
+                );
+            }
+            (ControlRequest::StartMigration { table, start_hash, to, .. }, ControlResponse::Map { map }) => {
                 info!(
                     "migration of table '{table}' tablet {start_hash:#018x} to server {to} started (map version {})",
                     map.version

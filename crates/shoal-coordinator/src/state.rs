@@ -47,8 +47,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ChunkRange, ClusterMap, FencedLog, Migration, OwnedSince, Partition, Recovery,
-    ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ChunkMigration, ChunkRange, ChunkSpan, ClusterMap, FencedLog, Migration, OwnedSince,
+    Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -220,6 +220,7 @@ impl ClusterState {
                 owned_since: Vec::new(),
                 unreplicated: Vec::new(),
                 chunk_ranges: Vec::new(),
+                chunk_migrations: Vec::new(),
             },
             next_server: 1,
             next_table: 1,
@@ -335,7 +336,10 @@ impl ClusterState {
             ControlRequest::RenewLease { .. } => {
                 Outcome::unchanged(invalid("leases are granted by the coordinator's service, not its state"))
             }
-            ControlRequest::StartMigration { table, start_hash, to } => {
+            ControlRequest::StartMigration { table, to, chunks: Some(span), .. } => {
+                self.start_chunk_migration(table, *span, *to, now_unix_ms)
+            }
+            ControlRequest::StartMigration { table, start_hash, to, chunks: None } => {
                 self.start_migration(table, *start_hash, *to, now_unix_ms)
             }
             ControlRequest::FinishMigration { id, server, since } => self.finish_migration(*id, *server, *since),
@@ -503,25 +507,9 @@ impl ClusterState {
                 ),
             ));
         };
-        let Some(target) = self.map.server(to) else {
-            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {to}")));
-        };
-        if target.state != ServerState::Up {
-            return Outcome::unchanged(invalid(format!("server {to} is not up ({:?})", target.state)));
-        }
-        if t.master == to {
-            return Outcome::unchanged(invalid(format!("server {to} masters that tablet already")));
-        }
-        if self.draining.contains(&to) {
-            return Outcome::unchanged(invalid(format!(
-                "server {to} is being drained (shoal drain): it takes no tablets"
-            )));
-        }
-        if self.map.server(t.master).map(|s| s.state) != Some(ServerState::Up) {
-            return Outcome::unchanged(invalid(format!(
-                "the tablet's master, server {}, is not up (it is being recovered)",
-                t.master
-            )));
+        if let Some(refused) = self.refuse_move(t.master, to, ("masters that tablet", "tablets", "the tablet's master"))
+        {
+            return Outcome::unchanged(refused);
         }
         if let Some(m) = self.map.migrations.iter().find(|m| m.table == id && m.start_hash == start_hash) {
             return Outcome::unchanged(invalid(format!("that tablet is moving already (migration {})", m.id)));
@@ -546,6 +534,9 @@ impl ClusterState {
     /// `since`: where the copy begins in the target's log (none from a
     /// source that does not say: nothing is recorded).
     fn finish_migration(&mut self, id: u64, server: ServerId, since: Option<SegmentId>) -> Outcome {
+        if let Some(i) = self.map.chunk_migrations.iter().position(|m| m.id == id) {
+            return self.finish_chunk_migration(i, server, since);
+        }
         let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
             if self.committed_migrations.contains(&id) {
                 return Outcome::unchanged(ControlResponse::Ok);
@@ -561,12 +552,8 @@ impl ClusterState {
         // The target's log takes the tablet's only copy: it must be one a
         // recovery would look for (`map.unreplicated`). Not an
         // `invalid_request`, which the source takes for an abort: it retries.
-        let to = self.map.migrations[i].to;
-        if let Some(log) = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l)) {
-            return Outcome::unchanged(error(
-                ControlErrorCode::Internal,
-                format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
-            ));
+        if let Some(refused) = self.unreplicated_target(self.map.migrations[i].to) {
+            return Outcome::unchanged(refused);
         }
         let m = self.map.migrations.remove(i);
         let t = self
@@ -588,22 +575,203 @@ impl ClusterState {
         Outcome::changed(ControlResponse::Ok)
     }
 
+    /// Records the move of local ids `span.lo..=span.hi` of node
+    /// `span.node`'s chunks of chunk table `table` to `to`
+    /// (`docs/chunks.md`, "Migration of id ranges"), splitting the range
+    /// entry that holds them so that they are an entry of their own (same
+    /// server: no data moves, routing is unchanged). Errors as
+    /// `ControlRequest::StartMigration` lists them; a refused request
+    /// changes nothing.
+    fn start_chunk_migration(&mut self, table: &str, span: ChunkSpan, to: ServerId, now_unix_ms: u64) -> Outcome {
+        let Some(info) = self.map.table_by_name(table) else {
+            return Outcome::unchanged(not_found(table));
+        };
+        if !info.chunks {
+            return Outcome::unchanged(invalid(format!(
+                "table '{table}' is not a chunk table: its tablets move with --start"
+            )));
+        }
+        let id = info.id;
+        let ChunkSpan { node, lo, hi } = span;
+        if lo > hi || hi > shoal_common::ChunkId::MAX_LOCAL {
+            return Outcome::unchanged(invalid(format!(
+                "local ids {lo}..={hi} are not a range of chunk ids (at most {})",
+                shoal_common::ChunkId::MAX_LOCAL
+            )));
+        }
+        let Some(i) =
+            self.map.chunk_ranges.iter().position(|r| r.table == id && r.node == node && r.lo <= lo && lo <= r.hi)
+        else {
+            return Outcome::unchanged(error(
+                ControlErrorCode::NotFound,
+                format!("no server serves chunk ids {node}:{lo} of table '{table}'"),
+            ));
+        };
+        let range = self.map.chunk_ranges[i];
+        if hi > range.hi {
+            return Outcome::unchanged(invalid(format!(
+                "chunk ids {node}:{lo}..={hi} of table '{table}' span two ranges: the one served by server {} ends \
+                 at {} (move each part on its own)",
+                range.master, range.hi
+            )));
+        }
+        let words = ("serves those chunk ids", "chunk ids", "the chunk ids' server");
+        if let Some(refused) = self.refuse_move(range.master, to, words) {
+            return Outcome::unchanged(refused);
+        }
+        if let Some(m) = self.map.chunk_migrations.iter().find(|m| m.table == id && m.node == node && m.lo == range.lo)
+        {
+            return Outcome::unchanged(invalid(format!("those chunk ids are moving already (migration {})", m.id)));
+        }
+        // Cut the range so that lo..=hi is an entry of its own.
+        let mut pieces = Vec::with_capacity(3);
+        if range.lo < lo {
+            pieces.push(ChunkRange { hi: lo - 1, ..range });
+        }
+        pieces.push(ChunkRange { lo, hi, ..range });
+        if hi < range.hi {
+            pieces.push(ChunkRange { lo: hi + 1, ..range });
+        }
+        self.map.chunk_ranges.splice(i..=i, pieces);
+        let mid = self.next_migration;
+        self.next_migration += 1;
+        self.map.chunk_migrations.push(ChunkMigration {
+            id: mid,
+            table: id,
+            node,
+            lo,
+            hi,
+            from: range.master,
+            to,
+            started_unix_ms: now_unix_ms,
+        });
+        self.bump();
+        Outcome::changed(ControlResponse::Map { map: self.map.clone() })
+    }
+
+    /// The refusal of a commit to `to` while its log is not one a recovery
+    /// would look for (`map.unreplicated`): `internal`, which the source
+    /// retries (an `invalid_request` would make it abort).
+    fn unreplicated_target(&self, to: ServerId) -> Option<ControlResponse> {
+        let log = self.map.server(to).map(|s| s.log).filter(|l| !self.map.may_serve(*l))?;
+        Some(error(
+            ControlErrorCode::Internal,
+            format!("server {to} has not yet reported its log {} durable on a backup; try again", log.0),
+        ))
+    }
+
+    /// Why a move from `from` to `to` may not start (`None`: it may): `to`
+    /// must be known, up, not `from` and not draining, and `from` up. `words` name, for the
+    /// refusals, what `to` does already, what it takes, and who `from` is.
+    fn refuse_move(&self, from: ServerId, to: ServerId, words: (&str, &str, &str)) -> Option<ControlResponse> {
+        let (holds, takes, source) = words;
+        let Some(target) = self.map.server(to) else {
+            return Some(error(ControlErrorCode::NotFound, format!("no server {to}")));
+        };
+        if target.state != ServerState::Up {
+            return Some(invalid(format!("server {to} is not up ({:?})", target.state)));
+        }
+        if from == to {
+            return Some(invalid(format!("server {to} {holds} already")));
+        }
+        if self.draining.contains(&to) {
+            return Some(invalid(format!("server {to} is being drained (shoal drain): it takes no {takes}")));
+        }
+        if self.map.server(from).map(|s| s.state) != Some(ServerState::Up) {
+            return Some(invalid(format!("{source}, server {from}, is not up (it is being recovered)")));
+        }
+        None
+    }
+
+    /// [`ClusterState::finish_migration`] of the chunk migration at `i`:
+    /// the range's entry goes to the target, which owns it from `since`
+    /// of its log on, and the source's record of it goes.
+    fn finish_chunk_migration(&mut self, i: usize, server: ServerId, since: Option<SegmentId>) -> Outcome {
+        let m = &self.map.chunk_migrations[i];
+        if m.from != server {
+            return Outcome::unchanged(invalid(format!(
+                "migration {} is driven by server {}, not {server}",
+                m.id, m.from
+            )));
+        }
+        if let Some(refused) = self.unreplicated_target(m.to) {
+            return Outcome::unchanged(refused);
+        }
+        let m = self.map.chunk_migrations.remove(i);
+        let r = self
+            .map
+            .chunk_ranges
+            .iter_mut()
+            .find(|r| **r == chunk_range_of(&m))
+            .expect("a chunk migration names a chunk range of the map (invariant)");
+        r.master = m.to;
+        self.disown_of(m.from, m.table, Some(m.node), m.lo, m.hi);
+        if let Some(segment) = since {
+            self.owned_from_of(m.to, m.table, Some(m.node), m.lo, m.hi, segment);
+        }
+        self.committed_migrations.push(m.id);
+        if self.committed_migrations.len() > MAX_COMMITTED {
+            self.committed_migrations.remove(0);
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// Joins adjacent chunk ranges of one (table, node) served by one up
+    /// server, except ranges moving: a range that came back to its server,
+    /// or the pieces an aborted move left (also one aborted by a server's
+    /// death), become one entry again, so a server whose own range is
+    /// whole again creates again. Ranges of a server not up are left
+    /// alone: a recovery's partitions name them exactly. Part of every
+    /// change ([`ClusterState::bump`]).
+    fn coalesce_chunk_ranges(&mut self) {
+        let moving: BTreeSet<(TableId, u16, u64)> =
+            self.map.chunk_migrations.iter().map(|m| (m.table, m.node, m.lo)).collect();
+        let up: BTreeSet<ServerId> =
+            self.map.servers.iter().filter(|s| s.state == ServerState::Up).map(|s| s.id).collect();
+        let mut out: Vec<ChunkRange> = Vec::with_capacity(self.map.chunk_ranges.len());
+        for r in self.map.chunk_ranges.drain(..) {
+            if let Some(last) = out.last_mut() {
+                if (last.table, last.node, last.master) == (r.table, r.node, r.master)
+                    && up.contains(&r.master)
+                    && last.hi.checked_add(1) == Some(r.lo)
+                    && !moving.contains(&last.start())
+                    && !moving.contains(&r.start())
+                {
+                    last.hi = r.hi;
+                    continue;
+                }
+            }
+            out.push(r);
+        }
+        self.map.chunk_ranges = out;
+    }
+
     /// The source or target of migration `id` gives it up.
     fn abort_migration(&mut self, id: u64, server: ServerId) -> Outcome {
         if self.committed_migrations.contains(&id) {
             return Outcome::unchanged(invalid(format!("migration {id} committed: the tablet has moved")));
         }
-        let Some(i) = self.map.migrations.iter().position(|m| m.id == id) else {
+        // (is it a chunk move, its index, its servers)
+        let found = match self.map.chunk_migrations.iter().position(|m| m.id == id) {
+            Some(i) => Some((true, i, self.map.chunk_migrations[i].from, self.map.chunk_migrations[i].to)),
+            None => self.map.migrations.iter().position(|m| m.id == id).map(|i| {
+                let m = &self.map.migrations[i];
+                (false, i, m.from, m.to)
+            }),
+        };
+        let Some((chunks, i, from, to)) = found else {
             return Outcome::unchanged(ControlResponse::Ok);
         };
-        let m = &self.map.migrations[i];
-        if m.from != server && m.to != server {
+        if from != server && to != server {
             return Outcome::unchanged(invalid(format!(
-                "migration {id} is between servers {} and {}, not {server}",
-                m.from, m.to
+                "migration {id} is between servers {from} and {to}, not {server}"
             )));
         }
-        self.map.migrations.remove(i);
+        match chunks {
+            true => drop(self.map.chunk_migrations.remove(i)),
+            false => drop(self.map.migrations.remove(i)),
+        }
         self.bump();
         Outcome::changed(ControlResponse::Ok)
     }
@@ -636,6 +804,32 @@ impl ClusterState {
                     "migration {} of table {} aborts: server {} or {} is gone",
                     m.id,
                     m.table.0,
+                    m.from,
+                    m.to
+                );
+            }
+            kept
+        });
+        let map = &self.map;
+        let keep: Vec<bool> = map
+            .chunk_migrations
+            .iter()
+            .map(|m| {
+                let up = |s| map.server(s).is_some_and(|x| x.state == ServerState::Up);
+                up(m.from) && up(m.to) && map.chunk_ranges.contains(&chunk_range_of(m))
+            })
+            .collect();
+        let mut k = keep.into_iter();
+        self.map.chunk_migrations.retain(|m| {
+            let kept = k.next().unwrap_or(false);
+            if !kept {
+                tracing::info!(
+                    "migration {} of chunk ids {}:{}:{}..={} aborts: server {} or {} is gone",
+                    m.id,
+                    m.table.0,
+                    m.node,
+                    m.lo,
+                    m.hi,
                     m.from,
                     m.to
                 );
@@ -729,18 +923,50 @@ impl ClusterState {
     /// `segment` of its current log on, replacing what was recorded of
     /// that range for it.
     fn owned_from(&mut self, server: ServerId, table: TableId, start: u64, end: u64, segment: SegmentId) {
+        self.owned_from_of(server, table, None, start, end, segment);
+    }
+
+    /// [`ClusterState::owned_from`] of keys (`chunk_node` none) or of the
+    /// local ids `start..=end` of a node's chunks.
+    fn owned_from_of(
+        &mut self,
+        server: ServerId,
+        table: TableId,
+        chunk_node: Option<u16>,
+        start: u64,
+        end: u64,
+        segment: SegmentId,
+    ) {
         let Some(log) = self.map.server(server).map(|s| s.log) else { return };
-        self.disown(server, table, start, end);
-        self.map.owned_since.push(OwnedSince { server, log, table, start_hash: start, end_hash: end, segment });
+        self.disown_of(server, table, chunk_node, start, end);
+        self.map.owned_since.push(OwnedSince {
+            server,
+            log,
+            table,
+            start_hash: start,
+            end_hash: end,
+            segment,
+            chunk_node,
+        });
     }
 
     /// Drops what `map.owned_since` records of `table`'s hashes
     /// `start..=end` for `server` (it no longer owns them), cutting the
     /// records that reach outside the range.
     fn disown(&mut self, server: ServerId, table: TableId, start: u64, end: u64) {
+        self.disown_of(server, table, None, start, end);
+    }
+
+    /// [`ClusterState::disown`] of keys (`chunk_node` none) or of chunk ids.
+    fn disown_of(&mut self, server: ServerId, table: TableId, chunk_node: Option<u16>, start: u64, end: u64) {
         let mut kept = Vec::with_capacity(self.map.owned_since.len());
         for o in self.map.owned_since.drain(..) {
-            if o.server != server || o.table != table || o.end_hash < start || end < o.start_hash {
+            if o.server != server
+                || o.table != table
+                || o.chunk_node != chunk_node
+                || o.end_hash < start
+                || end < o.start_hash
+            {
                 kept.push(o);
                 continue;
             }
@@ -1361,6 +1587,11 @@ impl ClusterState {
             for &(table, start, end) in &pieces {
                 self.owned_from(server, table, start, end, segment);
             }
+            // A chunk range may come back to a server whose log holds its
+            // entries from an earlier time it served it (it moved away).
+            for &(table, node, lo, hi) in &chunks {
+                self.owned_from_of(server, table, Some(node), lo, hi, segment);
+            }
         }
         if self.map.recoveries[ri].partitions.iter().all(|p| p.done) {
             let r = self.map.recoveries.remove(ri);
@@ -1437,6 +1668,7 @@ impl ClusterState {
     /// takes the new version as its epoch).
     fn bump(&mut self) {
         self.drop_stale_migrations();
+        self.coalesce_chunk_ranges();
         self.retire_dead_servers();
         self.forget_old_freed_logs();
         self.map.replicas = self.effective_replicas();
@@ -1463,6 +1695,7 @@ impl ClusterState {
                     && !map.tablets.iter().any(|t| t.master == s.id)
                     && !map.chunk_ranges.iter().any(|c| c.master == s.id)
                     && !map.migrations.iter().any(|m| m.from == s.id || m.to == s.id)
+                    && !map.chunk_migrations.iter().any(|m| m.from == s.id || m.to == s.id)
                     && !map.fenced.iter().any(|f| f.log == s.log && !f.free)
             })
             .map(|s| s.id)
@@ -1752,9 +1985,35 @@ impl ClusterState {
         for s in self.map.live_servers() {
             let Ok(node) = u16::try_from(s.id.0) else { continue };
             for t in self.map.tables.iter().filter(|t| t.chunks) {
-                if !ranges.contains(&ChunkRange::whole(t.id, node, s.id)) {
+                // Its node's ids are all served, by it or by the servers
+                // parts of them moved to: contiguous from 0 to the last.
+                let mut next = 0u64;
+                for r in ranges.iter().filter(|r| r.table == t.id && r.node == node) {
+                    if r.lo != next {
+                        return Err(format!("chunk ids of node {node} in table {} have a gap at {next}", t.id.0));
+                    }
+                    next = r.hi.saturating_add(1);
+                }
+                if next != shoal_common::ChunkId::MAX_LOCAL + 1 {
                     return Err(format!("server {} has no range of its own chunk ids in table {}", s.id, t.id.0));
                 }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for m in &self.map.chunk_migrations {
+            if m.id == 0
+                || m.id >= self.next_migration
+                || !seen.insert(m.id)
+                || self.map.migrations.iter().any(|x| x.id == m.id)
+            {
+                return Err(format!("migration id {} repeated or outside 1..{}", m.id, self.next_migration));
+            }
+            let up = |s| self.map.server(s).is_some_and(|x| x.state == ServerState::Up);
+            if m.from == m.to || !up(m.from) || !up(m.to) {
+                return Err(format!("migration {}: servers {} and {} are not two up servers", m.id, m.from, m.to));
+            }
+            if !ranges.contains(&chunk_range_of(m)) {
+                return Err(format!("migration {} names no chunk range of server {}", m.id, m.from));
             }
         }
         Ok(())
@@ -1765,7 +2024,7 @@ impl ClusterState {
     /// of one table do not overlap.
     fn check_owned_since(&self) -> Result<(), String> {
         let mut sorted: Vec<&OwnedSince> = self.map.owned_since.iter().collect();
-        sorted.sort_by_key(|o| (o.server, o.table, o.start_hash));
+        sorted.sort_by_key(|o| (o.server, o.table, o.chunk_node, o.start_hash));
         for (i, o) in sorted.iter().enumerate() {
             if self.map.server(o.server).is_none() || !self.map.tables.iter().any(|t| t.id == o.table) {
                 return Err(format!("owned_since names server {} and table {}, not both known", o.server, o.table.0));
@@ -1774,7 +2033,11 @@ impl ClusterState {
                 return Err(format!("owned_since of server {}: a bad range or log {}", o.server, o.log.0));
             }
             if let Some(n) = sorted.get(i + 1) {
-                if n.server == o.server && n.table == o.table && n.start_hash <= o.end_hash {
+                if n.server == o.server
+                    && n.table == o.table
+                    && n.chunk_node == o.chunk_node
+                    && n.start_hash <= o.end_hash
+                {
                     return Err(format!(
                         "owned_since of server {}: two records overlap at {:#x}",
                         o.server, n.start_hash
@@ -1811,6 +2074,11 @@ impl ClusterState {
         }
         Ok(())
     }
+}
+
+/// The entry of `map.chunk_ranges` a chunk migration names.
+fn chunk_range_of(m: &ChunkMigration) -> ChunkRange {
+    ChunkRange { table: m.table, node: m.node, lo: m.lo, hi: m.hi, master: m.from }
 }
 
 /// Splits tablet `t` into `n` pieces as [`split_range`] does; a tablet of a
@@ -2517,6 +2785,144 @@ mod tests {
         let restored = ClusterState::decode(&s.encode(), None).unwrap().0;
         assert_eq!(restored.map().chunk_ranges, s.map().chunk_ranges, "saved with the state");
         assert_eq!(restored.map().chunk_creators(table.id).count(), s.map().live_servers().count());
+    }
+
+    fn start_chunk_move(s: &mut ClusterState, table: &str, node: u16, lo: u64, hi: u64, to: u64) -> ControlResponse {
+        let chunks = Some(ChunkSpan { node, lo, hi });
+        apply(s, ControlRequest::StartMigration { table: table.into(), start_hash: 0, to: ServerId(to), chunks })
+    }
+
+    /// (node, lo, hi, master) of every chunk range of `table`.
+    fn chunk_layout(s: &ClusterState, table: TableId) -> Vec<(u16, u64, u64, u64)> {
+        s.map().chunk_ranges.iter().filter(|c| c.table == table).map(|c| (c.node, c.lo, c.hi, c.master.0)).collect()
+    }
+
+    fn chunk_table(s: &mut ClusterState, name: &str) -> TableInfo {
+        let req = ControlRequest::CreateTable { name: name.into(), span: 0, slots: false, chunks: true, stream: None };
+        let ControlResponse::Table { table } = apply(s, req) else { panic!("a chunk table") };
+        table
+    }
+
+    /// A chunk move of a sub-range splits its server's range entry in
+    /// three (no data moves), the commit hands the middle entry to the
+    /// target with where it owns it from, and a move back joins the
+    /// entries again, so the server creates again; the record and the
+    /// split survive a save.
+    #[test]
+    fn a_chunk_range_move_splits_commits_and_joins_back() {
+        const MAX: u64 = shoal_common::ChunkId::MAX_LOCAL;
+        let mut s = cluster(3);
+        let t = chunk_table(&mut s, "g");
+        let m = match start_chunk_move(&mut s, "g", 1, 100, 199, 2) {
+            ControlResponse::Map { map } => map.chunk_migrations.last().cloned().expect("a chunk migration"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((m.node, m.lo, m.hi, m.from, m.to), (1, 100, 199, ServerId(1), ServerId(2)));
+        let split = vec![(1, 0, 99, 1), (1, 100, 199, 1), (1, 200, MAX, 1), (2, 0, MAX, 2), (3, 0, MAX, 3)];
+        assert_eq!(chunk_layout(&s, t.id), split);
+        assert!(!s.map().chunk_creators(t.id).any(|x| x.0 == 1), "part of its own range is moving");
+        let back = ClusterState::decode(&s.encode(), None).unwrap().0;
+        assert_eq!(back.map().chunk_migrations, s.map().chunk_migrations, "a standby coordinator resumes it");
+        assert_eq!(back.map().chunk_ranges, s.map().chunk_ranges);
+        // Only the source commits; then the entry is the target's.
+        let wrong = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(2), since: None });
+        assert_eq!(error_code(wrong), ControlErrorCode::InvalidRequest);
+        let since = Some(SegmentId(7));
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(1), since }),
+            ControlResponse::Ok
+        );
+        assert!(s.map().chunk_migrations.is_empty());
+        let moved = vec![(1, 0, 99, 1), (1, 100, 199, 2), (1, 200, MAX, 1), (2, 0, MAX, 2), (3, 0, MAX, 3)];
+        assert_eq!(chunk_layout(&s, t.id), moved);
+        let owner =
+            |s: &ClusterState, local| s.map().chunk_owner(t.id, shoal_common::ChunkId::new(1, local)).unwrap().master.0;
+        assert_eq!((owner(&s, 99), owner(&s, 100), owner(&s, 199), owner(&s, 200)), (1, 2, 2, 1));
+        let log2 = s.map().server(ServerId(2)).unwrap().log;
+        assert_eq!(
+            s.map()
+                .owned_chunk_pieces(ServerId(2), log2, t.id, 1, 0, 300)
+                .iter()
+                .map(|p| (p.start_hash, p.end_hash, p.from.0))
+                .collect::<Vec<_>>(),
+            vec![(0, 99, 0), (100, 199, 7), (200, 300, 0)],
+            "the target's log counts for the range from the copy on"
+        );
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(1), since }),
+            ControlResponse::Ok,
+            "a repeated commit is ok"
+        );
+        // Part of the moved ids go on to a third server, the rest back home.
+        let ControlResponse::Map { map } = start_chunk_move(&mut s, "g", 1, 150, 199, 3) else { panic!() };
+        let third = map.chunk_migrations[0].id;
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: third, server: ServerId(2), since }),
+            ControlResponse::Ok
+        );
+        let ControlResponse::Map { map } = start_chunk_move(&mut s, "g", 1, 100, 149, 1) else { panic!() };
+        let home = map.chunk_migrations[0].id;
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: home, server: ServerId(2), since }),
+            ControlResponse::Ok
+        );
+        assert_eq!(
+            chunk_layout(&s, t.id),
+            vec![(1, 0, 149, 1), (1, 150, 199, 3), (1, 200, MAX, 1), (2, 0, MAX, 2), (3, 0, MAX, 3)]
+        );
+        assert!(s.map().owned_since.iter().all(|o| o.server != ServerId(2)), "the target gave all of it up");
+        let ControlResponse::Map { map } = start_chunk_move(&mut s, "g", 1, 150, 199, 1) else { panic!() };
+        let last = map.chunk_migrations[0].id;
+        assert_eq!(
+            apply(&mut s, ControlRequest::FinishMigration { id: last, server: ServerId(3), since }),
+            ControlResponse::Ok
+        );
+        assert_eq!(chunk_layout(&s, t.id), vec![(1, 0, MAX, 1), (2, 0, MAX, 2), (3, 0, MAX, 3)], "whole again");
+        assert!(s.map().chunk_creators(t.id).any(|x| x.0 == 1), "it creates again");
+        let late =
+            apply(&mut s, ControlRequest::AbortMigration { id: last, server: ServerId(3), reason: "late".into() });
+        assert_eq!(error_code(late), ControlErrorCode::InvalidRequest, "an abort of a committed move is refused");
+    }
+
+    #[test]
+    fn a_chunk_range_move_is_refused_for_bad_input_and_aborts_with_its_servers() {
+        const MAX: u64 = shoal_common::ChunkId::MAX_LOCAL;
+        let mut s = cluster(3);
+        let t = chunk_table(&mut s, "g");
+        create(&mut s, "kv", 1);
+        let code = |r: ControlResponse| error_code(r);
+        assert_eq!(code(start_chunk_move(&mut s, "nope", 1, 0, 9, 2)), ControlErrorCode::NotFound);
+        assert_eq!(code(start_chunk_move(&mut s, "kv", 1, 0, 9, 2)), ControlErrorCode::InvalidRequest);
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 9, 0, 2)), ControlErrorCode::InvalidRequest, "lo > hi");
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 0, MAX + 1, 2)), ControlErrorCode::InvalidRequest);
+        assert_eq!(code(start_chunk_move(&mut s, "g", 9, 0, 9, 2)), ControlErrorCode::NotFound, "no node 9");
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 0, 9, 1)), ControlErrorCode::InvalidRequest, "to itself");
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 0, 9, 8)), ControlErrorCode::NotFound, "no server 8");
+        let before = chunk_layout(&s, t.id);
+        let ControlResponse::Map { map } = start_chunk_move(&mut s, "g", 1, 10, 19, 2) else { panic!() };
+        let m = map.chunk_migrations[0].clone();
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 12, 13, 3)), ControlErrorCode::InvalidRequest, "moving");
+        assert_eq!(code(start_chunk_move(&mut s, "g", 1, 5, 30, 3)), ControlErrorCode::InvalidRequest, "two ranges");
+        // An abort puts the pieces together again.
+        let ok = apply(&mut s, ControlRequest::AbortMigration { id: m.id, server: ServerId(2), reason: "x".into() });
+        assert_eq!(ok, ControlResponse::Ok);
+        assert_eq!(chunk_layout(&s, t.id), before);
+        let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(1), since: None });
+        assert_eq!(code(late), ControlErrorCode::InvalidRequest, "an aborted move does not commit");
+        // The target declared dead: the move is gone in the same change, the
+        // source keeps the ids.
+        let ControlResponse::Map { map } = start_chunk_move(&mut s, "g", 1, 10, 19, 2) else { panic!() };
+        let m = map.chunk_migrations[0].clone();
+        assert!(down(&mut s, 2));
+        assert!(s.map().chunk_migrations.is_empty());
+        assert_eq!(s.map().chunk_owner(t.id, shoal_common::ChunkId::new(1, 15)).unwrap().master, ServerId(1));
+        assert!(s.map().chunk_creators(t.id).any(|x| x == ServerId(1)), "the source's range is whole again");
+        let late = apply(&mut s, ControlRequest::FinishMigration { id: m.id, server: ServerId(1), since: None });
+        assert_eq!(code(late), ControlErrorCode::InvalidRequest);
+        // Dropping the table drops a move of its ids.
+        let ControlResponse::Map { .. } = start_chunk_move(&mut s, "g", 1, 10, 19, 3) else { panic!() };
+        assert_eq!(apply(&mut s, ControlRequest::DropTable { name: "g".into() }), ControlResponse::Ok);
+        assert!(s.map().chunk_migrations.is_empty() && s.map().chunk_ranges.is_empty());
     }
 
     /// A state saved before chunk id ranges (chunk tables without any) is
@@ -3316,7 +3722,7 @@ mod tests {
     }
 
     fn start_move(state: &mut ClusterState, table: &str, start_hash: u64, to: u64) -> ControlResponse {
-        apply(state, ControlRequest::StartMigration { table: table.into(), start_hash, to: ServerId(to) })
+        apply(state, ControlRequest::StartMigration { table: table.into(), start_hash, to: ServerId(to), chunks: None })
     }
 
     /// The migration record `StartMigration` answered with.

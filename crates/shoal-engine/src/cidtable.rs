@@ -493,18 +493,23 @@ impl CidTable {
 
     /// Takes `n` ids of `node` for new chunks: removed ids first, then new
     /// ones. None if the node's 48-bit id space is spent. The caller
-    /// installs each or gives it back with [`CidTable::release`].
+    /// installs each or gives it back with [`CidTable::release`]. A removed
+    /// id that is live again (a chunk migration brought it back) is
+    /// dropped from the free list, not handed out.
     pub fn allocate(&self, node: u16, n: usize) -> Option<Vec<Allocated>> {
         let t = self.node_or_create(node);
         let mut a = t.alloc.lock();
-        let fresh = n.saturating_sub(a.free.len()) as u64;
-        if a.next.checked_add(fresh).is_none_or(|end| end > ChunkId::MAX_LOCAL + 1) {
-            return None;
-        }
         let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
+        while out.len() < n {
             let local = match a.free.pop() {
                 Some(l) => l,
+                None if a.next > ChunkId::MAX_LOCAL => {
+                    for x in out.iter().rev() {
+                        let x: &Allocated = x;
+                        a.free.push(x.id.local());
+                    }
+                    return None;
+                }
                 None => {
                     a.next += 1;
                     a.next - 1
@@ -513,11 +518,17 @@ impl CidTable {
             let version = match t.slot(local) {
                 Slot::Free(v) => Version(v.0 + 1),
                 Slot::Empty => Version(1),
-                Slot::Live(r) => unreachable!("allocated a live chunk id {local} at {r:?}"),
+                Slot::Live(_) => continue,
             };
             out.push(Allocated { id: ChunkId::new(node, local), version });
         }
         Some(out)
+    }
+
+    /// The lowest local id of `node` never handed out or replayed here (1
+    /// for a node without a table): every id in use is below it.
+    pub fn allocation_point(&self, node: u16) -> u64 {
+        self.node(node).map_or(1, |t| t.alloc.lock().next)
     }
 
     /// Gives back ids taken by [`CidTable::allocate`] and not installed.

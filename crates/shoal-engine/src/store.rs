@@ -279,10 +279,34 @@ pub struct Replay {
     tables: HashSet<TableId>,
     /// Nodes whose chunks the replay saw (their free lists are rebuilt).
     chunk_nodes: HashSet<u16>,
+    /// A chunk migration's replay ([`Replay::for_chunk_migration`]).
+    chunk_migration: bool,
+    /// The node whose chunks this store creates meanwhile, if any
+    /// ([`Replay::creating`]): its free list is left alone.
+    creating: Option<u16>,
     pub report: ReplayReport,
 }
 
 impl Replay {
+    /// A replay of chunks a migration brings (`shoal-server`'s
+    /// `migrate.rs`): free lists are left alone at the end (this store may
+    /// be creating chunks of the same node meanwhile, and ids it gave away
+    /// must stay out of them), and a chunk whose id is live here in another
+    /// table is refused (`StoreError::ObjectExists`) rather than replaced:
+    /// one id cannot be two chunks in one store.
+    pub fn for_chunk_migration() -> Replay {
+        Replay { chunk_migration: true, ..Replay::default() }
+    }
+
+    /// A replay (a crash recovery's partition) into a store that creates
+    /// chunks of `node` while it runs: that node's free list is not rebuilt
+    /// at the end (a rebuild could hand out again an id just allocated, or
+    /// one that moved to another server). Chunks of `node` replayed here
+    /// came back from a server that had taken them over.
+    pub fn creating(node: u16) -> Replay {
+        Replay { creating: Some(node), ..Replay::default() }
+    }
+
     /// Remembers that every version of (table, key) up to `version` is
     /// dead (`hash` is the key's hash).
     fn kill(&mut self, table: TableId, key: &[u8], version: Version, hash: u64) {
@@ -2035,7 +2059,13 @@ impl Store {
     /// was here already).
     pub fn finish_replay(&self, replay: Replay) -> Result<ReplayReport, ReplayError> {
         let inner = &self.inner;
-        inner.cids.rebuild_free_lists_of(&replay.chunk_nodes);
+        if !replay.chunk_migration {
+            let mut nodes = replay.chunk_nodes.clone();
+            if let Some(n) = replay.creating {
+                nodes.remove(&n);
+            }
+            inner.cids.rebuild_free_lists_of(&nodes);
+        }
         // Streams' trim points, whichever came first in the replay: the
         // point or batches of the groups below it.
         self.apply_trim_points();

@@ -613,3 +613,94 @@ fn with_chunk_and_put_chunk_if() {
     assert_eq!(store.with_chunk(CHUNKS, id, |live| live), Ok(false));
     assert_eq!(store.put_chunk_if(CHUNKS, id, b"v3", || Ok::<(), &str>(())), Ok(Err(StoreError::ObjectDoesntExist)));
 }
+
+/// The engine's part of a chunk id range's migration: the source walks a
+/// range's live chunks of one table as entries (in steps), a store
+/// replaying them for a migration installs them at their versions (also
+/// over ids it once gave away, and refusing an id live here in another
+/// table), and forgetting the range drops its chunks without tombstones
+/// and without handing their ids out again.
+#[test]
+fn a_chunk_range_moves_between_stores_and_its_ids_are_not_reused() {
+    let source = Store::new(common::small_config(256, false)).unwrap();
+    let heard = listening(&source);
+    let other_table = TableId(6);
+    source.create_table(CHUNKS);
+    source.create_table(other_table);
+    let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 10 + i as usize]).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    let ids = source.create_chunks(CHUNKS, NODE, &refs).unwrap();
+    let kept = source.create_chunk(other_table, NODE, b"kept").unwrap();
+    source.put_chunk(CHUNKS, ids[12], b"twelve").unwrap();
+    source.remove_chunk(CHUNKS, ids[13]).unwrap();
+    let (lo, hi) = (ids[10].local(), ids[29].local());
+    // The walk, two chunks at a time, sees the live chunks of the range in
+    // that table only.
+    let mut entries = Vec::new();
+    let mut seen = Vec::new();
+    let mut at = Some(lo);
+    while let Some(from) = at {
+        at = source
+            .chunk_range_entries(CHUNKS, NODE, from, hi, 2, |e, id, v| {
+                entries.extend_from_slice(e);
+                seen.push((id, v));
+            })
+            .unwrap();
+    }
+    let expect: Vec<(ChunkId, Version)> = ids[10..30]
+        .iter()
+        .filter(|id| **id != ids[13])
+        .map(|id| (*id, if *id == ids[12] { Version(2) } else { Version(1) }))
+        .collect();
+    assert_eq!(seen, expect);
+    // The target installs them at their versions.
+    let target = Store::new(common::small_config(256, false)).unwrap();
+    let mut replay = shoal_engine::Replay::for_chunk_migration();
+    target.replay_entries(&mut replay, &entries, Version(0)).unwrap();
+    target.finish_replay(replay).unwrap();
+    assert_eq!(target.get_chunk(CHUNKS, ids[12]), Ok((b"twelve".to_vec(), Version(2))));
+    assert_eq!(target.get_chunk(CHUNKS, ids[11]), Ok((payloads[11].clone(), Version(1))));
+    assert_eq!(target.get_chunk(CHUNKS, ids[13]), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(target.chunk_count(), 19);
+    target.check_invariants().unwrap();
+    // The source forgets them (their locks too), keeps the rest, and never
+    // hands a moved id out again, also when it reuses removed ids.
+    assert_eq!(source.forget_chunk_range(CHUNKS, NODE, lo, hi).unwrap(), 19);
+    assert_eq!(sorted(&heard).len(), 20, "19 forgotten and 1 removed");
+    assert_eq!(source.get_chunk(CHUNKS, ids[11]), Err(StoreError::ObjectDoesntExist));
+    assert_eq!(source.get_chunk(CHUNKS, ids[9]), Ok((payloads[9].clone(), Version(1))));
+    assert_eq!(source.get_chunk(other_table, kept), Ok((b"kept".to_vec(), Version(1))));
+    source.check_invariants().unwrap();
+    let fresh = source.create_chunks(other_table, NODE, &[&b"x"[..]; 30]).unwrap();
+    let moved: BTreeSet<ChunkId> = ids[10..30].iter().filter(|id| **id != ids[13]).copied().collect();
+    assert!(fresh.iter().all(|id| !moved.contains(id)), "{fresh:?}");
+    assert!(fresh.contains(&ids[13]), "a removed id is reused");
+    // A store where those ids are chunks of another table refuses them.
+    let third = Store::new(common::small_config(256, false)).unwrap();
+    third.create_table(other_table);
+    third.create_chunks(other_table, NODE, &refs).unwrap();
+    let mut replay = shoal_engine::Replay::for_chunk_migration();
+    let refused = third.replay_entries(&mut replay, &entries, Version(0));
+    assert!(matches!(refused, Err(shoal_engine::ReplayError::Store(StoreError::ObjectExists { .. }))), "{refused:?}");
+    // Moved back unchanged, they are installed again over the ids' removed
+    // slots.
+    let mut back = Vec::new();
+    let mut at = Some(lo);
+    while let Some(from) = at {
+        at = target
+            .chunk_range_entries(CHUNKS, NODE, from, hi, 100, |e, id, _| {
+                if id != ids[13] {
+                    back.extend_from_slice(e)
+                }
+            })
+            .unwrap();
+    }
+    let mut replay = shoal_engine::Replay::for_chunk_migration();
+    source.replay_entries(&mut replay, &back, Version(0)).unwrap();
+    source.finish_replay(replay).unwrap();
+    assert_eq!(source.get_chunk(CHUNKS, ids[12]), Ok((b"twelve".to_vec(), Version(2))));
+    assert_eq!(source.get_chunk(CHUNKS, ids[29]), Ok((payloads[29].clone(), Version(1))));
+    source.check_invariants().unwrap();
+    let more = source.create_chunks(other_table, NODE, &[&b"y"[..]; 5]).unwrap();
+    assert!(more.iter().all(|id| !moved.contains(id)), "live ids are not handed out");
+}

@@ -27,6 +27,12 @@
 //!   master granted has run out. (Keyed by table too: a chunk table's
 //!   chunks of node X may come from a master that had itself recovered
 //!   them from X, after this server had seen X's chunks of another table.)
+//! * Chunks of an id range this server gained by a migration are not
+//!   granted until `max_lease` after [`LockTable::hold_off`] was called for
+//!   the range (when the copy is complete here, after the source stopped
+//!   granting): the source's locks are released by the move, as by a
+//!   crash, and every lease it granted has run out by then. Own chunks
+//!   coming home wait too.
 //! * Holders and queued requests together are at most `limit`, and those
 //!   of one owner at most `owner_limit`: beyond either, requests are
 //!   refused with [`LockError::TableFull`] or [`LockError::OwnerLimit`]
@@ -302,6 +308,9 @@ struct Inner {
     /// When this table first saw a request for another node's chunks of
     /// a chunk table (at most one entry per table and node with chunks).
     first_seen: HashMap<(TableId, u16), Instant>,
+    /// Chunk id ranges gained by a migration and when their grants may
+    /// start: (table, node, lo, hi, until). Entries go once past.
+    held_off: Vec<(TableId, u16, u64, u64, Instant)>,
 }
 
 impl Inner {
@@ -351,6 +360,9 @@ pub struct LockTable {
     entries: AtomicUsize,
 }
 
+/// Most ranges [`LockTable::hold_off`] keeps at once.
+const MAX_HELD_OFF: usize = 1024;
+
 impl LockTable {
     pub fn new(config: LockConfig) -> LockTable {
         LockTable {
@@ -361,6 +373,7 @@ impl LockTable {
                 acct: Accounts::default(),
                 last_sweep: None,
                 first_seen: HashMap::new(),
+                held_off: Vec::new(),
             }),
             entries: AtomicUsize::new(0),
         }
@@ -400,6 +413,13 @@ impl LockTable {
         let lease = lease.min(self.config.max_lease);
         let config = self.config;
         self.with_inner(|inner| {
+            inner.held_off.retain(|h| h.4 > now.at);
+            let (node, local) = (chunk.node(), chunk.local());
+            let held = inner.held_off.iter().filter(|h| h.0 == table && h.1 == node && h.2 <= local && local <= h.3);
+            if let Some(until) = held.map(|h| h.4).max() {
+                inner.acct.stats.busy += 1;
+                return Err(LockError::Busy { retry_after: (until - now.at).min(RETRY_AFTER * 10) });
+            }
             if chunk.node() != config.own_node {
                 let since = *inner.first_seen.entry((table, chunk.node())).or_insert(now.at);
                 let until = since + config.max_lease;
@@ -544,6 +564,27 @@ impl LockTable {
             } else {
                 Err(missing(inner, token, now))
             }
+        })
+    }
+
+    /// Grants no lock on chunks `node:lo..=node:hi` of `table` until
+    /// `max_lease` from `now` (a range this server gains by a migration;
+    /// see the module comment). At most [`MAX_HELD_OFF`] ranges are held
+    /// off at once; past that the oldest is dropped.
+    pub fn hold_off(&self, table: TableId, node: u16, lo: u64, hi: u64, now: Now) {
+        let until = now.at + self.config.max_lease;
+        let own = self.config.own_node;
+        self.with_inner(|inner| {
+            // The grace for another node's chunks runs from now too, not
+            // from the first request after the hold-off.
+            if node != own {
+                inner.first_seen.entry((table, node)).or_insert(now.at);
+            }
+            inner.held_off.retain(|h| h.4 > now.at);
+            if inner.held_off.len() >= MAX_HELD_OFF {
+                inner.held_off.remove(0);
+            }
+            inner.held_off.push((table, node, lo, hi, until));
         })
     }
 
@@ -787,6 +828,26 @@ mod tests {
         let later = now.plus(max);
         assert!(t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later).is_err());
         t.lock(TableId(2), foreign, 1, LockMode::Exclusive, LEASE, false, later.plus(max)).unwrap();
+    }
+
+    #[test]
+    fn a_range_held_off_is_granted_only_after_the_longest_lease() {
+        let (t, now) = table();
+        let max = t.config().max_lease;
+        let own = |local| ChunkId::new(0, local);
+        t.hold_off(T, 0, 10, 19, now);
+        let lock = |id, at: Now| t.lock(T, id, 1, LockMode::Exclusive, LEASE, false, at);
+        assert!(matches!(lock(own(10), now), Err(LockError::Busy { .. })), "own chunks coming home wait too");
+        assert!(lock(own(19), now.plus(max - ms(1))).is_err());
+        lock(own(9), now).unwrap();
+        lock(own(20), now).unwrap();
+        lock(own(15), now.plus(max)).unwrap();
+        assert!(t.lock(TableId(2), own(15), 1, LockMode::Exclusive, LEASE, false, now).is_ok(), "another table");
+        // Another node's chunks: the grace runs beside the hold-off, not after it.
+        let foreign = ChunkId::new(7, 12);
+        t.hold_off(T, 7, 10, 19, now);
+        assert!(t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max - ms(1))).is_err());
+        t.lock(T, foreign, 1, LockMode::Exclusive, LEASE, false, now.plus(max)).unwrap();
     }
 
     #[test]

@@ -505,7 +505,11 @@ impl ClusterNode {
     /// enlisted after it (server ids only grow): `NoTablet`, so the client
     /// refreshes its map and asks again, rather than being told that a
     /// chunk another client created does not exist.
-    pub fn route_chunks(&self, table: TableId, ids: &mut dyn Iterator<Item = ChunkId>) -> Route {
+    ///
+    /// An id of a range this server is moving to another is `Moving` for
+    /// any request from the freeze on, and for reads (`read_only`) too
+    /// from the last step before the commit (`docs/chunks.md`).
+    pub fn route_chunks(&self, table: TableId, ids: &mut dyn Iterator<Item = ChunkId>, read_only: bool) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
         }
@@ -513,6 +517,7 @@ impl ClusterNode {
         for id in ids {
             match map.chunk_owner(table, id) {
                 Some(r) => match self.route_to(&map, Some(r.master)) {
+                    Route::Local if self.migrations.is_chunk_frozen(table, id, read_only) => return Route::Moving,
                     Route::Local => {}
                     other => return other,
                 },
@@ -524,8 +529,9 @@ impl ClusterNode {
     }
 
     /// Where chunks of chunk table `table` are created with this server's
-    /// node id: here if it holds the range of its own node id's chunks
-    /// (`ClusterMap::chunk_creators`), `NoTablet` if not.
+    /// node id: here if it holds the whole range of its own node id's
+    /// chunks and none of it is moving (`ClusterMap::chunk_creators`),
+    /// `NoTablet` if not.
     pub fn route_chunk_create(&self, table: TableId) -> Route {
         if self.is_dead() {
             return Route::NoTablet;
@@ -779,10 +785,13 @@ impl ClusterNode {
         // all at or above it, so what this log holds of the pieces below it
         // is from before, and the coordinator records that (`since`).
         let forget = {
-            let (store, pieces) = (store.clone(), part.tablets.clone());
+            let (store, pieces, chunks) = (store.clone(), part.tablets.clone(), part.chunks.clone());
             tokio::task::spawn_blocking(move || {
                 for t in &pieces {
                     store.forget_range(t.table, t.start_hash, t.end_hash)?;
+                }
+                for c in &chunks {
+                    store.forget_chunk_range(c.table, c.node, c.lo, c.hi)?;
                 }
                 store.roll_head()
             })
@@ -803,8 +812,10 @@ impl ClusterNode {
         // backup), so reading and replaying overlap.
         let (sink, mut arrivals) = tokio::sync::mpsc::channel::<restore::PartSegment>(PART_QUEUE);
         let s = store.clone();
+        // This server keeps creating chunks of its own node while it replays.
+        let own_node = u16::try_from(self.id.0).unwrap_or(u16::MAX);
         let replayer = shoal_replication::spawn_recovery_work("shoal-replay", move || {
-            let mut replay = shoal_engine::Replay::default();
+            let mut replay = shoal_engine::Replay::creating(own_node);
             while let Some(p) = arrivals.blocking_recv() {
                 s.replay_entries(&mut replay, &p.entries, shoal_engine::Version(p.safe_version))?;
             }
@@ -830,12 +841,12 @@ impl ClusterNode {
                 // from a server it declared dead.
                 let floors: restore::Floors = map.replica_floors_of(log).collect();
                 // Each piece counts from where the dead master's ownership
-                // of it began in this log (`map.owned_since`). Chunk id
-                // ranges count from the start: a chunk id is written only
-                // by the servers that served it in turn, each taking it
-                // over from the last (`docs/chunks.md`).
-                let chunk_ranges =
-                    part.chunks.iter().map(|c| (KeyRange::chunk_ids(c.table, c.node, c.lo, c.hi), SegmentId(0)));
+                // of it began in this log (`map.owned_since`), chunk id
+                // ranges too (one may have moved away and back).
+                let chunk_ranges = part.chunks.iter().flat_map(|c| {
+                    let pieces = map.owned_chunk_pieces(rec.dead, log, c.table, c.node, c.lo, c.hi);
+                    pieces.into_iter().map(|p| (KeyRange::chunk_ids(c.table, c.node, p.start_hash, p.end_hash), p.from))
+                });
                 let ranges = Arc::new(restore::PartitionRanges::new(
                     part.tablets
                         .iter()
@@ -1160,11 +1171,13 @@ impl ClusterNode {
 
 /// The key ranges a server owns, each with the first segment of one of its
 /// logs whose entries of it count (`ClusterMap::owned_pieces`), sorted
-/// for lookup by key hash; and its chunk id ranges (which count from the
-/// start of every log).
+/// for lookup by key hash; and its chunk id ranges likewise
+/// (`ClusterMap::owned_chunk_pieces`), sorted for [`find_chunk_range`],
+/// each piece's first segment beside it.
 struct OwnedRanges {
     keys: Vec<(TableId, u64, u64, SegmentId)>,
     chunks: Vec<ChunkRange>,
+    chunks_from: std::collections::HashMap<(TableId, u16, u64), SegmentId>,
     chunk_tables: Vec<TableId>,
 }
 
@@ -1180,9 +1193,17 @@ impl OwnedRanges {
             })
             .collect();
         v.sort();
-        let chunks = map.chunk_ranges.iter().filter(|c| c.master == server).copied().collect();
+        let mut chunks = Vec::new();
+        let mut chunks_from = std::collections::HashMap::new();
+        for c in map.chunk_ranges.iter().filter(|c| c.master == server) {
+            for p in map.owned_chunk_pieces(server, log, c.table, c.node, c.lo, c.hi) {
+                chunks.push(ChunkRange { lo: p.start_hash, hi: p.end_hash, ..*c });
+                chunks_from.insert((c.table, c.node, p.start_hash), p.from);
+            }
+        }
+        chunks.sort();
         let chunk_tables = map.tables.iter().filter(|t| t.chunks).map(|t| t.id).collect();
-        OwnedRanges { keys: v, chunks, chunk_tables }
+        OwnedRanges { keys: v, chunks, chunks_from, chunk_tables }
     }
 
     /// Whether an entry of `table`'s `key` in `segment` is the server's. A
@@ -1191,8 +1212,10 @@ impl OwnedRanges {
     fn keeps(&self, segment: SegmentId, table: TableId, key: &[u8]) -> bool {
         if self.chunk_tables.contains(&table) {
             // A chunk table holds chunk entries only.
-            return <[u8; 8]>::try_from(key)
-                .is_ok_and(|id| find_chunk_range(&self.chunks, table, ChunkId(u64::from_le_bytes(id))).is_some());
+            return <[u8; 8]>::try_from(key).is_ok_and(|id| {
+                find_chunk_range(&self.chunks, table, ChunkId(u64::from_le_bytes(id)))
+                    .is_some_and(|r| self.chunks_from.get(&r.start()).is_some_and(|from| *from <= segment))
+            });
         }
         let hash = shoal_common::key_hash(table, key).0;
         let i = self.keys.partition_point(|r| (r.0, r.1) <= (table, hash));

@@ -114,6 +114,7 @@ impl Server {
                 let node = Arc::new(ClusterNode::join(&config, native_addr, resp_addr)?);
                 let ctx = Arc::new(ServerContext::with_cluster(config, node.clone())?);
                 node.migrations.attach(&node, ctx.store.clone());
+                node.migrations.attach_locks(ctx.locks.clone());
                 node.start_sc().map_err(ServerError::Runtime)?;
                 ctx
             }

@@ -234,8 +234,8 @@ pub enum ClientCommand {
     /// printed.
     #[command(verbatim_doc_comment)]
     Load(load::LoadArgs),
-    /// Moves one tablet to another server while clients keep using it
-    /// (docs/migration.md).
+    /// Moves one tablet, or a range of chunk ids, to another server while
+    /// clients keep using it (docs/migration.md, docs/chunks.md).
     ///
     /// `shoal migrate --coordinator ADDR --table NAME --start HASH --to
     /// SERVER_ID`: the tablet of NAME that begins at key hash HASH (hex
@@ -249,6 +249,16 @@ pub enum ClientCommand {
     /// Native reads are served until the last step. Exits 1 for an unknown table, tablet or
     /// server, a target that masters it already or is not up, or a tablet
     /// already moving; 3 if the coordinator cannot be reached.
+    ///
+    /// `shoal migrate --coordinator ADDR --table NAME --node N --lo A --hi B
+    /// --to SERVER_ID`: for a chunk table, the chunk ids of node N with
+    /// local ids A..=B move instead (they must lie in one server's range;
+    /// a part of one is split off), in the same steps: chunk writes and
+    /// lock requests are answered RETRY while frozen, reads served until
+    /// the last step, removed chunks stay removed and ids keep their
+    /// numbers. A server creates chunks only while it holds all of its own
+    /// node's ids, and the locks on moved chunks are released (the target
+    /// grants none for one longest lease).
     Migrate(migrate::MigrateArgs),
     /// A table's tablets: list them, split one at a key hash, merge one
     /// into its neighbour on the same master (docs/migration.md).

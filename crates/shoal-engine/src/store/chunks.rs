@@ -38,6 +38,9 @@ struct ChunkFound {
 /// Most chunks one create appends as one log append group.
 const CREATE_GROUP: usize = 1024;
 
+/// Most ids one step of [`Store::chunk_range_entries`] looks at.
+const RANGE_STEP_IDS: u64 = 1 << 16;
+
 /// Most bytes of records (distances and payloads) a chunk run carries:
 /// 16 KiB shares a run's 16-byte header among 128 chunks of 128 bytes, and
 /// a run that does not fit the end of a head segment leaves at most that
@@ -575,6 +578,86 @@ impl Store {
         Ok(())
     }
 
+    /// Walks the live chunks of `table` with ids `node:from..=node:hi`,
+    /// ascending, handing each one's entry (a chunk entry, type 8, made
+    /// afresh: a chunk of a run is sent alone), id and version to `visit`;
+    /// stops after `max` chunks or a bounded number of ids looked at, and
+    /// returns where to go on (`None`: done). Not a snapshot: a chunk
+    /// written meanwhile is seen at one of its versions. For a chunk id
+    /// range's migration (`shoal-server`'s `migrate.rs`).
+    pub fn chunk_range_entries(
+        &self,
+        table: TableId,
+        node: u16,
+        from: u64,
+        hi: u64,
+        max: usize,
+        mut visit: impl FnMut(&[u8], ChunkId, Version),
+    ) -> Result<Option<u64>, StoreError> {
+        let inner = &self.inner;
+        inner.check_table(table)?;
+        // Ids at or above the allocation point were never used here.
+        let end = hi.min(inner.cids.allocation_point(node).saturating_sub(1));
+        let (mut local, mut found, mut looked) = (from, 0, 0);
+        let (mut payload, mut entry) = (Vec::new(), Vec::new());
+        while local <= end && found < max && looked < RANGE_STEP_IDS {
+            let id = ChunkId::new(node, local);
+            if inner.cids.live_ref(id).is_some() {
+                if let Ok(version) = inner.get_chunk(table, id, &mut payload) {
+                    entry.clear();
+                    format::encode_chunk(&mut entry, table, id, version, &payload);
+                    visit(&entry, id, version);
+                    found += 1;
+                }
+            }
+            local += 1;
+            looked += 1;
+        }
+        Ok((local <= end).then_some(local))
+    }
+
+    /// Drops every live chunk of `table` with ids `node:lo..=node:hi`
+    /// *without* chunk tombstones, and returns how many went: for ids this
+    /// server no longer serves (they moved away, or a move to here was
+    /// given up), as [`Store::forget_range`] does for keys. Their locks go
+    /// (the `on_chunk_gone` callback). Each id's slot
+    /// is left as if never used, and is *not* put on its node's free list: a
+    /// create here never hands it out again while the store lives, so the
+    /// id cannot become a second chunk beside the one that moved. Never for
+    /// ids this server serves: a crash would bring them back from the log.
+    pub fn forget_chunk_range(&self, table: TableId, node: u16, lo: u64, hi: u64) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        if inner.check_table(table).is_err() {
+            return Ok(0);
+        }
+        let end = hi.min(inner.cids.allocation_point(node).saturating_sub(1));
+        let mut gone = 0;
+        for local in lo.max(1)..=end {
+            let id = ChunkId::new(node, local);
+            if inner.cids.live_ref(id).is_none() {
+                continue;
+            }
+            let _lock = inner.cids.lock(id);
+            if let Ok(f) = inner.find_chunk_in(table, id) {
+                inner.uninstall_chunk(table, id, f, f.version, false);
+                // Never used, as far as this store knows now: the chunk
+                // lives on elsewhere, and if it comes back (a move or a
+                // recovery) at the version it has, nothing here may take
+                // it for removed.
+                inner.cids.set(id, Slot::Empty);
+                gone += 1;
+            }
+        }
+        Ok(gone)
+    }
+
+    /// The table whose live chunk `id` is here, if any.
+    pub fn live_chunk_table(&self, id: ChunkId) -> Option<TableId> {
+        let inner = &self.inner;
+        let _lock = inner.cids.lock(id);
+        inner.find_chunk(id).map(|f| f.table)
+    }
+
     /// Live chunks of every table (from a counter).
     pub fn chunk_count(&self) -> u64 {
         self.inner.cids.live.load(Ordering::Relaxed)
@@ -598,6 +681,12 @@ impl Store {
             let (b, refs) = &mut *cell.borrow_mut();
             loop {
                 let locks = inner.cids.lock_many(group.iter().map(|c| c.id));
+                if replay.chunk_migration {
+                    let other = group.iter().find_map(|c| inner.find_chunk(c.id).filter(|f| f.table != c.table));
+                    if let Some(f) = other {
+                        return Err(ReplayError::Store(StoreError::ObjectExists { version: f.version }));
+                    }
+                }
                 b.clear();
                 // Per chunk: skipped, or the chunk it replaces (if any).
                 let plan: Vec<Option<Option<ChunkFound>>> = group
@@ -605,7 +694,10 @@ impl Store {
                     .map(|c| {
                         inner.cids.note_id(c.id);
                         match inner.cids.get(c.id) {
-                            Slot::Free(v) if c.version <= v => None,
+                            // A migration's chunks are live at their source
+                            // now: what this store remembers of a removed id
+                            // is older (the id moved away and came back).
+                            Slot::Free(v) if c.version <= v && !replay.chunk_migration => None,
                             Slot::Empty | Slot::Free(_) => Some(None),
                             Slot::Live(_) => inner.find_chunk(c.id).filter(|f| f.version < c.version).map(Some),
                         }

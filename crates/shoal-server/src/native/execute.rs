@@ -400,7 +400,7 @@ fn apply<'s>(
             Response::ChunkCreate(store.create_chunks(table, node, &payloads).map_err(status_of)?)
         }
         Request::ChunkGet { table, ids } => {
-            chunk_table(ctx, table, ChunkRoute::Ids(&mut ids.iter().copied()))?;
+            chunk_table(ctx, table, ChunkRoute::Reads(&mut ids.iter().copied()))?;
             // Payloads go one after another into one buffer; the response
             // is refused before it outgrows the limit.
             let buf = &mut scratch.values;
@@ -677,6 +677,9 @@ fn stream_status(e: StreamError) -> ErrorStatus {
 enum ChunkRoute<'a> {
     Create,
     Ids(&'a mut dyn Iterator<Item = ChunkId>),
+    /// Ids of a request that only reads (served while their range is
+    /// being copied away, until the last step of the move).
+    Reads(&'a mut dyn Iterator<Item = ChunkId>),
 }
 
 /// Chunk requests name a chunk table: `UNKNOWN_TABLE` for no table,
@@ -694,7 +697,8 @@ fn chunk_table(ctx: &ServerContext, table: TableId, route: ChunkRoute<'_>) -> Re
         };
         return match route {
             ChunkRoute::Create => routed(node, table, node.route_chunk_create(table)),
-            ChunkRoute::Ids(ids) => routed(node, table, node.route_chunks(table, ids)),
+            ChunkRoute::Ids(ids) => routed(node, table, node.route_chunks(table, ids, false)),
+            ChunkRoute::Reads(ids) => routed(node, table, node.route_chunks(table, ids, true)),
         };
     }
     match ctx.store.has_table(table) {
@@ -998,6 +1002,9 @@ fn stats(ctx: &ServerContext) -> Vec<Stat<'static>> {
                 u("migration_frozen_ms", m.frozen_ms.load(Relaxed)),
                 u("migration_objects_received", m.objects_received.load(Relaxed)),
                 u("migration_objects_removed", m.objects_removed.load(Relaxed)),
+                u("migration_chunks_sent", m.chunks_sent.load(Relaxed)),
+                u("migration_chunks_received", m.chunks_received.load(Relaxed)),
+                u("migration_chunks_removed", m.chunks_removed.load(Relaxed)),
             ]);
         }
         if let Some(sc) = &node.sc {
