@@ -269,13 +269,34 @@ pub struct Consumer {
     known_below: u64,
     /// Groups removed by retention before this consumer finished them.
     removed: u64,
+    /// When the groups were last described, and whether the last poll
+    /// gave a reason to describe them again before [`REDISCOVER_EVERY`]
+    /// (it found nothing new, or finished or lost a group): see
+    /// [`Consumer::poll`].
+    discovered: Option<Instant>,
+    stale: bool,
 }
+
+/// Longest a [`Consumer`] that keeps finding records goes without
+/// describing the streamlet's groups (so a log that starts a group while
+/// the others keep it busy is found within this).
+const REDISCOVER_EVERY: Duration = Duration::from_millis(50);
 
 impl Consumer {
     /// A consumer of `streamlet` of stream `table` that asks for up to
     /// `max_bytes` a read, from the streamlet's first group.
     pub fn new(client: Client, table: TableId, streamlet: u32, max_bytes: u32) -> Consumer {
-        Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0, removed: 0 }
+        Consumer {
+            client,
+            table,
+            streamlet,
+            max_bytes,
+            open: BTreeMap::new(),
+            known_below: 0,
+            removed: 0,
+            discovered: None,
+            stale: true,
+        }
     }
 
     /// Groups that retention removed (`docs/streams.md`, "Retention")
@@ -308,7 +329,7 @@ impl Consumer {
         offsets: &[StreamOffset],
         known_below: u64,
     ) -> Result<Consumer, StreamError> {
-        let mut c = Consumer { client, table, streamlet, max_bytes, open: BTreeMap::new(), known_below: 0, removed: 0 };
+        let mut c = Consumer::new(client, table, streamlet, max_bytes);
         for o in offsets {
             if o.group >= known_below {
                 return Err(StreamError::Invalid(format!(
@@ -381,9 +402,16 @@ impl Consumer {
 
     /// The next records of the streamlet, from the groups that may be read
     /// now (each log's oldest unfinished group); empty when there is
-    /// nothing new.
+    /// nothing new. Learns new groups (a DESCRIBE_STREAM) when the last
+    /// poll found nothing new or finished a group, and otherwise at most
+    /// every [`REDISCOVER_EVERY`]: a consumer that keeps finding records
+    /// spends its requests on them.
     pub async fn poll(&mut self) -> Result<Vec<Vec<u8>>, StreamError> {
-        self.discover().await?;
+        if self.stale || self.discovered.is_none_or(|t| t.elapsed() >= REDISCOVER_EVERY) {
+            self.discover().await?;
+            self.discovered = Some(Instant::now());
+        }
+        let groups_before = self.open.len();
         let mut read_logs = std::collections::HashSet::new();
         let mut out = Vec::new();
         // Each log's oldest unfinished group, in id order; a group removed
@@ -410,6 +438,7 @@ impl Consumer {
             }
             out.extend(c.records);
         }
+        self.stale = out.is_empty() || self.open.len() < groups_before;
         Ok(out)
     }
 }
