@@ -123,6 +123,24 @@ FRAMES_ONLY = {
         (30, 28, False),
     "CHUNK_PUT_LOCKED response, id 28: version 4":
         (30, 28, True),
+    # The consumer names (docs/streams.md, "Consumer names"), not spoken by
+    # this client either.
+    "CLAIM_GROUP request, id 31: table 6, streamlet 1, instance 5, lease 3000 ms, consumer `billing`":
+        (31, 31, False),
+    "CLAIM_GROUP response, id 31: granted: log 2, from group 3, segment 1, position 4; lease 3000 ms":
+        (31, 31, True),
+    "CLAIM_GROUP response, id 32: no group free now":
+        (31, 32, True),
+    "CONSUME_CLAIMED request, id 33: table 6, streamlet 1, instance 5, lease 3000 ms, group 3, segment 1, "
+    "position 4, max 4096 bytes, consumer `billing`":
+        (32, 33, False),
+    "CONSUME_CLAIMED response, id 33: lease not held":
+        (32, 33, True),
+    "COMMIT_GROUP request, id 34: table 6, streamlet 1, instance 5, lease 3000 ms, group 3, segment 1, "
+    "position 9, release, consumer `billing`":
+        (33, 34, False),
+    "COMMIT_GROUP response, id 34: done":
+        (33, 34, True),
 }
 
 

@@ -176,6 +176,14 @@ class WireVectorsTest {
       assertEquals("LOCK_OWNER_LIMIT", Status.name(r.status()));
       assertEquals(10000, r.detail().a());
     });
+    // Nor are the consumer names (docs/streams.md, "Consumer names").
+    m.put("CLAIM_GROUP request, id 31", frame(31, 31, false));
+    m.put("CLAIM_GROUP response, id 31", frame(31, 31, true));
+    m.put("CLAIM_GROUP response, id 32", frame(31, 32, true));
+    m.put("CONSUME_CLAIMED request, id 33", frame(32, 33, false));
+    m.put("CONSUME_CLAIMED response, id 33", frame(32, 33, true));
+    m.put("COMMIT_GROUP request, id 34", frame(33, 34, false));
+    m.put("COMMIT_GROUP response, id 34", frame(33, 34, true));
     return m;
   }
 
