@@ -98,6 +98,14 @@ pub enum ControlRequest {
     /// `epoch` are stale. Floors only grow. Answered by `Ok` once saved;
     /// the master acknowledges no more writes to those segments until then.
     RaiseReplicaFloors { server: ServerId, floors: Vec<ReplicaFloor> },
+    /// `server`'s head `segment` of its current log `log` is durable (its
+    /// digest) on R backups, and no write in it is acknowledged yet:
+    /// recovery must not take a segment of `log` below `segment` as its
+    /// head (`docs/recovery.md`, "Head floors"). Floors only grow (a lower
+    /// one is answered `Ok` and changes nothing). Answered by `Ok` once
+    /// saved; refused (`invalid_request`) for a log that is not the
+    /// server's current one or a server declared dead.
+    RaiseHeadFloor { server: ServerId, log: LogId, segment: SegmentId },
     /// `server`'s log `log` (its current incarnation's) has its first head
     /// durable on R >= 1 backups: the log leaves `map.unreplicated`, and
     /// the server may hold a master lease. Answered by `Ok` once saved

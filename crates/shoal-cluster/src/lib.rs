@@ -25,7 +25,7 @@ pub use control::{
     ControlAuth, ControlClient, ControlError, ControlErrorCode, ControlRequest, ControlResponse, CoordinatorAddrs,
 };
 pub use map::{
-    find_chunk_range, split_hash_space, ChunkMigration, ChunkRange, ChunkSpan, ClusterMap, FencedLog, Migration,
-    OwnedPiece, OwnedSince, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo,
+    find_chunk_range, split_hash_space, ChunkMigration, ChunkRange, ChunkSpan, ClusterMap, FencedLog, HeadFloor,
+    Migration, OwnedPiece, OwnedSince, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo,
     TabletInfo,
 };

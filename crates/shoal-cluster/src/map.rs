@@ -102,6 +102,14 @@ pub struct ClusterMap {
     /// them. At most one entry per (log, segment); dropped with the log.
     #[serde(default)]
     pub replica_floors: Vec<ReplicaFloor>,
+    /// Per log that may still be read, the lowest segment recovery may take
+    /// as its head (`docs/recovery.md`, "Head floors"): its master raised it
+    /// to a head's id once that head's digest was durable on R backups and
+    /// before acknowledging any write in it. A log whose newest head found
+    /// is below it is incomplete. At most one entry per log; only raised;
+    /// dropped with the log.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub head_floors: Vec<HeadFloor>,
     /// Symmetric-caching groups (`docs/symmetric-caching.md`): the up
     /// servers, by id, cut into contiguous groups of nearly equal size,
     /// none larger than the coordinator's `--sc-group-size`. Every up
@@ -332,6 +340,14 @@ pub struct ReplicaFloor {
     pub epoch: u64,
 }
 
+/// Recovery takes no segment of `log` below `segment` as its head (see
+/// [`ClusterMap::head_floors`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadFloor {
+    pub log: LogId,
+    pub segment: SegmentId,
+}
+
 /// A log fenced at a version (see [`ClusterMap::fenced`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FencedLog {
@@ -526,6 +542,11 @@ impl ClusterMap {
     pub fn replica_floors_of(&self, log: LogId) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
         self.replica_floors.iter().filter(move |f| f.log == log).map(|f| (f.segment, f.epoch))
     }
+
+    /// The head floor of `log` (`SegmentId(0)`: none recorded).
+    pub fn head_floor_of(&self, log: LogId) -> SegmentId {
+        self.head_floors.iter().find(|f| f.log == log).map_or(SegmentId(0), |f| f.segment)
+    }
 }
 
 /// Splits the hash space into `n` (>= 1) contiguous ranges of nearly equal size.
@@ -681,6 +702,7 @@ mod tests {
             recoveries: Vec::new(),
             fenced: Vec::new(),
             replica_floors: Vec::new(),
+            head_floors: Vec::new(),
             sc_groups: Vec::new(),
             migrations: Vec::new(),
             owned_since: Vec::new(),

@@ -86,6 +86,7 @@ impl Caller {
             | ControlRequest::Recovered { server: s, .. }
             | ControlRequest::RecoveryDone { server: s, .. }
             | ControlRequest::RaiseReplicaFloors { server: s, .. }
+            | ControlRequest::RaiseHeadFloor { server: s, .. }
             | ControlRequest::HeadReplicated { server: s, .. }
             | ControlRequest::RenewLease { server: s, .. }
             | ControlRequest::FinishMigration { server: s, .. }
@@ -487,6 +488,7 @@ impl Service {
             | ControlRequest::Recovered { .. }
             | ControlRequest::RecoveryDone { .. }
             | ControlRequest::RaiseReplicaFloors { .. }
+            | ControlRequest::RaiseHeadFloor { .. }
             | ControlRequest::HeadReplicated { .. }
             | ControlRequest::StartMigration { .. }
             | ControlRequest::FinishMigration { .. }
@@ -1092,6 +1094,9 @@ impl Service {
             (ControlRequest::RaiseReplicaFloors { server, .. }, ControlResponse::Error { code, message }) => {
                 warn!("server {server}: replica floors refused: {code:?}: {message}");
             }
+            (ControlRequest::RaiseHeadFloor { server, log, segment }, ControlResponse::Error { code, message }) => {
+                warn!("server {server}: head floor {} of log {} refused: {code:?}: {message}", segment.0, log.0);
+            }
             (_, ControlResponse::Error { code, message }) => {
                 debug!("{} refused: {code:?}: {message}", op_name(req));
             }
@@ -1186,7 +1191,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Se
 }
 
 /// The names of the control operations, for logs and metrics.
-pub(crate) const OPS: [&str; 20] = [
+pub(crate) const OPS: [&str; 21] = [
     "enlist",
     "get_map",
     "watch_map",
@@ -1207,6 +1212,7 @@ pub(crate) const OPS: [&str; 20] = [
     "rebalance",
     "drain",
     "head_replicated",
+    "raise_head_floor",
 ];
 
 fn op_name(req: &ControlRequest) -> &'static str {
@@ -1236,6 +1242,7 @@ fn op_index(req: &ControlRequest) -> usize {
         ControlRequest::Rebalance { .. } => 17,
         ControlRequest::Drain { .. } => 18,
         ControlRequest::HeadReplicated { .. } => 19,
+        ControlRequest::RaiseHeadFloor { .. } => 20,
     }
 }
 

@@ -30,6 +30,9 @@
 //!   read (are in `log_versions`);
 //! * replica floors (`map.replica_floors`) name logs that may still be read
 //!   (in `log_versions`), each (log, segment) once, at an epoch of at least 2;
+//! * head floors (`map.head_floors`) name logs that may still be read (in
+//!   `log_versions`), each log once, at a segment of at least 1; a log's
+//!   head floor never goes down while the log is read;
 //! * symmetric-caching groups (`map.sc_groups`) hold up servers only, each
 //!   in one group at most, ascending, with an epoch in 1..=version; after
 //!   every change they are exactly [`sc_groups`] of the up servers;
@@ -47,8 +50,8 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::auth::Credential;
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::map::{
-    sc_groups, split_hash_space, ChunkMigration, ChunkRange, ChunkSpan, ClusterMap, FencedLog, Migration, OwnedSince,
-    Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
+    sc_groups, split_hash_space, ChunkMigration, ChunkRange, ChunkSpan, ClusterMap, FencedLog, HeadFloor, Migration,
+    OwnedSince, Partition, Recovery, ReplicaFloor, ServerId, ServerInfo, ServerState, TableInfo, TabletInfo,
 };
 use shoal_cluster::{ControlErrorCode, ControlRequest, ControlResponse};
 use shoal_common::slots::{hashes_slot_range, split_slots, table_id, table_number, SLOTS};
@@ -215,6 +218,7 @@ impl ClusterState {
                 recoveries: Vec::new(),
                 fenced: Vec::new(),
                 replica_floors: Vec::new(),
+                head_floors: Vec::new(),
                 sc_groups: Vec::new(),
                 migrations: Vec::new(),
                 owned_since: Vec::new(),
@@ -330,6 +334,7 @@ impl ClusterState {
                 self.recovery_done(*recovery, *partition, *server, *since)
             }
             ControlRequest::RaiseReplicaFloors { server, floors } => self.raise_replica_floors(*server, floors),
+            ControlRequest::RaiseHeadFloor { server, log, segment } => self.raise_head_floor(*server, *log, *segment),
             ControlRequest::HeadReplicated { server, log } => self.head_replicated(*server, *log),
             // Leases are timing, not durable state: the service grants them
             // (`lease.rs`) and never passes this request here.
@@ -913,9 +918,36 @@ impl ClusterState {
         Outcome { response: ControlResponse::Ok, changed }
     }
 
-    /// Drops the replica floors of `logs` (their replicas are no longer read).
+    fn raise_head_floor(&mut self, server: ServerId, log: LogId, segment: SegmentId) -> Outcome {
+        let Some(s) = self.map.server(server) else {
+            return Outcome::unchanged(error(ControlErrorCode::NotFound, format!("no server {server}")));
+        };
+        if s.state == ServerState::Down {
+            return Outcome::unchanged(invalid(format!("server {server} was declared dead; its log is fenced")));
+        }
+        if log != s.log {
+            return Outcome::unchanged(invalid(format!(
+                "log {} is not the log server {server} writes (log {})",
+                log.0, s.log.0
+            )));
+        }
+        if segment.0 == 0 {
+            return Outcome::unchanged(invalid("segment ids start at 1"));
+        }
+        match self.map.head_floors.iter_mut().find(|f| f.log == log) {
+            Some(f) if f.segment >= segment => return Outcome::unchanged(ControlResponse::Ok),
+            Some(f) => f.segment = segment,
+            None => self.map.head_floors.push(HeadFloor { log, segment }),
+        }
+        self.bump();
+        Outcome::changed(ControlResponse::Ok)
+    }
+
+    /// Drops the replica and head floors of `logs` (their replicas are no
+    /// longer read).
     fn forget_floors(&mut self, logs: &[LogId]) {
         self.map.replica_floors.retain(|f| !logs.contains(&f.log));
+        self.map.head_floors.retain(|f| !logs.contains(&f.log));
         self.map.owned_since.retain(|o| !logs.contains(&o.log));
     }
 
@@ -1322,6 +1354,7 @@ impl ClusterState {
                 }
                 self.map.unreplicated.retain(|l| !done.contains(l));
                 self.map.replica_floors.retain(|f| !done.contains(&f.log));
+                self.map.head_floors.retain(|f| !done.contains(&f.log));
                 self.map.owned_since.retain(|o| !done.contains(&o.log));
                 *list = left;
             }
@@ -1658,6 +1691,7 @@ impl ClusterState {
             "recoveries": recoveries,
             "fenced_logs": self.map.fenced.iter().filter(|f| !f.free).count(),
             "replica_floors": self.map.replica_floors.len(),
+            "head_floors": self.map.head_floors.len(),
             "sc_groups": self.map.sc_groups,
             "rebalance_job": self.rebalance_job,
         })
@@ -1857,6 +1891,15 @@ impl ClusterState {
                     "replica floor of log {} segment {} below 2 or listed twice",
                     f.log.0, f.segment.0
                 ));
+            }
+        }
+        let mut heads = BTreeSet::new();
+        for f in &self.map.head_floors {
+            if !self.log_versions.contains_key(&f.log) {
+                return Err(format!("head floor of log {}, which is no longer read", f.log.0));
+            }
+            if f.segment.0 == 0 || !heads.insert(f.log) {
+                return Err(format!("head floor of log {} at segment 0 or listed twice", f.log.0));
             }
         }
         for x in &self.map.tablets {
@@ -3441,6 +3484,84 @@ mod tests {
         assert_eq!(error_code(apply(&mut s, floors(a.id, new_log, &[(2, 2)]))), ControlErrorCode::InvalidRequest);
         finish(&mut s, a.id.0);
         assert!(s.map().replica_floors.is_empty());
+    }
+
+    #[test]
+    fn raise_head_floor_only_raises_is_saved_and_is_dropped_with_its_log() {
+        let mut s = cluster(3);
+        create(&mut s, "t", 3);
+        let (a, b) = (s.map().servers[0].clone(), s.map().servers[1].clone());
+        let head = |server: ServerId, log: LogId, segment: u64| ControlRequest::RaiseHeadFloor {
+            server,
+            log,
+            segment: SegmentId(segment),
+        };
+        assert_eq!(s.map().head_floor_of(a.log), SegmentId(0), "no floor before the first report");
+        let before = s.map().version;
+        assert_eq!(apply(&mut s, head(a.id, a.log, 5)), ControlResponse::Ok);
+        assert_eq!(s.map().version, before + 1);
+        assert_eq!(s.map().head_floor_of(a.log), SegmentId(5));
+        // Never lowered: the same or a lower floor is answered Ok and
+        // changes nothing.
+        assert_eq!(apply(&mut s, head(a.id, a.log, 5)), ControlResponse::Ok);
+        assert_eq!(apply(&mut s, head(a.id, a.log, 3)), ControlResponse::Ok);
+        assert_eq!((s.map().version, s.map().head_floor_of(a.log)), (before + 1, SegmentId(5)));
+        assert_eq!(apply(&mut s, head(a.id, a.log, 9)), ControlResponse::Ok);
+        assert_eq!(apply(&mut s, head(b.id, b.log, 2)), ControlResponse::Ok);
+        assert_eq!((s.map().head_floor_of(a.log), s.map().head_floor_of(b.log)), (SegmentId(9), SegmentId(2)));
+        assert_eq!(s.map().head_floors.len(), 2, "one entry per log");
+
+        // Refusals change nothing.
+        let version = s.map().version;
+        for (req, code) in [
+            (head(ServerId(99), a.log, 10), ControlErrorCode::NotFound),
+            (head(a.id, b.log, 10), ControlErrorCode::InvalidRequest),
+            (head(a.id, a.log, 0), ControlErrorCode::InvalidRequest),
+        ] {
+            assert_eq!(error_code(apply(&mut s, req)), code);
+        }
+        assert_eq!((s.map().version, s.map().head_floor_of(a.log)), (version, SegmentId(9)));
+
+        // Saved with the rest of the state; files from before head floors
+        // read; a damaged file (a floor of a log no longer read, a log
+        // twice, segment 0) refused.
+        let (back, _) = ClusterState::decode(&s.encode(), None).unwrap();
+        assert_eq!(back, s);
+        let good: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        let mut v = good.clone();
+        v["map"].as_object_mut().unwrap().remove("head_floors");
+        let (old, _) = ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).unwrap();
+        assert!(old.map().head_floors.is_empty());
+        let refused = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            assert!(ClusterState::decode(&serde_json::to_vec(&v).unwrap(), None).is_err(), "{v}");
+        };
+        refused(&|v| v["map"]["head_floors"][0]["log"] = 999.into());
+        refused(&|v| v["map"]["head_floors"][0]["segment"] = 0.into());
+        refused(&|v| {
+            let first = v["map"]["head_floors"][0].clone();
+            v["map"]["head_floors"].as_array_mut().unwrap().push(first);
+        });
+
+        // A restart: the old log keeps its floor for the restart recovery
+        // and takes no new one; recovered, its floor goes.
+        let (_, new_log, recover) = enlist(&mut s, Some(b.id.0), 1000);
+        assert_eq!(recover, vec![b.log]);
+        assert_eq!(s.map().head_floor_of(b.log), SegmentId(2));
+        assert_eq!(error_code(apply(&mut s, head(b.id, b.log, 4))), ControlErrorCode::InvalidRequest);
+        assert_eq!(apply(&mut s, head(b.id, new_log, 1)), ControlResponse::Ok);
+        apply(&mut s, ControlRequest::Recovered { server: b.id, logs: vec![b.log] });
+        assert_eq!((s.map().head_floor_of(b.log), s.map().head_floor_of(new_log)), (SegmentId(0), SegmentId(1)));
+
+        // Declared dead: the floor stays for the crash recovery, no new
+        // one is taken, and it goes when the log is recovered (freed).
+        down(&mut s, a.id.0);
+        assert_eq!(s.map().head_floor_of(a.log), SegmentId(9));
+        assert_eq!(error_code(apply(&mut s, head(a.id, a.log, 12))), ControlErrorCode::InvalidRequest);
+        finish(&mut s, a.id.0);
+        assert_eq!(s.map().head_floor_of(a.log), SegmentId(0));
+        assert_eq!(s.map().head_floors.len(), 1, "only the restarted server's new log");
     }
 
     #[test]

@@ -84,29 +84,45 @@ impl Default for ReplicatorConfig {
     }
 }
 
-/// Records replica floors at the coordinator: given `(segment, epoch)`
-/// pairs of this master's log, its future resolves `Ok` once the
-/// coordinator has durably recorded that the segments' replicas below
-/// those epochs are stale (`ControlRequest::RaiseReplicaFloors`). Any error
-/// is logged and the request made again later; writes to the segments
-/// wait meanwhile. Called from the replication thread's runtime, one
-/// request at a time.
+/// Floors of this master's log for the coordinator to record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FloorRequest {
+    /// `(segment, epoch)`: the segment's replicas below the epoch are stale
+    /// (`ControlRequest::RaiseReplicaFloors`).
+    pub replicas: Vec<(SegmentId, u64)>,
+    /// The log's head floor, raised to this head: its opening is durable
+    /// on R backups (`ControlRequest::RaiseHeadFloor`).
+    pub head: Option<SegmentId>,
+}
+
+impl FloorRequest {
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty() && self.head.is_none()
+    }
+}
+
+/// Records floors at the coordinator: its future resolves `Ok` once the
+/// coordinator has durably recorded every floor of the [`FloorRequest`].
+/// Any error is logged and the whole request made again later; writes to
+/// the segments wait meanwhile (for a head floor: every write in that
+/// head). Called from the replication thread's runtime, one request at a
+/// time.
 #[derive(Clone)]
 pub struct FloorRecorder(Arc<RecordFn>);
 
 type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
-type RecordFn = dyn Fn(Vec<(SegmentId, u64)>) -> RecordFuture + Send + Sync;
+type RecordFn = dyn Fn(FloorRequest) -> RecordFuture + Send + Sync;
 
 impl FloorRecorder {
     pub fn new<F, Fut>(f: F) -> FloorRecorder
     where
-        F: Fn(Vec<(SegmentId, u64)>) -> Fut + Send + Sync + 'static,
+        F: Fn(FloorRequest) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
         FloorRecorder(Arc::new(move |floors| Box::pin(f(floors)) as RecordFuture))
     }
 
-    fn record(&self, floors: Vec<(SegmentId, u64)>) -> RecordFuture {
+    fn record(&self, floors: FloorRequest) -> RecordFuture {
         (self.0)(floors)
     }
 }
@@ -163,6 +179,9 @@ pub struct ReplicationStats {
     pub epochs_raised: u64,
     /// Replica floors recorded at the coordinator.
     pub floors_recorded: u64,
+    /// Head floors recorded at the coordinator (one per head opened, or
+    /// fewer when one covered several).
+    pub head_floors_recorded: u64,
     /// Segments whose new epoch's floor is not recorded yet (their writes
     /// wait for it).
     pub floors_waiting: u64,

@@ -18,7 +18,7 @@ use crate::wire::{
     self, Header, Hello, KeyRange, Kind, Mode, PartInfo, ReplicaInfo, ReplicaState, WireError, HEADER_LEN,
 };
 use shoal_cluster::tls::InternalStream;
-use shoal_cluster::ServerId;
+use shoal_cluster::{ClusterMap, ServerId};
 use shoal_common::{LogId, SegmentId};
 use shoal_engine::format::{self, Entry, SegmentHeaderView};
 use std::collections::{BTreeMap, HashMap};
@@ -77,23 +77,46 @@ pub enum RestoreError {
 }
 
 // ---------------------------------------------------------------------------
-// Replica floors
+// Replica and head floors
 
-/// The replica floors of one log (`ClusterMap::replica_floors`): per
-/// segment, the lowest replica epoch that is not stale. A segment not named
-/// has floor 1: none of its replicas is stale.
+/// The floors of one log, from the coordinator's map:
+/// * replica floors (`ClusterMap::replica_floors`): per segment, the lowest
+///   replica epoch that is not stale. A segment not named has floor 1:
+///   none of its replicas is stale;
+/// * the head floor (`ClusterMap::head_floors`): the lowest segment that
+///   may be taken as the log's head (`SegmentId(0)`: any). Its master
+///   acknowledged writes in that head, so a head found below it would
+///   recover the log short (`docs/recovery.md`, "Head floors").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Floors(BTreeMap<SegmentId, u64>);
+pub struct Floors {
+    replicas: BTreeMap<SegmentId, u64>,
+    head: SegmentId,
+}
 
 impl Floors {
-    /// No floors: every replica counts.
+    /// No floors: every replica counts, any head does.
     pub fn none() -> Floors {
         Floors::default()
     }
 
+    /// Every floor of `log` in `map`.
+    pub fn of_log(map: &ClusterMap, log: LogId) -> Floors {
+        map.replica_floors_of(log).collect::<Floors>().with_head(map.head_floor_of(log))
+    }
+
+    /// These floors with the head floor at `segment`.
+    pub fn with_head(self, segment: SegmentId) -> Floors {
+        Floors { head: segment, ..self }
+    }
+
+    /// The lowest segment that may be the log's head.
+    pub fn head(&self) -> SegmentId {
+        self.head
+    }
+
     /// The floor of `segment`.
     pub fn of(&self, segment: SegmentId) -> u64 {
-        self.0.get(&segment).copied().unwrap_or(1)
+        self.replicas.get(&segment).copied().unwrap_or(1)
     }
 
     /// Whether a replica of `segment` at `epoch` is stale.
@@ -111,7 +134,7 @@ impl FromIterator<(SegmentId, u64)> for Floors {
             let f: &mut u64 = m.entry(s).or_insert(1);
             *f = (*f).max(e);
         }
-        Floors(m)
+        Floors { replicas: m, head: SegmentId(0) }
     }
 }
 
@@ -361,7 +384,9 @@ struct Candidate {
 ///
 /// Errors: `Incomplete` when a digest member has no usable replica (or no
 /// head was found while some backup was unreachable, or a segment above
-/// every head found has only stale replicas: it may be the newest head);
+/// every head found has only stale replicas: it may be the newest head, or
+/// the head found is below the head floor in `floors`, or none was found
+/// while there is one);
 /// `NoHead` when the reachable replicas hold data but no digest. A log with
 /// no replica at all on reachable backups, all of them answering, is empty:
 /// `Ok` with no segments.
@@ -372,7 +397,9 @@ pub async fn find_log_with(
     opts: FindOptions,
 ) -> Result<FoundLog, RestoreError> {
     let (candidates, unreachable) = list_all(backups, log, floors, opts).await;
-    let Some(Head { head, members, mut fetched }) = find_head(log, &candidates, &unreachable, opts).await? else {
+    let Some(Head { head, members, mut fetched }) =
+        find_head(log, &candidates, &unreachable, floors.head(), opts).await?
+    else {
         return Ok(FoundLog { unreachable, ..FoundLog::default() });
     };
 
@@ -506,14 +533,22 @@ struct Head {
 /// `Ok(None)` for a log with no replica anywhere, every backup answering.
 /// Errors: `Incomplete` if no head was found while some backup was
 /// unreachable, or if a segment above the head has only stale replicas
-/// (its current ones are lost or unreachable: it may be a newer head);
-/// `NoHead` if replicas hold data but none a digest.
+/// (its current ones are lost or unreachable: it may be a newer head), or
+/// if the head is below `floor` or there is none while `floor` is set
+/// (`missing` names the floor: a head at or above it holds acknowledged
+/// writes, and its replicas are lost or unreachable); `NoHead` if replicas
+/// hold data but none a digest.
 async fn find_head(
     log: LogId,
     candidates: &Candidates,
     unreachable: &[SocketAddr],
+    floor: SegmentId,
     opts: FindOptions,
 ) -> Result<Option<Head>, RestoreError> {
+    let below_floor = || {
+        tracing::debug!(log = log.0, floor = floor.0, "restore: no head at or above the log's head floor");
+        RestoreError::Incomplete { missing: vec![floor], unreachable: unreachable.to_vec() }
+    };
     let mut fetched = HashMap::new();
     let mut with_data = Vec::new();
     for (&segment, list) in candidates.usable.iter().rev() {
@@ -530,6 +565,9 @@ async fn find_head(
                     above.sort();
                     return Err(RestoreError::Incomplete { missing: above, unreachable: unreachable.to_vec() });
                 }
+                if segment < floor {
+                    return Err(below_floor());
+                }
                 return Ok(Some(Head { head: segment, members, fetched }));
             }
         }
@@ -538,6 +576,9 @@ async fn find_head(
         let mut missing = candidates.only_stale.clone();
         missing.sort();
         return Err(RestoreError::Incomplete { missing, unreachable: unreachable.to_vec() });
+    }
+    if floor > SegmentId(0) {
+        return Err(below_floor());
     }
     if !with_data.is_empty() {
         with_data.sort();
@@ -623,7 +664,8 @@ impl From<Vec<KeyRange>> for PartitionRanges {
 /// (`opts.parallel_reads`) over kept connections, and wait while `sink` is
 /// full, so at most that many segments' entries are in memory.
 ///
-/// Replicas below their segment's floor in `floors` are never asked.
+/// Replicas below their segment's floor in `floors` are never asked, and a
+/// head below the head floor is never taken (`Incomplete`).
 /// Nothing is read unless the whole log can be: every backup answered the
 /// listing (else `Incomplete` with the unreachable ones) and every member
 /// has a closed replica that is not stale (else `Incomplete` with the
@@ -645,7 +687,9 @@ pub async fn read_partition(
     if !unreachable.is_empty() {
         return Err(RestoreError::Incomplete { missing: Vec::new(), unreachable });
     }
-    let Some(Head { head, members, mut fetched }) = find_head(log, &candidates, &unreachable, opts).await? else {
+    let Some(Head { head, members, mut fetched }) =
+        find_head(log, &candidates, &unreachable, floors.head(), opts).await?
+    else {
         return Ok(PartitionRead::default());
     };
     let mut plan = Vec::new();

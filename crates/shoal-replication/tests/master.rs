@@ -723,6 +723,52 @@ fn a_lost_replica_raises_the_epoch_and_writes_wait_for_its_floor() {
     assert!(st.floors_recorded >= 1 && st.floors_waiting == 0, "{st:?}");
 }
 
+/// Head floors (`docs/recovery.md`, "Head floors"): no write in a head is
+/// acknowledged before the coordinator recorded a head floor at or above
+/// that head, and the floor is asked for only once the head's opening (its
+/// digest) is on every replica: a recovery that takes no head below the
+/// floor always finds one.
+#[test]
+fn writes_in_a_head_wait_for_its_head_floor() {
+    let coordinator = Arc::new(FakeFloors::default());
+    coordinator.down.store(true, Ordering::SeqCst);
+    let s = setup_with(3, ReplicationMode::Tailwind, 1000, Some(coordinator.recorder()));
+    s.rep.set_backups(s.list(&[0, 1, 2]), 2);
+    s.write(1, 50, 1000, 30);
+    let pos = s.rep.position();
+    let head = s.tee.log.lock().heads.last().unwrap().0;
+    assert!(
+        eventually(10, || coordinator.heads.lock().contains(&(head, false))),
+        "the head floor was never asked: {:?}",
+        coordinator.heads.lock()
+    );
+    // The head's opening is on both replicas, but nothing is acknowledged
+    // while the coordinator does not answer.
+    let holders = s.holders(head);
+    assert_eq!(holders.len(), 2);
+    let bytes = s.tee.log.lock().bytes[&head].clone();
+    assert!(holders.iter().all(|h| !h.1.is_empty() && bytes.starts_with(&h.1)));
+    assert!(!wait(&s.rep, pos, 1), "acknowledged before the head floor was recorded");
+    assert_eq!(s.rep.stats().head_floors_recorded, 0);
+
+    coordinator.down.store(false, Ordering::SeqCst);
+    assert!(wait(&s.rep, pos, 10), "writes never completed once the head floor was recorded");
+    assert!(coordinator.heads.lock().contains(&(head, true)));
+
+    // Several heads later (1 MiB segments), every head holding an
+    // acknowledged write is at or below a recorded floor.
+    s.write(2, 2000, 1000, 31);
+    assert!(s.wait_all(20));
+    let last = s.tee.log.lock().heads.last().unwrap().0;
+    assert!(last > head, "the log rolled its head");
+    let recorded = coordinator.heads.lock().iter().filter(|h| h.1).map(|h| h.0).max().unwrap();
+    assert_eq!(recorded, last);
+    let asked: Vec<u64> = coordinator.heads.lock().iter().map(|h| h.0).collect();
+    assert!(asked.windows(2).all(|w| w[0] <= w[1]), "floors asked only ever grow: {asked:?}");
+    assert!(s.rep.stats().head_floors_recorded >= 2);
+    s.check_replicas(2, &[0, 1, 2]);
+}
+
 /// Without a loss there is no EPOCH: a refused OPEN leaves nothing behind
 /// and the segment keeps epoch 1.
 #[test]

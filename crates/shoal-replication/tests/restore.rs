@@ -493,3 +493,75 @@ fn stale_replicas_below_their_floor_are_never_used() {
     assert!(matches!(read, Err(RestoreError::Incomplete { ref missing, .. }) if *missing == vec![head]), "{read:?}");
     assert!(parts.is_empty());
 }
+
+/// The "older head" case (`docs/recovery.md`, "Head floors"): every replica
+/// of the newest head is out of sight, an older head (closed, with its own
+/// digest) is not. Without a head floor the log is found short, from that
+/// older head; with the floor at the newest head, it is `Incomplete` and
+/// nothing is read. A floor at or below the older head changes nothing.
+#[test]
+fn a_head_below_the_head_floor_is_never_taken() {
+    let (_store, rec) = cleaned_log();
+    let (_dirs, backups) = three_backups();
+    let refs: Vec<&Backup> = backups.iter().collect();
+    let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    let head = head_of(&rec);
+    let older = {
+        let segments = rec.segments.lock();
+        let order = rec.order.lock();
+        *order.iter().rev().find(|s| **s != head && segments[s].kind == Some(SegmentKind::Head)).unwrap()
+    };
+    assert!(older < head);
+    replicate_log(&refs, &rec, |id, _, r| (id != head).then(|| r.clone()));
+    let all = KeyRange::hashes(TableId(1), 0, u64::MAX);
+
+    // Without a floor: the older head is taken, and the log found short.
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
+    assert_eq!(found.head, Some(older), "the gap the head floor closes");
+    let (read, _) = read_part_with(&addrs, &Floors::none(), vec![all], 0);
+    assert_eq!(read.unwrap().head, Some(older));
+
+    // A floor at the older head, or below: the same.
+    for floor in [SegmentId(1), older] {
+        let floors = Floors::none().with_head(floor);
+        let found = rt().block_on(restore::find_log(&addrs, LOG, &floors)).unwrap();
+        assert_eq!(found.head, Some(older));
+    }
+
+    // The floor at the newest head: wait for it, read nothing.
+    let floors = Floors::none().with_head(head);
+    match rt().block_on(restore::find_log(&addrs, LOG, &floors)) {
+        Err(RestoreError::Incomplete { missing, unreachable }) => {
+            assert_eq!(missing, vec![head]);
+            assert!(unreachable.is_empty());
+        }
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    let (read, parts) = read_part_with(&addrs, &floors, vec![all], 0);
+    assert!(matches!(read, Err(RestoreError::Incomplete { ref missing, .. }) if *missing == vec![head]), "{read:?}");
+    assert!(parts.is_empty(), "nothing read below the floor");
+
+    // The newest head comes into sight: found whole, from it.
+    let mut peer = Peer::hello(addrs[0], Mode::Tailwind, LOG, 1);
+    replicate(&mut peer, head, &rec.segments.lock()[&head]);
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &floors)).unwrap();
+    assert_eq!(found.head, Some(head));
+}
+
+/// A log with a head floor but no replica anywhere, every backup
+/// answering, is not empty: its head, holding acknowledged writes, is on
+/// backups out of sight.
+#[test]
+fn a_log_with_a_head_floor_and_no_replica_is_incomplete() {
+    let (_dirs, backups) = three_backups();
+    let addrs: Vec<SocketAddr> = backups.iter().map(|b| b.local_addr()).collect();
+    let found = rt().block_on(restore::find_log(&addrs, LOG, &Floors::none())).unwrap();
+    assert_eq!(found.head, None, "no floor: an empty log");
+    let floors = Floors::none().with_head(SegmentId(4));
+    match rt().block_on(restore::find_log(&addrs, LOG, &floors)) {
+        Err(RestoreError::Incomplete { missing, .. }) => assert_eq!(missing, vec![SegmentId(4)]),
+        other => panic!("expected Incomplete, got {:?}", other.map(|f| f.head)),
+    }
+    let (read, _) = read_part_with(&addrs, &floors, vec![KeyRange::hashes(TableId(1), 0, u64::MAX)], 0);
+    assert!(matches!(read, Err(RestoreError::Incomplete { .. })), "{read:?}");
+}

@@ -22,7 +22,9 @@ use shoal_common::dirlock::DirLock;
 use shoal_common::{ChunkId, KeyHash, LogId, SegmentId, TableId};
 use shoal_engine::Store;
 use shoal_replication::backup::{Backup, BackupConfig, PeerHandlers};
-use shoal_replication::master::{FloorRecorder, ReplicationMode as WireMode, Replicator, ReplicatorConfig};
+use shoal_replication::master::{
+    FloorRecorder, FloorRequest, ReplicationMode as WireMode, Replicator, ReplicatorConfig,
+};
 use shoal_replication::restore;
 use shoal_replication::wire::KeyRange;
 use std::collections::{HashMap, HashSet};
@@ -839,7 +841,7 @@ impl ClusterNode {
                 // Replicas the dead master left behind are not read. Its
                 // floors are all in this map: the coordinator takes none
                 // from a server it declared dead.
-                let floors: restore::Floors = map.replica_floors_of(log).collect();
+                let floors = restore::Floors::of_log(&map, log);
                 // Each piece counts from where the dead master's ownership
                 // of it began in this log (`map.owned_since`), chunk id
                 // ranges too (one may have moved away and back).
@@ -1052,8 +1054,9 @@ impl ClusterNode {
                 let map = self.map();
                 let backups: Vec<SocketAddr> =
                     map.servers.iter().filter(|s| s.state != ServerState::Down).map(|s| s.backup).collect();
-                // Replicas the earlier incarnation left behind are not read.
-                let floors: restore::Floors = map.replica_floors_of(log).collect();
+                // Replicas the earlier incarnation left behind are not read,
+                // nor a head below its head floor.
+                let floors = restore::Floors::of_log(&map, log);
                 let attempt = tokio::select! {
                     r = restore::find_log(&backups, log, &floors) => r,
                     _ = shutdown.wait_for(|s| *s) => return,
@@ -1226,21 +1229,33 @@ impl OwnedRanges {
     }
 }
 
-/// Records this server's replica floors at the coordinator
-/// (`RaiseReplicaFloors`), for the replicator of `log`. Runs on the
-/// replicator's runtime, one request at a time, over one kept connection.
+/// Records this server's replica floors (`RaiseReplicaFloors`) and head
+/// floor (`RaiseHeadFloor`) at the coordinator, for the replicator of
+/// `log`. Runs on the replicator's runtime, one request at a time, over
+/// one kept connection.
 fn floor_recorder(coordinator: CoordinatorAddrs, auth: ControlAuth, server: ServerId, log: LogId) -> FloorRecorder {
     let client = ControlClient::new(coordinator).with_timeout(CONTROL_TIMEOUT).with_auth(auth);
     let client = Arc::new(tokio::sync::Mutex::new(client));
-    FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
+    FloorRecorder::new(move |floors: FloorRequest| {
         let client = client.clone();
         async move {
-            let floors = floors.into_iter().map(|(segment, epoch)| ReplicaFloor { log, segment, epoch }).collect();
-            match client.lock().await.call(&ControlRequest::RaiseReplicaFloors { server, floors }).await {
-                Ok(ControlResponse::Ok) => Ok(()),
-                Ok(other) => Err(format!("unexpected answer {other:?}")),
-                Err(e) => Err(e.to_string()),
+            let mut calls = Vec::new();
+            if !floors.replicas.is_empty() {
+                let list = floors.replicas.iter().map(|&(segment, epoch)| ReplicaFloor { log, segment, epoch });
+                calls.push(ControlRequest::RaiseReplicaFloors { server, floors: list.collect() });
             }
+            if let Some(segment) = floors.head {
+                calls.push(ControlRequest::RaiseHeadFloor { server, log, segment });
+            }
+            let mut client = client.lock().await;
+            for call in &calls {
+                match client.call(call).await {
+                    Ok(ControlResponse::Ok) => {}
+                    Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(())
         }
     })
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Largest answer body a master accepts (REFUSED and ERROR texts are cut
 /// to 1 KiB by their senders; every other answer is a few bytes).
@@ -77,17 +77,21 @@ pub(super) fn step(inner: &Arc<Inner>) {
     }
 }
 
-/// Records replica floors at the coordinator, then lets the core go on
-/// (the segments' writes wait until then). A failure is logged; the core
-/// asks again after a backoff.
-async fn record_floors(inner: Arc<Inner>, recorder: super::FloorRecorder, floors: Vec<(SegmentId, u64)>) {
+/// Records floors at the coordinator, then lets the core go on (the
+/// segments' writes wait until then). A failure is logged; the core asks
+/// again after a backoff.
+async fn record_floors(inner: Arc<Inner>, recorder: super::FloorRecorder, floors: super::FloorRequest) {
     let result = recorder.record(floors.clone()).await;
-    let list = || floors.iter().map(|(s, e)| format!("{}@{e}", s.0)).collect::<Vec<_>>().join(", ");
+    let list = || {
+        let replicas = floors.replicas.iter().map(|(s, e)| format!("replica floor {}@{e}", s.0));
+        replicas.chain(floors.head.map(|h| format!("head floor {}", h.0))).collect::<Vec<_>>().join(", ")
+    };
     match &result {
-        Ok(()) => info!("replica floors recorded at the coordinator (segment@epoch): {}", list()),
+        Ok(()) if floors.replicas.is_empty() => debug!("recorded at the coordinator: {}", list()),
+        Ok(()) => info!("recorded at the coordinator (segment@epoch): {}", list()),
         Err(e) => warn!(
-            "cannot record replica floors (segment@epoch: {}) at the coordinator: {e}; writes to those \
-             segments wait until it answers; retrying",
+            "cannot record floors ({}) at the coordinator: {e}; writes to those segments wait until it \
+             answers; retrying",
             list()
         ),
     }

@@ -21,8 +21,18 @@
 //! acknowledged until it is declared stale. The floor is asked for once
 //! every replica confirmed the epoch and holds those bytes (a copy's new
 //! replicas: once closed).
+//!
+//! Head floors (`docs/recovery.md`, "Head floors"). Nothing written to a
+//! head counts as durable, and the head is not retired, until the
+//! coordinator has recorded a head floor at or above its id; the floor is
+//! asked for once the head's opening (header, digest, safe version, up to
+//! its first checksum entry) is acknowledged by every replica the segment
+//! must have. So every write acknowledged to a client lies in a head at or
+//! below the log's floor, and the floor never names a head whose digest is
+//! on fewer than R backups: recovery, which takes no head below the floor,
+//! never recovers the log short of an acknowledged write.
 
-use crate::master::{ReplicationMode, ReplicationStats};
+use crate::master::{FloorRequest, ReplicationMode, ReplicationStats};
 use crate::wire::{self, Hello, Kind, Mode};
 use shoal_cluster::control::MAX_FLOORS_PER_REQUEST;
 use shoal_cluster::ServerId;
@@ -151,6 +161,12 @@ struct Seg {
     /// one was lost; nothing beyond counts as durable until the floor is
     /// recorded.
     hold: u32,
+    /// A head whose head floor the coordinator has not recorded yet: none of
+    /// its bytes counts as durable (with R > 0).
+    head_floor_wanted: bool,
+    /// A head's opening bytes, up to and with its first checksum entry (0
+    /// until they have all been appended).
+    opening: u32,
 }
 
 impl Seg {
@@ -163,10 +179,42 @@ impl Seg {
             Some(r) if self.replicas.len() < r as usize => 0,
             Some(_) => self.replicas.iter().map(|x| x.acked).min().unwrap_or(0),
         };
-        if self.floor < self.epoch {
+        if self.head_floor_wanted && self.r != Some(0) {
+            0
+        } else if self.floor < self.epoch {
             acked.min(self.hold)
         } else {
             acked
+        }
+    }
+
+    /// Whether this head's floor may be recorded now: its opening is
+    /// acknowledged by every replica it must have (R > 0).
+    fn head_floor_due(&self) -> bool {
+        if !self.head_floor_wanted || self.opening == 0 {
+            return false;
+        }
+        match self.r {
+            None | Some(0) => false,
+            Some(r) => {
+                self.replicas.len() >= self.wanted(r)
+                    && self.replicas.iter().all(|x| x.opened && x.acked >= self.opening)
+            }
+        }
+    }
+
+    /// Sets `opening` once the head's first checksum entry has been
+    /// appended (the opening group may come in several pieces).
+    fn find_opening(&mut self) {
+        for item in format::EntryIter::new(&self.bytes) {
+            match item {
+                Ok((at, format::Entry::Checksum(_))) => {
+                    self.opening = (at + format::CHECKSUM_ENTRY_BYTES) as u32;
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
         }
     }
 
@@ -178,6 +226,7 @@ impl Seg {
                     && self.replicas.len() + self.kept.len() >= r as usize
                     && self.replicas.iter().all(|x| x.closed)
                     && self.floor >= self.epoch
+                    && (!self.head_floor_wanted || r == 0)
             }
         }
     }
@@ -284,6 +333,7 @@ struct Counters {
     rereplication_bytes: u64,
     epochs_raised: u64,
     floors_recorded: u64,
+    head_floors_recorded: u64,
 }
 
 /// Everything the replicator knows; behind one mutex shared by the
@@ -316,8 +366,10 @@ pub(crate) struct State {
     counters: Counters,
     spare_bufs: Vec<Vec<u8>>,
     scratch: Vec<SegmentId>,
-    /// Floors for the shell to send to the coordinator (segment, epoch).
-    pub floors_out: Vec<(SegmentId, u64)>,
+    /// Floors for the shell to send to the coordinator.
+    pub floors_out: FloorRequest,
+    /// The highest head floor recorded at the coordinator.
+    head_floor: SegmentId,
     /// A floor request is with the coordinator (one at a time).
     floors_in_flight: bool,
     /// The last one failed: the next not before this.
@@ -347,7 +399,8 @@ impl State {
             counters: Counters::default(),
             spare_bufs: Vec::new(),
             scratch: Vec::new(),
-            floors_out: Vec::new(),
+            floors_out: FloorRequest::default(),
+            head_floor: SegmentId(0),
             floors_in_flight: false,
             floors_retry_at: None,
             shut: false,
@@ -384,6 +437,8 @@ impl State {
             epoch: 1,
             floor: 1,
             hold: 0,
+            head_floor_wanted: kind == SegmentKind::Head && id > self.head_floor,
+            opening: 0,
         };
         self.segs.insert(id, seg);
     }
@@ -400,6 +455,9 @@ impl State {
         };
         debug_assert_eq!(offset as usize, seg.bytes.len(), "appended out of order");
         seg.bytes.extend_from_slice(bytes);
+        if seg.head_floor_wanted && seg.opening == 0 {
+            seg.find_opening();
+        }
         if seg.r == Some(0) {
             return self.skip_if_idle();
         }
@@ -656,6 +714,9 @@ impl State {
                 epoch,
                 floor: p.epoch,
                 hold: 0,
+                // Closed long ago: any head floor it needed is recorded.
+                head_floor_wanted: false,
+                opening: 0,
             },
         );
     }
@@ -806,18 +867,25 @@ impl State {
 
     /// The floors the shell's request recorded at the coordinator (`ok`),
     /// or failed to: those are asked for again after a backoff.
-    pub fn floors_recorded(&mut self, floors: &[(SegmentId, u64)], ok: bool, now: Instant) {
+    pub fn floors_recorded(&mut self, floors: &FloorRequest, ok: bool, now: Instant) {
         self.floors_in_flight = false;
         if !ok {
             self.floors_retry_at = Some(now + FLOOR_BACKOFF);
             return;
         }
-        for &(id, epoch) in floors {
+        for &(id, epoch) in &floors.replicas {
             if let Some(seg) = self.segs.get_mut(&id) {
                 seg.floor = seg.floor.max(epoch);
             }
         }
-        self.counters.floors_recorded += floors.len() as u64;
+        self.counters.floors_recorded += floors.replicas.len() as u64;
+        if let Some(head) = floors.head {
+            self.head_floor = self.head_floor.max(head);
+            for (_, seg) in self.segs.iter_mut().filter(|(id, _)| **id <= head) {
+                seg.head_floor_wanted = false;
+            }
+            self.counters.head_floors_recorded += 1;
+        }
     }
 
     /// Floors due (see [`Seg::floor_due`]): recorded at once without a
@@ -828,13 +896,16 @@ impl State {
         if self.floors_in_flight || self.floors_retry_at.is_some_and(|t| now < t) {
             return false;
         }
-        let mut due: Vec<(SegmentId, u64)> =
+        let mut replicas: Vec<(SegmentId, u64)> =
             self.segs.iter().filter_map(|(id, s)| s.floor_due().map(|e| (*id, e))).collect();
-        if due.is_empty() {
+        // The newest head due covers every older one.
+        let head = self.segs.iter().filter(|(_, s)| s.head_floor_due()).map(|(id, _)| *id).max();
+        if replicas.is_empty() && head.is_none() {
             return false;
         }
-        due.sort_unstable();
-        due.truncate(MAX_FLOORS_PER_REQUEST);
+        replicas.sort_unstable();
+        replicas.truncate(MAX_FLOORS_PER_REQUEST);
+        let due = FloorRequest { replicas, head };
         if self.settings.record_floors {
             self.floors_in_flight = true;
             self.floors_retry_at = None;
@@ -1221,6 +1292,7 @@ impl State {
             rereplication_bytes: c.rereplication_bytes,
             epochs_raised: c.epochs_raised,
             floors_recorded: c.floors_recorded,
+            head_floors_recorded: c.head_floors_recorded,
             floors_waiting: self.segs.values().filter(|s| s.floor < s.epoch).count() as u64,
             closed_segments_below_r: (self.pending.len() + self.segs.values().filter(|s| s.copy.is_some()).count())
                 as u64,

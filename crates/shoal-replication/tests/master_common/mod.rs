@@ -6,7 +6,7 @@
 use parking_lot::Mutex;
 use shoal_common::{LogId, SegmentId, TableId};
 use shoal_engine::{LogObserver, RejectRules, SegmentKind, Store, StoreConfig};
-use shoal_replication::master::{FloorRecorder, ReplicationError, Replicator};
+use shoal_replication::master::{FloorRecorder, FloorRequest, ReplicationError, Replicator};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -129,22 +129,30 @@ pub fn wait_result(rep: &Replicator, pos: u64) -> Result<(), ReplicationError> {
 /// pairs, and whether it was answered `Ok`.
 pub type FloorCall = (Vec<(u64, u64)>, bool);
 
-/// A fake coordinator for replica floors: records every request, and
-/// answers it with an error while `down`.
+/// A fake coordinator for floors: records every request (those with
+/// replica floors in `calls`, head floors in `heads`), and answers it with
+/// an error while `down`.
 #[derive(Default)]
 pub struct FakeFloors {
     pub down: AtomicBool,
     pub calls: Mutex<Vec<FloorCall>>,
+    /// Head floors asked for, and whether they were answered `Ok`.
+    pub heads: Mutex<Vec<(u64, bool)>>,
 }
 
 impl FakeFloors {
     pub fn recorder(self: &Arc<Self>) -> FloorRecorder {
         let me = self.clone();
-        FloorRecorder::new(move |floors: Vec<(SegmentId, u64)>| {
+        FloorRecorder::new(move |floors: FloorRequest| {
             let me = me.clone();
             async move {
                 let ok = !me.down.load(Ordering::SeqCst);
-                me.calls.lock().push((floors.iter().map(|(s, e)| (s.0, *e)).collect(), ok));
+                if !floors.replicas.is_empty() {
+                    me.calls.lock().push((floors.replicas.iter().map(|(s, e)| (s.0, *e)).collect(), ok));
+                }
+                if let Some(head) = floors.head {
+                    me.heads.lock().push((head.0, ok));
+                }
                 if ok {
                     Ok(())
                 } else {
