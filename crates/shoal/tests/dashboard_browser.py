@@ -24,6 +24,7 @@ os.environ.setdefault("SE_OFFLINE", "true")  # never let selenium fetch a driver
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 
 
 def find_chromium():
@@ -76,7 +77,13 @@ def main():
                 if not seen["running"]:
                     seen["running"] = True
                     shot("dashboard-recovering.png")
-            if cond():
+            try:
+                met = cond()
+            except StaleElementReferenceException:
+                # The page re-rendered the element between finding it and
+                # reading it (it refreshes every second): look again.
+                met = False
+            if met:
                 print(f"seen: {what}", flush=True)
                 return
             time.sleep(0.2)
